@@ -1,0 +1,44 @@
+# The README's contract: `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export VIZKIT_FAST ?= 1
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup demo test unit notebooks lab bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/vizkit info
+
+test: unit notebooks
+
+unit: setup
+	$(BIN)/python -m pytest -q
+
+notebooks: setup
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
+		--nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300 \
+		-p no:cacheprovider notebooks/
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+bench: setup
+	$(BIN)/python benchmarks/capture.py
+
+lint: setup
+	$(BIN)/ruff check vizkit tests benchmarks
+	$(BIN)/ruff format --check vizkit tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

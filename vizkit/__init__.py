@@ -1,0 +1,16 @@
+"""vizkit: see inside vision transformers."""
+
+from . import models as models
+from ._version import __version__ as __version__
+from .hooks import ActivationCache as ActivationCache
+from .hooks import HookedModel as HookedModel
+from .hooks import HookPoint as HookPoint
+from .hooks import TokenLayout as TokenLayout
+from .hooks import token_layout as token_layout
+from .hooks import unfused_attention as unfused_attention
+from .models import create_model as create_model
+
+__all__ = [
+    "ActivationCache", "HookPoint", "HookedModel", "TokenLayout", "__version__", "create_model",
+    "models", "token_layout", "unfused_attention",
+]

@@ -1,0 +1,162 @@
+"""Per-architecture adapters: the canonical hook names of a model and the module site of each.
+
+Every model gets ``<path>.hook_out`` for each submodule's output (so CNNs work for Grad-CAM and
+CKA) and each vizkit `HookPoint` under its own path. timm ViT-family models and CaiT additionally
+get the residual-stream and attention names of DESIGN.md; those replace the ``hook_out`` of the
+module they are read from, so every activation has exactly one name.
+
+Shapes (axis letters: B batch, H heads, N tokens incl. prefix, Np patches, C channels):
+
+=================================  =====================================  ================
+name                               read from (timm 1.0)                   shape
+=================================  =====================================  ================
+hook_embed                         ``patch_embed`` output (NHWC flattened) (B, Np, C)
+blocks.{i}.hook_resid_pre          ``blocks.{i}`` input                    (B, N, C)
+blocks.{i}.attn.hook_pattern       ``attn.attn_drop`` output, fused off    (B, H, N, N)
+blocks.{i}.hook_attn_out           ``drop_path1`` output (after ``ls1``)   (B, N, C)
+blocks.{i}.hook_resid_mid          ``norm2`` input                         (B, N, C)
+blocks.{i}.hook_mlp_out            ``drop_path2`` output (after ``ls2``)   (B, N, C)
+blocks.{i}.hook_resid_post         ``blocks.{i}`` output                   (B, N, C)
+hook_final_norm                    ``norm`` output                         (B, N, C)
+=================================  =====================================  ================
+
+CaiT: ``blocks.{i}`` (self-attention stage) hold patch tokens only (N = Np, no prefix);
+``blocks.{i}.attn.hook_pattern`` is the post-softmax map S (row-stochastic, read at the input of
+``proj_w``) and ``blocks.{i}.attn.hook_pattern_mixed`` the talking-heads map after ``proj_w``
+(not row-stochastic). The class-attention stage ``blocks_token_only.{j}`` carries the class
+token: resid names are (B, 1, C) and ``attn.hook_pattern`` is (B, H, 1, 1 + Np), the class token's
+attention over itself and every patch. CaiT's branches multiply by ``gamma_1``/``gamma_2``
+(parameters, not modules) and share one ``drop_path`` module, so ``hook_attn_out`` and
+``hook_mlp_out`` are its first and second call.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from timm.layers import Attention
+from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
+from timm.models.vision_transformer import Block, VisionTransformer
+
+from .hook_point import HookPoint
+from .taps import Tap, heads_last_to_first, nhwc_to_nlc
+
+__all__ = ["build_taps"]
+
+_CONTAINERS = (nn.ModuleList, nn.ModuleDict)
+
+
+def build_taps(model: nn.Module) -> list[Tap]:
+    """All taps of ``model`` in module order (inputs before, outputs after a module's children)."""
+    special = _architecture_taps(model)
+    inputs: dict[str, list[Tap]] = {}
+    outputs: dict[str, list[Tap]] = {}
+    for tap in special:
+        (inputs if tap.site == "input" else outputs).setdefault(tap.module, []).append(tap)
+
+    taps: list[Tap] = []
+    seen: set[int] = set()
+
+    def visit(path: str, module: nn.Module) -> None:
+        if id(module) in seen:
+            return
+        seen.add(id(module))
+        taps.extend(inputs.get(path, ()))
+        for child_name, child in module.named_children():
+            visit(f"{path}.{child_name}" if path else child_name, child)
+        if not path:
+            return
+        if path in outputs:
+            taps.extend(outputs[path])
+        elif isinstance(module, HookPoint):
+            taps.append(Tap(name=path, module=path))
+        elif not isinstance(module, _CONTAINERS):
+            taps.append(Tap(name=f"{path}.hook_out", module=path))
+
+    visit("", model)
+    return taps
+
+
+def _architecture_taps(model: nn.Module) -> list[Tap]:
+    if isinstance(model, VisionTransformer):
+        return _vit_taps(model)
+    if isinstance(model, Cait):
+        return _cait_taps(model)
+    return []
+
+
+def _residual_taps(
+    block: str, attn_out: Tap, mlp_out: Tap, *, x_arg: int = 0, shape: str = "B N C",
+    prefix_tokens: int | None = None,
+) -> list[Tap]:
+    """resid_pre/mid/post of a pre-norm block plus its two branch outputs."""
+    common = {"shape": shape, "prefix_tokens": prefix_tokens}
+    return [
+        Tap(f"{block}.hook_resid_pre", block, site="input", arg=x_arg, **common),
+        Tap(attn_out.name, attn_out.module, call=attn_out.call, call_scope=attn_out.call_scope,
+            **common),
+        Tap(f"{block}.hook_resid_mid", f"{block}.norm2", site="input", **common),
+        Tap(mlp_out.name, mlp_out.module, call=mlp_out.call, call_scope=mlp_out.call_scope,
+            **common),
+        Tap(f"{block}.hook_resid_post", block, **common),
+    ]
+
+
+def _vit_taps(model: VisionTransformer) -> list[Tap]:
+    taps = [Tap("hook_embed", "patch_embed", shape="B Np C", **nhwc_to_nlc)]
+    for i, blk in enumerate(model.blocks):
+        p = f"blocks.{i}"
+        if isinstance(blk, Block):
+            taps += _residual_taps(
+                p,
+                attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path1"),
+                mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path2"),
+            )
+        else:  # other block layouts (ResPostBlock, parallel blocks): only the stream ends
+            taps += [
+                Tap(f"{p}.hook_resid_pre", p, site="input", shape="B N C"),
+                Tap(f"{p}.hook_resid_post", p, shape="B N C"),
+            ]
+        if isinstance(getattr(blk, "attn", None), Attention):
+            taps.append(
+                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.attn_drop", unfuse=f"{p}.attn",
+                    shape="B H N N")
+            )
+    taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
+    return taps
+
+
+def _cait_taps(model: Cait) -> list[Tap]:
+    taps = [Tap("hook_embed", "patch_embed", shape="B Np C", prefix_tokens=0, **nhwc_to_nlc)]
+    for i, blk in enumerate(model.blocks):
+        p = f"blocks.{i}"
+        taps += _residual_taps(
+            p,
+            attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path", call=0, call_scope=p),
+            mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path", call=1, call_scope=p),
+            shape="B Np C",
+            prefix_tokens=0,
+        )
+        if isinstance(blk.attn, TalkingHeadAttn):
+            taps += [
+                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.proj_w", site="input",
+                    shape="B H Np Np", prefix_tokens=0, **heads_last_to_first),
+                Tap(f"{p}.attn.hook_pattern_mixed", f"{p}.attn.attn_drop",
+                    shape="B H Np Np", prefix_tokens=0),
+            ]
+    for j, blk in enumerate(model.blocks_token_only or ()):
+        p = f"blocks_token_only.{j}"
+        taps += _residual_taps(
+            p,
+            attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path", call=0, call_scope=p),
+            mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path", call=1, call_scope=p),
+            x_arg=1,  # forward(x_patches, x_cls): the residual stream is the class token
+            shape="B 1 C",
+            prefix_tokens=1,
+        )
+        if isinstance(blk.attn, ClassAttn):
+            taps.append(
+                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.attn_drop", unfuse=f"{p}.attn",
+                    shape="B H 1 N")
+            )
+    taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
+    return taps

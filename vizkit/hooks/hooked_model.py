@@ -1,0 +1,312 @@
+"""HookedModel: canonical names, temporary hooks and activation caching for any timm model."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+from torch import Tensor, nn
+
+from .adapters import build_taps
+from .attention_mode import unfused_attention
+from .cache import ActivationCache
+from .layout import TokenLayout, token_layout, validate_input
+from .names import NameSpec, resolve_names, resolve_negative_indices, unknown_name_error
+from .taps import Tap
+from .targets import Target, target_score
+
+__all__ = ["HookedModel", "HookFn"]
+
+HookFn = Callable[..., Union[Tensor, None]]  # fn(tensor, *, name) -> replacement or None
+
+
+@dataclass
+class _Run:
+    """What one context attaches and what it has seen."""
+
+    fwd: dict[str, list[HookFn]] = field(default_factory=dict)
+    bwd: dict[str, list[HookFn]] = field(default_factory=dict)
+    record: set[str] = field(default_factory=set)  # names to cache
+    keep_for_grad: set[str] = field(default_factory=set)
+    device: torch.device | str | None = None
+    values: dict[str, Tensor] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    used: dict[str, Tensor] = field(default_factory=dict)  # the tensors the forward went on with
+    fired: Counter = field(default_factory=Counter)
+
+    def names(self) -> set[str]:
+        return set(self.fwd) | set(self.bwd) | self.record
+
+
+class HookedModel:
+    """Wrap a model to read and edit its activations by canonical name.
+
+    Nothing is attached at construction; hooks exist only inside `hooks` and `run_with_cache`,
+    and on exit (also after an exception) every hook, ``fused_attn`` flag and training flag is as
+    before. Attention patterns are captured with the model's fused attention left on: only the
+    attention modules whose pattern is requested are switched to the explicit path, inside the
+    context.
+
+    Example:
+        >>> hm = HookedModel(timm.create_model("test_vit"))
+        >>> logits, cache = hm.run_with_cache(x, names="blocks.*.attn.hook_pattern")
+        >>> cache.stack("attn.hook_pattern").shape  # (L, B, H, N, N)
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"HookedModel wraps a torch.nn.Module; got {type(model).__name__}.")
+        self.model = model
+        self._taps = {tap.name: tap for tap in build_taps(model)}
+        self._names = list(self._taps)
+        self._modules = dict(model.named_modules())
+
+    def __repr__(self) -> str:
+        return f"HookedModel({type(self.model).__name__}, {len(self._names)} hook names)"
+
+    def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        validate_input(self.model, x)
+        return self.model(x, *args, **kwargs)
+
+    def hook_names(self) -> list[str]:
+        """Canonical names of this model, in module order (see `vizkit.hooks.adapters`)."""
+        return list(self._names)
+
+    def tap(self, name: str) -> Tap:
+        """Where ``name`` is read from and its documented shape."""
+        resolved = resolve_negative_indices(name, self._names)
+        if resolved not in self._taps:
+            raise unknown_name_error(resolved, self._names)
+        return self._taps[resolved]
+
+    def token_layout(self, image_size: tuple[int, int], name: str | None = None) -> TokenLayout | None:
+        """Prefix tokens and patch grid for an (H, W) input; with ``name``, of that activation
+        (CaiT's self-attention stage has no prefix tokens). None for models without patches."""
+        layout = token_layout(self.model, image_size)
+        prefix = self.tap(name).prefix_tokens if name is not None else None
+        if layout is None or prefix is None:
+            return layout
+        return dataclasses.replace(layout, num_prefix_tokens=prefix)
+
+    @contextmanager
+    def hooks(
+        self,
+        fwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
+        bwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
+    ) -> Iterator[HookedModel]:
+        """Run hook functions on named activations while the context is open.
+
+        Args:
+            fwd: name, glob or regex -> ``fn(tensor, *, name) -> Tensor | None``; the tensor is in
+                the canonical layout and a returned tensor of the same shape replaces it.
+            bwd: the same for gradients flowing back into the activation (run the backward
+                inside the context).
+
+        Raises:
+            RuntimeError: on exit, if a forward hook never fired.
+        """
+        run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd))
+        with self._attached(run):
+            yield self
+        silent = [n for n in run.fwd if not run.fired[n]]
+        if silent:
+            raise RuntimeError(f"These hooks never fired inside the context: {silent}. Run the "
+                               "model inside the `with` block; the forward path may bypass them.")
+
+    def run_with_cache(
+        self,
+        x: Tensor,
+        names: NameSpec,
+        *,
+        grads: bool = False,
+        target: Target = None,
+        device: torch.device | str | None = None,
+        **forward_kwargs: Any,
+    ) -> tuple[Any, ActivationCache]:
+        """Run the model on ``x`` and cache the named activations.
+
+        Args:
+            x: image batch (B, C, H, W).
+            names: exact name, glob, compiled regex, callable or list (required: nothing is
+                cached by default; attention of ViT-B/16 is 22 MB per image).
+            grads: also cache ``<name>_grad``, the gradient of the target score with respect
+                to each activation (parameters' ``.grad`` are left untouched).
+            target: with ``grads``: a class index, B indices, a callable on the output, or None
+                for each sample's argmax.
+            device: move cached tensors there (e.g. ``"cpu"``); default: where they were made.
+
+        Returns:
+            (model output, ActivationCache in forward order). With ``grads`` the output is
+            detached.
+
+        Raises:
+            KeyError: a name or pattern matches nothing.
+            RuntimeError: a requested hook did not fire.
+            ValueError: wrong input shape, or a target out of range.
+        """
+        validate_input(self.model, x)
+        chosen = resolve_names(names, self._names)
+        run = _Run(record=set(chosen), keep_for_grad=set(chosen) if grads else set(),
+                   device=device)
+        if grads:
+            x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
+        with self._attached(run), torch.enable_grad() if grads else nullcontext():
+            output = self.model(x, **forward_kwargs)
+            self._check_fired(run, chosen)
+            grad_values = self._gradients(run, chosen, output, target) if grads else {}
+        data: dict[str, Tensor] = {}
+        for name in run.values:
+            data[name] = run.values[name]
+            if name in grad_values:
+                data[f"{name}_grad"] = grad_values[name]
+        output = output.detach() if grads and isinstance(output, Tensor) else output
+        return output, ActivationCache(data, self._names, token_layout(self.model, x.shape[-2:]))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _expand(self, hooks: Mapping[NameSpec, HookFn | list[HookFn]] | None) -> dict[str, list]:
+        expanded: dict[str, list[HookFn]] = {}
+        for spec, fns in (hooks or {}).items():
+            fns = list(fns) if isinstance(fns, (list, tuple)) else [fns]
+            if not all(callable(f) for f in fns):
+                raise TypeError(f"Hook for {spec!r} must be a callable fn(tensor, *, name); "
+                                f"got {fns!r}.")
+            for name in resolve_names(spec, self._names):
+                expanded.setdefault(name, []).extend(fns)
+        return expanded
+
+    @contextmanager
+    def _attached(self, run: _Run) -> Iterator[None]:
+        taps = [self._taps[n] for n in self._names if n in run.names()]
+        training = [(m, m.training) for m in self.model.modules()]
+        counters: Counter = Counter()
+        with ExitStack() as stack:
+            try:
+                unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse}
+                stack.enter_context(unfused_attention(unfuse))
+                for tap in taps:
+                    stack.callback(self._register(tap, run, counters).remove)
+                    if tap.call is not None:
+                        reset = _reset_counter(counters, tap.name)
+                        scope = self._modules[tap.call_scope]
+                        stack.callback(scope.register_forward_pre_hook(reset).remove)
+                yield
+            finally:
+                for module, mode in training:
+                    module.training = mode
+
+    def _register(self, tap: Tap, run: _Run, counters: Counter):
+        module = self._modules[tap.module]
+
+        def selected() -> bool:
+            if tap.call is None:
+                return True
+            counters[tap.name] += 1
+            return counters[tap.name] - 1 == tap.call
+
+        if tap.site == "output":
+            def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Tensor | None:
+                if not selected():
+                    return None
+                used = self._visit(tap, run, output)
+                return None if used is output else used
+
+            return module.register_forward_hook(forward_hook)
+
+        def pre_hook(mod: nn.Module, args: tuple) -> tuple | None:
+            if not selected():
+                return None
+            if len(args) <= tap.arg:
+                raise TypeError(f"{tap.name}: {tap.module} was called with {len(args)} positional "
+                                f"inputs; vizkit reads positional input {tap.arg}.")
+            used = self._visit(tap, run, args[tap.arg])
+            return None if used is args[tap.arg] else (*args[: tap.arg], used, *args[tap.arg + 1:])
+
+        return module.register_forward_pre_hook(pre_hook)
+
+    def _visit(self, tap: Tap, run: _Run, raw: Any) -> Tensor:
+        """Run the user's functions on one activation, record it; return the tensor to go on with."""
+        if not isinstance(raw, Tensor):
+            raise TypeError(f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
+                            "tensor; vizkit hooks tensors only. Hook a submodule instead.")
+        value = canonical = tap.to_canonical(raw)
+        for fn in run.fwd.get(tap.name, ()):
+            new = fn(value, name=tap.name)
+            if new is not None:
+                _check_replacement(tap.name, new, value)
+                value = new
+        used = raw if value is canonical else tap.from_canonical(value, raw)
+        run.fired[tap.name] += 1
+        if tap.name in run.record:
+            kept = value.detach()
+            kept = kept.clone() if tap.name.endswith(".hook_out") else kept  # see _check_fired
+            run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
+            run.versions[tap.name] = kept._version
+        if tap.name in run.keep_for_grad:
+            run.used[tap.name] = used
+        for fn in run.bwd.get(tap.name, ()):
+            if used.requires_grad:
+                used.register_hook(_gradient_hook(fn, tap))
+        return used
+
+    def _check_fired(self, run: _Run, chosen: list[str]) -> None:
+        silent = [n for n in chosen if not run.fired[n]]
+        if silent:
+            raise RuntimeError(f"Requested hooks did not fire: {silent}. The forward path "
+                               "bypassed these modules (e.g. a pooling or head option that skips "
+                               "them); choose names from a path the model runs.")
+        for name, count in run.fired.items():
+            if name in run.record and count > 1:
+                warnings.warn(f"{name} fired {count} times in one forward (a module called "
+                              "several times); the cache holds the last call.", stacklevel=3)
+        changed = [n for n, t in run.values.items() if t._version != run.versions[n]]
+        if changed:
+            raise RuntimeError(f"{changed} were modified in place after capture by a later "
+                               "module, so the cache would not hold what they were. Capture "
+                               "them through their '.hook_out' names (copied) instead.")
+
+    def _gradients(self, run: _Run, chosen: list[str], output: Any, target: Target) -> dict:
+        score = target_score(output, target)
+        inputs = [run.used[n] for n in chosen]
+        if not all(t.requires_grad for t in inputs):
+            frozen = [n for n, t in zip(chosen, inputs) if not t.requires_grad]
+            raise RuntimeError(f"{frozen} do not depend on the input, so they have no gradient.")
+        grads = torch.autograd.grad(score, inputs, allow_unused=True)
+        result = {}
+        for name, used, grad in zip(chosen, inputs, grads):
+            grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
+            grad = self._taps[name].to_canonical(grad).detach()
+            result[name] = grad.to(run.device) if run.device is not None else grad
+        return result
+
+
+def _check_replacement(name: str, new: Any, value: Tensor) -> None:
+    if not isinstance(new, Tensor) or new.shape != value.shape:
+        got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
+        raise ValueError(f"The hook on {name} returned {got}; a replacement must be a tensor of "
+                         f"the activation's shape {tuple(value.shape)} (or None to keep it).")
+
+
+def _reset_counter(counters: Counter, name: str) -> Callable:
+    def reset(module: nn.Module, args: tuple) -> None:
+        counters[name] = 0
+
+    return reset
+
+
+def _gradient_hook(fn: HookFn, tap: Tap) -> Callable[[Tensor], Tensor | None]:
+    def hook(grad: Tensor) -> Tensor | None:
+        canonical = tap.to_canonical(grad)
+        new = fn(canonical, name=tap.name)
+        if new is None:
+            return None
+        _check_replacement(f"{tap.name} (backward)", new, canonical)
+        return tap.from_canonical(new, grad)
+
+    return hook

@@ -1,0 +1,108 @@
+"""Token layout (prefix tokens, patch grid) read from the model, and input validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["TokenLayout", "token_layout", "validate_input"]
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How the token axis of a ViT activation is laid out for one input size.
+
+    Attributes:
+        num_prefix_tokens: class, distillation and register tokens before the patches.
+        grid: patch grid (gh, gw), row-major.
+    """
+
+    num_prefix_tokens: int
+    grid: tuple[int, int]
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefix_tokens + self.num_patches
+
+    def split(self, tokens: Tensor, dim: int = 1) -> tuple[Tensor, Tensor]:
+        """Split (..., N, ...) along ``dim`` into prefix (..., num_prefix, ...) and patches
+        (..., Np, ...)."""
+        if tokens.shape[dim] != self.num_tokens:
+            raise ValueError(f"Expected {self.num_tokens} tokens ({self.num_prefix_tokens} prefix + "
+                             f"{self.grid[0]}x{self.grid[1]} patches) on dim {dim}; got shape "
+                             f"{tuple(tokens.shape)}.")
+        return tokens.split([self.num_prefix_tokens, self.num_patches], dim=dim)
+
+    def to_grid(self, patch_values: Tensor) -> Tensor:
+        """Reshape (..., Np) to (..., gh, gw)."""
+        if patch_values.shape[-1] != self.num_patches:
+            raise ValueError(f"Expected {self.num_patches} patch values on the last axis for grid "
+                             f"{self.grid}; got shape {tuple(patch_values.shape)}.")
+        return patch_values.unflatten(-1, self.grid)
+
+
+def _patch_embed(model: nn.Module) -> nn.Module | None:
+    pe = getattr(model, "patch_embed", None)
+    return pe if pe is not None and hasattr(pe, "patch_size") else None
+
+
+def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout | None:
+    """Token layout of ``model`` for an (H, W) input, or None if the model has no patch embedding.
+
+    The grid comes from ``patch_embed`` (``dynamic_feat_size`` for dynamic-size models), the
+    prefix count from ``model.num_prefix_tokens``; nothing assumes 14x14 or one class token.
+    """
+    pe = _patch_embed(model)
+    if pe is None:
+        return None
+    if getattr(model, "dynamic_img_size", False) or not getattr(pe, "strict_img_size", True):
+        grid = tuple(pe.dynamic_feat_size(tuple(image_size)))
+    else:
+        grid = tuple(pe.grid_size)
+    return TokenLayout(int(getattr(model, "num_prefix_tokens", 0)), (int(grid[0]), int(grid[1])))
+
+
+def _in_channels(model: nn.Module) -> int | None:
+    pe = _patch_embed(model)
+    if pe is not None and isinstance(getattr(pe, "proj", None), nn.Conv2d):
+        return pe.proj.in_channels
+    first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+    return first_conv.in_channels if first_conv is not None else None
+
+
+def validate_input(model: nn.Module, x: Tensor) -> None:
+    """Raise a ValueError naming the expected shape if ``model`` cannot take the image batch ``x``.
+
+    Checks rank (B, C, H, W), the channel count of the first convolution, and, for patch-embedding
+    models, that (H, W) is the fixed size or (for dynamic sizes) a multiple of the patch size.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.")
+    channels = _in_channels(model)
+    expected = f"(B, {channels if channels else 'C'}, H, W)"
+    if x.ndim != 4:
+        hint = " Add the batch axis with x.unsqueeze(0)." if x.ndim == 3 else ""
+        raise ValueError(f"Expected an image batch of shape {expected}; got {tuple(x.shape)}.{hint}")
+    if channels is not None and x.shape[1] != channels:
+        raise ValueError(f"The model takes {channels}-channel images {expected}; got "
+                         f"{x.shape[1]} channels in shape {tuple(x.shape)}.")
+    pe = _patch_embed(model)
+    if pe is None or pe.img_size is None:
+        return
+    hw, ph, pw = tuple(x.shape[-2:]), *pe.patch_size
+    if getattr(pe, "strict_img_size", True) and not getattr(model, "dynamic_img_size", False):
+        if hw != tuple(pe.img_size):
+            h, w = pe.img_size
+            raise ValueError(f"The model was built for {h}x{w} inputs, shape (B, {x.shape[1]}, {h}, "
+                             f"{w}); got {hw[0]}x{hw[1]}. Resize the images, or create the model "
+                             f"with img_size={hw[0]} (or dynamic_img_size=True).")
+    elif not getattr(pe, "dynamic_img_pad", False) and (hw[0] % ph or hw[1] % pw):
+        raise ValueError(f"Input size {hw[0]}x{hw[1]} is not a multiple of the patch size "
+                         f"{ph}x{pw}; resize to multiples of it or create the model with "
+                         "dynamic_img_pad=True.")

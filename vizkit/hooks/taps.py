@@ -1,0 +1,72 @@
+"""Tap: where in a model a canonical activation name is read from, and how to reshape it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import Tensor
+
+__all__ = ["Tap", "heads_last_to_first", "nhwc_to_nlc"]
+
+
+def _identity(t: Tensor) -> Tensor:
+    return t
+
+
+def _identity_back(new: Tensor, raw: Tensor) -> Tensor:
+    return new
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One canonical activation and the module site it comes from.
+
+    Attributes:
+        name: canonical name, e.g. ``blocks.3.attn.hook_pattern``.
+        module: ``named_modules()`` path of the module whose forward is hooked.
+        site: ``"output"`` (forward hook) or ``"input"`` (forward-pre hook, positional ``arg``).
+        arg: which positional input, for ``site="input"``.
+        call: for a module that runs several times per forward of ``call_scope`` (CaiT reuses one
+            ``drop_path`` for both branches), the 0-based call this tap reads; None reads every call.
+        call_scope: module whose forward starts a new count of ``call``.
+        unfuse: path of a module whose ``fused_attn`` must be False for this site to run.
+        shape: the canonical shape in axis letters (B, H, N, Np, C, gh, gw).
+        prefix_tokens: prefix tokens on the token axis, when it differs from the model's
+            ``num_prefix_tokens`` (CaiT's self-attention stage has none).
+        to_canonical: raw module tensor -> canonical layout (a view; also applied to gradients).
+        from_canonical: (replacement in canonical layout, raw tensor) -> raw layout.
+    """
+
+    name: str
+    module: str
+    site: Literal["output", "input"] = "output"
+    arg: int = 0
+    call: int | None = None
+    call_scope: str | None = None
+    unfuse: str | None = None
+    shape: str = ""
+    prefix_tokens: int | None = None
+    to_canonical: Callable[[Tensor], Tensor] = _identity
+    from_canonical: Callable[[Tensor, Tensor], Tensor] = _identity_back
+
+
+def _heads_last_to_first(t: Tensor) -> Tensor:
+    return t.permute(0, 3, 1, 2)  # (B, N, N, H) -> (B, H, N, N)
+
+
+def _heads_first_to_last(new: Tensor, raw: Tensor) -> Tensor:
+    return new.permute(0, 2, 3, 1)  # (B, H, N, N) -> (B, N, N, H)
+
+
+def _nhwc_to_nlc(t: Tensor) -> Tensor:
+    return t.flatten(1, 2) if t.ndim == 4 else t  # (B, gh, gw, C) -> (B, Np, C)
+
+
+def _nlc_to_nhwc(new: Tensor, raw: Tensor) -> Tensor:
+    return new.reshape(raw.shape) if raw.ndim == 4 else new
+
+
+heads_last_to_first = {"to_canonical": _heads_last_to_first, "from_canonical": _heads_first_to_last}
+nhwc_to_nlc = {"to_canonical": _nhwc_to_nlc, "from_canonical": _nlc_to_nhwc}

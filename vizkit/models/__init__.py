@@ -1,0 +1,24 @@
+"""vizkit's timm-registered models (``vizkit_*``) and `create_model`.
+
+Importing this package registers every ``vizkit_*`` entrypoint with timm's registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import timm
+from torch import nn
+
+__all__ = ["create_model"]
+
+
+def create_model(name: str, **kwargs: Any) -> nn.Module:
+    """Build a model by timm name (``vit_small_patch16_224``, ``vizkit_*``); a pass-through to
+    ``timm.create_model`` with the same keyword arguments (``pretrained``, ``num_classes``,
+    ``img_size``, ``checkpoint_path``, ...)."""
+    if not timm.is_model(name):
+        close = timm.list_models(f"*{name.split('_')[0]}*")[:8]
+        hint = f" Similar names: {', '.join(close)}." if close else ""
+        raise ValueError(f"Unknown model {name!r}.{hint} timm.list_models('pattern*') lists all.")
+    return timm.create_model(name, **kwargs)
