@@ -17,7 +17,13 @@ from .adapters import build_taps
 from .attention_mode import unfused_attention
 from .cache import ActivationCache
 from .layout import TokenLayout, token_layout, validate_input
-from .names import NameSpec, resolve_names, resolve_negative_indices, unknown_name_error
+from .names import (
+    NameSpec,
+    explicit_names,
+    resolve_names,
+    resolve_negative_indices,
+    unknown_name_error,
+)
 from .taps import Tap
 from .targets import Target, target_score
 
@@ -114,10 +120,8 @@ class HookedModel:
         run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd))
         with self._attached(run):
             yield self
-        silent = [n for n in run.fwd if not run.fired[n]]
-        if silent:
-            raise RuntimeError(f"These hooks never fired inside the context: {silent}. Run the "
-                               "model inside the `with` block; the forward path may bypass them.")
+        explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
+        _require_fired(list(run.fwd), run.fired, explicit)
 
     def run_with_cache(
         self,
@@ -158,7 +162,8 @@ class HookedModel:
             x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
         with self._attached(run), torch.enable_grad() if grads else nullcontext():
             output = self.model(x, **forward_kwargs)
-            self._check_fired(run, chosen)
+            chosen = _require_fired(chosen, run.fired, explicit_names(names, self._names))
+            self._check_captures(run)
             grad_values = self._gradients(run, chosen, output, target) if grads else {}
         data: dict[str, Tensor] = {}
         for name in run.values:
@@ -255,12 +260,8 @@ class HookedModel:
                 used.register_hook(_gradient_hook(fn, tap))
         return used
 
-    def _check_fired(self, run: _Run, chosen: list[str]) -> None:
-        silent = [n for n in chosen if not run.fired[n]]
-        if silent:
-            raise RuntimeError(f"Requested hooks did not fire: {silent}. The forward path "
-                               "bypassed these modules (e.g. a pooling or head option that skips "
-                               "them); choose names from a path the model runs.")
+    def _check_captures(self, run: _Run) -> None:
+        """Warn about names that fired twice; raise if a capture was later changed in place."""
         for name, count in run.fired.items():
             if name in run.record and count > 1:
                 warnings.warn(f"{name} fired {count} times in one forward (a module called "
@@ -268,8 +269,8 @@ class HookedModel:
         changed = [n for n, t in run.values.items() if t._version != run.versions[n]]
         if changed:
             raise RuntimeError(f"{changed} were modified in place after capture by a later "
-                               "module, so the cache would not hold what they were. Capture "
-                               "them through their '.hook_out' names (copied) instead.")
+                               "module, so the cache would not hold what they were. (vizkit copies "
+                               "'.hook_out' captures; capture the module's .hook_out instead.)")
 
     def _gradients(self, run: _Run, chosen: list[str], output: Any, target: Target) -> dict:
         score = target_score(output, target)
@@ -284,6 +285,20 @@ class HookedModel:
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device) if run.device is not None else grad
         return result
+
+
+def _require_fired(chosen: list[str], fired: Counter, explicit: set[str]) -> list[str]:
+    """The chosen names that fired. Raise if a name asked for literally (or every name) did not
+    fire; warn about pattern matches that did not (modules off this forward path)."""
+    silent = [n for n in chosen if not fired[n]]
+    if silent and (explicit & set(silent) or len(silent) == len(chosen)):
+        raise RuntimeError(f"Requested hooks did not fire: {silent}. Run the model inside the "
+                           "context; if you did, the forward path bypassed these modules (e.g. a "
+                           "pooling or head option that skips them).")
+    if silent:
+        warnings.warn(f"{len(silent)} names matched by a pattern did not fire (their modules are "
+                      f"not on this forward path): {silent}", stacklevel=4)
+    return [n for n in chosen if fired[n]]
 
 
 def _check_replacement(name: str, new: Any, value: Tensor) -> None:

@@ -8,7 +8,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Union
 
-__all__ = ["NameSpec", "resolve_names", "resolve_negative_indices", "unknown_name_error"]
+__all__ = [
+    "NameSpec", "explicit_names", "resolve_names", "resolve_negative_indices", "unknown_name_error",
+]
 
 NameSpec = Union[str, re.Pattern, Callable[[str], bool], Sequence[Union[str, re.Pattern]]]
 
@@ -91,3 +93,10 @@ def _match_one(pattern: str | re.Pattern, known: Sequence[str]) -> set[str]:
     if not chosen:
         raise unknown_name_error(pattern, known)
     return chosen
+
+
+def explicit_names(spec: NameSpec, known: Sequence[str]) -> set[str]:
+    """The names ``spec`` gives literally (no glob, regex or callable): these must exist and fire."""
+    items = [spec] if isinstance(spec, (str, re.Pattern)) or callable(spec) else list(spec)
+    return {resolve_negative_indices(s, known) for s in items
+            if isinstance(s, str) and not (_GLOB_CHARS & set(s))}

@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny timm models covering every adapter and token layout, seeded inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import vizkit as vk
+
+# name -> (timm name, kwargs, input size). Each varies the prefix-token setup or architecture.
+MODELS = {
+    "vit": ("test_vit", {}, 64),  # class token, dynamic_img_size (NHWC patch embed)
+    "vit_reg_avg": ("test_vit2", {}, 64),  # no class token, 1 register token, avg pool, LayerScale
+    "vit_map": ("test_vit3", {"img_size": 64}, 64),  # register token, attention-pool head
+    "deit_distilled": (
+        "deit_tiny_distilled_patch16_224",
+        {"img_size": 64, "depth": 2, "num_classes": 10},
+        64,
+    ),  # 2 prefix tokens (class + distillation)
+    "cait": ("cait_xxs24_224", {"img_size": 64, "depth": 2, "num_classes": 10}, 64),
+    "resnet": ("resnet18", {"num_classes": 10}, 64),  # generic adapter
+}
+VIT_FAMILY = ["vit", "vit_reg_avg", "vit_map", "deit_distilled"]
+ATTENTION_MODELS = [*VIT_FAMILY, "cait"]
+
+
+def build(key: str) -> tuple[nn.Module, torch.Tensor]:
+    """A seeded model in eval mode and a seeded batch of 2 images for it."""
+    name, kwargs, size = MODELS[key]
+    torch.manual_seed(0)
+    model = vk.create_model(name, **kwargs).eval()
+    with torch.no_grad():  # LayerScale starts at 1e-5: branches that small hide errors below tolerances
+        for param_name, param in model.named_parameters():
+            if param_name.endswith(("gamma", "gamma_1", "gamma_2")):
+                param.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    return model, x
+
+
+@pytest.fixture(params=list(MODELS))
+def any_model(request):
+    return (request.param, *build(request.param))
+
+
+@pytest.fixture(params=ATTENTION_MODELS)
+def attention_model(request):
+    return (request.param, *build(request.param))
+
+
+@pytest.fixture(params=VIT_FAMILY)
+def vit_model(request):
+    return (request.param, *build(request.param))
+
+
+@pytest.fixture
+def cait():
+    return build("cait")
+
+
+def hooks_on(model: nn.Module) -> list[str]:
+    """Paths of modules that carry any forward, pre-forward or backward hook."""
+    return [
+        path for path, m in model.named_modules()
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+        or m._backward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None)
+    ]
+
+
+def model_state(model: nn.Module) -> dict:
+    """Everything a hooked run must leave as it found it."""
+    return {
+        "hooks": hooks_on(model),
+        "fused": {p: m.fused_attn for p, m in model.named_modules() if hasattr(m, "fused_attn")},
+        "training": {p: m.training for p, m in model.named_modules()},
+        "grads": {p: w.grad for p, w in model.named_parameters() if w.grad is not None},
+    }
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,121 @@
+"""The ``vizkit`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+from timm.data import resolve_data_config
+
+from ._version import __version__
+from .analysis import normalized_entropy
+from .datasets import digit_images
+from .hooks import HookedModel
+from .models import create_model
+
+__all__ = ["main"]
+
+DEFAULT_MODEL = "vit_tiny_patch16_224"
+
+
+def _collapse_indices(names: Sequence[str], hm: HookedModel) -> dict[str, tuple[list[int], str]]:
+    """Group ``blocks.3.hook_x`` names by family ``blocks.{}.hook_x``: family -> (indices, shape)."""
+    families: dict[str, tuple[list[int], str]] = {}
+    for name in names:
+        parts = name.split(".")
+        digits = [i for i, part in enumerate(parts) if part.isdigit()]
+        if not digits:
+            families[name] = ([], hm.tap(name).shape)
+            continue
+        pos = digits[0]
+        family = ".".join([*parts[:pos], "{}", *parts[pos + 1 :]])
+        families.setdefault(family, ([], hm.tap(name).shape))[0].append(int(parts[pos]))
+    return families
+
+
+def _index_range(indices: list[int]) -> str:
+    if not indices:
+        return ""
+    if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 1:
+        return f"{{{indices[0]}..{indices[-1]}}}"
+    return "{" + ",".join(map(str, indices)) + "}"
+
+
+def _is_pattern(name: str) -> bool:
+    return name.endswith("attn.hook_pattern")
+
+
+def info(model_name: str, batch: int, pretrained: bool, checkpoint: str | None,
+         all_names: bool) -> int:
+    """Build a model, capture every attention map on a batch of digits, print names, shapes and
+    a per-layer attention-entropy table."""
+    kwargs = {"checkpoint_path": checkpoint} if checkpoint else {}
+    model = create_model(model_name, pretrained=pretrained, **kwargs).eval()
+    cfg = resolve_data_config({}, model=model)
+    _, height, width = cfg["input_size"]
+    images, _ = digit_images(batch, (height, width), cfg["mean"], cfg["std"])
+    hm = HookedModel(model)
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    weights = "pretrained" if pretrained else ("checkpoint" if checkpoint else "random init")
+    print(f"model   {model_name} ({params:.1f}M parameters, {weights})")
+    print(f"input   {batch} scikit-learn digits, resized to {height}x{width}, shape "
+          f"{tuple(images.shape)}")
+    layout = hm.token_layout((height, width))
+    if layout is not None:
+        print(f"tokens  {layout.num_prefix_tokens} prefix + {layout.grid[0]}x{layout.grid[1]} "
+              f"patches = {layout.num_tokens}")
+
+    names = hm.hook_names()
+    generic = [n for n in names if n.endswith(".hook_out")]
+    shown = names if all_names else [n for n in names if n not in generic]
+    print(f"\n{len(names)} hook names ({len(generic)} '<module>.hook_out' "
+          f"{'included' if all_names else 'not listed; --all-names lists them'}):")
+    for family, (indices, shape) in _collapse_indices(shown, hm).items():
+        print(f"  {family.replace('{}', _index_range(indices)):<48} {shape}")
+
+    if not any(_is_pattern(n) for n in names):
+        print("\nThis model has no attention patterns vizkit can capture.")
+        return 0
+    start = time.perf_counter()
+    with torch.no_grad():
+        logits, cache = hm.run_with_cache(images, names=_is_pattern)
+    elapsed = time.perf_counter() - start
+    print(f"\ncaptured {len(cache)} attention maps in {elapsed:.2f} s; logits "
+          f"{tuple(logits.shape)}")
+    print("\nattention entropy per layer (normalized: 1 = uniform over keys, 0 = one key),\n"
+          "averaged over images and queries:")
+    print(f"  {'name':<40} {'shape':<20} {'mean':>6} {'min head':>9} {'max head':>9}")
+    for name, pattern in cache.items():
+        per_head = normalized_entropy(pattern).mean(dim=(0, 2))  # (B, H, Nq) -> (H,)
+        print(f"  {name:<40} {str(tuple(pattern.shape)):<20} {per_head.mean():6.3f} "
+              f"{per_head.min():9.3f} {per_head.max():9.3f}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vizkit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"vizkit {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("info", help="hook names, attention shapes and entropy of a model")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"timm name (default {DEFAULT_MODEL})")
+    p.add_argument("--batch", type=int, default=4, help="number of sample images (default 4)")
+    p.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights")
+    p.add_argument("--checkpoint", help="local checkpoint file to load")
+    p.add_argument("--all-names", action="store_true", help="also list every '.hook_out' name")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
+    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
+        print(f"vizkit {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
