@@ -139,3 +139,15 @@ def test_permuted_pattern_gradient_matches_autograd(cait):
     score = logits.gather(1, logits.argmax(-1, keepdim=True)).sum()
     (expected,) = torch.autograd.grad(score, captured["t"])
     assert _rel_diff(cache[f"{name}_grad"], expected.permute(0, 3, 1, 2)) < 1e-5
+
+
+def test_cnn_capture_survives_in_place_relu():
+    torch.manual_seed(0)
+    model = vk.create_model("resnet18", num_classes=3).eval()  # act1 is ReLU(inplace=True)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        _, cache = vk.HookedModel(model).run_with_cache(x, names=["bn1.hook_out", "layer4.hook_out"])
+        expected = model.bn1(model.conv1(x))
+    assert (cache["bn1.hook_out"] < 0).any(), "captured after the in-place ReLU"
+    assert _max_diff(cache["bn1.hook_out"], expected) < TOL
+    assert cache["layer4.hook_out"].shape == (2, 512, 1, 1)

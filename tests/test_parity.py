@@ -36,3 +36,11 @@ def test_identity_hooks_keep_output(attention_model):
         with hm.hooks(fwd={"*": lambda t, name: t.clone()}):  # every tap replaced by a copy
             out = hm(x)
     assert (out - plain).abs().max().item() < 1e-5
+
+
+def test_inference_mode(attention_model):
+    _, model, x = attention_model
+    with torch.inference_mode():
+        plain = model(x)
+        out, cache = vk.HookedModel(model).run_with_cache(x, names="*attn.hook_pattern")
+    assert (out - plain).abs().max() < 1e-5 and len(cache) > 0

@@ -252,7 +252,8 @@ class HookedModel:
             kept = value.detach()
             kept = kept.clone() if tap.name.endswith(".hook_out") else kept  # see _check_fired
             run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
-            run.versions[tap.name] = kept._version
+            if not kept.is_inference():  # inference tensors have no version counter
+                run.versions[tap.name] = kept._version
         if tap.name in run.keep_for_grad:
             run.used[tap.name] = used
         for fn in run.bwd.get(tap.name, ()):
@@ -266,7 +267,7 @@ class HookedModel:
             if name in run.record and count > 1:
                 warnings.warn(f"{name} fired {count} times in one forward (a module called "
                               "several times); the cache holds the last call.", stacklevel=3)
-        changed = [n for n, t in run.values.items() if t._version != run.versions[n]]
+        changed = [n for n, v in run.versions.items() if run.values[n]._version != v]
         if changed:
             raise RuntimeError(f"{changed} were modified in place after capture by a later "
                                "module, so the cache would not hold what they were. (vizkit copies "

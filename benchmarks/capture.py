@@ -1,0 +1,98 @@
+"""Attention capture cost, side by side in one run, as ratios to the plain fused forward.
+
+deit_small_patch16_224 (random weights), batch 16, 224 px, under torch.inference_mode:
+  plain     the model's forward, timm's default fused attention on
+  vizkit    HookedModel.run_with_cache(x, names="blocks.*.attn.hook_pattern")
+  timm      timm.utils.AttentionExtract(method="hook") on a copy with fused attention off
+
+Each round runs the three methods in turn (order rotated every round, so drift hits them alike);
+each method gets two untimed calls and then one timed call, so it is measured in its own steady
+state. Interleaving single calls instead measures the allocator state the previous method left
+behind: the retained maps (12 x 15 MB per forward here) cost page faults whose number depends on
+glibc's dynamic mmap/trim thresholds, i.e. on history (seen here: the same code from 1.06x to 1.39x).
+Reported: the median over rounds, as a ratio to the plain forward.
+Usage: python benchmarks/capture.py [--batch 16] [--repeats 5] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import resource
+import statistics
+import time
+
+import torch
+from timm.utils import AttentionExtract
+
+import vizkit as vk
+
+
+def _timed(fn, device: str) -> tuple[float, int]:
+    """Wall seconds and minor page faults of one call."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deit_small_patch16_224")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = vk.create_model(args.model).eval().to(args.device)
+    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    hm = vk.HookedModel(model)
+    unfused = copy.deepcopy(model)
+    for m in unfused.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False
+    extractor = AttentionExtract(unfused, names=["blocks.*.attn.attn_drop"], method="hook")
+
+    runs = {
+        "plain": lambda: model(x),
+        "vizkit": lambda: hm.run_with_cache(x, names="blocks.*.attn.hook_pattern"),
+        "timm": lambda: extractor(x),
+    }
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    faults: dict[str, list[int]] = {k: [] for k in runs}
+    order = list(runs)
+    with torch.inference_mode():
+        _, cache = runs["vizkit"]()
+        assert len(cache) == len(model.blocks), "vizkit captured the wrong number of maps"
+        assert len(runs["timm"]()) == len(model.blocks), "AttentionExtract captured nothing"
+        for fn in runs.values():  # warm-up
+            fn()
+        for round_ in range(args.repeats):
+            shift = round_ % len(order)
+            for name in order[shift:] + order[:shift]:
+                runs[name]()
+                runs[name]()
+                seconds, page_faults = _timed(runs[name], args.device)
+                times[name].append(seconds)
+                faults[name].append(page_faults)
+
+    base = statistics.median(times["plain"])
+    print(f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
+          "rounds")
+    print(f"{'method':<8} {'median s':>9} {'ratio':>7} {'range s':>13} {'page faults/call':>17}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        spread = f"{min(values):.3f}..{max(values):.3f}"
+        print(f"{name:<8} {median:9.3f} {median / base:6.2f}x {spread:>13} "
+              f"{statistics.median(faults[name]):17,.0f}")
+
+
+if __name__ == "__main__":
+    main()
