@@ -1,5 +1,7 @@
 """vizkit: see inside vision transformers."""
 
+from . import analysis as analysis
+from . import datasets as datasets
 from . import models as models
 from ._version import __version__ as __version__
 from .hooks import ActivationCache as ActivationCache
@@ -11,6 +13,6 @@ from .hooks import unfused_attention as unfused_attention
 from .models import create_model as create_model
 
 __all__ = [
-    "ActivationCache", "HookPoint", "HookedModel", "TokenLayout", "__version__", "create_model",
-    "models", "token_layout", "unfused_attention",
+    "ActivationCache", "HookPoint", "HookedModel", "TokenLayout", "__version__", "analysis",
+    "create_model", "datasets", "models", "token_layout", "unfused_attention",
 ]
