@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export VIZKIT_FAST ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test unit notebooks lab bench lint clean
+.PHONY: setup demo test unit notebooks lab bench lint strip clean
 
 setup: $(STAMP)
 
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/vizkit info
 
-test: unit notebooks
+test: lint unit notebooks
 
 unit: setup
 	$(BIN)/python -m pytest -q
@@ -37,8 +37,11 @@ bench: setup
 	$(BIN)/python benchmarks/capture.py
 
 lint: setup
-	$(BIN)/ruff check vizkit tests benchmarks
-	$(BIN)/ruff format --check vizkit tests benchmarks
+	$(BIN)/ruff check vizkit tests benchmarks notebooks
+	$(BIN)/ruff format --check vizkit tests benchmarks notebooks/strip_outputs.py
+
+strip: setup
+	$(BIN)/python notebooks/strip_outputs.py notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -9,7 +9,7 @@ Each round runs the three methods in turn (order rotated every round, so drift h
 each method gets two untimed calls and then one timed call, so it is measured in its own steady
 state. Interleaving single calls instead measures the allocator state the previous method left
 behind: the retained maps (12 x 15 MB per forward here) cost page faults whose number depends on
-glibc's dynamic mmap/trim thresholds, i.e. on history (seen here: the same code from 1.06x to 1.39x).
+glibc's dynamic mmap/trim thresholds, i.e. on history (seen here: the same code at 1.06x-1.39x).
 Reported: the median over rounds, as a ratio to the plain forward.
 Usage: python benchmarks/capture.py [--batch 16] [--repeats 5] [--device cpu]
 """
@@ -83,15 +83,19 @@ def main() -> None:
                 faults[name].append(page_faults)
 
     base = statistics.median(times["plain"])
-    print(f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
-          "rounds")
+    print(
+        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
+        "rounds"
+    )
     print(f"{'method':<8} {'median s':>9} {'ratio':>7} {'range s':>13} {'page faults/call':>17}")
     for name, values in times.items():
         median = statistics.median(values)
         spread = f"{min(values):.3f}..{max(values):.3f}"
-        print(f"{name:<8} {median:9.3f} {median / base:6.2f}x {spread:>13} "
-              f"{statistics.median(faults[name]):17,.0f}")
+        print(
+            f"{name:<8} {median:9.3f} {median / base:6.2f}x {spread:>13} "
+            f"{statistics.median(faults[name]):17,.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def build(key: str) -> tuple[nn.Module, torch.Tensor]:
     name, kwargs, size = MODELS[key]
     torch.manual_seed(0)
     model = vk.create_model(name, **kwargs).eval()
-    with torch.no_grad():  # LayerScale starts at 1e-5: branches that small hide errors below tolerances
+    with (
+        torch.no_grad()
+    ):  # LayerScale starts at 1e-5: branches that small hide errors below tolerances
         for param_name, param in model.named_parameters():
             if param_name.endswith(("gamma", "gamma_1", "gamma_2")):
                 param.uniform_(0.5, 1.5)
@@ -61,9 +63,13 @@ def cait():
 def hooks_on(model: nn.Module) -> list[str]:
     """Paths of modules that carry any forward, pre-forward or backward hook."""
     return [
-        path for path, m in model.named_modules()
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-        or m._backward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None)
+        path
+        for path, m in model.named_modules()
+        if m._forward_hooks
+        or m._forward_pre_hooks
+        or m._backward_hooks
+        or m._backward_pre_hooks
+        or getattr(m, "_forward_hooks_with_kwargs", None)
     ]
 
 

@@ -9,11 +9,21 @@ import vizkit as vk
 def test_order_is_forward_order(vit_model):
     _, model, x = vit_model
     hm = vk.HookedModel(model)
-    names = ["hook_final_norm", "blocks.1.hook_resid_post", "blocks.0.attn.hook_pattern",
-             "hook_embed", "blocks.0.hook_resid_pre"]
+    names = [
+        "hook_final_norm",
+        "blocks.1.hook_resid_post",
+        "blocks.0.attn.hook_pattern",
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+    ]
     _, cache = hm.run_with_cache(x, names=names)
-    assert list(cache) == ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern",
-                           "blocks.1.hook_resid_post", "hook_final_norm"]
+    assert list(cache) == [
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_pattern",
+        "blocks.1.hook_resid_post",
+        "hook_final_norm",
+    ]
 
 
 def test_stack_select_and_negative_lookup(vit_model):

@@ -15,8 +15,11 @@ def test_info_prints_names_shapes_and_entropy(capsys):
     out = capsys.readouterr().out
     assert "blocks.{0..5}.attn.hook_pattern" in out
     assert "captured 6 attention maps" in out
-    rows = [line.split() for line in out.splitlines() if line.strip().startswith("blocks.")
-            and "(2, 2," in line]
+    rows = [
+        line.split()
+        for line in out.splitlines()
+        if line.strip().startswith("blocks.") and "(2, 2," in line
+    ]
     assert len(rows) == 6
     for row in rows:
         mean, low, high = map(float, row[-3:])

@@ -26,13 +26,16 @@ def test_input_rank_channels_and_size():
         cnn(torch.randn(1, 4, 32, 32))
 
 
-@pytest.mark.parametrize("target, match", [
-    (10, r"class 10 is out of range.*10 classes \(valid: 0..9\)"),
-    (-1, "out of range"),
-    ([1, 2, 3], "3 targets for a batch of 2"),
-    ("cat", "target must be"),
-    (lambda out: "not a tensor", "must return a tensor"),
-])
+@pytest.mark.parametrize(
+    "target, match",
+    [
+        (10, r"class 10 is out of range.*10 classes \(valid: 0..9\)"),
+        (-1, "out of range"),
+        ([1, 2, 3], "3 targets for a batch of 2"),
+        ("cat", "target must be"),
+        (lambda out: "not a tensor", "must return a tensor"),
+    ],
+)
 def test_bad_targets(target, match):
     hm = vk.HookedModel(vk.create_model("test_vit", num_classes=10).eval())
     with pytest.raises((ValueError, TypeError), match=match):
@@ -44,8 +47,10 @@ def test_requested_hook_that_does_not_fire():
     hm = vk.HookedModel(distilled)  # its head skips fc_norm
     with pytest.raises(RuntimeError, match="did not fire.*fc_norm.hook_out"):
         hm.run_with_cache(torch.randn(1, 3, 32, 32), names="fc_norm.hook_out")
-    with pytest.raises(RuntimeError, match="did not fire"), hm.hooks(
-            fwd={"hook_embed": lambda t, name: None}):
+    with (
+        pytest.raises(RuntimeError, match="did not fire"),
+        hm.hooks(fwd={"hook_embed": lambda t, name: None}),
+    ):
         pass  # the model never ran inside the context
 
 

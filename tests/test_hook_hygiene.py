@@ -1,7 +1,6 @@
 """Nothing outlives a context: hooks, fused_attn flags, training flags, parameter grads."""
 
 import pytest
-import torch
 from conftest import model_state
 
 import vizkit as vk

@@ -38,8 +38,14 @@ def test_vit_canonical_leaves_per_block(vit_model):
     _, model, _ = vit_model
     names = set(vk.HookedModel(model).hook_names())
     for i in range(len(model.blocks)):
-        for leaf in ["hook_resid_pre", "attn.hook_pattern", "hook_attn_out", "hook_resid_mid",
-                     "hook_mlp_out", "hook_resid_post"]:
+        for leaf in [
+            "hook_resid_pre",
+            "attn.hook_pattern",
+            "hook_attn_out",
+            "hook_resid_mid",
+            "hook_mlp_out",
+            "hook_resid_post",
+        ]:
             assert f"blocks.{i}.{leaf}" in names
     assert {"hook_embed", "hook_final_norm"} <= names
 

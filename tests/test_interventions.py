@@ -63,8 +63,14 @@ def test_hook_functions_see_canonical_names_and_shapes(attention_model):
     _, model, x = attention_model
     hm = vk.HookedModel(model)
     seen = {}
-    with torch.no_grad(), hm.hooks(fwd={"*attn.hook_pattern": lambda t, name: seen.setdefault(
-            name, tuple(t.shape)) and None}):
+    with (
+        torch.no_grad(),
+        hm.hooks(
+            fwd={
+                "*attn.hook_pattern": lambda t, name: seen.setdefault(name, tuple(t.shape)) and None
+            }
+        ),
+    ):
         hm(x)
     assert seen and all(shape[-1] == shape[-2] or shape[-2] == 1 for shape in seen.values())
     assert all(name.endswith("attn.hook_pattern") for name in seen)

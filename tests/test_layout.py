@@ -7,15 +7,29 @@ import vizkit as vk
 from vizkit.hooks import TokenLayout
 
 
-@pytest.mark.parametrize("name, kwargs, size, prefix, grid", [
-    ("test_vit", {}, (64, 64), 1, (4, 4)),  # class token
-    ("test_vit", {}, (96, 160), 1, (6, 10)),  # dynamic size, not square
-    ("test_vit2", {}, (64, 48), 1, (4, 3)),  # no class token, 1 register
-    ("deit_tiny_distilled_patch16_224", {"img_size": 32, "depth": 1}, (32, 32), 2, (2, 2)),
-    ("vit_tiny_patch16_224", {"img_size": 48, "depth": 1, "reg_tokens": 4}, (48, 48), 5, (3, 3)),
-    ("vit_tiny_patch16_224", {"img_size": 40, "depth": 1, "dynamic_img_size": True,
-                              "dynamic_img_pad": True}, (40, 56), 1, (3, 4)),
-])
+@pytest.mark.parametrize(
+    "name, kwargs, size, prefix, grid",
+    [
+        ("test_vit", {}, (64, 64), 1, (4, 4)),  # class token
+        ("test_vit", {}, (96, 160), 1, (6, 10)),  # dynamic size, not square
+        ("test_vit2", {}, (64, 48), 1, (4, 3)),  # no class token, 1 register
+        ("deit_tiny_distilled_patch16_224", {"img_size": 32, "depth": 1}, (32, 32), 2, (2, 2)),
+        (
+            "vit_tiny_patch16_224",
+            {"img_size": 48, "depth": 1, "reg_tokens": 4},
+            (48, 48),
+            5,
+            (3, 3),
+        ),
+        (
+            "vit_tiny_patch16_224",
+            {"img_size": 40, "depth": 1, "dynamic_img_size": True, "dynamic_img_pad": True},
+            (40, 56),
+            1,
+            (3, 4),
+        ),
+    ],
+)
 def test_layout_matches_the_tokens_the_model_makes(name, kwargs, size, prefix, grid):
     model = vk.create_model(name, **kwargs).eval()
     hm = vk.HookedModel(model)

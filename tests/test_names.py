@@ -9,8 +9,12 @@ import vizkit as vk
 from vizkit.hooks import resolve_names
 
 KNOWN = [
-    "hook_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern",
-    "blocks.1.hook_resid_pre", "blocks.1.attn.hook_pattern", "blocks.10.attn.hook_pattern",
+    "hook_embed",
+    "blocks.0.hook_resid_pre",
+    "blocks.0.attn.hook_pattern",
+    "blocks.1.hook_resid_pre",
+    "blocks.1.attn.hook_pattern",
+    "blocks.10.attn.hook_pattern",
     "hook_final_norm",
 ]
 
@@ -18,21 +22,31 @@ KNOWN = [
 def test_exact_glob_regex_callable_list():
     assert resolve_names("hook_embed", KNOWN) == ["hook_embed"]
     assert resolve_names("blocks.*.attn.hook_pattern", KNOWN) == [
-        "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern", "blocks.10.attn.hook_pattern"]
+        "blocks.0.attn.hook_pattern",
+        "blocks.1.attn.hook_pattern",
+        "blocks.10.attn.hook_pattern",
+    ]
     assert resolve_names("blocks.1?.*", KNOWN) == ["blocks.10.attn.hook_pattern"]
     assert resolve_names(re.compile(r"blocks\.[01]\..*"), KNOWN) == [
-        "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern", "blocks.1.hook_resid_pre",
-        "blocks.1.attn.hook_pattern"]
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_pattern",
+        "blocks.1.hook_resid_pre",
+        "blocks.1.attn.hook_pattern",
+    ]
     assert resolve_names(lambda n: n.endswith("norm"), KNOWN) == ["hook_final_norm"]
     # lists keep canonical order, not the order given
-    assert resolve_names(["hook_final_norm", "hook_embed"], KNOWN) == ["hook_embed",
-                                                                       "hook_final_norm"]
+    assert resolve_names(["hook_final_norm", "hook_embed"], KNOWN) == [
+        "hook_embed",
+        "hook_final_norm",
+    ]
 
 
 def test_negative_indices_count_from_the_last_layer():
     assert resolve_names("blocks.-1.attn.hook_pattern", KNOWN) == ["blocks.10.attn.hook_pattern"]
-    assert resolve_names("blocks.-3.*", KNOWN) == ["blocks.0.hook_resid_pre",
-                                                   "blocks.0.attn.hook_pattern"]
+    assert resolve_names("blocks.-3.*", KNOWN) == [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_pattern",
+    ]
     with pytest.raises(KeyError, match="out of range"):
         resolve_names("blocks.-4.attn.hook_pattern", KNOWN)
 

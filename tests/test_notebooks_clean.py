@@ -18,7 +18,9 @@ def test_there_are_notebooks():
 def test_outputs_only_in_check_cells(path):
     cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     leftovers = [i for i, c in enumerate(cells) if c.outputs and CHECK not in c.source]
-    assert not leftovers, f"strip outputs of code cells {leftovers}: python notebooks/strip_outputs.py"
+    assert not leftovers, (
+        f"strip outputs of code cells {leftovers}: python notebooks/strip_outputs.py"
+    )
     unrecorded = [i for i, c in enumerate(cells) if CHECK in c.source and not c.outputs]
     assert not unrecorded, f"check cells {unrecorded} have no reference output"
 

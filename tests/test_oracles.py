@@ -40,7 +40,8 @@ def test_vit_patterns_match_recompute_and_timm(vit_model):
     _, model, x = vit_model
     with torch.no_grad():
         _, cache = vk.HookedModel(model).run_with_cache(
-            x, names=["blocks.*.attn.hook_pattern", "blocks.*.norm1.hook_out"])
+            x, names=["blocks.*.attn.hook_pattern", "blocks.*.norm1.hook_out"]
+        )
         timm_maps = _attention_extract(model, x, ["blocks.*.attn.attn_drop"])
     assert len(timm_maps) == len(model.blocks)
     for i, blk in enumerate(model.blocks):
@@ -55,20 +56,28 @@ def test_cait_patterns_match_recompute_and_timm(cait):
     model, x = cait
     with torch.no_grad():
         _, cache = vk.HookedModel(model).run_with_cache(
-            x, names=["*attn.hook_pattern*", "*norm1.hook_out"])
+            x, names=["*attn.hook_pattern*", "*norm1.hook_out"]
+        )
         timm_maps = _attention_extract(model, x, ["*attn.attn_drop"])
     for i, blk in enumerate(model.blocks):  # talking heads: S = softmax(P_l L), W = P_w S
         a, h = blk.attn, cache[f"blocks.{i}.norm1.hook_out"]
         b, n, c = h.shape
         q, k, _ = a.qkv(h).reshape(b, n, 3, a.num_heads, c // a.num_heads).permute(2, 0, 3, 1, 4)
         logits = (q * a.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
-        mixed = torch.einsum("gh,bhqk->bgqk", a.proj_l.weight, logits) + a.proj_l.bias[:, None, None]
+        mixed = (
+            torch.einsum("gh,bhqk->bgqk", a.proj_l.weight, logits) + a.proj_l.bias[:, None, None]
+        )
         s = mixed.softmax(-1)
         w = torch.einsum("gh,bhqk->bgqk", a.proj_w.weight, s) + a.proj_w.bias[:, None, None]
         assert _max_diff(cache[f"blocks.{i}.attn.hook_pattern"], s) < TOL
         assert _max_diff(cache[f"blocks.{i}.attn.hook_pattern_mixed"], w) < TOL
-        assert _max_diff(cache[f"blocks.{i}.attn.hook_pattern_mixed"],
-                         timm_maps[f"blocks.{i}.attn.attn_drop"]) < TOL
+        assert (
+            _max_diff(
+                cache[f"blocks.{i}.attn.hook_pattern_mixed"],
+                timm_maps[f"blocks.{i}.attn.attn_drop"],
+            )
+            < TOL
+        )
     for j, blk in enumerate(model.blocks_token_only):  # class attention: the class token's row
         a, u = blk.attn, cache[f"blocks_token_only.{j}.norm1.hook_out"]  # (B, 1 + Np, C)
         b, n, c = u.shape
@@ -88,7 +97,8 @@ def test_resid_post_patches_match_forward_intermediates(attention_model):
     with torch.no_grad():
         _, cache = hm.run_with_cache(x, names="blocks.*.hook_resid_post")
         intermediates = model.forward_intermediates(
-            x, indices=len(model.blocks), output_fmt="NLC", intermediates_only=True)
+            x, indices=len(model.blocks), output_fmt="NLC", intermediates_only=True
+        )
     for i, expected in enumerate(intermediates):
         name = f"blocks.{i}.hook_resid_post"
         _, patches = hm.token_layout(x.shape[-2:], name).split(cache[name])
@@ -100,10 +110,13 @@ def test_embed_and_branches_add_up(attention_model):
     with torch.no_grad():
         _, cache = vk.HookedModel(model).run_with_cache(x, names=["hook_embed", "blocks.*.hook_*"])
     for i in range(len(model.blocks)):
-        c = lambda leaf: cache[f"blocks.{i}.{leaf}"]  # noqa: E731
-        assert _max_diff(c("hook_resid_pre") + c("hook_attn_out"), c("hook_resid_mid")) < TOL
-        assert _max_diff(c("hook_resid_mid") + c("hook_mlp_out"), c("hook_resid_post")) < TOL
-    assert cache["hook_embed"].shape[1] == vk.HookedModel(model).token_layout(x.shape[-2:]).num_patches
+        leaves = ["resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"]
+        pre, attn_out, mid, mlp_out, post = (cache[f"blocks.{i}.hook_{leaf}"] for leaf in leaves)
+        assert _max_diff(pre + attn_out, mid) < TOL
+        assert _max_diff(mid + mlp_out, post) < TOL
+    assert (
+        cache["hook_embed"].shape[1] == vk.HookedModel(model).token_layout(x.shape[-2:]).num_patches
+    )
 
 
 def test_gradients_match_autograd(attention_model):
@@ -146,7 +159,9 @@ def test_cnn_capture_survives_in_place_relu():
     model = vk.create_model("resnet18", num_classes=3).eval()  # act1 is ReLU(inplace=True)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        _, cache = vk.HookedModel(model).run_with_cache(x, names=["bn1.hook_out", "layer4.hook_out"])
+        _, cache = vk.HookedModel(model).run_with_cache(
+            x, names=["bn1.hook_out", "layer4.hook_out"]
+        )
         expected = model.bn1(model.conv1(x))
     assert (cache["bn1.hook_out"] < 0).any(), "captured after the in-place ReLU"
     assert _max_diff(cache["bn1.hook_out"], expected) < TOL

@@ -22,7 +22,7 @@ def test_caching_everything_keeps_output(any_model):
         out, cache = hm.run_with_cache(x, names="*")
     diff = (out - plain).abs().max().item()
     assert diff < 1e-5, f"hooked output diverges from the fused forward by {diff}"
-    # distilled DeiT's head never runs fc_norm: the only names allowed to stay silent, with a warning
+    # distilled DeiT's head never runs fc_norm: the one name allowed to stay silent, with a warning
     silent = set(hm.hook_names()) - set(cache)
     assert silent <= {"fc_norm.hook_out"}
     assert bool(silent) == any("did not fire" in str(w.message) for w in caught)

@@ -13,6 +13,15 @@ from .hooks import unfused_attention as unfused_attention
 from .models import create_model as create_model
 
 __all__ = [
-    "ActivationCache", "HookPoint", "HookedModel", "TokenLayout", "__version__", "analysis",
-    "create_model", "datasets", "models", "token_layout", "unfused_attention",
+    "ActivationCache",
+    "HookPoint",
+    "HookedModel",
+    "TokenLayout",
+    "__version__",
+    "analysis",
+    "create_model",
+    "datasets",
+    "models",
+    "token_layout",
+    "unfused_attention",
 ]

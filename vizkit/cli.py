@@ -22,7 +22,7 @@ DEFAULT_MODEL = "vit_tiny_patch16_224"
 
 
 def _collapse_indices(names: Sequence[str], hm: HookedModel) -> dict[str, tuple[list[int], str]]:
-    """Group ``blocks.3.hook_x`` names by family ``blocks.{}.hook_x``: family -> (indices, shape)."""
+    """Group ``blocks.3.hook_x`` by family ``blocks.{}.hook_x``: family -> (indices, shape)."""
     families: dict[str, tuple[list[int], str]] = {}
     for name in names:
         parts = name.split(".")
@@ -48,8 +48,9 @@ def _is_pattern(name: str) -> bool:
     return name.endswith("attn.hook_pattern")
 
 
-def info(model_name: str, batch: int, pretrained: bool, checkpoint: str | None,
-         all_names: bool) -> int:
+def info(
+    model_name: str, batch: int, pretrained: bool, checkpoint: str | None, all_names: bool
+) -> int:
     """Build a model, capture every attention map on a batch of digits, print names, shapes and
     a per-layer attention-entropy table."""
     kwargs = {"checkpoint_path": checkpoint} if checkpoint else {}
@@ -61,18 +62,24 @@ def info(model_name: str, batch: int, pretrained: bool, checkpoint: str | None,
     params = sum(p.numel() for p in model.parameters()) / 1e6
     weights = "pretrained" if pretrained else ("checkpoint" if checkpoint else "random init")
     print(f"model   {model_name} ({params:.1f}M parameters, {weights})")
-    print(f"input   {batch} scikit-learn digits, resized to {height}x{width}, shape "
-          f"{tuple(images.shape)}")
+    print(
+        f"input   {batch} scikit-learn digits, resized to {height}x{width}, shape "
+        f"{tuple(images.shape)}"
+    )
     layout = hm.token_layout((height, width))
     if layout is not None:
-        print(f"tokens  {layout.num_prefix_tokens} prefix + {layout.grid[0]}x{layout.grid[1]} "
-              f"patches = {layout.num_tokens}")
+        print(
+            f"tokens  {layout.num_prefix_tokens} prefix + {layout.grid[0]}x{layout.grid[1]} "
+            f"patches = {layout.num_tokens}"
+        )
 
     names = hm.hook_names()
     generic = [n for n in names if n.endswith(".hook_out")]
     shown = names if all_names else [n for n in names if n not in generic]
-    print(f"\n{len(names)} hook names ({len(generic)} '<module>.hook_out' "
-          f"{'included' if all_names else 'not listed; --all-names lists them'}):")
+    print(
+        f"\n{len(names)} hook names ({len(generic)} '<module>.hook_out' "
+        f"{'included' if all_names else 'not listed; --all-names lists them'}):"
+    )
     for family, (indices, shape) in _collapse_indices(shown, hm).items():
         print(f"  {family.replace('{}', _index_range(indices)):<48} {shape}")
 
@@ -83,15 +90,20 @@ def info(model_name: str, batch: int, pretrained: bool, checkpoint: str | None,
     with torch.no_grad():
         logits, cache = hm.run_with_cache(images, names=_is_pattern)
     elapsed = time.perf_counter() - start
-    print(f"\ncaptured {len(cache)} attention maps in {elapsed:.2f} s; logits "
-          f"{tuple(logits.shape)}")
-    print("\nattention entropy per layer (normalized: 1 = uniform over keys, 0 = one key),\n"
-          "averaged over images and queries:")
+    print(
+        f"\ncaptured {len(cache)} attention maps in {elapsed:.2f} s; logits {tuple(logits.shape)}"
+    )
+    print(
+        "\nattention entropy per layer (normalized: 1 = uniform over keys, 0 = one key),\n"
+        "averaged over images and queries:"
+    )
     print(f"  {'name':<40} {'shape':<20} {'mean':>6} {'min head':>9} {'max head':>9}")
     for name, pattern in cache.items():
         per_head = normalized_entropy(pattern).mean(dim=(0, 2))  # (B, H, Nq) -> (H,)
-        print(f"  {name:<40} {str(tuple(pattern.shape)):<20} {per_head.mean():6.3f} "
-              f"{per_head.min():9.3f} {per_head.max():9.3f}")
+        print(
+            f"  {name:<40} {str(tuple(pattern.shape)):<20} {per_head.mean():6.3f} "
+            f"{per_head.min():9.3f} {per_head.max():9.3f}"
+        )
     return 0
 
 

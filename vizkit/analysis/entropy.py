@@ -22,11 +22,17 @@ def normalized_entropy(pattern: Tensor, dim: int = -1) -> Tensor:
     """
     keys = pattern.shape[dim]
     if keys < 2:
-        raise ValueError(f"Entropy over {keys} key(s) is undefined; dim {dim} of shape "
-                         f"{tuple(pattern.shape)} must have at least 2 entries.")
+        raise ValueError(
+            f"Entropy over {keys} key(s) is undefined; dim {dim} of shape "
+            f"{tuple(pattern.shape)} must have at least 2 entries."
+        )
     p = pattern.double()
-    if (p < -1e-6).any() or not torch.allclose(p.sum(dim), torch.ones((), dtype=p.dtype), atol=1e-3):
-        raise ValueError("normalized_entropy needs probabilities (non-negative, summing to 1 along "
-                         f"dim {dim}); mixed talking-heads maps are not. Use attn.hook_pattern.")
+    if (p < -1e-6).any() or not torch.allclose(
+        p.sum(dim), torch.ones((), dtype=p.dtype), atol=1e-3
+    ):
+        raise ValueError(
+            "normalized_entropy needs probabilities (non-negative, summing to 1 along "
+            f"dim {dim}); mixed talking-heads maps are not. Use attn.hook_pattern."
+        )
     h = -torch.special.xlogy(p, p).sum(dim)
     return (h / math.log(keys)).to(pattern.dtype)

@@ -15,8 +15,11 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def digit_images(
-    n: int, image_size: int | tuple[int, int] = 32, mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD, offset: int = 0,
+    n: int,
+    image_size: int | tuple[int, int] = 32,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """The first ``n`` digits (from ``offset``) as normalized RGB images.
 
@@ -31,8 +34,10 @@ def digit_images(
     digits = load_digits()
     total = len(digits.target)
     if n < 1 or offset < 0 or offset + n > total:
-        raise ValueError(f"Asked for digits {offset}..{offset + n - 1}; there are {total} (0.."
-                         f"{total - 1}) and n must be at least 1.")
+        raise ValueError(
+            f"Asked for digits {offset}..{offset + n - 1}; there are {total} (0.."
+            f"{total - 1}) and n must be at least 1."
+        )
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     grey = torch.from_numpy(digits.images[offset : offset + n]).float().div(16.0)  # (n, 8, 8)
     rgb = F.interpolate(grey[:, None], size=size, mode="bilinear", align_corners=False)

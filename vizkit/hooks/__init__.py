@@ -15,7 +15,17 @@ from .targets import Target as Target
 from .targets import target_score as target_score
 
 __all__ = [
-    "ActivationCache", "HookFn", "HookPoint", "HookedModel", "Tap", "Target", "TokenLayout",
-    "build_taps", "resolve_names", "target_score", "token_layout", "unfused_attention",
+    "ActivationCache",
+    "HookFn",
+    "HookPoint",
+    "HookedModel",
+    "Tap",
+    "Target",
+    "TokenLayout",
+    "build_taps",
+    "resolve_names",
+    "target_score",
+    "token_layout",
+    "unfused_attention",
     "validate_input",
 ]

@@ -32,10 +32,10 @@ attention over itself and every patch. CaiT's branches multiply by ``gamma_1``/`
 
 from __future__ import annotations
 
-from torch import nn
 from timm.layers import Attention
 from timm.models.cait import Cait, ClassAttn, TalkingHeadAttn
 from timm.models.vision_transformer import Block, VisionTransformer
+from torch import nn
 
 from .hook_point import HookPoint
 from .taps import Tap, heads_last_to_first, nhwc_to_nlc
@@ -85,18 +85,29 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
 
 
 def _residual_taps(
-    block: str, attn_out: Tap, mlp_out: Tap, *, x_arg: int = 0, shape: str = "B N C",
+    block: str,
+    attn_out: Tap,
+    mlp_out: Tap,
+    *,
+    x_arg: int = 0,
+    shape: str = "B N C",
     prefix_tokens: int | None = None,
 ) -> list[Tap]:
     """resid_pre/mid/post of a pre-norm block plus its two branch outputs."""
     common = {"shape": shape, "prefix_tokens": prefix_tokens}
     return [
         Tap(f"{block}.hook_resid_pre", block, site="input", arg=x_arg, **common),
-        Tap(attn_out.name, attn_out.module, call=attn_out.call, call_scope=attn_out.call_scope,
-            **common),
+        Tap(
+            attn_out.name,
+            attn_out.module,
+            call=attn_out.call,
+            call_scope=attn_out.call_scope,
+            **common,
+        ),
         Tap(f"{block}.hook_resid_mid", f"{block}.norm2", site="input", **common),
-        Tap(mlp_out.name, mlp_out.module, call=mlp_out.call, call_scope=mlp_out.call_scope,
-            **common),
+        Tap(
+            mlp_out.name, mlp_out.module, call=mlp_out.call, call_scope=mlp_out.call_scope, **common
+        ),
         Tap(f"{block}.hook_resid_post", block, **common),
     ]
 
@@ -118,8 +129,12 @@ def _vit_taps(model: VisionTransformer) -> list[Tap]:
             ]
         if isinstance(getattr(blk, "attn", None), Attention):
             taps.append(
-                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.attn_drop", unfuse=f"{p}.attn",
-                    shape="B H N N")
+                Tap(
+                    f"{p}.attn.hook_pattern",
+                    f"{p}.attn.attn_drop",
+                    unfuse=f"{p}.attn",
+                    shape="B H N N",
+                )
             )
     taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
     return taps
@@ -138,10 +153,20 @@ def _cait_taps(model: Cait) -> list[Tap]:
         )
         if isinstance(blk.attn, TalkingHeadAttn):
             taps += [
-                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.proj_w", site="input",
-                    shape="B H Np Np", prefix_tokens=0, **heads_last_to_first),
-                Tap(f"{p}.attn.hook_pattern_mixed", f"{p}.attn.attn_drop",
-                    shape="B H Np Np", prefix_tokens=0),
+                Tap(
+                    f"{p}.attn.hook_pattern",
+                    f"{p}.attn.proj_w",
+                    site="input",
+                    shape="B H Np Np",
+                    prefix_tokens=0,
+                    **heads_last_to_first,
+                ),
+                Tap(
+                    f"{p}.attn.hook_pattern_mixed",
+                    f"{p}.attn.attn_drop",
+                    shape="B H Np Np",
+                    prefix_tokens=0,
+                ),
             ]
     for j, blk in enumerate(model.blocks_token_only or ()):
         p = f"blocks_token_only.{j}"
@@ -155,8 +180,12 @@ def _cait_taps(model: Cait) -> list[Tap]:
         )
         if isinstance(blk.attn, ClassAttn):
             taps.append(
-                Tap(f"{p}.attn.hook_pattern", f"{p}.attn.attn_drop", unfuse=f"{p}.attn",
-                    shape="B H 1 N")
+                Tap(
+                    f"{p}.attn.hook_pattern",
+                    f"{p}.attn.attn_drop",
+                    unfuse=f"{p}.attn",
+                    shape="B H 1 N",
+                )
             )
     taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
     return taps

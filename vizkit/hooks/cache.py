@@ -27,7 +27,9 @@ class ActivationCache(Mapping[str, Tensor]):
     """
 
     def __init__(
-        self, data: Mapping[str, Tensor], model_names: Sequence[str],
+        self,
+        data: Mapping[str, Tensor],
+        model_names: Sequence[str],
         layout: TokenLayout | None = None,
     ) -> None:
         self._data = dict(data)
@@ -42,8 +44,10 @@ class ActivationCache(Mapping[str, Tensor]):
         if resolved in self._data:
             return self._data[resolved]
         if resolved.removesuffix("_grad") in self._model_names:
-            raise KeyError(f"{resolved!r} is a valid name but was not captured: add it to names= "
-                           f"(and pass grads=True for '_grad' names). Captured: {list(self._data)}")
+            raise KeyError(
+                f"{resolved!r} is a valid name but was not captured: add it to names= "
+                f"(and pass grads=True for '_grad' names). Captured: {list(self._data)}"
+            )
         raise unknown_name_error(resolved, list(self._data), what="cached name")
 
     def __iter__(self) -> Iterator[str]:
@@ -79,14 +83,16 @@ class ActivationCache(Mapping[str, Tensor]):
 
         Raises:
             ValueError: if the selected entries have different shapes (CaiT's self- and
-                class-attention patterns); narrow the pattern, e.g. ``"blocks.*.attn.hook_pattern"``.
+                class-attention patterns); narrow the pattern (``"blocks.*.attn.hook_pattern"``).
         """
         selected = self.select(pattern)
         shapes = {n: tuple(t.shape) for n, t in selected.items()}
         if len(set(shapes.values())) > 1:
             listing = ", ".join(f"{n} {s}" for n, s in shapes.items())
-            raise ValueError(f"stack({pattern!r}) selected tensors of different shapes: {listing}. "
-                             "Narrow the pattern (e.g. 'blocks.*.attn.hook_pattern').")
+            raise ValueError(
+                f"stack({pattern!r}) selected tensors of different shapes: {listing}. "
+                "Narrow the pattern (e.g. 'blocks.*.attn.hook_pattern')."
+            )
         return torch.stack(list(selected.values()))
 
     def to(self, device: torch.device | str) -> ActivationCache:

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -29,7 +29,7 @@ from .targets import Target, target_score
 
 __all__ = ["HookedModel", "HookFn"]
 
-HookFn = Callable[..., Union[Tensor, None]]  # fn(tensor, *, name) -> replacement or None
+HookFn = Callable[..., Tensor | None]  # fn(tensor, *, name) -> replacement or None
 
 
 @dataclass
@@ -91,7 +91,9 @@ class HookedModel:
             raise unknown_name_error(resolved, self._names)
         return self._taps[resolved]
 
-    def token_layout(self, image_size: tuple[int, int], name: str | None = None) -> TokenLayout | None:
+    def token_layout(
+        self, image_size: tuple[int, int], name: str | None = None
+    ) -> TokenLayout | None:
         """Prefix tokens and patch grid for an (H, W) input; with ``name``, of that activation
         (CaiT's self-attention stage has no prefix tokens). None for models without patches."""
         layout = token_layout(self.model, image_size)
@@ -156,8 +158,7 @@ class HookedModel:
         """
         validate_input(self.model, x)
         chosen = resolve_names(names, self._names)
-        run = _Run(record=set(chosen), keep_for_grad=set(chosen) if grads else set(),
-                   device=device)
+        run = _Run(record=set(chosen), keep_for_grad=set(chosen) if grads else set(), device=device)
         if grads:
             x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
         with self._attached(run), torch.enable_grad() if grads else nullcontext():
@@ -180,8 +181,9 @@ class HookedModel:
         for spec, fns in (hooks or {}).items():
             fns = list(fns) if isinstance(fns, (list, tuple)) else [fns]
             if not all(callable(f) for f in fns):
-                raise TypeError(f"Hook for {spec!r} must be a callable fn(tensor, *, name); "
-                                f"got {fns!r}.")
+                raise TypeError(
+                    f"Hook for {spec!r} must be a callable fn(tensor, *, name); got {fns!r}."
+                )
             for name in resolve_names(spec, self._names):
                 expanded.setdefault(name, []).extend(fns)
         return expanded
@@ -216,6 +218,7 @@ class HookedModel:
             return counters[tap.name] - 1 == tap.call
 
         if tap.site == "output":
+
             def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Tensor | None:
                 if not selected():
                     return None
@@ -228,18 +231,22 @@ class HookedModel:
             if not selected():
                 return None
             if len(args) <= tap.arg:
-                raise TypeError(f"{tap.name}: {tap.module} was called with {len(args)} positional "
-                                f"inputs; vizkit reads positional input {tap.arg}.")
+                raise TypeError(
+                    f"{tap.name}: {tap.module} was called with {len(args)} positional "
+                    f"inputs; vizkit reads positional input {tap.arg}."
+                )
             used = self._visit(tap, run, args[tap.arg])
-            return None if used is args[tap.arg] else (*args[: tap.arg], used, *args[tap.arg + 1:])
+            return None if used is args[tap.arg] else (*args[: tap.arg], used, *args[tap.arg + 1 :])
 
         return module.register_forward_pre_hook(pre_hook)
 
     def _visit(self, tap: Tap, run: _Run, raw: Any) -> Tensor:
-        """Run the user's functions on one activation, record it; return the tensor to go on with."""
+        """Run the user's functions on one activation and record it; return the tensor to use."""
         if not isinstance(raw, Tensor):
-            raise TypeError(f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
-                            "tensor; vizkit hooks tensors only. Hook a submodule instead.")
+            raise TypeError(
+                f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
+                "tensor; vizkit hooks tensors only. Hook a submodule instead."
+            )
         value = canonical = tap.to_canonical(raw)
         for fn in run.fwd.get(tap.name, ()):
             new = fn(value, name=tap.name)
@@ -265,23 +272,28 @@ class HookedModel:
         """Warn about names that fired twice; raise if a capture was later changed in place."""
         for name, count in run.fired.items():
             if name in run.record and count > 1:
-                warnings.warn(f"{name} fired {count} times in one forward (a module called "
-                              "several times); the cache holds the last call.", stacklevel=3)
+                warnings.warn(
+                    f"{name} fired {count} times in one forward (a module called "
+                    "several times); the cache holds the last call.",
+                    stacklevel=3,
+                )
         changed = [n for n, v in run.versions.items() if run.values[n]._version != v]
         if changed:
-            raise RuntimeError(f"{changed} were modified in place after capture by a later "
-                               "module, so the cache would not hold what they were. (vizkit copies "
-                               "'.hook_out' captures; capture the module's .hook_out instead.)")
+            raise RuntimeError(
+                f"{changed} were modified in place after capture by a later "
+                "module, so the cache would not hold what they were. (vizkit copies "
+                "'.hook_out' captures; capture the module's .hook_out instead.)"
+            )
 
     def _gradients(self, run: _Run, chosen: list[str], output: Any, target: Target) -> dict:
         score = target_score(output, target)
         inputs = [run.used[n] for n in chosen]
         if not all(t.requires_grad for t in inputs):
-            frozen = [n for n, t in zip(chosen, inputs) if not t.requires_grad]
+            frozen = [n for n, t in zip(chosen, inputs, strict=False) if not t.requires_grad]
             raise RuntimeError(f"{frozen} do not depend on the input, so they have no gradient.")
         grads = torch.autograd.grad(score, inputs, allow_unused=True)
         result = {}
-        for name, used, grad in zip(chosen, inputs, grads):
+        for name, used, grad in zip(chosen, inputs, grads, strict=False):
             grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device) if run.device is not None else grad
@@ -293,20 +305,27 @@ def _require_fired(chosen: list[str], fired: Counter, explicit: set[str]) -> lis
     fire; warn about pattern matches that did not (modules off this forward path)."""
     silent = [n for n in chosen if not fired[n]]
     if silent and (explicit & set(silent) or len(silent) == len(chosen)):
-        raise RuntimeError(f"Requested hooks did not fire: {silent}. Run the model inside the "
-                           "context; if you did, the forward path bypassed these modules (e.g. a "
-                           "pooling or head option that skips them).")
+        raise RuntimeError(
+            f"Requested hooks did not fire: {silent}. Run the model inside the "
+            "context; if you did, the forward path bypassed these modules (e.g. a "
+            "pooling or head option that skips them)."
+        )
     if silent:
-        warnings.warn(f"{len(silent)} names matched by a pattern did not fire (their modules are "
-                      f"not on this forward path): {silent}", stacklevel=4)
+        warnings.warn(
+            f"{len(silent)} names matched by a pattern did not fire (their modules are "
+            f"not on this forward path): {silent}",
+            stacklevel=4,
+        )
     return [n for n in chosen if fired[n]]
 
 
 def _check_replacement(name: str, new: Any, value: Tensor) -> None:
     if not isinstance(new, Tensor) or new.shape != value.shape:
         got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
-        raise ValueError(f"The hook on {name} returned {got}; a replacement must be a tensor of "
-                         f"the activation's shape {tuple(value.shape)} (or None to keep it).")
+        raise ValueError(
+            f"The hook on {name} returned {got}; a replacement must be a tensor of "
+            f"the activation's shape {tuple(value.shape)} (or None to keep it)."
+        )
 
 
 def _reset_counter(counters: Counter, name: str) -> Callable:

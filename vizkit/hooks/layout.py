@@ -34,16 +34,20 @@ class TokenLayout:
         """Split (..., N, ...) along ``dim`` into prefix (..., num_prefix, ...) and patches
         (..., Np, ...)."""
         if tokens.shape[dim] != self.num_tokens:
-            raise ValueError(f"Expected {self.num_tokens} tokens ({self.num_prefix_tokens} prefix + "
-                             f"{self.grid[0]}x{self.grid[1]} patches) on dim {dim}; got shape "
-                             f"{tuple(tokens.shape)}.")
+            raise ValueError(
+                f"Expected {self.num_tokens} tokens ({self.num_prefix_tokens} prefix + "
+                f"{self.grid[0]}x{self.grid[1]} patches) on dim {dim}; got shape "
+                f"{tuple(tokens.shape)}."
+            )
         return tokens.split([self.num_prefix_tokens, self.num_patches], dim=dim)
 
     def to_grid(self, patch_values: Tensor) -> Tensor:
         """Reshape (..., Np) to (..., gh, gw)."""
         if patch_values.shape[-1] != self.num_patches:
-            raise ValueError(f"Expected {self.num_patches} patch values on the last axis for grid "
-                             f"{self.grid}; got shape {tuple(patch_values.shape)}.")
+            raise ValueError(
+                f"Expected {self.num_patches} patch values on the last axis for grid "
+                f"{self.grid}; got shape {tuple(patch_values.shape)}."
+            )
         return patch_values.unflatten(-1, self.grid)
 
 
@@ -88,10 +92,14 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
     expected = f"(B, {channels if channels else 'C'}, H, W)"
     if x.ndim != 4:
         hint = " Add the batch axis with x.unsqueeze(0)." if x.ndim == 3 else ""
-        raise ValueError(f"Expected an image batch of shape {expected}; got {tuple(x.shape)}.{hint}")
+        raise ValueError(
+            f"Expected an image batch of shape {expected}; got {tuple(x.shape)}.{hint}"
+        )
     if channels is not None and x.shape[1] != channels:
-        raise ValueError(f"The model takes {channels}-channel images {expected}; got "
-                         f"{x.shape[1]} channels in shape {tuple(x.shape)}.")
+        raise ValueError(
+            f"The model takes {channels}-channel images {expected}; got "
+            f"{x.shape[1]} channels in shape {tuple(x.shape)}."
+        )
     pe = _patch_embed(model)
     if pe is None or pe.img_size is None:
         return
@@ -99,10 +107,14 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
     if getattr(pe, "strict_img_size", True) and not getattr(model, "dynamic_img_size", False):
         if hw != tuple(pe.img_size):
             h, w = pe.img_size
-            raise ValueError(f"The model was built for {h}x{w} inputs, shape (B, {x.shape[1]}, {h}, "
-                             f"{w}); got {hw[0]}x{hw[1]}. Resize the images, or create the model "
-                             f"with img_size={hw[0]} (or dynamic_img_size=True).")
+            raise ValueError(
+                f"The model was built for {h}x{w} inputs, shape (B, {x.shape[1]}, {h}, "
+                f"{w}); got {hw[0]}x{hw[1]}. Resize the images, or create the model "
+                f"with img_size={hw[0]} (or dynamic_img_size=True)."
+            )
     elif not getattr(pe, "dynamic_img_pad", False) and (hw[0] % ph or hw[1] % pw):
-        raise ValueError(f"Input size {hw[0]}x{hw[1]} is not a multiple of the patch size "
-                         f"{ph}x{pw}; resize to multiples of it or create the model with "
-                         "dynamic_img_pad=True.")
+        raise ValueError(
+            f"Input size {hw[0]}x{hw[1]} is not a multiple of the patch size "
+            f"{ph}x{pw}; resize to multiples of it or create the model with "
+            "dynamic_img_pad=True."
+        )

@@ -6,13 +6,16 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Sequence
-from typing import Union
 
 __all__ = [
-    "NameSpec", "explicit_names", "resolve_names", "resolve_negative_indices", "unknown_name_error",
+    "NameSpec",
+    "explicit_names",
+    "resolve_names",
+    "resolve_negative_indices",
+    "unknown_name_error",
 ]
 
-NameSpec = Union[str, re.Pattern, Callable[[str], bool], Sequence[Union[str, re.Pattern]]]
+NameSpec = str | re.Pattern | Callable[[str], bool] | Sequence[str | re.Pattern]
 
 _GLOB_CHARS = set("*?[")
 _NEGATIVE = re.compile(r"-\d+")
@@ -29,15 +32,22 @@ def resolve_negative_indices(name: str, known: Sequence[str]) -> str:
             continue
         prefix = ".".join(parts[:pos]) + "."
         indices = sorted(
-            {int(k[len(prefix) :].split(".", 1)[0]) for k in known
-             if k.startswith(prefix) and k[len(prefix) :].split(".", 1)[0].isdigit()}
+            {
+                int(k[len(prefix) :].split(".", 1)[0])
+                for k in known
+                if k.startswith(prefix) and k[len(prefix) :].split(".", 1)[0].isdigit()
+            }
         )
         if not indices:
-            raise KeyError(f"{name!r}: nothing is indexed under {prefix[:-1]!r}, so {part} means "
-                           "nothing here. Use hook_names() to see the valid names.")
+            raise KeyError(
+                f"{name!r}: nothing is indexed under {prefix[:-1]!r}, so {part} means "
+                "nothing here. Use hook_names() to see the valid names."
+            )
         if -int(part) > len(indices):
-            raise KeyError(f"{name!r}: {prefix[:-1]!r} has {len(indices)} entries "
-                           f"(0..{indices[-1]}), so index {part} is out of range.")
+            raise KeyError(
+                f"{name!r}: {prefix[:-1]!r} has {len(indices)} entries "
+                f"(0..{indices[-1]}), so index {part} is out of range."
+            )
         parts[pos] = str(indices[int(part)])
     return ".".join(parts)
 
@@ -48,8 +58,10 @@ def unknown_name_error(name: str, known: Sequence[str], what: str = "hook name")
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     if name.endswith("_grad"):
         hint += " Gradients are requested with grads=True on the forward name, not by name."
-    return KeyError(f"No {what} matches {name!r}.{hint} hook_names() lists all "
-                    f"{len(known)} names; globs ('blocks.*.attn.hook_pattern') work too.")
+    return KeyError(
+        f"No {what} matches {name!r}.{hint} hook_names() lists all "
+        f"{len(known)} names; globs ('blocks.*.attn.hook_pattern') work too."
+    )
 
 
 def resolve_names(spec: NameSpec, known: Sequence[str]) -> list[str]:
@@ -68,14 +80,20 @@ def resolve_names(spec: NameSpec, known: Sequence[str]) -> list[str]:
     if callable(spec) and not isinstance(spec, re.Pattern):
         chosen = {n for n in known if spec(n)}
         if not chosen:
-            raise KeyError(f"The name filter {spec!r} selected none of the {len(known)} hook names.")
+            raise KeyError(
+                f"The name filter {spec!r} selected none of the {len(known)} hook names."
+            )
     elif isinstance(spec, (str, re.Pattern)):
         chosen = _match_one(spec, known)
-    elif isinstance(spec, Sequence) and spec and all(isinstance(s, (str, re.Pattern)) for s in spec):
+    elif (
+        isinstance(spec, Sequence) and spec and all(isinstance(s, (str, re.Pattern)) for s in spec)
+    ):
         chosen = set().union(*(_match_one(s, known) for s in spec))
     else:
-        raise TypeError(f"names must be a name, a glob, a compiled regex, a callable or a non-empty "
-                        f"list of names/globs/regexes; got {spec!r}.")
+        raise TypeError(
+            f"names must be a name, a glob, a compiled regex, a callable or a non-empty "
+            f"list of names/globs/regexes; got {spec!r}."
+        )
     return [n for n in known if n in chosen]
 
 
@@ -96,7 +114,10 @@ def _match_one(pattern: str | re.Pattern, known: Sequence[str]) -> set[str]:
 
 
 def explicit_names(spec: NameSpec, known: Sequence[str]) -> set[str]:
-    """The names ``spec`` gives literally (no glob, regex or callable): these must exist and fire."""
+    """The names ``spec`` gives literally (no glob, regex or callable): these must fire."""
     items = [spec] if isinstance(spec, (str, re.Pattern)) or callable(spec) else list(spec)
-    return {resolve_negative_indices(s, known) for s in items
-            if isinstance(s, str) and not (_GLOB_CHARS & set(s))}
+    return {
+        resolve_negative_indices(s, known)
+        for s in items
+        if isinstance(s, str) and not (_GLOB_CHARS & set(s))
+    }

@@ -29,7 +29,7 @@ class Tap:
         site: ``"output"`` (forward hook) or ``"input"`` (forward-pre hook, positional ``arg``).
         arg: which positional input, for ``site="input"``.
         call: for a module that runs several times per forward of ``call_scope`` (CaiT reuses one
-            ``drop_path`` for both branches), the 0-based call this tap reads; None reads every call.
+            ``drop_path`` for both branches), the 0-based call this tap reads; None: every call.
         call_scope: module whose forward starts a new count of ``call``.
         unfuse: path of a module whose ``fused_attn`` must be False for this site to run.
         shape: the canonical shape in axis letters (B, H, N, Np, C, gh, gw).

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Union
 
 import torch
 from torch import Tensor
 
 __all__ = ["Target", "target_score"]
 
-Target = Union[int, Sequence[int], Tensor, Callable[[Tensor], Tensor], None]
+Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | None
 
 
 def target_score(output: Tensor, target: Target) -> Tensor:
@@ -31,8 +30,10 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         return score.sum()
     if not isinstance(output, Tensor) or output.ndim != 2:
         shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
-        raise ValueError(f"Class-index targets need (B, num_classes) logits; the model returned "
-                         f"{shape}. Pass a callable target, e.g. target=lambda out: out[..., 0].")
+        raise ValueError(
+            f"Class-index targets need (B, num_classes) logits; the model returned "
+            f"{shape}. Pass a callable target, e.g. target=lambda out: out[..., 0]."
+        )
     batch, classes = output.shape
     if target is None:
         index = output.argmax(dim=-1)
@@ -43,10 +44,14 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         if index.numel() == 1:
             index = index.expand(batch)
         if index.numel() != batch:
-            raise ValueError(f"Got {index.numel()} targets for a batch of {batch}; give one int "
-                             "for all samples or one per sample.")
+            raise ValueError(
+                f"Got {index.numel()} targets for a batch of {batch}; give one int "
+                "for all samples or one per sample."
+            )
         bad = index[(index < 0) | (index >= classes)]
         if bad.numel():
-            raise ValueError(f"Target class {bad[0].item()} is out of range: the model has "
-                             f"{classes} classes (valid: 0..{classes - 1}).")
+            raise ValueError(
+                f"Target class {bad[0].item()} is out of range: the model has "
+                f"{classes} classes (valid: 0..{classes - 1})."
+            )
     return output.gather(1, index[:, None]).sum()
