@@ -86,30 +86,30 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
 
 def _residual_taps(
     block: str,
-    attn_out: Tap,
-    mlp_out: Tap,
+    attn_out: str,
+    mlp_out: str,
     *,
     x_arg: int = 0,
     shape: str = "B N C",
     prefix_tokens: int | None = None,
 ) -> list[Tap]:
-    """resid_pre/mid/post of a pre-norm block plus its two branch outputs."""
+    """resid_pre/mid/post of a pre-norm block and its two branch outputs, read from the modules
+    ``attn_out`` and ``mlp_out``; if both are one shared module, from its first and second call."""
     common = {"shape": shape, "prefix_tokens": prefix_tokens}
+    shared = attn_out == mlp_out
+    scope = {"call_scope": block} if shared else {}
     return [
         Tap(f"{block}.hook_resid_pre", block, site="input", arg=x_arg, **common),
-        Tap(
-            attn_out.name,
-            attn_out.module,
-            call=attn_out.call,
-            call_scope=attn_out.call_scope,
-            **common,
-        ),
+        Tap(f"{block}.hook_attn_out", attn_out, call=0 if shared else None, **scope, **common),
         Tap(f"{block}.hook_resid_mid", f"{block}.norm2", site="input", **common),
-        Tap(
-            mlp_out.name, mlp_out.module, call=mlp_out.call, call_scope=mlp_out.call_scope, **common
-        ),
+        Tap(f"{block}.hook_mlp_out", mlp_out, call=1 if shared else None, **scope, **common),
         Tap(f"{block}.hook_resid_post", block, **common),
     ]
+
+
+def _unfused_pattern(attn: str, shape: str) -> Tap:
+    """The post-softmax map at ``attn_drop``'s output, which runs only with fused attention off."""
+    return Tap(f"{attn}.hook_pattern", f"{attn}.attn_drop", unfuse=attn, shape=shape)
 
 
 def _vit_taps(model: VisionTransformer) -> list[Tap]:
@@ -117,25 +117,14 @@ def _vit_taps(model: VisionTransformer) -> list[Tap]:
     for i, blk in enumerate(model.blocks):
         p = f"blocks.{i}"
         if isinstance(blk, Block):
-            taps += _residual_taps(
-                p,
-                attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path1"),
-                mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path2"),
-            )
+            taps += _residual_taps(p, f"{p}.drop_path1", f"{p}.drop_path2")
         else:  # other block layouts (ResPostBlock, parallel blocks): only the stream ends
             taps += [
                 Tap(f"{p}.hook_resid_pre", p, site="input", shape="B N C"),
                 Tap(f"{p}.hook_resid_post", p, shape="B N C"),
             ]
         if isinstance(getattr(blk, "attn", None), Attention):
-            taps.append(
-                Tap(
-                    f"{p}.attn.hook_pattern",
-                    f"{p}.attn.attn_drop",
-                    unfuse=f"{p}.attn",
-                    shape="B H N N",
-                )
-            )
+            taps.append(_unfused_pattern(f"{p}.attn", "B H N N"))
     taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
     return taps
 
@@ -145,11 +134,7 @@ def _cait_taps(model: Cait) -> list[Tap]:
     for i, blk in enumerate(model.blocks):
         p = f"blocks.{i}"
         taps += _residual_taps(
-            p,
-            attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path", call=0, call_scope=p),
-            mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path", call=1, call_scope=p),
-            shape="B Np C",
-            prefix_tokens=0,
+            p, f"{p}.drop_path", f"{p}.drop_path", shape="B Np C", prefix_tokens=0
         )
         if isinstance(blk.attn, TalkingHeadAttn):
             taps += [
@@ -172,20 +157,13 @@ def _cait_taps(model: Cait) -> list[Tap]:
         p = f"blocks_token_only.{j}"
         taps += _residual_taps(
             p,
-            attn_out=Tap(f"{p}.hook_attn_out", f"{p}.drop_path", call=0, call_scope=p),
-            mlp_out=Tap(f"{p}.hook_mlp_out", f"{p}.drop_path", call=1, call_scope=p),
+            f"{p}.drop_path",
+            f"{p}.drop_path",
             x_arg=1,  # forward(x_patches, x_cls): the residual stream is the class token
             shape="B 1 C",
             prefix_tokens=1,
         )
         if isinstance(blk.attn, ClassAttn):
-            taps.append(
-                Tap(
-                    f"{p}.attn.hook_pattern",
-                    f"{p}.attn.attn_drop",
-                    unfuse=f"{p}.attn",
-                    shape="B H 1 N",
-                )
-            )
+            taps.append(_unfused_pattern(f"{p}.attn", "B H 1 N"))
     taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
     return taps
