@@ -1,0 +1,27 @@
+"""CUDA checks (skipped without a GPU): parity under fused CUDA attention, cache placement."""
+
+import pytest
+import torch
+from conftest import build
+
+import vizkit as vk
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 5e-2)])
+def test_cuda_parity_and_patterns(dtype, tol):
+    model, x = build("vit")
+    model, x = model.cuda().to(dtype), x.cuda().to(dtype)
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        plain = model(x)
+        out, cache = hm.run_with_cache(x, names="*attn.hook_pattern")
+        _, on_cpu = hm.run_with_cache(x, names="*attn.hook_pattern", device="cpu")
+    assert (out.float() - plain.float()).abs().max() < tol
+    patterns = cache.stack("attn.hook_pattern")
+    assert (
+        patterns.device.type == "cuda" and on_cpu["blocks.0.attn.hook_pattern"].device.type == "cpu"
+    )
+    assert torch.allclose(patterns.float().sum(-1), torch.ones((), device="cuda"), atol=tol)
+    assert all(b.attn.fused_attn for b in model.blocks)
