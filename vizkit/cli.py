@@ -60,7 +60,11 @@ def info(
     images, _ = digit_images(batch, (height, width), cfg["mean"], cfg["std"])
     hm = HookedModel(model)
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    weights = "pretrained" if pretrained else ("checkpoint" if checkpoint else "random init")
+    weights = (
+        "pretrained"
+        if pretrained
+        else (checkpoint or "random weights: expect near-uniform attention")
+    )
     print(f"model   {model_name} ({params:.1f}M parameters, {weights})")
     print(
         f"input   {batch} scikit-learn digits, resized to {height}x{width}, shape "
