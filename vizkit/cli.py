@@ -128,8 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
-    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
-        print(f"vizkit {args.command}: {err}", file=sys.stderr)
+    except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
+        hint = ""
+        if args.pretrained and "Hub" in str(err):
+            hint = (
+                " (pretrained weights come from the Hugging Face Hub; offline, pass --checkpoint)"
+            )
+        print(f"vizkit {args.command}: {err}{hint}", file=sys.stderr)
         return 2
 
 
