@@ -190,7 +190,8 @@ class HookedModel:
 
     @contextmanager
     def _attached(self, run: _Run) -> Iterator[None]:
-        taps = [self._taps[n] for n in self._names if n in run.names()]
+        wanted = run.names()
+        taps = [self._taps[n] for n in self._names if n in wanted]
         training = [(m, m.training) for m in self.model.modules()]
         counters: Counter = Counter()
         with ExitStack() as stack:
