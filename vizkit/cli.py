@@ -111,6 +111,36 @@ def info(
     return 0
 
 
+def train_recipe(recipe: str, epochs: int | None) -> int:
+    """Train a recipe into the zoo folder and print its card's headline."""
+    from .train.recipes import run_recipe
+
+    card = run_recipe(recipe, epochs=epochs)
+    print(
+        f"{card['name']}: test accuracy {card['test_accuracy']:.4f}, "
+        f"{card['parameters'] / 1e6:.2f}M parameters, {card['training_seconds'] / 60:.1f} min"
+    )
+    return 0
+
+
+def zoo_list() -> int:
+    """Print the zoo as a table."""
+    from . import zoo
+
+    names = zoo.list()
+    if not names:
+        print(f"The zoo at {zoo.models_dir()} is empty.")
+        return 0
+    print(f"{'name':<22} {'architecture':<24} {'data':<8} {'accuracy':>8} {'params':>8}")
+    for name in names:
+        c = zoo.card(name)
+        print(
+            f"{name:<22} {c['architecture']:<24} {c['data']['name']:<8} "
+            f"{c['test_accuracy']:8.4f} {c['parameters'] / 1e6:7.2f}M"
+        )
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vizkit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"vizkit {__version__}")
@@ -121,16 +151,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights")
     p.add_argument("--checkpoint", help="local checkpoint file to load")
     p.add_argument("--all-names", action="store_true", help="also list every '.hook_out' name")
+    t = commands.add_parser("train", help="train a recipe; writes checkpoint and card to models/")
+    t.add_argument("recipe", help="a shipped recipe name (e.g. vit_tiny_shapes) or a JSON path")
+    t.add_argument("--epochs", type=int, help="override the recipe's epochs (shortened runs)")
+    z = commands.add_parser("zoo", help="the shipped models")
+    z.add_argument("action", choices=["list"])
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "train":
+            return train_recipe(args.recipe, args.epochs)
+        if args.command == "zoo":
+            return zoo_list()
         return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
     except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
         hint = ""
-        if args.pretrained and "Hub" in str(err):
+        if getattr(args, "pretrained", False) and "Hub" in str(err):
             hint = (
                 " (pretrained weights come from the Hugging Face Hub; offline, pass --checkpoint)"
             )

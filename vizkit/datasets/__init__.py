@@ -1,5 +1,9 @@
-"""Data: real images that ship inside packages, generated sets, user folders."""
+"""Data: generated shapes with masks, real images that ship inside packages, user folders."""
 
+from .digits import Digits as Digits
 from .digits import digit_images as digit_images
+from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
+from .shapes import Shapes as Shapes
+from .shapes import render_shapes as render_shapes
 
-__all__ = ["digit_images"]
+__all__ = ["SHAPE_CLASSES", "Digits", "Shapes", "digit_images", "render_shapes"]

@@ -1,0 +1,57 @@
+"""Shapes and Digits: determinism, exact masks, balance, fixed splits."""
+
+import numpy as np
+import pytest
+import torch
+
+from vizkit.datasets import SHAPE_CLASSES, Digits, Shapes, render_shapes
+
+
+def test_same_seed_same_bytes_other_seed_other_images():
+    a = render_shapes(50, seed=3)
+    b = render_shapes(50, seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    other = render_shapes(50, seed=4)[0]
+    test_split = render_shapes(50, seed=3, split="test")[0]
+    assert not np.array_equal(a[0], other) and not np.array_equal(a[0], test_split)
+
+
+def test_mask_is_exactly_the_drawn_object():
+    images, labels, masks = render_shapes(200, seed=1)
+    for image, mask in zip(images, masks):
+        assert mask.sum() >= 20, "target too small to classify"
+        target = image[mask]  # (k, 3): the object is one flat colour, drawn last
+        assert (target == target[0]).all()
+        outside = image[~mask]
+        assert (outside == target[0]).all(-1).mean() < 0.01  # no second object of that colour
+
+
+def test_classes_are_balanced_and_labels_valid():
+    shapes = Shapes("test", n=300)
+    counts = torch.bincount(shapes.labels, minlength=len(SHAPE_CLASSES))
+    assert counts.tolist() == [30] * 10
+    image, label, mask = shapes[0]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+    assert mask.shape == (32, 32) and mask.dtype == torch.bool and 0 <= label < 10
+    assert -2.1 <= image.min() and image.max() <= 2.1  # (x - 0.5) / 0.25 of [0, 1]
+
+
+def test_other_sizes_and_bad_arguments():
+    assert Shapes("test", n=10, size=48)[0][0].shape == (3, 48, 48)
+    with pytest.raises(ValueError, match="split"):
+        Shapes("validation", n=10)
+    with pytest.raises(ValueError, match="at least 16"):
+        Shapes("test", n=10, size=8)
+    with pytest.raises(ValueError, match="at least 1"):
+        Shapes("test", n=0)
+
+
+def test_digits_fixed_stratified_split():
+    train, test = Digits("train"), Digits("test")
+    assert (len(train), len(test)) == (1437, 360)
+    assert torch.equal(Digits("test").images, test.images)
+    assert torch.bincount(test.labels).min() >= 35
+    image, label = train[0]
+    assert image.shape == (3, 32, 32) and 0 <= label <= 9
+    with pytest.raises(ValueError, match="split"):
+        Digits("val")

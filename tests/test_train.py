@@ -1,0 +1,57 @@
+"""The trainer learns, is deterministic, records callbacks, restores thread count."""
+
+import timm
+import torch
+
+from vizkit.datasets import Shapes
+from vizkit.train import AttentionEntropy, TrainConfig, evaluate, train
+
+
+def tiny_vit():
+    torch.manual_seed(0)
+    return timm.create_model(
+        "vit_tiny_patch16_224",
+        img_size=32,
+        patch_size=8,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        num_classes=10,
+    )
+
+
+def test_one_epoch_lowers_the_loss_and_records_callbacks():
+    train_set, test_set = Shapes("train", n=256), Shapes("test", n=64)
+    model = tiny_vit()
+    before = evaluate(model, train_set)["loss"]
+    config = TrainConfig(epochs=1, batch_size=32, lr=3e-3, warmup_epochs=0.2, augment=True)
+    history = train(
+        model, train_set, test_set, config, callbacks=[AttentionEntropy()], progress=False
+    )
+    assert evaluate(model, train_set)["loss"] < before
+    (record,) = history
+    assert {"train_loss", "test_accuracy", "lr", "seconds"} <= set(record)
+    entropy = record["attention_entropy"]
+    assert list(entropy) == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    assert all(0 < v <= 1 for v in entropy.values())
+    assert not model.training
+
+
+def test_same_seed_same_history():
+    train_set, test_set = Shapes("train", n=96), Shapes("test", n=32)
+    config = TrainConfig(epochs=2, batch_size=32, augment=True, threads=1)
+    runs = [train(tiny_vit(), train_set, test_set, config, progress=False) for _ in range(2)]
+    strip = [[{k: v for k, v in r.items() if k != "seconds"} for r in h] for h in runs]
+    assert strip[0] == strip[1]
+
+
+def test_thread_count_restored():
+    before = torch.get_num_threads()
+    train(
+        tiny_vit(),
+        Shapes("train", n=32),
+        Shapes("test", n=16),
+        TrainConfig(epochs=1, batch_size=16, threads=1),
+        progress=False,
+    )
+    assert torch.get_num_threads() == before

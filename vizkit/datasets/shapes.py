@@ -1,0 +1,164 @@
+"""Shapes: a generated classification set whose class is one object, with its ground-truth mask.
+
+Each image holds one target object (one of 10 shapes) at a random position, scale, rotation and
+colour, drawn over a textured background (two coloured sinusoidal gratings plus pixel noise) and
+distractors (thin line segments and dots, which belong to no class). The target is drawn last, so
+its mask is exactly the pixels it covers. Everything comes from numpy's PCG64 generator seeded by
+(seed, split), so the same arguments give the same bytes on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+__all__ = ["SHAPE_CLASSES", "SHAPES_MEAN", "SHAPES_STD", "Shapes", "render_shapes"]
+
+SHAPE_CLASSES = (
+    "circle", "square", "triangle", "ring", "cross", "star", "ell", "crescent", "tee", "frame",
+)  # fmt: skip
+SHAPES_MEAN = (0.5, 0.5, 0.5)  # normalization chosen for [0, 1] images, not fitted
+SHAPES_STD = (0.25, 0.25, 0.25)
+SPLIT_SIZES = {"train": 20_000, "test": 2_000}
+_SPLIT_IDS = {"train": 0, "test": 1}
+
+
+def _inside(cls: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Whether object-frame points (x, y) (unit radius) lie inside shape ``cls``."""
+    r = np.hypot(x, y)
+    ax, ay = np.abs(x), np.abs(y)
+    if cls == 0:  # circle
+        return r <= 1.0
+    if cls == 1:  # square
+        return np.maximum(ax, ay) <= 0.8
+    if cls == 2:  # equilateral triangle, pointing up
+        return (y >= -0.5) & (math.sqrt(3) * ax + y <= 1.0)
+    if cls == 3:  # ring
+        return (r <= 1.0) & (r >= 0.55)
+    if cls == 4:  # plus-shaped cross
+        return ((ax <= 0.3) & (ay <= 1.0)) | ((ay <= 0.3) & (ax <= 1.0))
+    if cls == 5:  # five-pointed star
+        phi = np.arctan2(y, x)
+        return r <= 0.5 + 0.5 * np.abs(np.cos(2.5 * phi)) ** 2
+    if cls == 6:  # L: a vertical and a horizontal bar meeting at a corner
+        return (ax <= 0.9) & (ay <= 0.9) & ((x <= -0.35) | (y <= -0.35))
+    if cls == 7:  # crescent
+        return (r <= 1.0) & (np.hypot(x - 0.45, y) > 0.8)
+    if cls == 8:  # T
+        return ((ax <= 1.0) & (y >= 0.45) & (y <= 1.0)) | ((ax <= 0.28) & (ay <= 1.0))
+    if cls == 9:  # square frame
+        m = np.maximum(ax, ay)
+        return (m <= 0.9) & (m >= 0.55)
+    raise ValueError(f"Shape class must be 0..9; got {cls}.")
+
+
+def _segments_mask(rng, n, grid, count, width) -> np.ndarray:
+    """(n, H, W) mask of ``count`` random line segments per image (distance to segment <= width)."""
+    gx, gy = grid
+    mask = np.zeros((n, *gx.shape), dtype=bool)
+    for _ in range(count):
+        p0 = rng.uniform(-1, 1, (n, 2, 1, 1))
+        p1 = p0 + rng.uniform(-0.8, 0.8, (n, 2, 1, 1))
+        d = p1 - p0
+        t = ((gx - p0[:, 0]) * d[:, 0] + (gy - p0[:, 1]) * d[:, 1]) / (d**2).sum(1).clip(1e-6)
+        t = t.clip(0, 1)
+        dist = np.hypot(gx - p0[:, 0] - t * d[:, 0], gy - p0[:, 1] - t * d[:, 1])
+        mask |= dist <= width
+    return mask
+
+
+def render_shapes(
+    n: int, size: int = 32, seed: int = 0, split: str = "train"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Generate ``n`` images.
+
+    Returns:
+        images (n, H, W, 3) uint8, labels (n,) int64 (balanced: each class n/10 times, shuffled),
+        masks (n, H, W) bool: the pixels of the target object.
+    """
+    if split not in _SPLIT_IDS:
+        raise ValueError(f"split must be one of {list(_SPLIT_IDS)}; got {split!r}.")
+    if size < 16:
+        raise ValueError(f"size must be at least 16 pixels to draw the shapes; got {size}.")
+    rng = np.random.Generator(np.random.PCG64([seed, _SPLIT_IDS[split], size]))
+    coords = (np.arange(size, dtype=np.float32) + 0.5) / size * 2 - 1  # pixel centres in [-1, 1]
+    gy, gx = np.meshgrid(coords, coords, indexing="ij")  # (H, W)
+    labels = rng.permutation(np.arange(n) % len(SHAPE_CLASSES))
+
+    # background: two coloured gratings + pixel noise, muted
+    image = np.empty((n, size, size, 3), dtype=np.float32)
+    base = rng.uniform(0.15, 0.85, (n, 1, 1, 3))
+    image[:] = base
+    for _ in range(2):
+        freq = rng.uniform(1.5, 6.0, (n, 1, 1))
+        angle = rng.uniform(0, math.pi, (n, 1, 1))
+        phase = rng.uniform(0, 2 * math.pi, (n, 1, 1))
+        wave = np.sin(freq * math.pi * (gx * np.cos(angle) + gy * np.sin(angle)) + phase)
+        image += wave[..., None] * rng.uniform(-0.1, 0.1, (n, 1, 1, 3))
+    image += rng.normal(0, 0.04, image.shape)
+
+    # distractors: line segments and dots that belong to no class
+    lines = _segments_mask(rng, n, (gx, gy), count=2, width=1.0 / size)
+    centres = rng.uniform(-1, 1, (n, 3, 2, 1, 1))
+    dots = (np.hypot(gx - centres[:, :, 0], gy - centres[:, :, 1]) <= 1.6 / size).any(1)
+    for mask in (lines, dots):
+        colour = rng.uniform(0, 1, (n, 1, 1, 3))
+        image = np.where(mask[..., None], colour, image)
+
+    # the target: unit shape scaled, rotated and moved, in a colour far from the background base
+    scale = rng.uniform(0.4, 0.6, (n, 1, 1))
+    centre = rng.uniform(-1, 1, (n, 2, 1, 1)) * (1 - scale[:, None])
+    theta = rng.uniform(0, 2 * math.pi, (n, 1, 1))
+    dx, dy = gx - centre[:, 0], gy - centre[:, 1]
+    x = (np.cos(theta) * dx + np.sin(theta) * dy) / scale  # object frame
+    y = (-np.sin(theta) * dx + np.cos(theta) * dy) / scale
+    masks = np.zeros((n, size, size), dtype=bool)
+    for cls in range(len(SHAPE_CLASSES)):
+        idx = np.flatnonzero(labels == cls)
+        masks[idx] = _inside(cls, x[idx], y[idx])
+    colour = rng.uniform(0, 1, (n, 1, 1, 3))
+    far = np.abs(colour - base).mean(-1, keepdims=True) < 0.3
+    colour = np.where(far, 1 - colour, colour)  # keep the target visible against the background
+    image = np.where(masks[..., None], colour, image)
+    images = (image.clip(0, 1) * 255).round().astype(np.uint8)
+    return images, labels.astype(np.int64), masks
+
+
+class Shapes(Dataset):
+    """Generated shapes with ground-truth masks; see the module docstring.
+
+    Args:
+        split: "train" (20,000 images) or "test" (2,000); different generator streams.
+        n: number of images (default: the split's size).
+        size: image side in pixels.
+        seed: generator seed.
+
+    Items are ``(image (3, H, W) float32 normalized with SHAPES_MEAN/STD, label, mask (H, W) bool)``.
+    """
+
+    classes = SHAPE_CLASSES
+    mean, std = SHAPES_MEAN, SHAPES_STD
+
+    def __init__(self, split: str = "train", n: int | None = None, size: int = 32, seed: int = 0):
+        if split not in SPLIT_SIZES:
+            raise ValueError(f"split must be one of {list(SPLIT_SIZES)}; got {split!r}.")
+        n = SPLIT_SIZES[split] if n is None else n
+        if n < 1:
+            raise ValueError(f"n must be at least 1; got {n}.")
+        images, labels, masks = render_shapes(n, size=size, seed=seed, split=split)
+        self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()  # (n, 3, H, W)
+        self.labels = torch.from_numpy(labels)
+        self.masks = torch.from_numpy(masks)
+        self._mean = torch.tensor(self.mean).view(3, 1, 1)
+        self._std = torch.tensor(self.std).view(3, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int, Tensor]:
+        image = (self.images[i].float() / 255 - self._mean) / self._std
+        return image, int(self.labels[i]), self.masks[i]

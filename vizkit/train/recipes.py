@@ -1,0 +1,103 @@
+"""Recipes: one declarative JSON file per zoo model; `run_recipe` trains it and writes the
+checkpoint (.safetensors), the card (.json, with the history) into the zoo folder.
+
+A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``data`` ("shapes" or
+"digits") and ``train`` (fields of `TrainConfig`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import timm
+import torch
+from safetensors.torch import save_file
+
+from .. import zoo
+from ..datasets import Digits, Shapes
+from .callbacks import AttentionEntropy
+from .trainer import TrainConfig, train
+
+__all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe"]
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
+DATASETS = {"shapes": Shapes, "digits": Digits}
+_FIELDS = {"name", "architecture", "kwargs", "data", "train"}
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+
+
+def load_recipe(recipe: str | Path) -> dict:
+    """A recipe by zoo name (``vit_tiny_shapes``) or by path to a JSON file, validated."""
+    file = Path(recipe)
+    if not file.suffix:
+        file = RECIPES_DIR / f"{recipe}.json"
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"No recipe {recipe!r}. Shipped: {', '.join(recipe_names())}; or "
+            "pass the path of a JSON recipe."
+        )
+    spec = json.loads(file.read_text())
+    missing, extra = _FIELDS - set(spec), set(spec) - _FIELDS
+    if missing or extra:
+        raise ValueError(
+            f"Recipe {file.name}: missing {sorted(missing)}, unknown {sorted(extra)}; "
+            f"a recipe has exactly {sorted(_FIELDS)}."
+        )
+    if spec["data"] not in DATASETS:
+        raise ValueError(f"Recipe {file.name}: data must be one of {list(DATASETS)}.")
+    TrainConfig(**spec["train"])  # unknown training fields fail here, before any work
+    return spec
+
+
+def run_recipe(
+    recipe: str | Path,
+    out_dir: Path | None = None,
+    epochs: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Train a recipe and write ``<name>.safetensors`` and ``<name>.json`` into ``out_dir``
+    (default: the zoo folder). ``epochs`` shortens the run (for tests). Returns the card."""
+    spec = load_recipe(recipe)
+    config = TrainConfig(**{**spec["train"], **({"epochs": epochs} if epochs else {})})
+    dataset = DATASETS[spec["data"]]
+    train_data, test_data = dataset("train"), dataset("test")
+    torch.manual_seed(config.seed)
+    model = timm.create_model(spec["architecture"], **spec["kwargs"])
+    start = time.perf_counter()
+    history = train(model, train_data, test_data, config, [AttentionEntropy()], progress)
+    seconds = time.perf_counter() - start
+
+    out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = out_dir / f"{spec['name']}.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    image_size = test_data[0][0].shape
+    card = {
+        "name": spec["name"],
+        "architecture": spec["architecture"],
+        "kwargs": spec["kwargs"],
+        "pretrained_cfg": {
+            "input_size": list(image_size),
+            "mean": list(dataset.mean),
+            "std": list(dataset.std),
+            "num_classes": len(dataset.classes),
+        },
+        "classes": list(dataset.classes),
+        "data": {"name": spec["data"], "train": len(train_data), "test": len(test_data)},
+        "recipe": config.to_dict(),
+        "test_accuracy": history[-1]["test_accuracy"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "training_seconds": round(seconds, 1),
+        "trained_on": f"{platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, timm {timm.__version__}",
+        "sha256": zoo.sha256(weights),
+        "history": history,
+    }
+    (out_dir / f"{spec['name']}.json").write_text(json.dumps(card, indent=1) + "\n")
+    return card
