@@ -10,7 +10,7 @@ from vizkit.datasets import SHAPE_CLASSES, Digits, Shapes, render_shapes
 def test_same_seed_same_bytes_other_seed_other_images():
     a = render_shapes(50, seed=3)
     b = render_shapes(50, seed=3)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     other = render_shapes(50, seed=4)[0]
     test_split = render_shapes(50, seed=3, split="test")[0]
     assert not np.array_equal(a[0], other) and not np.array_equal(a[0], test_split)
@@ -18,7 +18,7 @@ def test_same_seed_same_bytes_other_seed_other_images():
 
 def test_mask_is_exactly_the_drawn_object():
     images, labels, masks = render_shapes(200, seed=1)
-    for image, mask in zip(images, masks):
+    for image, mask in zip(images, masks, strict=True):
         assert mask.sum() >= 20, "target too small to classify"
         target = image[mask]  # (k, 3): the object is one flat colour, drawn last
         assert (target == target[0]).all()

@@ -137,7 +137,8 @@ class Shapes(Dataset):
         size: image side in pixels.
         seed: generator seed.
 
-    Items are ``(image (3, H, W) float32 normalized with SHAPES_MEAN/STD, label, mask (H, W) bool)``.
+    Items are ``(image (3, H, W) float32 normalized with SHAPES_MEAN/STD, label, mask (H, W))``
+    with a bool mask.
     """
 
     classes = SHAPE_CLASSES

@@ -45,7 +45,7 @@ def _augment(images: Tensor, flip: bool, generator: torch.Generator) -> Tensor:
     pad = max(1, h // 8)
     padded = F.pad(images, (pad, pad, pad, pad), mode="reflect")  # (B, C, H + 2p, W + 2p)
     dy, dx = torch.randint(0, 2 * pad + 1, (2, len(images)), generator=generator).tolist()
-    out = torch.stack([p[:, y : y + h, x : x + w] for p, y, x in zip(padded, dy, dx)])
+    out = torch.stack([p[:, y : y + h, x : x + w] for p, y, x in zip(padded, dy, dx, strict=True)])
     if flip:
         mirror = torch.rand(len(images), generator=generator) < 0.5
         out[mirror] = out[mirror].flip(-1)
