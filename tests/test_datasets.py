@@ -55,3 +55,31 @@ def test_digits_fixed_stratified_split():
     assert image.shape == (3, 32, 32) and 0 <= label <= 9
     with pytest.raises(ValueError, match="split"):
         Digits("val")
+
+
+def test_image_folder(tmp_path):
+    import timm
+    from PIL import Image
+
+    from vizkit.datasets import ImageFolder
+
+    model = timm.create_model("test_vit")  # pretrained_cfg: 160 px
+    Image.new("RGB", (50, 40), (255, 0, 0)).save(tmp_path / "b.png")
+    Image.new("L", (64, 64), 128).save(tmp_path / "a.jpg")
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    with pytest.warns(UserWarning, match="broken.png, notes.txt"):
+        folder = ImageFolder(tmp_path, model)
+    assert [f.name for f in folder.files] == ["a.jpg", "b.png"]
+    image, name = folder[1]
+    assert image.shape == (3, 160, 160) and name == "b.png"
+    config = timm.data.resolve_data_config({}, model=model)
+    red = (1.0 - config["mean"][0]) / config["std"][0]  # normalized red channel of pure red
+    assert torch.allclose(image[0], torch.full((160, 160), red), atol=1e-3)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no readable image"):
+        ImageFolder(empty, model)
+    with pytest.raises(FileNotFoundError):
+        ImageFolder(tmp_path / "missing", model)

@@ -2,8 +2,9 @@
 
 from .digits import Digits as Digits
 from .digits import digit_images as digit_images
+from .image_folder import ImageFolder as ImageFolder
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
 from .shapes import render_shapes as render_shapes
 
-__all__ = ["SHAPE_CLASSES", "Digits", "Shapes", "digit_images", "render_shapes"]
+__all__ = ["SHAPE_CLASSES", "Digits", "ImageFolder", "Shapes", "digit_images", "render_shapes"]
