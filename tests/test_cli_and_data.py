@@ -28,7 +28,7 @@ def test_info_prints_names_shapes_and_entropy(capsys):
 
 def test_info_reports_bad_model_name(capsys):
     assert main(["info", "--model", "no_such_model"]) == 2
-    assert "Unknown model" in capsys.readouterr().err
+    assert "neither a zoo model" in capsys.readouterr().err
 
 
 def test_info_on_a_cnn(capsys):

@@ -127,3 +127,13 @@ def test_bad_recipes(tmp_path):
         load_recipe(bad)
     with pytest.raises(FileNotFoundError, match="vit_tiny_shapes"):
         load_recipe("no_such_recipe")
+
+
+@pytest.mark.slow
+def test_shortened_shipped_recipe_reproduces(tmp_path):
+    runs = [
+        run_recipe("vit_tiny_digits", out_dir=tmp_path / str(i), epochs=2, progress=False)
+        for i in range(2)
+    ]
+    assert abs(runs[0]["test_accuracy"] - runs[1]["test_accuracy"]) <= 0.01
+    assert runs[0]["sha256"] == runs[1]["sha256"]  # same seed, same threads: same weights

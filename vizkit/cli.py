@@ -10,15 +10,15 @@ from collections.abc import Sequence
 import torch
 from timm.data import resolve_data_config
 
+from . import zoo
 from ._version import __version__
 from .analysis import normalized_entropy
-from .datasets import digit_images
+from .datasets import digit_images, load_sample
 from .hooks import HookedModel
-from .models import create_model
 
 __all__ = ["main"]
 
-DEFAULT_MODEL = "vit_tiny_patch16_224"
+DEFAULT_MODEL = "vit_tiny_shapes"
 
 
 def _collapse_indices(names: Sequence[str], hm: HookedModel) -> dict[str, tuple[list[int], str]]:
@@ -48,29 +48,37 @@ def _is_pattern(name: str) -> bool:
     return name.endswith("attn.hook_pattern")
 
 
-def info(
-    model_name: str, batch: int, pretrained: bool, checkpoint: str | None, all_names: bool
-) -> int:
-    """Build a model, capture every attention map on a batch of digits, print names, shapes and
-    a per-layer attention-entropy table."""
-    kwargs = {"checkpoint_path": checkpoint} if checkpoint else {}
-    model = create_model(model_name, pretrained=pretrained, **kwargs).eval()
+def _sample_batch(model, card: dict, batch: int) -> tuple:
+    """The committed Shapes sample for Shapes models, else digits at the model's input size."""
+    if card.get("data", {}).get("name") == "shapes":
+        images, _, _ = load_sample()
+        if batch > len(images):
+            raise ValueError(f"The Shapes sample holds {len(images)} images; asked for {batch}.")
+        return images[:batch], f"{batch} images of the committed Shapes sample (data/)"
     cfg = resolve_data_config({}, model=model)
     _, height, width = cfg["input_size"]
     images, _ = digit_images(batch, (height, width), cfg["mean"], cfg["std"])
+    return images, f"{batch} scikit-learn digits, resized to {height}x{width}"
+
+
+def info(
+    model_name: str, batch: int, pretrained: bool, checkpoint: str | None, all_names: bool
+) -> int:
+    """Load a zoo or timm model, capture every attention map on a sample batch, print names,
+    shapes and a per-layer attention-entropy table."""
+    model, card = zoo.load(model_name, pretrained=pretrained, checkpoint=checkpoint)
+    images, source = _sample_batch(model, card, batch)
     hm = HookedModel(model)
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    weights = (
-        "pretrained"
-        if pretrained
-        else (checkpoint or "random weights: expect near-uniform attention")
-    )
+    if "test_accuracy" in card:
+        weights = f"zoo, {card['test_accuracy']:.1%} test accuracy on {card['data']['name']}"
+    elif card["weights"] == "random":
+        weights = "random weights: expect near-uniform attention"
+    else:
+        weights = card["weights"]
     print(f"model   {model_name} ({params:.1f}M parameters, {weights})")
-    print(
-        f"input   {batch} scikit-learn digits, resized to {height}x{width}, shape "
-        f"{tuple(images.shape)}"
-    )
-    layout = hm.token_layout((height, width))
+    print(f"input   {source}, shape {tuple(images.shape)}")
+    layout = hm.token_layout(tuple(images.shape[-2:]))
     if layout is not None:
         print(
             f"tokens  {layout.num_prefix_tokens} prefix + {layout.grid[0]}x{layout.grid[1]} "
@@ -146,7 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vizkit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("info", help="hook names, attention shapes and entropy of a model")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"timm name (default {DEFAULT_MODEL})")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"zoo or timm name (default {DEFAULT_MODEL})"
+    )
     p.add_argument("--batch", type=int, default=4, help="number of sample images (default 4)")
     p.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights")
     p.add_argument("--checkpoint", help="local checkpoint file to load")
@@ -173,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint = (
                 " (pretrained weights come from the Hugging Face Hub; offline, pass --checkpoint)"
             )
-        print(f"vizkit {args.command}: {err}{hint}", file=sys.stderr)
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"vizkit {args.command}: {message}{hint}", file=sys.stderr)
         return 2
 
 

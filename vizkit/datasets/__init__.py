@@ -5,6 +5,15 @@ from .digits import digit_images as digit_images
 from .image_folder import ImageFolder as ImageFolder
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
+from .shapes import load_sample as load_sample
 from .shapes import render_shapes as render_shapes
 
-__all__ = ["SHAPE_CLASSES", "Digits", "ImageFolder", "Shapes", "digit_images", "render_shapes"]
+__all__ = [
+    "SHAPE_CLASSES",
+    "Digits",
+    "ImageFolder",
+    "Shapes",
+    "digit_images",
+    "load_sample",
+    "render_shapes",
+]

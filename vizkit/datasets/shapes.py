@@ -10,13 +10,23 @@ its mask is exactly the pixels it covers. Everything comes from numpy's PCG64 ge
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-__all__ = ["SHAPE_CLASSES", "SHAPES_MEAN", "SHAPES_STD", "Shapes", "render_shapes"]
+__all__ = [
+    "SAMPLE_FILE",
+    "SHAPE_CLASSES",
+    "SHAPES_MEAN",
+    "SHAPES_STD",
+    "Shapes",
+    "load_sample",
+    "render_shapes",
+    "write_sample",
+]
 
 SHAPE_CLASSES = (
     "circle", "square", "triangle", "ring", "cross", "star", "ell", "crescent", "tee", "frame",
@@ -25,6 +35,8 @@ SHAPES_MEAN = (0.5, 0.5, 0.5)  # normalization chosen for [0, 1] images, not fit
 SHAPES_STD = (0.25, 0.25, 0.25)
 SPLIT_SIZES = {"train": 20_000, "test": 2_000}
 _SPLIT_IDS = {"train": 0, "test": 1}
+SAMPLE_FILE = Path(__file__).resolve().parents[2] / "data" / "shapes_sample.npz"
+SAMPLE_SIZE = 64
 
 
 def _inside(cls: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -91,14 +103,14 @@ def render_shapes(
 
     # background: two coloured gratings + pixel noise, muted
     image = np.empty((n, size, size, 3), dtype=np.float32)
-    base = rng.uniform(0.15, 0.85, (n, 1, 1, 3))
+    base = rng.uniform(0.2, 0.8, (n, 1, 1, 3))
     image[:] = base
     for _ in range(2):
         freq = rng.uniform(1.5, 6.0, (n, 1, 1))
         angle = rng.uniform(0, math.pi, (n, 1, 1))
         phase = rng.uniform(0, 2 * math.pi, (n, 1, 1))
         wave = np.sin(freq * math.pi * (gx * np.cos(angle) + gy * np.sin(angle)) + phase)
-        image += wave[..., None] * rng.uniform(-0.1, 0.1, (n, 1, 1, 3))
+        image += wave[..., None] * rng.uniform(-0.08, 0.08, (n, 1, 1, 3))
     image += rng.normal(0, 0.04, image.shape)
 
     # distractors: line segments and dots that belong to no class
@@ -110,9 +122,9 @@ def render_shapes(
         image = np.where(mask[..., None], colour, image)
 
     # the target: unit shape scaled, rotated and moved, in a colour far from the background base
-    scale = rng.uniform(0.4, 0.6, (n, 1, 1))
+    scale = rng.uniform(0.45, 0.65, (n, 1, 1))
     centre = rng.uniform(-1, 1, (n, 2, 1, 1)) * (1 - scale[:, None])
-    theta = rng.uniform(0, 2 * math.pi, (n, 1, 1))
+    theta = rng.uniform(-math.pi / 4, math.pi / 4, (n, 1, 1))
     dx, dy = gx - centre[:, 0], gy - centre[:, 1]
     x = (np.cos(theta) * dx + np.sin(theta) * dy) / scale  # object frame
     y = (-np.sin(theta) * dx + np.cos(theta) * dy) / scale
@@ -120,9 +132,10 @@ def render_shapes(
     for cls in range(len(SHAPE_CLASSES)):
         idx = np.flatnonzero(labels == cls)
         masks[idx] = _inside(cls, x[idx], y[idx])
-    colour = rng.uniform(0, 1, (n, 1, 1, 3))
-    far = np.abs(colour - base).mean(-1, keepdims=True) < 0.3
-    colour = np.where(far, 1 - colour, colour)  # keep the target visible against the background
+    # random hue, luminance opposite to the background's: dark on light, bright on dark
+    hue = rng.uniform(0, 1, (n, 1, 1, 3))
+    light = base.mean(-1, keepdims=True) > 0.5
+    colour = np.where(light, 0.3 * hue, 0.7 + 0.3 * hue)
     image = np.where(masks[..., None], colour, image)
     images = (image.clip(0, 1) * 255).round().astype(np.uint8)
     return images, labels.astype(np.int64), masks
@@ -163,3 +176,27 @@ class Shapes(Dataset):
     def __getitem__(self, i: int) -> tuple[Tensor, int, Tensor]:
         image = (self.images[i].float() / 255 - self._mean) / self._std
         return image, int(self.labels[i]), self.masks[i]
+
+
+def write_sample(file: str | Path = SAMPLE_FILE, n: int = SAMPLE_SIZE) -> None:
+    """Write the committed evaluation sample: the first ``n`` images of the test split (seed 0)."""
+    images, labels, masks = render_shapes(n, seed=0, split="test")
+    np.savez_compressed(file, images=images, labels=labels, masks=masks)
+
+
+def load_sample(file: str | Path = SAMPLE_FILE) -> tuple[Tensor, Tensor, Tensor]:
+    """The committed evaluation sample (``data/shapes_sample.npz``).
+
+    Returns:
+        images (n, 3, 32, 32) float32 normalized with SHAPES_MEAN/STD, labels (n,), masks
+        (n, 32, 32) bool.
+    """
+    with np.load(file) as sample:
+        images = torch.from_numpy(sample["images"]).permute(0, 3, 1, 2).float() / 255
+        mean = torch.tensor(SHAPES_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(SHAPES_STD).view(1, 3, 1, 1)
+        return (
+            (images - mean) / std,
+            torch.from_numpy(sample["labels"]),
+            torch.from_numpy(sample["masks"]),
+        )

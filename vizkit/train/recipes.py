@@ -17,11 +17,11 @@ import torch
 from safetensors.torch import save_file
 
 from .. import zoo
-from ..datasets import Digits, Shapes
+from ..datasets import Digits, Shapes, load_sample
 from .callbacks import AttentionEntropy
-from .trainer import TrainConfig, train
+from .trainer import TrainConfig, evaluate, train
 
-__all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe"]
+__all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_models_readme"]
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
@@ -92,6 +92,7 @@ def run_recipe(
         "data": {"name": spec["data"], "train": len(train_data), "test": len(test_data)},
         "recipe": config.to_dict(),
         "test_accuracy": history[-1]["test_accuracy"],
+        "sample_accuracy": sample_accuracy(model, spec["data"]),
         "parameters": sum(p.numel() for p in model.parameters()),
         "training_seconds": round(seconds, 1),
         "trained_on": f"{platform.machine()}, {torch.get_num_threads()} threads, "
@@ -100,4 +101,44 @@ def run_recipe(
         "history": history,
     }
     (out_dir / f"{spec['name']}.json").write_text(json.dumps(card, indent=1) + "\n")
+    write_models_readme(out_dir)
     return card
+
+
+def sample_accuracy(model: torch.nn.Module, data: str) -> float:
+    """Accuracy on the committed sample (``data/shapes_sample.npz``; for digits, the test split):
+    what the shipped-model tests reproduce exactly."""
+    if data == "digits":
+        return evaluate(model, Digits("test"))["accuracy"]
+    images, labels, _ = load_sample()
+    with torch.no_grad():
+        return (model.eval()(images).argmax(-1) == labels).float().mean().item()
+
+
+def write_models_readme(folder: Path) -> None:
+    """Regenerate ``README.md`` of a zoo folder from its cards (the table is never hand-edited)."""
+    rows = []
+    for file in sorted(Path(folder).glob("*.json")):
+        c = json.loads(file.read_text())
+        if not {"test_accuracy", "recipe", "sha256"} <= set(c):
+            continue
+        size = (Path(folder) / f"{file.stem}.safetensors").stat().st_size / 1e6
+        rows.append(
+            f"| {c['name']} | {c['architecture']} | {c['data']['name']} | "
+            f"{c['test_accuracy']:.4f} | {c['parameters'] / 1e6:.2f}M | {size:.1f} MB | "
+            f"{c['training_seconds'] / 60:.1f} min | {c['recipe']['epochs']} |"
+        )
+    text = [
+        "# Model zoo",
+        "",
+        "Checkpoints (`.safetensors`) with a JSON card each: architecture and kwargs, data,",
+        "recipe, test accuracy, parameters, training time and machine, sha256, per-epoch",
+        "history. Load with `vizkit.zoo.load(name)`; retrain with `vizkit train <name>` (recipes",
+        "in `vizkit/train/recipes/`). The trainer writes this table from the cards.",
+        "",
+        "| name | architecture | data | test accuracy | params | file | training | epochs |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    (Path(folder) / "README.md").write_text("\n".join(text))

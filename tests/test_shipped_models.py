@@ -1,0 +1,66 @@
+"""The checkpoints in models/ load (sha256 verified) and reach the accuracy their cards record."""
+
+import math
+
+import pytest
+import torch
+
+from vizkit import zoo
+from vizkit.train.recipes import recipe_names, sample_accuracy
+
+SHIPPED = zoo.list()
+
+
+def test_every_recipe_has_a_shipped_model():
+    assert SHIPPED, "models/ holds no checkpoints"
+    assert set(recipe_names()) <= set(SHIPPED), "a recipe was never trained into models/"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_recorded_accuracy_is_reproduced(name):
+    model, card = zoo.load(name)
+    measured = sample_accuracy(model, card["data"]["name"])
+    assert measured == pytest.approx(card["sample_accuracy"], abs=1e-6)
+    # the 64-image sample agrees with the 2,000-image test accuracy within 3 binomial std
+    p, n = card["test_accuracy"], 64
+    if card["data"]["name"] == "shapes":
+        assert abs(measured - p) <= 3 * math.sqrt(p * (1 - p) / n) + 1 / n
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_cards_are_complete(name):
+    card = zoo.card(name)
+    for key in [
+        "architecture",
+        "kwargs",
+        "data",
+        "recipe",
+        "test_accuracy",
+        "parameters",
+        "training_seconds",
+        "sha256",
+        "history",
+        "pretrained_cfg",
+    ]:
+        assert key in card, f"{name}: card lacks {key}"
+    assert len(card["history"]) == card["recipe"]["epochs"]
+    assert zoo.path(name).stat().st_size <= 8e6, f"{name} is over 8 MB"
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in SHIPPED if n in ("vit_tiny_shapes", "cait_tiny_shapes")]
+)
+def test_transformers_reach_90_percent_on_shapes(name):
+    assert zoo.card(name)["test_accuracy"] >= 0.9
+
+
+def test_trained_attention_is_not_uniform():
+    model, _ = zoo.load("vit_tiny_shapes")
+    import vizkit as vk
+    from vizkit.datasets import load_sample
+
+    images, _, _ = load_sample()
+    with torch.no_grad():
+        _, cache = vk.HookedModel(model).run_with_cache(images, names="blocks.*.attn.hook_pattern")
+    entropy = vk.analysis.normalized_entropy(cache.stack("attn.hook_pattern")).mean((1, 2, 3))
+    assert entropy.min() < 0.9, "a trained model should attend selectively in some layer"
