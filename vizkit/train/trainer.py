@@ -113,8 +113,10 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
         generator=generator,
         drop_last=len(train_data) > config.batch_size,
     )
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and "pos_embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1 or "pos_embed" in n]
+    exempt = set(getattr(model, "no_weight_decay", set)())  # timm: pos_embed, cls_token, ...
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if param.ndim <= 1 or name in exempt else decay).append(param)
     optimizer = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": config.weight_decay},
