@@ -3,6 +3,8 @@
 from . import analysis as analysis
 from . import datasets as datasets
 from . import models as models
+from . import train as train
+from . import zoo as zoo
 from ._version import __version__ as __version__
 from .hooks import ActivationCache as ActivationCache
 from .hooks import HookedModel as HookedModel
