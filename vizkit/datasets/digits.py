@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from .normalize import normalize
+
 __all__ = ["DIGITS_MEAN", "DIGITS_STD", "Digits", "digit_images"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -27,12 +29,6 @@ def _upsample(grey: np.ndarray, size: tuple[int, int]) -> Tensor:
         .clamp(0, 1)
         .expand(-1, 3, -1, -1)
     )
-
-
-def _normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
-    mean_t = torch.tensor(mean, dtype=torch.float32)[:, None, None]
-    std_t = torch.tensor(std, dtype=torch.float32)[:, None, None]
-    return (images - mean_t) / std_t
 
 
 def digit_images(
@@ -62,7 +58,7 @@ def digit_images(
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     images = _upsample(digits.images[offset : offset + n], size)
     labels = torch.from_numpy(digits.target[offset : offset + n]).long()
-    return _normalize(images, mean, std), labels
+    return normalize(images, mean, std), labels
 
 
 class Digits(Dataset):
@@ -87,9 +83,7 @@ class Digits(Dataset):
             index, test_size=TEST_FRACTION, stratify=digits.target, random_state=0
         )
         chosen = np.sort(train_idx if split == "train" else test_idx)
-        self.images = _normalize(
-            _upsample(digits.images[chosen], (size, size)), self.mean, self.std
-        )
+        self.images = normalize(_upsample(digits.images[chosen], (size, size)), self.mean, self.std)
         self.labels = torch.from_numpy(digits.target[chosen]).long()
 
     def __len__(self) -> int:

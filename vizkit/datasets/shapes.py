@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from .normalize import normalize
+
 __all__ = [
     "SAMPLE_FILE",
     "SHAPE_CLASSES",
@@ -167,14 +169,12 @@ class Shapes(Dataset):
         self.images = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()  # (n, 3, H, W)
         self.labels = torch.from_numpy(labels)
         self.masks = torch.from_numpy(masks)
-        self._mean = torch.tensor(self.mean).view(3, 1, 1)
-        self._std = torch.tensor(self.std).view(3, 1, 1)
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[Tensor, int, Tensor]:
-        image = (self.images[i].float() / 255 - self._mean) / self._std
+        image = normalize(self.images[i].float() / 255, self.mean, self.std)
         return image, int(self.labels[i]), self.masks[i]
 
 
@@ -193,10 +193,5 @@ def load_sample(file: str | Path = SAMPLE_FILE) -> tuple[Tensor, Tensor, Tensor]
     """
     with np.load(file) as sample:
         images = torch.from_numpy(sample["images"]).permute(0, 3, 1, 2).float() / 255
-        mean = torch.tensor(SHAPES_MEAN).view(1, 3, 1, 1)
-        std = torch.tensor(SHAPES_STD).view(1, 3, 1, 1)
-        return (
-            (images - mean) / std,
-            torch.from_numpy(sample["labels"]),
-            torch.from_numpy(sample["masks"]),
-        )
+        labels, masks = torch.from_numpy(sample["labels"]), torch.from_numpy(sample["masks"])
+    return normalize(images, SHAPES_MEAN, SHAPES_STD), labels, masks
