@@ -49,7 +49,10 @@ def test_cards_are_complete(name):
 
 # Issue 3 asks >= 90% within 15 minutes of CPU; recipes that do not reach it yet are listed with
 # their measured accuracy. strict: once a retrained model passes, this entry must go.
-BELOW_BAR = {"vit_tiny_shapes": "84.5% with the 15-minute recipe; tuning continues (issue 3)"}
+BELOW_BAR = {
+    "vit_tiny_shapes": "84.5% with the 15-minute recipe; tuning continues (issue 3)",
+    "cait_tiny_shapes": "81.5%, and 24 minutes (over the 15-minute budget); tuning continues",
+}
 TRANSFORMERS = [
     pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=BELOW_BAR[n]))
     if n in BELOW_BAR
