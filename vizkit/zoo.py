@@ -68,10 +68,11 @@ def _read_weights(file: Path, expected_sha256: str | None) -> dict:
         )
     if not file.is_file():
         raise FileNotFoundError(f"No checkpoint at {file}.")
-    if expected_sha256 is not None and sha256(file) != expected_sha256:
+    actual = sha256(file) if expected_sha256 is not None else None
+    if actual != expected_sha256:
         raise ValueError(
             f"{file.name} does not match the sha256 in its card (expected "
-            f"{expected_sha256[:12]}..., got {sha256(file)[:12]}...): the file was "
+            f"{expected_sha256[:12]}..., got {actual[:12]}...): the file was "
             "changed or damaged. Restore it (git checkout models/) or retrain."
         )
     return load_file(str(file))

@@ -15,6 +15,7 @@ from pathlib import Path
 import timm
 import torch
 from safetensors.torch import save_file
+from torch.utils.data import TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
@@ -108,11 +109,8 @@ def run_recipe(
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:
     """Accuracy on the committed sample (``data/shapes_sample.npz``; for digits, the test split):
     what the shipped-model tests reproduce exactly."""
-    if data == "digits":
-        return evaluate(model, Digits("test"))["accuracy"]
-    images, labels, _ = load_sample()
-    with torch.no_grad():
-        return (model.eval()(images).argmax(-1) == labels).float().mean().item()
+    sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
+    return evaluate(model, sample)["accuracy"]
 
 
 def write_models_readme(folder: Path) -> None:
