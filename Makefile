@@ -35,6 +35,7 @@ lab: setup
 
 bench: setup
 	$(BIN)/python benchmarks/capture.py
+	$(BIN)/python benchmarks/gradcam.py
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks

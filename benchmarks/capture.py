@@ -18,27 +18,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import resource
-import statistics
-import time
 
 import torch
+from timing import print_table, rotated_rounds
 from timm.utils import AttentionExtract
 
 import vizkit as vk
-
-
-def _timed(fn, device: str) -> tuple[float, int]:
-    """Wall seconds and minor page faults of one call."""
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    start = time.perf_counter()
-    fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
 def main() -> None:
@@ -64,38 +49,18 @@ def main() -> None:
         "vizkit": lambda: hm.run_with_cache(x, names="blocks.*.attn.hook_pattern"),
         "timm": lambda: extractor(x),
     }
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    faults: dict[str, list[int]] = {k: [] for k in runs}
-    order = list(runs)
     with torch.inference_mode():
         _, cache = runs["vizkit"]()
         assert len(cache) == len(model.blocks), "vizkit captured the wrong number of maps"
         assert len(runs["timm"]()) == len(model.blocks), "AttentionExtract captured nothing"
-        for fn in runs.values():  # warm-up
-            fn()
-        for round_ in range(args.repeats):
-            shift = round_ % len(order)
-            for name in order[shift:] + order[:shift]:
-                runs[name]()
-                runs[name]()
-                seconds, page_faults = _timed(runs[name], args.device)
-                times[name].append(seconds)
-                faults[name].append(page_faults)
+        times, faults = rotated_rounds(runs, args.repeats, args.device)
 
-    base = statistics.median(times["plain"])
     print(
         f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
         f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
         "rounds"
     )
-    print(f"{'method':<8} {'median s':>9} {'ratio':>7} {'range s':>13} {'page faults/call':>17}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        spread = f"{min(values):.3f}..{max(values):.3f}"
-        print(
-            f"{name:<8} {median:9.3f} {median / base:6.2f}x {spread:>13} "
-            f"{statistics.median(faults[name]):17,.0f}"
-        )
+    print_table(times, faults, "plain")
 
 
 if __name__ == "__main__":

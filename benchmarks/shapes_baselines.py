@@ -3,7 +3,7 @@
 The data set is designed so that the class cannot be read off pixel statistics (position, colour,
 rotation and background vary), while a tiny ViT learns it: a linear classifier on pixels should
 stay below 40% test accuracy (the zoo's ViT reaches >= 90%; see models/README.md).
-Usage: python benchmarks/shapes_baselines.py [--train 20000]
+Usage: python benchmarks/shapes_baselines.py [--train 50000]
 """
 
 from __future__ import annotations

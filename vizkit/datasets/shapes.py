@@ -35,7 +35,7 @@ SHAPE_CLASSES = (
 )  # fmt: skip
 SHAPES_MEAN = (0.5, 0.5, 0.5)  # normalization chosen for [0, 1] images, not fitted
 SHAPES_STD = (0.25, 0.25, 0.25)
-SPLIT_SIZES = {"train": 20_000, "test": 2_000}
+SPLIT_SIZES = {"train": 50_000, "test": 2_000}
 _SPLIT_IDS = {"train": 0, "test": 1}
 SAMPLE_FILE = Path(__file__).resolve().parents[2] / "data" / "shapes_sample.npz"
 SAMPLE_SIZE = 64
@@ -54,16 +54,16 @@ def _inside(cls: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if cls == 3:  # ring
         return (r <= 1.0) & (r >= 0.55)
     if cls == 4:  # plus-shaped cross
-        return ((ax <= 0.3) & (ay <= 1.0)) | ((ay <= 0.3) & (ax <= 1.0))
+        return ((ax <= 0.38) & (ay <= 1.0)) | ((ay <= 0.38) & (ax <= 1.0))
     if cls == 5:  # five-pointed star
         phi = np.arctan2(y, x)
-        return r <= 0.5 + 0.5 * np.abs(np.cos(2.5 * phi)) ** 2
+        return r <= 0.5 + 0.5 * np.abs(np.cos(2.5 * phi)) ** 1.5
     if cls == 6:  # L: a vertical and a horizontal bar meeting at a corner
         return (ax <= 0.9) & (ay <= 0.9) & ((x <= -0.35) | (y <= -0.35))
     if cls == 7:  # crescent
         return (r <= 1.0) & (np.hypot(x - 0.45, y) > 0.8)
     if cls == 8:  # T
-        return ((ax <= 1.0) & (y >= 0.45) & (y <= 1.0)) | ((ax <= 0.28) & (ay <= 1.0))
+        return ((ax <= 1.0) & (y >= 0.35) & (y <= 1.0)) | ((ax <= 0.36) & (ay <= 1.0))
     if cls == 9:  # square frame
         m = np.maximum(ax, ay)
         return (m <= 0.9) & (m >= 0.55)
@@ -147,7 +147,7 @@ class Shapes(Dataset):
     """Generated shapes with ground-truth masks; see the module docstring.
 
     Args:
-        split: "train" (20,000 images) or "test" (2,000); different generator streams.
+        split: "train" (50,000 images) or "test" (2,000); different generator streams.
         n: number of images (default: the split's size).
         size: image side in pixels.
         seed: generator seed.

@@ -100,7 +100,9 @@ class HookedModel:
         prefix = self.tap(name).prefix_tokens if name is not None else None
         if layout is None or prefix is None:
             return layout
-        return dataclasses.replace(layout, num_prefix_tokens=prefix)
+        return dataclasses.replace(
+            layout, num_prefix_tokens=prefix, class_token=layout.class_token and prefix > 0
+        )
 
     @contextmanager
     def hooks(

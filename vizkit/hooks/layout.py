@@ -17,10 +17,12 @@ class TokenLayout:
     Attributes:
         num_prefix_tokens: class, distillation and register tokens before the patches.
         grid: patch grid (gh, gw), row-major.
+        class_token: whether prefix token 0 is a class token (not a register or nothing).
     """
 
     num_prefix_tokens: int
     grid: tuple[int, int]
+    class_token: bool = False
 
     @property
     def num_patches(self) -> int:
@@ -69,7 +71,9 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout |
         grid = tuple(pe.dynamic_feat_size(tuple(image_size)))
     else:
         grid = tuple(pe.grid_size)
-    return TokenLayout(int(getattr(model, "num_prefix_tokens", 0)), (int(grid[0]), int(grid[1])))
+    prefix = int(getattr(model, "num_prefix_tokens", 0))
+    has_class_token = prefix > 0 and getattr(model, "cls_token", None) is not None
+    return TokenLayout(prefix, (int(grid[0]), int(grid[1])), has_class_token)
 
 
 def _in_channels(model: nn.Module) -> int | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["Target", "target_score"]
+__all__ = ["Target", "explained_classes", "target_indices", "target_score"]
 
 Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | None
 
@@ -28,6 +28,19 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         if not isinstance(score, Tensor):
             raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
         return score.sum()
+    return output.gather(1, target_indices(output, target)[:, None]).sum()
+
+
+def explained_classes(output: Tensor, target: Target) -> Tensor | None:
+    """(B,) class index each sample's score refers to; None for a callable target."""
+    if callable(target) and not isinstance(target, Tensor):
+        return None
+    return target_indices(output, target)
+
+
+def target_indices(output: Tensor, target: Target) -> Tensor:
+    """(B,) class indices for ``target`` (an int, B ints, or None for the argmax), validated
+    against the (B, K) logits ``output``."""
     if not isinstance(output, Tensor) or output.ndim != 2:
         shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
         raise ValueError(
@@ -36,22 +49,21 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         )
     batch, classes = output.shape
     if target is None:
-        index = output.argmax(dim=-1)
-    else:
-        if isinstance(target, (bool, str)) or not isinstance(target, (int, Sequence, Tensor)):
-            raise TypeError(f"target must be an int, B ints, a callable or None; got {target!r}.")
-        index = torch.as_tensor(target, device=output.device).long().reshape(-1)
-        if index.numel() == 1:
-            index = index.expand(batch)
-        if index.numel() != batch:
-            raise ValueError(
-                f"Got {index.numel()} targets for a batch of {batch}; give one int "
-                "for all samples or one per sample."
-            )
-        bad = index[(index < 0) | (index >= classes)]
-        if bad.numel():
-            raise ValueError(
-                f"Target class {bad[0].item()} is out of range: the model has "
-                f"{classes} classes (valid: 0..{classes - 1})."
-            )
-    return output.gather(1, index[:, None]).sum()
+        return output.argmax(dim=-1)
+    if isinstance(target, (bool, str)) or not isinstance(target, (int, Sequence, Tensor)):
+        raise TypeError(f"target must be an int, B ints, a callable or None; got {target!r}.")
+    index = torch.as_tensor(target, device=output.device).long().reshape(-1)
+    if index.numel() == 1:
+        index = index.expand(batch)
+    if index.numel() != batch:
+        raise ValueError(
+            f"Got {index.numel()} targets for a batch of {batch}; give one int "
+            "for all samples or one per sample."
+        )
+    bad = index[(index < 0) | (index >= classes)]
+    if bad.numel():
+        raise ValueError(
+            f"Target class {bad[0].item()} is out of range: the model has "
+            f"{classes} classes (valid: 0..{classes - 1})."
+        )
+    return index

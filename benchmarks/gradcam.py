@@ -1,0 +1,71 @@
+"""Grad-CAM cost, side by side in one run, as ratios to a plain inference forward.
+
+deit_small_patch16_224 (random weights), batch 16, 224 px; the same class index for every image:
+  plain        the model's forward under torch.inference_mode (timm's fused attention on)
+  vizkit       vk.gradcam(model, x, target) (input of the last block, the default)
+  grad-cam     pytorch-grad-cam's GradCAM on the same activation (output of blocks[-2]) with
+               a layout reshape, as its README sets it up
+
+Rounds as in benchmarks/capture.py (rotated order, two untimed calls, one timed); median ratio.
+Usage: python benchmarks/gradcam.py [--batch 16] [--repeats 5] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+from pytorch_grad_cam import GradCAM
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+from timing import print_table, rotated_rounds
+
+import vizkit as vk
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deit_small_patch16_224")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = vk.create_model(args.model).eval().to(args.device)
+    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    target = 3
+    layout = vk.token_layout(model, (224, 224))
+
+    def reshape(tokens: torch.Tensor) -> torch.Tensor:  # (B, N, C) -> (B, C, gh, gw)
+        patches = tokens[:, layout.num_prefix_tokens :]
+        return patches.reshape(len(tokens), *layout.grid, -1).permute(0, 3, 1, 2)
+
+    cam = GradCAM(model, target_layers=[model.blocks[-2]], reshape_transform=reshape)
+    targets = [ClassifierOutputTarget(target)] * args.batch
+
+    def plain() -> None:
+        with torch.inference_mode():
+            model(x)
+
+    runs = {
+        "plain": plain,
+        "vizkit": lambda: vk.gradcam(model, x, target=target),
+        "grad-cam": lambda: cam(x, targets=targets),
+    }
+    ours = vk.gradcam(model, x, target=target).upsample().flatten(1).numpy()
+    theirs = cam(x, targets=targets).reshape(args.batch, -1)
+    agreement = min(np.corrcoef(a, b)[0, 1] for a, b in zip(ours, theirs, strict=True))
+    times, faults = rotated_rounds(runs, args.repeats, args.device)
+    cam.__exit__(None, None, None)
+
+    print(
+        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
+        f"rounds; min Pearson vizkit vs grad-cam per map {agreement:.5f}"
+    )
+    print_table(times, faults, "plain")
+
+
+if __name__ == "__main__":
+    main()

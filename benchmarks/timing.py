@@ -1,0 +1,61 @@
+"""Shared timing for the benchmarks: rotated rounds, median per method, page faults."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def timed(fn: Callable[[], object], device: str) -> tuple[float, int]:
+    """Wall seconds and minor page faults of one call."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def rotated_rounds(
+    runs: dict[str, Callable[[], object]], repeats: int, device: str, untimed: int = 2
+) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """Each round runs every method in turn, order rotated each round so drift hits them alike;
+    each method gets ``untimed`` calls and then one timed call (its own steady state).
+
+    Returns:
+        seconds and page faults per method, one value per round.
+    """
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    faults: dict[str, list[int]] = {k: [] for k in runs}
+    order = list(runs)
+    for fn in runs.values():  # warm-up
+        fn()
+    for round_ in range(repeats):
+        shift = round_ % len(order)
+        for name in order[shift:] + order[:shift]:
+            for _ in range(untimed):
+                runs[name]()
+            seconds, page_faults = timed(runs[name], device)
+            times[name].append(seconds)
+            faults[name].append(page_faults)
+    return times, faults
+
+
+def print_table(times: dict[str, list[float]], faults: dict[str, list[int]], base: str) -> None:
+    """Median seconds per method and its ratio to ``base``."""
+    reference = statistics.median(times[base])
+    print(f"{'method':<12} {'median s':>9} {'ratio':>7} {'range s':>13} {'page faults/call':>17}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        spread = f"{min(values):.3f}..{max(values):.3f}"
+        print(
+            f"{name:<12} {median:9.3f} {median / reference:6.2f}x {spread:>13} "
+            f"{statistics.median(faults[name]):17,.0f}"
+        )

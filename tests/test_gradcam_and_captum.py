@@ -1,0 +1,112 @@
+"""Grad-CAM against pytorch-grad-cam, and the captum wrappers against direct captum calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from captum.attr import IntegratedGradients, Occlusion, Saliency
+from conftest import build, hooks_on
+from pytorch_grad_cam import GradCAM
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+import vizkit as vk
+from vizkit.datasets import load_sample
+
+
+@pytest.fixture(scope="module")
+def sample():
+    x, labels, masks = load_sample()
+    return x[:12], labels[:12], masks[:12]
+
+
+def _pearson_per_map(ours: torch.Tensor, theirs: np.ndarray) -> list[float]:
+    values = []
+    for a, b in zip(ours.flatten(1).numpy(), theirs.reshape(len(theirs), -1), strict=True):
+        if a.std() == 0 or b.std() == 0:  # an all-zero map: both must be constant
+            assert a.std() == 0 and b.std() == 0
+            continue
+        values.append(float(np.corrcoef(a, b)[0, 1]))
+    return values
+
+
+def test_vit_gradcam_equals_pytorch_grad_cam(sample):
+    x, labels, _ = sample
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    ours = vk.gradcam(model, x, target=labels)
+    assert ours.options["layer"] == f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
+    layout = ours.layout
+
+    def reshape(tokens):  # (B, N, C) -> (B, C, gh, gw), the layout vizkit resolves
+        patches = tokens[:, layout.num_prefix_tokens :]
+        return patches.reshape(len(tokens), *layout.grid, -1).permute(0, 3, 1, 2)
+
+    # the input of the last block is the output of the one before it
+    with GradCAM(model, target_layers=[model.blocks[-2]], reshape_transform=reshape) as cam:
+        theirs = cam(x, targets=[ClassifierOutputTarget(int(t)) for t in labels])
+    correlations = _pearson_per_map(ours.upsample(), theirs)
+    assert len(correlations) >= len(x) // 2
+    assert min(correlations) >= 0.999
+    assert hooks_on(model) == []
+
+
+def test_cnn_gradcam_equals_pytorch_grad_cam(sample):
+    x, labels, _ = sample
+    model, _ = vk.zoo.load("resnet_tiny_shapes")
+    ours = vk.gradcam(model, x, target=labels)
+    assert ours.options["layer"] == "layer4.hook_out"
+    with GradCAM(model, target_layers=[model.layer4]) as cam:
+        theirs = cam(x, targets=[ClassifierOutputTarget(int(t)) for t in labels])
+    correlations = _pearson_per_map(ours.upsample(), theirs)
+    assert len(correlations) >= len(x) // 2
+    assert min(correlations) >= 0.999
+
+
+def test_gradcam_defaults_and_warnings():
+    model, x = build("vit_reg_avg")  # average pooling: the last block's output
+    assert vk.gradcam(model, x).options["layer"].endswith("hook_resid_post")
+    model, x = build("cait")
+    assert vk.gradcam(model, x).options["layer"] == "blocks.1.hook_resid_post"
+    model, x = build("vit")
+    last = f"blocks.{len(model.blocks) - 1}.hook_resid_post"  # patch tokens never reach the head
+    with pytest.warns(UserWarning, match="gradients at .* are zero"):
+        vk.gradcam(model, x, layer=last)
+    with pytest.raises(ValueError, match="out of range"):
+        vk.gradcam(model, x, target=10**6)
+    with pytest.raises(ValueError, match="token activation"):
+        vk.gradcam(model, x, layer="blocks.0.attn.hook_pattern")
+
+
+def test_gradcam_targets_and_batch():
+    model, x = build("deit_distilled")
+    both = vk.gradcam(model, x, target=[2, 5])
+    assert both.targets.tolist() == [2, 5]
+    single = vk.gradcam(model, x[1:], target=5)
+    torch.testing.assert_close(both.maps[1:], single.maps, rtol=1e-4, atol=1e-6)
+    callable_target = vk.gradcam(model, x, target=lambda out: out[:, 2] - out[:, 5])
+    assert callable_target.targets is None
+
+
+@pytest.mark.parametrize("key", ["vit", "resnet"])
+def test_captum_wrappers_equal_direct_calls(key):
+    model, x = build(key)
+    target = torch.tensor([1, 4])
+    ig = vk.integrated_gradients(model, x, target=target, n_steps=16, internal_batch_size=8)
+    direct = IntegratedGradients(model).attribute(
+        x, baselines=0.0, target=target, n_steps=16, internal_batch_size=8
+    )
+    torch.testing.assert_close(ig.maps, direct.sum(1).detach(), rtol=1e-4, atol=1e-6)
+    sal = vk.saliency(model, x, target=target)
+    direct = Saliency(model).attribute(x.clone().requires_grad_(True), target=target)
+    torch.testing.assert_close(sal.maps, direct.amax(1), rtol=1e-5, atol=1e-7)
+    occ = vk.occlusion(model, x, target=target, window=16, internal_batch_size=8)
+    direct = Occlusion(model).attribute(
+        x, sliding_window_shapes=(3, 16, 16), strides=(3, 16, 16), baselines=0.0, target=target
+    )
+    torch.testing.assert_close(occ.maps, direct.mean(1), rtol=1e-4, atol=1e-6)
+    assert ig.targets.tolist() == [1, 4] and ig.maps.shape == x.shape[:1] + x.shape[2:]
+
+
+def test_occlusion_window_defaults_to_the_patch():
+    model, x = build("vit")
+    assert vk.occlusion(model, x).options["window"] == tuple(model.patch_embed.patch_size)

@@ -1,0 +1,156 @@
+"""Deletion/insertion curves, localization scores and compare_saliency."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import build
+
+import vizkit as vk
+from vizkit.datasets import load_sample
+from vizkit.metrics import faithfulness
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    x, labels, masks = load_sample()
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    return model, x[:16], labels[:16], masks[:16]
+
+
+def _loop_deletion(model, x, maps, target, unit, steps, baseline):
+    """Deletion for one image, one perturbed image at a time."""
+    cells = maps.flatten()
+    order = np.argsort(-cells.numpy(), kind="stable")
+    scores = []
+    for k in range(steps + 1):
+        count = math.ceil(k * len(order) / steps)
+        image = x.clone()
+        for index in order[:count]:
+            r, c = divmod(int(index), maps.shape[-1])
+            rows = slice(r * unit, (r + 1) * unit)
+            cols = slice(c * unit, (c + 1) * unit)
+            image[:, rows, cols] = baseline[:, rows, cols]
+        with torch.no_grad():
+            scores.append(model(image[None]).softmax(-1)[0, target].item())
+    return np.array(scores)
+
+
+def test_deletion_equals_a_loop():
+    model, x = build("vit")
+    grid = vk.token_layout(model, x.shape[-2:]).grid
+    maps = torch.rand(2, *grid, generator=torch.Generator().manual_seed(0))
+    curve = vk.metrics.deletion(model, x, maps, target=[3, 7], steps=8, batch_size=5)
+    unit = model.patch_embed.patch_size[0]
+    for b, target in enumerate([3, 7]):
+        expected = _loop_deletion(model, x[b], maps[b], target, unit, 8, torch.zeros_like(x[b]))
+        np.testing.assert_allclose(curve.scores[b].numpy(), expected, rtol=1e-4, atol=1e-6)
+        fractions = (
+            np.array([math.ceil(k * maps[b].numel() / 8) for k in range(9)]) / maps[b].numel()
+        )
+        np.testing.assert_allclose(
+            curve.auc[b].item(), np.trapezoid(expected, fractions), rtol=1e-4
+        )
+
+
+def test_insertion_starts_at_the_baseline_and_ends_at_the_image():
+    model, x = build("vit")
+    maps = torch.rand(2, 32, 32)  # pixel maps are pooled to patches
+    curve = vk.metrics.insertion(model, x, maps, steps=4, baseline="mean")
+    with torch.no_grad():
+        clean = model(x).softmax(-1)
+        base = model(faithfulness.baseline_images(x, "mean")).softmax(-1)
+    targets = clean.argmax(-1)
+    torch.testing.assert_close(curve.scores[:, -1], clean[[0, 1], targets])
+    torch.testing.assert_close(curve.scores[:, 0], base[[0, 1], targets])
+    assert curve.fractions[0] == 0 and curve.fractions[-1] == 1
+
+
+def test_pixel_level_has_pixel_units():
+    model, x = build("vit")
+    curve = vk.metrics.deletion(model, x, torch.rand(2, 4, 4), level="pixel", steps=16)
+    assert curve.options["unit"] == (1, 1) and curve.scores.shape == (2, 17)
+
+
+def test_blur_baseline_is_smooth_and_keeps_the_mean():
+    x = torch.randn(2, 3, 32, 32)
+    blurred = faithfulness.baseline_images(x, "blur")
+    assert blurred.shape == x.shape
+    assert blurred.std() < x.std() / 2
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        faithfulness.baseline_images(x, "noise")
+
+
+def test_oracle_saliency_beats_random_on_shapes(shapes):
+    model, x, labels, masks = shapes
+    oracle = masks.float()  # the object itself
+    noise = torch.rand(masks.shape, generator=torch.Generator().manual_seed(0))
+    for level in ("patch", "pixel"):
+        oracle_del = vk.metrics.deletion(model, x, oracle, target=labels, level=level).auc
+        noise_del = vk.metrics.deletion(model, x, noise, target=labels, level=level).auc
+        assert oracle_del.mean() < noise_del.mean() - 0.1
+        oracle_ins = vk.metrics.insertion(model, x, oracle, target=labels, level=level).auc
+        noise_ins = vk.metrics.insertion(model, x, noise, target=labels, level=level).auc
+        assert oracle_ins.mean() > noise_ins.mean() + 0.1
+
+
+def test_localization_of_the_mask_itself_is_perfect(shapes):
+    _, _, _, masks = shapes
+    oracle = masks.float()
+    assert vk.metrics.pointing_game(oracle, masks).eq(1).all()
+    torch.testing.assert_close(vk.metrics.energy_in_mask(oracle, masks), torch.ones(len(masks)))
+    torch.testing.assert_close(vk.metrics.top_iou(oracle, masks), torch.ones(len(masks)))
+    inverse = 1 - oracle
+    assert vk.metrics.pointing_game(inverse, masks).eq(0).all()
+    assert vk.metrics.top_iou(inverse, masks).eq(0).all()
+
+
+def test_pointing_game_tolerance_and_iou_fraction():
+    masks = torch.zeros(1, 8, 8, dtype=torch.bool)
+    masks[0, 2:4, 2:4] = True
+    maps = torch.zeros(1, 8, 8)
+    maps[0, 5, 5] = 1  # two pixels away from the object
+    assert vk.metrics.pointing_game(maps, masks).item() == 0
+    assert vk.metrics.pointing_game(maps, masks, tolerance=2).item() == 1
+    top = torch.zeros(1, 8, 8)
+    top[0, 2:4, 2:6] = torch.tensor([[4.0, 3, 2, 1], [4, 3, 2, 1]])
+    # top 8 of 64 pixels: the 4 object pixels + 4 outside -> IoU 4 / 8
+    assert vk.metrics.top_iou(top, masks, fraction=8 / 64).item() == pytest.approx(0.5)
+
+
+def test_shape_mismatches_are_clear(shapes):
+    model, x, labels, masks = shapes
+    with pytest.raises(ValueError, match="Expected 16 saliency maps"):
+        vk.metrics.energy_in_mask(torch.rand(3, 8, 8), masks)
+    with pytest.raises(ValueError, match="do not tile"):
+        vk.metrics.energy_in_mask(torch.rand(len(masks), 7, 8), masks)
+    with pytest.raises(ValueError, match="do not tile"):
+        vk.metrics.deletion(model, x, torch.rand(len(x), 5, 5))
+    with pytest.raises(ValueError, match="bool"):
+        vk.metrics.pointing_game(torch.rand(len(masks), 8, 8), masks.float())
+    with pytest.raises(ValueError, match="Expected 16 saliency maps"):
+        vk.metrics.deletion(model, x, torch.rand(3, 8, 8))
+    with pytest.raises(ValueError, match="level must be"):
+        vk.metrics.deletion(model, x, masks.float(), level="token")
+    with pytest.raises(ValueError, match="out of range"):
+        vk.metrics.deletion(model, x, masks.float(), target=10)
+
+
+def test_compare_saliency_table(shapes):
+    model, x, labels, masks = shapes
+    table = vk.compare_saliency(
+        model, x, methods=["rollout", "gradcam", "random"], masks=masks, target=labels
+    )
+    assert table.methods == ["rollout", "gradcam", "random"]
+    assert table.values.shape == (3, 5) and not table.values.isnan().any()
+    assert "| rollout |" in table.to_markdown()
+    assert table.best("deletion_auc") in table.methods
+    cnn, _ = vk.zoo.load("resnet_tiny_shapes")
+    with pytest.warns(UserWarning, match="rollout skipped"):
+        table = vk.compare_saliency(cnn, x, methods=["rollout", "gradcam"])
+    assert table.values[0].isnan().all() and "rollout" in table.notes
+    with pytest.raises(KeyError, match="known: rollout"):
+        vk.compare_saliency(model, x, methods=["lime"])

@@ -1,0 +1,177 @@
+"""`attention`: capture post-softmax self-attention patterns with their token layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, TokenLayout
+from . import attention_stats as stats
+from ._model import (
+    as_hooked,
+    attention_names,
+    float_bytes,
+    layer_index,
+    model_patch_size,
+    on_model_device,
+    query_index,
+)
+
+__all__ = ["AttentionResult", "attention", "attention_bytes", "reduce_heads"]
+
+DEFAULT_MAX_BYTES = 4 * 2**30
+HeadReduction = str | int
+
+
+def reduce_heads(pattern: Tensor, how: HeadReduction = "mean", head_dim: int = -3) -> Tensor:
+    """Fuse the head axis: ``"mean"``, ``"max"``, ``"min"`` or one head's index."""
+    if isinstance(how, int) and not isinstance(how, bool):
+        heads = pattern.shape[head_dim]
+        if not -heads <= how < heads:
+            raise ValueError(f"Head {how} does not exist; valid: 0..{heads - 1}.")
+        return pattern.select(head_dim, how)
+    if how == "mean":
+        return pattern.mean(head_dim)
+    if how in ("max", "min"):
+        return getattr(pattern, how)(head_dim).values
+    raise ValueError(f"Head reduction must be 'mean', 'max', 'min' or a head index; got {how!r}.")
+
+
+@dataclass
+class AttentionResult:
+    """Self-attention patterns of a batch and where their tokens sit.
+
+    Attributes:
+        patterns: (L, B, H, Nq, N) post-softmax; Nq = N, or 1 with ``query``.
+        layers: block index of each of the L layers.
+        layout: prefix tokens and patch grid of the N tokens.
+        patch_size: (ph, pw) in pixels.
+        image_size: (H, W) of the input.
+        query: the token index kept on the query axis, or None for all queries.
+        logits: (B, K) model output.
+    """
+
+    patterns: Tensor
+    layers: list[int]
+    layout: TokenLayout
+    patch_size: tuple[int, int]
+    image_size: tuple[int, int]
+    query: int | None = None
+    logits: Tensor | None = field(default=None, repr=False)
+
+    def heads(self, how: HeadReduction = "mean") -> Tensor:
+        """Patterns with the heads fused: (L, B, Nq, N)."""
+        return reduce_heads(self.patterns, how)
+
+    def row(
+        self, query: str | int | tuple[int, int] = "cls", heads: HeadReduction | None = None
+    ) -> Tensor:
+        """Attention of one query token over the patches, on the grid.
+
+        Args:
+            query: ``"cls"``, a patch ``(row, col)`` or a token index.
+            heads: None keeps the heads; else a reduction as in `heads`.
+
+        Returns:
+            (L, B, H, gh, gw), or (L, B, gh, gw) with ``heads``.
+        """
+        index = query_index(self.layout, query)
+        if self.query is None:
+            rows = self.patterns[..., index, :]
+        elif index == self.query:
+            rows = self.patterns[..., 0, :]
+        else:
+            raise ValueError(
+                f"Only query token {self.query} was captured (query=...); capture again with "
+                f"query={query!r} or without query for all rows."
+            )
+        _, patches = self.layout.split(rows, dim=-1)
+        grid = self.layout.to_grid(patches)  # (L, B, H, gh, gw)
+        return grid if heads is None else reduce_heads(grid, heads, head_dim=2)
+
+    def stats(self, locality_radius: int = 1) -> dict[str, Tensor]:
+        """Per-layer, per-head statistics, each (L, B, H) averaged over the queries.
+
+        ``entropy`` (normalized, 1 = uniform), ``kl_uniform`` (nats), ``diversity`` (mean
+        Jensen-Shannon divergence to the other heads, nats); with all queries captured also
+        ``distance_patches`` and ``distance_pixels`` (mean attention distance over patch
+        queries and keys) and ``locality`` (mass within ``locality_radius`` patches).
+        Average over dims 1 and 2 for per-layer values.
+        """
+        p = self.patterns
+        out = {"entropy": stats.query_entropy(p), "kl_uniform": stats.kl_to_uniform(p)}
+        if p.shape[2] > 1:
+            out["diversity"] = stats.head_diversity(p)
+        if self.query is None:
+            out["distance_patches"] = stats.mean_attention_distance(p, self.layout)
+            out["distance_pixels"] = stats.mean_attention_distance(p, self.layout, self.patch_size)
+            out["locality"] = stats.locality_mass(p, self.layout, locality_radius)
+        return out
+
+
+def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | None = None) -> int:
+    """Bytes the captured patterns of ``names`` take for batch ``x``: sum of B*H*Nq*N*bytes."""
+    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+    n = layout.num_tokens
+    heads = sum(hm.model.get_submodule(name.rsplit(".", 1)[0]).num_heads for name in names)
+    return len(x) * heads * (1 if query is not None else n) * n * float_bytes(x)
+
+
+def attention(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    layers: int | list[int] | None = None,
+    query: str | int | tuple[int, int] | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> AttentionResult:
+    """Post-softmax self-attention patterns of ``x`` for ``layers`` (default: all).
+
+    For CaiT these are the self-attention stage's softmax maps before the talking-heads mix
+    (row-stochastic, over patches only); its class attention is `class_attention`.
+
+    Args:
+        model: a timm ViT-family model or a HookedModel around one.
+        x: image batch (B, C, H, W); moved to the model's device.
+        layers: block index or indices (negative from the end).
+        query: keep one query row per head (``"cls"``, ``(row, col)`` or a token index):
+            (B, H, 1, N) per layer instead of (B, H, N, N).
+        max_bytes: refuse captures larger than this (default 4 GiB).
+
+    Returns:
+        An `AttentionResult` with patterns (L, B, H, Nq, N).
+
+    Raises:
+        ValueError: a model without self-attention, a layer or query out of range, or a capture
+            above ``max_bytes`` (the message gives its size and how to shrink it).
+    """
+    hm = as_hooked(model)
+    x = on_model_device(hm, x)
+    names = attention_names(hm, layers)
+    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+    row = None if query is None else query_index(layout, query)
+    size = attention_bytes(hm, x, names, row)
+    if size > max_bytes:
+        raise ValueError(
+            f"Capturing {len(names)} attention layers for a batch of {len(x)} would take "
+            f"{size / 2**20:.1f} MiB (B x H x Nq x N floats per layer), above "
+            f"max_bytes={max_bytes / 2**20:.1f} MiB. Pass layers=[...] for a subset, "
+            "query='cls' (one row per head), a smaller batch, or a larger max_bytes."
+        )
+    captured: dict[str, Tensor] = {}
+
+    def keep(pattern: Tensor, *, name: str) -> None:
+        captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
+
+    with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}):
+        logits = hm(x)
+    return AttentionResult(
+        patterns=torch.stack([captured[name] for name in names]),
+        layers=[layer_index(name) for name in names],
+        layout=layout,
+        patch_size=model_patch_size(hm),
+        image_size=tuple(x.shape[-2:]),
+        query=row,
+        logits=logits,
+    )

@@ -1,0 +1,108 @@
+"""Per-head statistics of attention patterns.
+
+Every function takes post-softmax patterns ``(..., Nq, N)`` whose key axis holds the prefix tokens
+followed by the gh x gw patches (see `TokenLayout`), and returns one value per head ``(...)``:
+the statistic averaged over the queries.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..hooks import TokenLayout
+from .entropy import normalized_entropy
+
+__all__ = [
+    "head_divergence",
+    "head_diversity",
+    "kl_to_uniform",
+    "locality_mass",
+    "mean_attention_distance",
+    "patch_distances",
+    "query_entropy",
+]
+
+
+def query_entropy(pattern: Tensor) -> Tensor:
+    """Normalized entropy over keys, averaged over queries: (..., Nq, N) -> (...)."""
+    return normalized_entropy(pattern).mean(-1)
+
+
+def kl_to_uniform(pattern: Tensor) -> Tensor:
+    """KL(pattern row || uniform over the N keys) in nats, averaged over queries:
+    (..., Nq, N) -> (...). Equals log N times (1 - normalized entropy)."""
+    keys = pattern.shape[-1]
+    return math.log(keys) * (1 - normalized_entropy(pattern)).mean(-1)
+
+
+def patch_distances(layout: TokenLayout, patch_size: tuple[int, int] = (1, 1)) -> Tensor:
+    """Euclidean distance between patch centres (Np, Np), in units of ``patch_size`` (rows, cols):
+    (1, 1) gives patches, the model's patch size gives pixels."""
+    gh, gw = layout.grid
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    centres = torch.stack([rows.flatten() * patch_size[0], cols.flatten() * patch_size[1]], -1)
+    return torch.cdist(centres.double(), centres.double())
+
+
+def _patch_to_patch(pattern: Tensor, layout: TokenLayout) -> Tensor:
+    """Rows of the patch queries over the patch keys, renormalized: (..., N, N) -> (..., Np, Np).
+
+    Prefix tokens have no position, so distance-based statistics leave them out.
+    """
+    if pattern.shape[-2] != layout.num_tokens:
+        raise ValueError(
+            f"Distance statistics need the full pattern (..., {layout.num_tokens}, "
+            f"{layout.num_tokens}) with every patch query; got {tuple(pattern.shape)} (a "
+            "single query row, e.g. query='cls', has no position)."
+        )
+    _, patches = layout.split(pattern.double(), dim=-2)
+    _, keys = layout.split(patches, dim=-1)
+    return keys / keys.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+def mean_attention_distance(
+    pattern: Tensor, layout: TokenLayout, patch_size: tuple[int, int] = (1, 1)
+) -> Tensor:
+    """Attention-weighted distance between query and key patches (Dosovitskiy et al. 2021,
+    Fig. 7), averaged over patch queries: (..., N, N) -> (...).
+
+    Units: patches by default; pass the model's patch size for pixels.
+    """
+    weights = _patch_to_patch(pattern, layout)
+    distance = patch_distances(layout, patch_size).to(weights.device)
+    return (weights * distance).sum(-1).mean(-1).to(pattern.dtype)
+
+
+def locality_mass(pattern: Tensor, layout: TokenLayout, radius: int = 1) -> Tensor:
+    """Share of a patch query's attention on the patches within ``radius`` rows and columns of
+    it (itself included; radius 1 = its 3x3 neighbourhood), averaged over patch queries:
+    (..., N, N) -> (...)."""
+    weights = _patch_to_patch(pattern, layout)
+    gh, gw = layout.grid
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    rows, cols = rows.flatten(), cols.flatten()
+    near = ((rows[:, None] - rows).abs() <= radius) & ((cols[:, None] - cols).abs() <= radius)
+    return (weights * near.to(weights.device)).sum(-1).mean(-1).to(pattern.dtype)
+
+
+def head_divergence(pattern: Tensor, head_dim: int = -3) -> Tensor:
+    """Pairwise Jensen-Shannon divergence between heads (nats, in [0, log 2]), averaged over
+    queries: (..., H, Nq, N) -> (..., H, H)."""
+    p = pattern.movedim(head_dim, -3).double()
+    a, b = p.unsqueeze(-3), p.unsqueeze(-4)  # (..., H, 1, Nq, N), (..., 1, H, Nq, N)
+    m = (a + b) / 2
+    kl_am = (torch.special.xlogy(a, a) - torch.special.xlogy(a, m)).sum(-1)
+    kl_bm = (torch.special.xlogy(b, b) - torch.special.xlogy(b, m)).sum(-1)
+    return ((kl_am + kl_bm) / 2).mean(-1).to(pattern.dtype)
+
+
+def head_diversity(pattern: Tensor, head_dim: int = -3) -> Tensor:
+    """Mean Jensen-Shannon divergence of each head to the other heads: (..., H, Nq, N) ->
+    (..., H). 0 when all heads attend alike; at most log 2."""
+    heads = pattern.shape[head_dim]
+    if heads < 2:
+        raise ValueError("Head diversity needs at least 2 heads; the pattern has 1.")
+    return head_divergence(pattern, head_dim).sum(-1) / (heads - 1)

@@ -1,0 +1,122 @@
+"""Thin wrappers over captum's input attributions, returning `SaliencyResult` pixel maps.
+
+captum does the attribution; vizkit resolves targets like every other analysis (int, B ints, a
+callable on the logits, or None for the argmax), chunks the work with ``internal_batch_size`` and
+reduces the channel axis to one map per image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from captum.attr import IntegratedGradients, Occlusion, Saliency
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, Target
+from ..hooks.targets import target_indices
+from ._model import as_hooked, on_model_device
+from .saliency_result import SaliencyResult
+
+__all__ = ["integrated_gradients", "occlusion", "saliency"]
+
+
+def _prepare(
+    model, x: Tensor, target: Target
+) -> tuple[HookedModel, Tensor, Callable, Tensor | None]:
+    """HookedModel, batch on its device, captum forward function, and captum target (B,)."""
+    hm = as_hooked(model)
+    x = on_model_device(hm, x).detach().requires_grad_(True)  # captum differentiates x
+    hm.model.eval()
+    if callable(target) and not isinstance(target, Tensor):
+        return hm, x, lambda inputs: target(hm.model(inputs)), None
+    with torch.no_grad():
+        logits = hm(x)
+    return hm, x, hm.model, target_indices(logits, target)
+
+
+def _result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
+    if reduce == "sum":
+        maps = attributions.sum(1)
+    elif reduce == "abs_max":
+        maps = attributions.abs().amax(1)
+    else:
+        maps = attributions.mean(1)
+    return SaliencyResult(
+        maps=maps.detach().float(),
+        method=method,
+        image_size=tuple(attributions.shape[-2:]),
+        options={**options, "channel_reduction": reduce},
+        targets=targets,
+    )
+
+
+def integrated_gradients(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    target: Target = None,
+    baseline: float | Tensor = 0.0,
+    n_steps: int = 50,
+    internal_batch_size: int = 64,
+) -> SaliencyResult:
+    """captum IntegratedGradients; maps (B, H, W) are the attributions summed over channels
+    (signed). ``baseline``: a value or a (B, C, H, W) tensor, in the model's normalized space."""
+    hm, x, forward, targets = _prepare(model, x, target)
+    attributions = IntegratedGradients(forward).attribute(
+        x,
+        baselines=baseline,
+        target=targets,
+        n_steps=n_steps,
+        internal_batch_size=internal_batch_size,
+    )
+    options = {"n_steps": n_steps, "baseline": _describe(baseline)}
+    return _result(attributions, "integrated_gradients", "sum", targets, options)
+
+
+def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
+    """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
+    (B, H, W)."""
+    hm, x, forward, targets = _prepare(model, x, target)
+    attributions = Saliency(forward).attribute(x, target=targets, abs=True)
+    return _result(attributions, "saliency", "abs_max", targets, {})
+
+
+def occlusion(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    target: Target = None,
+    window: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] | None = None,
+    baseline: float = 0.0,
+    internal_batch_size: int = 64,
+) -> SaliencyResult:
+    """captum Occlusion: the drop of the target score when a window is set to ``baseline``;
+    maps (B, H, W), mean over channels.
+
+    Args:
+        window: (h, w) occluded at a time; default the patch size (ViTs) or 1/8 of the image.
+        stride: default the window (non-overlapping).
+        internal_batch_size: occluded images per forward (captum's ``perturbations_per_eval``
+            is this divided by the batch size).
+    """
+    hm, x, forward, targets = _prepare(model, x, target)
+    if window is None:
+        pe = getattr(hm.model, "patch_embed", None)
+        window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in x.shape[-2:])
+    window = (window, window) if isinstance(window, int) else tuple(window)
+    stride = window if stride is None else stride
+    stride = (stride, stride) if isinstance(stride, int) else tuple(stride)
+    attributions = Occlusion(forward).attribute(
+        x,
+        sliding_window_shapes=(x.shape[1], *window),
+        strides=(x.shape[1], *stride),
+        baselines=baseline,
+        target=targets,
+        perturbations_per_eval=max(1, internal_batch_size // len(x)),
+    )
+    options = {"window": window, "stride": stride, "baseline": baseline}
+    return _result(attributions, "occlusion", "mean", targets, options)
+
+
+def _describe(baseline: float | Tensor) -> float | str:
+    return f"tensor{tuple(baseline.shape)}" if isinstance(baseline, Tensor) else baseline

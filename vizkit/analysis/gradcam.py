@@ -1,0 +1,106 @@
+"""Grad-CAM (Selvaraju et al. 2017) for ViTs (on tokens) and CNNs (on feature maps).
+
+Both read an activation A and the gradient G of the target logit with respect to it, weight each
+channel by its mean gradient over positions, and keep the positive part: relu(sum_c w_c A_c).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, Target
+from ..hooks.targets import explained_classes
+from ._model import as_hooked, attention_names, on_model_device
+from .saliency_result import SaliencyResult
+
+__all__ = ["default_gradcam_layer", "gradcam"]
+
+
+def default_gradcam_layer(hm: HookedModel) -> str:
+    """The activation Grad-CAM reads by default.
+
+    - ViTs pooling the class token: ``blocks.{L-1}.hook_resid_pre``, the input of the last
+      block's norm (after the last block only the class token reaches the head, so the patch
+      tokens' gradients there are zero).
+    - ViTs with average pooling, and CaiT (whose class-attention stage reads the last
+      self-attention block's output): ``blocks.{L-1}.hook_resid_post``.
+    - CNNs: the output of the last feature stage (timm ``feature_info``), ``<stage>.hook_out``.
+    """
+    model = hm.model
+    if hasattr(model, "blocks") and any(n.endswith("hook_resid_pre") for n in hm.hook_names()):
+        last = attention_names(hm)[-1].split(".")[1]
+        token_pooled = getattr(model, "global_pool", None) == "token" and not hasattr(
+            model, "blocks_token_only"
+        )
+        return f"blocks.{last}.hook_resid_{'pre' if token_pooled else 'post'}"
+    info = getattr(model, "feature_info", None)
+    if info:
+        return f"{info[-1]['module']}.hook_out"
+    raise ValueError(
+        f"No default Grad-CAM layer for {type(model).__name__}; pass layer=<hook name> "
+        "(a (B, N, C) token activation or a (B, C, h, w) feature map; see hook_names())."
+    )
+
+
+def gradcam(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    target: Target = None,
+    layer: str | None = None,
+) -> SaliencyResult:
+    """Grad-CAM maps of a batch.
+
+    Args:
+        model: a timm ViT-family model or CNN, or a HookedModel.
+        x: image batch (B, C, H, W).
+        target: int, B ints, a callable on the logits, or None for each sample's argmax.
+        layer: hook name of the activation; default `default_gradcam_layer`.
+
+    Returns:
+        `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid) or (B, h, w)
+        for feature maps.
+    """
+    hm = as_hooked(model)
+    x = on_model_device(hm, x)
+    layer = default_gradcam_layer(hm) if layer is None else layer
+    if (hm.tap(layer).shape or "").startswith("B H"):
+        raise ValueError(
+            f"{layer} is an attention pattern (B, H, N, N), not a token activation (B, N, C) "
+            "or a feature map (B, C, h, w); for attention use rollout() or grad_rollout(), "
+            "or pass a residual name such as blocks.-1.hook_resid_pre."
+        )
+    logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
+    act, grad = cache[layer], cache[f"{layer}_grad"]
+    layout = None
+    if act.ndim == 3:  # tokens (B, N, C)
+        layout = hm.token_layout(tuple(x.shape[-2:]), layer)
+        if layout is None:
+            raise ValueError(f"{layer} is a token activation but the model has no patch grid.")
+        act, grad = (layout.split(t, dim=1)[1] for t in (act, grad))  # (B, Np, C)
+        cam = (grad.mean(1, keepdim=True) * act).sum(-1).clamp_min(0)
+        maps = layout.to_grid(cam)
+    elif act.ndim == 4:  # feature maps (B, C, h, w)
+        maps = (grad.mean((2, 3), keepdim=True) * act).sum(1).clamp_min(0)
+    else:
+        raise ValueError(
+            f"Grad-CAM needs a token activation (B, N, C) or a feature map (B, C, h, w); "
+            f"{layer} is {tuple(act.shape)}."
+        )
+    dead = (grad.flatten(1) == 0).all(1)
+    if dead.any():
+        warnings.warn(
+            f"All gradients at {layer} are zero for samples {dead.nonzero()[:, 0].tolist()}: "
+            "the target does not depend on this activation (after the last block only the "
+            "class token reaches a token-pooling head). Choose an earlier layer.",
+            stacklevel=2,
+        )
+    return SaliencyResult(
+        maps=maps.float(),
+        method="gradcam",
+        image_size=tuple(x.shape[-2:]),
+        options={"layer": layer},
+        layout=layout,
+        targets=explained_classes(logits, target),
+    )

@@ -1,0 +1,199 @@
+"""Attention rollout (Abnar and Zuidema 2020) and gradient-weighted rollout (Chefer et al. 2021).
+
+Rollout follows the maps the model really multiplies with the values: ``attn.hook_pattern`` for
+ViTs, the talking-heads map after mixing (``attn.hook_pattern_mixed``) for CaiT. CaiT's class
+token meets the patches only in the class-attention stage, so its rollout continues the
+self-attention product through the class-attention rows (each with the residual added).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, Target
+from ..hooks.targets import explained_classes
+from ._model import as_hooked, attention_names, class_attention_names, on_model_device
+from .attention import reduce_heads
+from .saliency_result import SaliencyResult
+
+__all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
+
+_MIXED = ".attn.hook_pattern_mixed"
+
+
+def check_row_stochastic(pattern: Tensor, name: str, atol: float = 1e-3) -> None:
+    """Raise a ValueError if ``pattern`` (..., Nq, N) has negative entries or rows not summing
+    to 1."""
+    negative = pattern.min().item() < -atol
+    off = (pattern.sum(-1) - 1).abs().max().item()
+    if negative or off > atol:
+        raise ValueError(
+            f"{name} is not row-stochastic (min {pattern.min().item():.3g}, row sums off by "
+            f"up to {off:.3g}), e.g. talking heads after mixing or a refined map; rollout "
+            "assumes attention rows that are probabilities. Pass allow_non_stochastic=True "
+            "to roll out |A| renormalized per row instead (a heuristic), or use "
+            "class_attention()/gradcam()."
+        )
+
+
+def _applied_names(hm: HookedModel) -> list[str]:
+    """Per block, the map applied to the values: the mixed map where the model has one."""
+    known = set(hm.hook_names())
+    applied = []
+    for name in attention_names(hm):
+        mixed = name.replace(".attn.hook_pattern", _MIXED)
+        applied.append(mixed if mixed in known else name)
+    return applied
+
+
+def _discard_lowest(fused: Tensor, ratio: float) -> Tensor:
+    """Zero the lowest ``ratio`` share of each map's entries (B, N, N), sparing entry [0, 0]."""
+    flat = fused.flatten(1)
+    lowest = flat.topk(int(flat.shape[1] * ratio), dim=1, largest=False).indices
+    dropped = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, lowest, True)
+    dropped[:, 0] = False
+    return flat.masked_fill(dropped, 0.0).view_as(fused)
+
+
+def _with_residual(fused: Tensor) -> Tensor:
+    """(A + I) / 2 with rows renormalized: (B, N, N) -> (B, N, N)."""
+    mixed = fused + torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
+    return mixed / mixed.sum(-1, keepdim=True)
+
+
+def _fuse(pattern: Tensor, name: str, head_fusion, allow_non_stochastic: bool) -> Tensor:
+    pattern = pattern.double()
+    if allow_non_stochastic:
+        pattern = pattern.abs()
+        pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
+    else:
+        check_row_stochastic(pattern, name)
+    return reduce_heads(pattern, head_fusion, head_dim=1)
+
+
+def _query_rows(joint: Tensor, layout) -> Tensor:
+    """Relevance of the patches for the class token (B, Np), or the mean over patch queries."""
+    _, patch_cols = layout.split(joint, dim=-1)
+    if layout.class_token:
+        return patch_cols[:, 0]
+    return layout.split(patch_cols, dim=1)[1].mean(1)
+
+
+def rollout(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    head_fusion: str | int = "mean",
+    discard_ratio: float = 0.0,
+    allow_non_stochastic: bool = False,
+) -> SaliencyResult:
+    """Attention rollout: per layer fuse the heads, drop the weakest entries, add the identity
+    for the residual, renormalize rows, and multiply over layers (last layer on the left).
+
+    Args:
+        model: a ViT-family model or HookedModel.
+        x: image batch (B, C, H, W).
+        head_fusion: "mean", "max", "min" or one head's index.
+        discard_ratio: share of each fused map's lowest entries set to 0 (the class token's
+            self-weight is kept), as in vit-explain.
+        allow_non_stochastic: roll out maps that are not row-stochastic (CaiT's talking heads)
+            by replacing each head's map with |A| renormalized per row first. Off: they are
+            refused with a ValueError.
+
+    Returns:
+        `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the
+        patches (models without a class token: the mean over patch queries).
+    """
+    if not 0 <= discard_ratio < 1:
+        raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
+    hm = as_hooked(model)
+    x = on_model_device(hm, x)
+    names = _applied_names(hm)
+    ca_names = class_attention_names(hm)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names + ca_names)
+    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+    joint = None
+    for name in names:
+        fused = _fuse(cache[name], name, head_fusion, allow_non_stochastic)
+        step = _with_residual(_discard_lowest(fused, discard_ratio))
+        joint = step if joint is None else step @ joint  # (B, N, N)
+    if ca_names:  # CaiT: the class token reads the patches through class attention only
+        relevance = _class_token_rollout(cache, ca_names, joint, head_fusion)
+        layout = hm.token_layout(tuple(x.shape[-2:]))
+    else:
+        relevance = _query_rows(joint, layout)
+    return SaliencyResult(
+        maps=layout.to_grid(relevance.float()),
+        method="rollout",
+        image_size=tuple(x.shape[-2:]),
+        options={
+            "head_fusion": head_fusion,
+            "discard_ratio": discard_ratio,
+            "allow_non_stochastic": allow_non_stochastic,
+            "maps": names + ca_names,
+        },
+        layout=layout,
+    )
+
+
+def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion) -> Tensor:
+    """Continue rollout through class attention: (B, Np) relevance of the input patches.
+
+    The class token's relevance r lives on [class token, input patches]; the patch tokens'
+    rows are [0 | joint]. Each class-attention row a (over [class token, patches]) gets the
+    residual added, a' = (a + e_0) / 2 renormalized, and r <- a'_0 r + a'_patches [0 | joint].
+    """
+    batch, patches = joint.shape[0], joint.shape[-1]
+    tokens = torch.cat([joint.new_zeros(batch, patches, 1), joint], -1)  # (B, Np, 1 + Np)
+    r = joint.new_zeros(batch, 1 + patches)
+    r[:, 0] = 1
+    for name in ca_names:
+        row = _fuse(cache[name], name, head_fusion, False)[:, 0]  # (B, 1 + Np)
+        row = torch.cat([row[:, :1] + 1, row[:, 1:]], -1) / 2  # residual: + e_0, rows sum to 1
+        r = row[:, :1] * r + (row[:, 1:, None] * tokens).sum(1)
+    return r[:, 1:]
+
+
+def grad_rollout(
+    model: nn.Module | HookedModel, x: Tensor, target: Target = None
+) -> SaliencyResult:
+    """Gradient-weighted rollout (Chefer, Gur and Wolf, ICCV 2021, Eq. 5-6): R = I, then per
+    layer R <- R + mean_h[(dA/dy * A)^+] R; the class token's row over the patches.
+
+    Args:
+        target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
+
+    Returns:
+        `SaliencyResult` (B, gh, gw) with ``targets``.
+    """
+    hm = as_hooked(model)
+    x = on_model_device(hm, x)
+    names = _applied_names(hm)
+    if (
+        any(n.endswith(_MIXED) for n in names)
+        or not hm.token_layout(tuple(x.shape[-2:]), names[0]).num_prefix_tokens
+    ):
+        raise ValueError(
+            "grad_rollout needs self-attention over a class token (ViT/DeiT); this model's "
+            "class token does not take part in self-attention (CaiT) or it has none. Use "
+            "class_attention(), rollout(...) or gradcam()."
+        )
+    logits, cache = hm.run_with_cache(x, names=names, grads=True, target=target)
+    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+    relevance = None
+    for name in names:
+        weighted = (cache[f"{name}_grad"] * cache[name]).clamp_min(0).mean(1).double()
+        relevance = (
+            torch.eye(weighted.shape[-1], dtype=weighted.dtype, device=weighted.device) + weighted
+            if relevance is None
+            else relevance + weighted @ relevance
+        )
+    return SaliencyResult(
+        maps=layout.to_grid(_query_rows(relevance, layout).float()),
+        method="grad_rollout",
+        image_size=tuple(x.shape[-2:]),
+        options={"maps": names},
+        layout=layout,
+        targets=explained_classes(logits, target),
+    )

@@ -1,0 +1,75 @@
+"""`SaliencyResult`: one map per image, from any attribution method, with its metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..hooks import TokenLayout
+
+__all__ = ["SaliencyResult", "check_maps_fit", "min_max"]
+
+
+def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> None:
+    """Raise a ValueError unless ``maps`` is (batch, h, w) with h, w dividing the image size."""
+    if maps.ndim != 3 or len(maps) != batch:
+        raise ValueError(
+            f"Expected {batch} saliency maps (B={batch}, h, w) for the images; got "
+            f"{tuple(maps.shape)}."
+        )
+    (h, w), (height, width) = maps.shape[-2:], image_size
+    if height % h or width % w:
+        raise ValueError(
+            f"Saliency maps of {h}x{w} do not tile the {height}x{width} images; pass maps at "
+            "the image size, the patch grid or another divisor of the image size."
+        )
+
+
+def min_max(maps: Tensor) -> Tensor:
+    """Scale each map (B, ...) to [0, 1] by its own minimum and maximum (constant maps give 0)."""
+    flat = maps.flatten(1)
+    low, high = flat.min(1, keepdim=True).values, flat.max(1, keepdim=True).values
+    return ((flat - low) / (high - low).clamp_min(1e-12)).view_as(maps)
+
+
+@dataclass
+class SaliencyResult:
+    """Saliency maps of a batch.
+
+    Attributes:
+        maps: (B, h, w): on the patch grid (gh, gw) or in pixels (H, W); higher = more salient.
+        method: what produced them (``"rollout"``, ``"gradcam"``, ...).
+        image_size: (H, W) of the input images.
+        options: the method's settings (layer, head fusion, ...).
+        layout: token layout for patch-grid maps, None for pixel maps and CNNs.
+        targets: (B,) the class each map explains, None for class-agnostic methods.
+        extras: further tensors of the method, e.g. ``per_head`` (B, H, gh, gw).
+    """
+
+    maps: Tensor
+    method: str
+    image_size: tuple[int, int]
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    targets: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.maps.ndim != 3:
+            raise ValueError(f"maps must be (B, h, w); got shape {tuple(self.maps.shape)}.")
+
+    def upsample(self, mode: str = "bilinear") -> Tensor:
+        """Maps resized to the image: (B, H, W). ``mode``: "bilinear" or "nearest"."""
+        if tuple(self.maps.shape[-2:]) == tuple(self.image_size):
+            return self.maps
+        if mode not in ("bilinear", "nearest"):
+            raise ValueError(f"mode must be 'bilinear' or 'nearest'; got {mode!r}.")
+        extra = {"align_corners": False} if mode == "bilinear" else {}
+        up = F.interpolate(self.maps[:, None].float(), size=self.image_size, mode=mode, **extra)
+        return up[:, 0].to(self.maps.dtype)
+
+    def normalized(self) -> Tensor:
+        """Maps min-max scaled to [0, 1] per image: (B, h, w)."""
+        return min_max(self.maps)

@@ -1,0 +1,23 @@
+"""Faithfulness (deletion/insertion) and localization (against object masks) of saliency maps."""
+
+from .compare import METHODS as METHODS
+from .compare import SaliencyTable as SaliencyTable
+from .compare import compare_saliency as compare_saliency
+from .faithfulness import CurveResult as CurveResult
+from .faithfulness import deletion as deletion
+from .faithfulness import insertion as insertion
+from .localization import energy_in_mask as energy_in_mask
+from .localization import pointing_game as pointing_game
+from .localization import top_iou as top_iou
+
+__all__ = [
+    "METHODS",
+    "CurveResult",
+    "SaliencyTable",
+    "compare_saliency",
+    "deletion",
+    "energy_in_mask",
+    "insertion",
+    "pointing_game",
+    "top_iou",
+]
