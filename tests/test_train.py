@@ -1,5 +1,8 @@
 """The trainer learns, is deterministic, records callbacks, restores thread count."""
 
+import json
+
+import pytest
 import timm
 import torch
 
@@ -55,3 +58,28 @@ def test_thread_count_restored():
         progress=False,
     )
     assert torch.get_num_threads() == before
+
+
+def test_identity_talking_heads_starts_from_plain_multi_head_attention():
+    from vizkit.train.inits import identity_talking_heads
+
+    torch.manual_seed(0)
+    kwargs = {"img_size": 32, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_classes": 10}
+    model = timm.create_model("cait_xxs24_224", **kwargs)
+    before = model.blocks[0].attn.proj_l.weight.clone()
+    assert identity_talking_heads(model) == 2 * len(model.blocks)
+    after = model.blocks[0].attn.proj_l.weight
+    torch.testing.assert_close(after - before, torch.eye(len(after)))
+    vit = timm.create_model("vit_tiny_patch16_224", **{**kwargs, "num_heads": 2})
+    with pytest.raises(ValueError, match="no talking-heads attention"):
+        identity_talking_heads(vit)
+
+
+def test_recipe_init_names_are_validated(tmp_path):
+    from vizkit.train.recipes import load_recipe
+
+    spec = {**load_recipe("cait_tiny_shapes"), "init": ["orthogonal_everything"]}
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="unknown init.*identity_talking_heads"):
+        load_recipe(file)

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
-from ._model import as_hooked, attention_names, on_model_device
+from ._model import as_hooked, on_model_device
 from .saliency_result import SaliencyResult
 
 __all__ = ["default_gradcam_layer", "gradcam"]
@@ -29,12 +29,16 @@ def default_gradcam_layer(hm: HookedModel) -> str:
     - CNNs: the output of the last feature stage (timm ``feature_info``), ``<stage>.hook_out``.
     """
     model = hm.model
-    if hasattr(model, "blocks") and any(n.endswith("hook_resid_pre") for n in hm.hook_names()):
-        last = attention_names(hm)[-1].split(".")[1]
+    blocks = [
+        n.rsplit(".", 1)[0]
+        for n in hm.hook_names()
+        if n.startswith("blocks.") and n.endswith(".hook_resid_pre")
+    ]
+    if blocks:
         token_pooled = getattr(model, "global_pool", None) == "token" and not hasattr(
             model, "blocks_token_only"
         )
-        return f"blocks.{last}.hook_resid_{'pre' if token_pooled else 'post'}"
+        return f"{blocks[-1]}.hook_resid_{'pre' if token_pooled else 'post'}"
     info = getattr(model, "feature_info", None)
     if info:
         return f"{info[-1]['module']}.hook_out"

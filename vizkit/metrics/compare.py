@@ -83,8 +83,8 @@ class SaliencyTable:
             "|---" * (len(self.metrics) + 2) + "|",
         ]
         for i, method in enumerate(self.methods):
-            cells = ["n/a" if math.isnan(v) else f"{v:.3f}" for v in self.values[i].tolist()]
-            lines.append(f"| {method} | " + " | ".join(cells) + f" | {self.seconds[i]:.2f} |")
+            cells = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 2)]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -141,6 +141,10 @@ def compare_saliency(
             scores["mask_iou"] = top_iou(result, masks)
         values.append([scores[m].float().mean().item() for m in metrics])
     return SaliencyTable(names, metrics, torch.tensor(values), seconds, notes)
+
+
+def _cell(value: float, digits: int) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 def _lookup(name: str) -> Method:

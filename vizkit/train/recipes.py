@@ -2,7 +2,8 @@
 checkpoint (.safetensors), the card (.json, with the history) into the zoo folder.
 
 A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``data`` ("shapes" or
-"digits") and ``train`` (fields of `TrainConfig`).
+"digits"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
+`vizkit.train.inits.INITS` applied to the freshly built model.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch.utils.data import TensorDataset
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
 from .callbacks import AttentionEntropy
+from .inits import INITS
 from .trainer import TrainConfig, evaluate, train
 
 __all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_models_readme"]
@@ -27,6 +29,7 @@ __all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_model
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
 _FIELDS = {"name", "architecture", "kwargs", "data", "train"}
+_OPTIONAL = {"init"}
 
 
 def recipe_names() -> list[str]:
@@ -44,11 +47,16 @@ def load_recipe(recipe: str | Path) -> dict:
             "pass the path of a JSON recipe."
         )
     spec = json.loads(file.read_text())
-    missing, extra = _FIELDS - set(spec), set(spec) - _FIELDS
+    missing, extra = _FIELDS - set(spec), set(spec) - _FIELDS - _OPTIONAL
     if missing or extra:
         raise ValueError(
             f"Recipe {file.name}: missing {sorted(missing)}, unknown {sorted(extra)}; "
-            f"a recipe has exactly {sorted(_FIELDS)}."
+            f"a recipe has {sorted(_FIELDS)} and optionally {sorted(_OPTIONAL)}."
+        )
+    unknown_inits = set(spec.get("init", [])) - set(INITS)
+    if unknown_inits:
+        raise ValueError(
+            f"Recipe {file.name}: unknown init {sorted(unknown_inits)}; known: {sorted(INITS)}."
         )
     if spec["data"] not in DATASETS:
         raise ValueError(f"Recipe {file.name}: data must be one of {list(DATASETS)}.")
@@ -70,6 +78,8 @@ def run_recipe(
     train_data, test_data = dataset("train"), dataset("test")
     torch.manual_seed(config.seed)
     model = timm.create_model(spec["architecture"], **spec["kwargs"])
+    for init in spec.get("init", []):
+        INITS[init](model)
     start = time.perf_counter()
     history = train(model, train_data, test_data, config, [AttentionEntropy()], progress)
     seconds = time.perf_counter() - start
@@ -92,6 +102,7 @@ def run_recipe(
         "classes": list(dataset.classes),
         "data": {"name": spec["data"], "train": len(train_data), "test": len(test_data)},
         "recipe": config.to_dict(),
+        "init": spec.get("init", []),
         "test_accuracy": history[-1]["test_accuracy"],
         "sample_accuracy": sample_accuracy(model, spec["data"]),
         "parameters": sum(p.numel() for p in model.parameters()),
