@@ -28,7 +28,7 @@ METHODS = {
         "random",
     ],
     "cait_tiny_shapes": [
-        ("rollout (|A| rows)", lambda hm, x, t: vk.rollout(hm, x, allow_non_stochastic=True)),
+        ("rollout (abs rows)", lambda hm, x, t: vk.rollout(hm, x, allow_non_stochastic=True)),
         "class_attention",
         "gradcam",
         "integrated_gradients",
