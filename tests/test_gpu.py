@@ -25,3 +25,23 @@ def test_cuda_parity_and_patterns(dtype, tol):
     )
     assert torch.allclose(patterns.float().sum(-1), torch.ones((), device="cuda"), atol=tol)
     assert all(b.attn.fused_attn for b in model.blocks)
+
+
+def test_analyses_run_on_the_models_device_and_agree_with_cpu():
+    model, x = build("deit_distilled")
+    on_cpu = {
+        "rollout": vk.rollout(model, x).maps,
+        "gradcam": vk.gradcam(model, x, target=1).maps,
+        "class_attention": vk.class_attention(model, x).maps,
+    }
+    model = model.cuda()  # x stays on the CPU: the analyses move it
+    on_gpu = {
+        "rollout": vk.rollout(model, x).maps,
+        "gradcam": vk.gradcam(model, x, target=1).maps,
+        "class_attention": vk.class_attention(model, x).maps,
+    }
+    for name, maps in on_gpu.items():
+        assert maps.device.type == "cuda", name
+        torch.testing.assert_close(maps.cpu(), on_cpu[name], rtol=1e-3, atol=1e-5)
+    curve = vk.metrics.deletion(model, x, on_gpu["rollout"], steps=4)
+    assert curve.auc.device.type == "cuda"

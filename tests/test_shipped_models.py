@@ -48,23 +48,12 @@ def test_cards_are_complete(name):
     assert card["training_seconds"] <= 15 * 60, f"{name} trained longer than 15 minutes"
 
 
-# Issue 3 asks >= 90% within 15 minutes of CPU; recipes that do not reach it yet are listed with
-# their measured accuracy. strict: once a retrained model passes, this entry must go.
-BELOW_BAR = {
-    "cait_tiny_shapes": "87.0% in 13.0 min (5 epochs of 50k); still learning, tuning continues",
-}
-TRANSFORMERS = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=BELOW_BAR[n]))
-    if n in BELOW_BAR
-    else n
-    for n in SHIPPED
-    if n in ("vit_tiny_shapes", "cait_tiny_shapes")
-]
+TRANSFORMERS = [n for n in SHIPPED if n in ("vit_tiny_shapes", "cait_tiny_shapes")]
 
 
 @pytest.mark.parametrize("name", TRANSFORMERS)
 def test_transformers_reach_90_percent_on_shapes(name):
-    assert zoo.card(name)["test_accuracy"] >= 0.9
+    assert zoo.card(name)["test_accuracy"] >= 0.9  # issue 3's bar, within 15 minutes (above)
 
 
 def test_trained_attention_is_not_uniform():

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..hooks import TokenLayout
 
-__all__ = ["SaliencyResult", "check_maps_fit", "min_max"]
+__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending"]
 
 
 def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> None:
@@ -25,6 +26,13 @@ def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> Non
             f"Saliency maps of {h}x{w} do not tile the {height}x{width} images; pass maps at "
             "the image size, the patch grid or another divisor of the image size."
         )
+
+
+def rank_descending(values: Tensor) -> Tensor:
+    """Rank of each entry of (B, K) within its row, 0 = largest; ties keep their order."""
+    order = values.argsort(dim=1, descending=True, stable=True)
+    positions = torch.arange(values.shape[1], device=values.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, positions)
 
 
 def min_max(maps: Tensor) -> Tensor:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..analysis._model import as_hooked, on_model_device
-from ..analysis.saliency_result import SaliencyResult, check_maps_fit
+from ..analysis.saliency_result import SaliencyResult, check_maps_fit, rank_descending
 from ..hooks import HookedModel, Target
 from ..hooks.targets import target_indices
 
@@ -110,8 +110,7 @@ def _curve(
     units = cells[0].numel()
     steps = min(steps, units)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
-    order = cells.flatten(1).argsort(dim=1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(units).expand_as(order))
+    rank = rank_descending(cells.flatten(1))
     base = baseline_images(x, baseline)
     with torch.no_grad():
         logits = hm(x)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..analysis.saliency_result import SaliencyResult, check_maps_fit
+from ..analysis.saliency_result import SaliencyResult, check_maps_fit, rank_descending
 
 __all__ = ["energy_in_mask", "pixel_maps", "pointing_game", "top_iou"]
 
@@ -63,9 +63,7 @@ def top_iou(
         counts = torch.full((len(maps),), max(1, round(fraction * maps.shape[1])))
     else:
         raise ValueError(f"fraction must be in (0, 1] or None; got {fraction}.")
-    order = maps.argsort(dim=1, descending=True, stable=True)
-    ranks = torch.empty_like(order).scatter_(1, order, torch.arange(maps.shape[1]).expand_as(order))
-    top = ranks < counts.to(ranks.device)[:, None]
+    top = rank_descending(maps) < counts.to(maps.device)[:, None]
     intersection = (top & flat_masks).sum(1).float()
     union = (top | flat_masks).sum(1).float().clamp_min(1)
     return intersection / union
