@@ -16,27 +16,17 @@ Usage: python benchmarks/capture.py [--batch 16] [--repeats 5] [--device cpu]
 
 from __future__ import annotations
 
-import argparse
 import copy
 
 import torch
-from timing import print_table, rotated_rounds
+from timing import deit_setup, header, print_table, rotated_rounds
 from timm.utils import AttentionExtract
 
 import vizkit as vk
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="deit_small_patch16_224")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-
-    torch.manual_seed(0)
-    model = vk.create_model(args.model).eval().to(args.device)
-    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    args, model, x = deit_setup(__doc__.splitlines()[0])
     hm = vk.HookedModel(model)
     unfused = copy.deepcopy(model)
     for m in unfused.modules():
@@ -55,11 +45,7 @@ def main() -> None:
         assert len(runs["timm"]()) == len(model.blocks), "AttentionExtract captured nothing"
         times, faults = rotated_rounds(runs, args.repeats, args.device)
 
-    print(
-        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
-        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
-        "rounds"
-    )
+    print(header(args))
     print_table(times, faults, "plain")
 
 

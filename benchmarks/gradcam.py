@@ -12,28 +12,17 @@ Usage: python benchmarks/gradcam.py [--batch 16] [--repeats 5] [--device cpu]
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 from pytorch_grad_cam import GradCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
-from timing import print_table, rotated_rounds
+from timing import deit_setup, header, print_table, rotated_rounds
 
 import vizkit as vk
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="deit_small_patch16_224")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-
-    torch.manual_seed(0)
-    model = vk.create_model(args.model).eval().to(args.device)
-    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    args, model, x = deit_setup(__doc__.splitlines()[0])
     target = 3
     layout = vk.token_layout(model, (224, 224))
 
@@ -59,11 +48,7 @@ def main() -> None:
     times, faults = rotated_rounds(runs, args.repeats, args.device)
     cam.__exit__(None, None, None)
 
-    print(
-        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
-        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of {args.repeats} "
-        f"rounds; min Pearson vizkit vs grad-cam per map {agreement:.5f}"
-    )
+    print(header(args, f"; min Pearson vizkit vs grad-cam per map {agreement:.5f}"))
     print_table(times, faults, "plain")
 
 

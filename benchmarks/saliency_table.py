@@ -16,25 +16,13 @@ import torch
 import vizkit as vk
 from vizkit.datasets import load_sample
 
+INPUT_METHODS = ["gradcam", "integrated_gradients", "saliency", "occlusion", "random"]
 METHODS = {
-    "vit_tiny_shapes": [
-        "rollout",
-        "grad_rollout",
-        "class_attention",
-        "gradcam",
-        "integrated_gradients",
-        "saliency",
-        "occlusion",
-        "random",
-    ],
+    "vit_tiny_shapes": ["rollout", "grad_rollout", "class_attention", *INPUT_METHODS],
     "cait_tiny_shapes": [
         ("rollout (abs rows)", lambda hm, x, t: vk.rollout(hm, x, allow_non_stochastic=True)),
         "class_attention",
-        "gradcam",
-        "integrated_gradients",
-        "saliency",
-        "occlusion",
-        "random",
+        *INPUT_METHODS,
     ],
 }
 

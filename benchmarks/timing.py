@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import argparse
 import resource
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+from torch import nn
+
+import vizkit as vk
+
+
+def deit_setup(description: str) -> tuple[argparse.Namespace, nn.Module, torch.Tensor]:
+    """The benchmarks' common command line (--model, --batch, --repeats, --device), the model
+    (random weights, eval, on the device) and a seeded batch of 224 px images."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", default="deit_small_patch16_224")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = vk.create_model(args.model).eval().to(args.device)
+    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    return args, model, x
+
+
+def header(args: argparse.Namespace, extra: str = "") -> str:
+    """One line naming the model, batch, device, threads and torch version of a run."""
+    return (
+        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of "
+        f"{args.repeats} rounds{extra}"
+    )
 
 
 def timed(fn: Callable[[], object], device: str) -> tuple[float, int]:
