@@ -27,7 +27,6 @@ def _prepare(
     """HookedModel, batch on its device, captum forward function, and captum target (B,)."""
     hm = as_hooked(model)
     x = on_model_device(hm, x).detach().requires_grad_(True)  # captum differentiates x
-    hm.model.eval()
     if callable(target) and not isinstance(target, Tensor):
         return hm, x, lambda inputs: target(hm.model(inputs)), None
     with torch.no_grad():
