@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -13,6 +15,7 @@ __all__ = [
     "as_hooked",
     "attention_names",
     "class_attention_names",
+    "eval_mode",
     "float_bytes",
     "layer_index",
     "model_patch_size",
@@ -26,6 +29,19 @@ _SELF_ATTENTION = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern$")
 def as_hooked(model: nn.Module | HookedModel) -> HookedModel:
     """``model`` itself if it is a HookedModel, else a new HookedModel around it."""
     return model if isinstance(model, HookedModel) else HookedModel(model)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode (dropout, DropPath off) inside the context; every module's training
+    flag is restored on exit, also after an exception."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, mode in modes:
+            module.training = mode
 
 
 def on_model_device(hm: HookedModel, x: Tensor) -> Tensor:

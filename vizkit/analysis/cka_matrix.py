@@ -1,0 +1,253 @@
+"""Layer-by-layer CKA within one model or across two, streamed over a data set, and the Refiner
+paper's feature-evolution curve (Eq. 2)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..hooks import HookedModel, resolve_names
+from ..hooks.names import NameSpec
+from ._model import as_hooked, on_model_device
+from .cka import KERNELS, Kernel, kernel
+from .minibatch_cka import MinibatchCKA, distributed_world
+from .representations import TOKEN_MODES, default_representation_layers, token_features
+
+__all__ = ["CKAResult", "FeatureEvolution", "cka_matrix", "feature_evolution"]
+
+Data = Tensor | Iterable
+
+
+@dataclass
+class CKAResult:
+    """Layer x layer CKA.
+
+    Attributes:
+        matrix: (La, Lb) float64 on the CPU; ``matrix[i, j]`` = CKA(layers_a[i], layers_b[j]).
+        layers_a: hook names of the rows (model a).
+        layers_b: hook names of the columns (model b, or model a again).
+        options: kernel, unbiased, tokens, bandwidth, examples, batches, processes, models.
+    """
+
+    matrix: Tensor
+    layers_a: list[str]
+    layers_b: list[str]
+    options: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        la, lb = self.matrix.shape
+        return f"CKAResult({la}x{lb}, {self.options})"
+
+
+@dataclass
+class FeatureEvolution:
+    """The Refiner paper's feature-evolving measure (Eq. 2) over a model's blocks.
+
+    Attributes:
+        curve: (L,) F_k = CKA(f_k, f_out) / CKA(f_in, f_out): 1 at the first block, 1/CKA(f_in,
+            f_out) at the last.
+        vs_first: (L,) CKA(f_k, f_in), the "change w.r.t. the first block" variant of Fig. 4.
+        depth: (L,) normalized depth k / L, for comparing models of different depth.
+        cka: the full L x L CKAResult the curves are read from.
+    """
+
+    curve: Tensor
+    vs_first: Tensor
+    depth: Tensor
+    cka: CKAResult
+
+    @property
+    def layers(self) -> list[str]:
+        return self.cka.layers_a
+
+
+def cka_matrix(
+    model: nn.Module | HookedModel,
+    data: Data,
+    layers: NameSpec | None = None,
+    *,
+    model_b: nn.Module | HookedModel | None = None,
+    layers_b: NameSpec | None = None,
+    tokens: str = "flatten",
+    kernel: str = "linear",
+    unbiased: bool = True,
+    bandwidth: float = 1.0,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> CKAResult:
+    """Minibatch CKA between the layers of one model, or of two models on the same images.
+
+    One forward per batch per model; each layer's activation becomes a kernel on the batch (n x n
+    Gram, or n x p features when narrower) inside its hook, so memory does not grow with the
+    data. HSIC is averaged over batches and CKA read out at the end (Nguyen et al. 2021). Under
+    ``torch.distributed`` (e.g. ``torchrun``) every process passes its own shard of the data and
+    the accumulators are summed across processes, so all of them return the full-data matrix.
+
+    Args:
+        model: the model of the rows (its train/eval mode is used as it is).
+        data: a DataLoader or any iterable of image batches (B, C, H, W) or of tuples whose first
+            item is the batch; or one tensor (B, C, H, W), split into ``batch_size`` chunks.
+        layers: hook names, glob or list (default: every block's output, see
+            `default_representation_layers`).
+        model_b: the model of the columns (default: ``model``, one forward per batch).
+        layers_b: its layers (default: its blocks; with ``model_b`` None, ``layers``).
+        tokens: how tokens become features: "flatten" (default), "cls", "mean_patches",
+            "tokens" (see `token_features`).
+        kernel: "linear" or "rbf".
+        unbiased: the unbiased HSIC estimator per batch (default, as Nguyen et al.: the
+            biased one's bias depends on the batch size); needs >= 4 examples per batch.
+        bandwidth: RBF σ as a multiple of the per-batch median distance.
+        batch_size: chunk size when ``data`` is one tensor.
+        progress: show a progress bar (first process only).
+
+    Returns:
+        CKAResult with the (La, Lb) matrix.
+    """
+    if tokens not in TOKEN_MODES:
+        raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
+    hm_a = as_hooked(model)
+    names_a = _layer_names(hm_a, layers)
+    if model_b is None:
+        names_b = names_a if layers_b is None else _layer_names(hm_a, layers_b)
+        readers = [_LayerReader(hm_a, names_a + names_b, tokens, kernel, bandwidth)]
+        keys = readers[0].names
+        rows, cols = names_a, names_b
+    else:
+        hm_b = as_hooked(model_b)
+        names_b = _layer_names(hm_b, layers_b)
+        readers = [
+            _LayerReader(hm_a, names_a, tokens, kernel, bandwidth),
+            _LayerReader(hm_b, names_b, tokens, kernel, bandwidth),
+        ]
+        keys = names_a + [f"model_b:{n}" for n in names_b]
+        rows, cols = names_a, keys[len(names_a) :]
+    accumulator = MinibatchCKA(keys, unbiased)
+    device = None
+    for images in _batches(data, batch_size, progress):
+        kernels: list[Kernel] = []
+        for reader in readers:
+            kernels += reader(images)
+        _check_examples(kernels, keys, tokens)
+        if unbiased and kernels[0].n < 4:
+            raise ValueError(
+                f"A batch of {kernels[0].n} examples: the unbiased estimator needs >= 4 per "
+                "batch. Use a larger batch size, drop_last=True, or unbiased=False."
+            )
+        accumulator.update(kernels)
+        device = kernels[0].diagonal().device
+    accumulator.all_reduce(device)
+    full = accumulator.cka()
+    row, col = [keys.index(n) for n in rows], [keys.index(n) for n in cols]
+    options = {
+        "kernel": kernel,
+        "unbiased": unbiased,
+        "tokens": tokens,
+        "bandwidth": bandwidth if kernel == "rbf" else None,
+        "examples": accumulator.examples,
+        "batches": accumulator.batches,
+        "processes": distributed_world(),
+        "model_a": type(hm_a.model).__name__,
+        "model_b": type(readers[-1].hm.model).__name__,
+    }
+    return CKAResult(full[row][:, col].cpu(), names_a, names_b, options)
+
+
+def feature_evolution(
+    model: nn.Module | HookedModel,
+    data: Data,
+    layers: NameSpec | None = None,
+    **options,
+) -> FeatureEvolution:
+    """The feature-evolving measure of the Refiner paper (Eq. 2, Fig. 2/4) over ``layers``.
+
+    ``f_in`` is the first layer (by default the first block's output, as the paper's Sec. 3.1
+    says) and ``f_out`` the last (the last block's output; add ``"hook_final_norm"`` to
+    ``layers`` to use the normalized output instead). The paper averages linear CKA over ten
+    random batches of 32; here HSIC is averaged over every batch of ``data`` (the minibatch
+    estimator), which is less noisy.
+
+    Args:
+        model, data, layers: as for `cka_matrix` (at least 2 layers).
+        **options: tokens, kernel, unbiased, bandwidth, batch_size, progress of `cka_matrix`.
+    """
+    result = cka_matrix(model, data, layers, **options)
+    depth = len(result.layers_a)
+    if depth < 2:
+        raise ValueError(
+            f"feature_evolution needs at least 2 layers (first and final); got {result.layers_a}."
+        )
+    to_final, to_first = result.matrix[:, -1], result.matrix[:, 0]
+    return FeatureEvolution(
+        curve=to_final / to_final[0],
+        vs_first=to_first,
+        depth=torch.arange(1, depth + 1, dtype=torch.float64) / depth,
+        cka=result,
+    )
+
+
+class _LayerReader:
+    """One forward of a model that turns the activations of ``names`` into kernels."""
+
+    def __init__(self, hm: HookedModel, names, tokens, kind, bandwidth) -> None:
+        self.hm, self.names = hm, list(dict.fromkeys(names))
+        self.tokens, self.kind, self.bandwidth = tokens, kind, bandwidth
+
+    def __call__(self, images: Tensor) -> list[Kernel]:
+        images = on_model_device(self.hm, images)
+        size = tuple(images.shape[-2:])
+        kernels: dict[str, Kernel] = {}
+
+        def read(activation: Tensor, *, name: str) -> None:
+            prefix = self.hm.tap(name).prefix_tokens
+            if prefix is None and activation.ndim == 3:
+                layout = self.hm.token_layout(size)
+                prefix = layout.num_prefix_tokens if layout is not None else None
+            features = token_features(activation, self.tokens, prefix)
+            kernels[name] = kernel(features, self.kind, self.bandwidth)
+
+        with torch.no_grad(), self.hm.hooks(fwd=dict.fromkeys(self.names, read)):
+            self.hm(images)
+        return [kernels[name] for name in self.names]
+
+
+def _layer_names(hm: HookedModel, layers: NameSpec | None) -> list[str]:
+    if layers is None:
+        return default_representation_layers(hm)
+    return resolve_names(layers, hm.hook_names())
+
+
+def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
+    if isinstance(data, Tensor):
+        if data.ndim != 4:
+            raise ValueError(f"data must be images (B, C, H, W); got {tuple(data.shape)}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}.")
+        data, total = data.split(batch_size), math.ceil(len(data) / batch_size)
+    else:
+        total = len(data) if hasattr(data, "__len__") else None
+    show = progress and (distributed_world() == 1 or torch.distributed.get_rank() == 0)
+    for item in tqdm(data, total=total, desc="CKA", disable=not show, leave=False):
+        images = item[0] if isinstance(item, (list, tuple)) else item
+        if not isinstance(images, Tensor) or images.ndim != 4:
+            raise TypeError(
+                "Each batch must be an image tensor (B, C, H, W) or a tuple/list whose first "
+                f"item is one; got {type(images).__name__}."
+            )
+        yield images
+
+
+def _check_examples(kernels: list[Kernel], keys: list[str], tokens: str) -> None:
+    counts = {key: k.n for key, k in zip(keys, kernels, strict=True)}
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            f"The layers give different numbers of examples per batch: {counts}. With "
+            f"tokens={tokens!r} every layer (and both models) must have the same number of "
+            "tokens; use tokens='flatten' or 'mean_patches', or choose layers of one token count."
+        )

@@ -1,0 +1,81 @@
+"""Minibatch CKA (Nguyen, Raghu & Kornblith 2021): HSIC of every pair of representations is
+estimated on each batch and averaged over batches; CKA is read out from the averages.
+
+The state is one (M, M) float64 matrix and two counters, whatever the number of examples, and
+it sums across processes with ``torch.distributed`` (gloo on CPU, nccl on GPU): processes that
+each accumulate a disjoint share of the batches give, after `all_reduce`, the matrix one process
+gets from all of them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .cka import Kernel, cka_from_hsic, hsic_matrix
+
+__all__ = ["MinibatchCKA", "distributed_world"]
+
+
+def distributed_world() -> int:
+    """Processes in the default ``torch.distributed`` group (1 when it is not initialized)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class MinibatchCKA:
+    """Running mean of per-batch HSIC matrices of the representations ``names``.
+
+    Example:
+        >>> acc = MinibatchCKA(["a", "b"])
+        >>> for xa, xb in batches:
+        ...     acc.update([kernel(xa), kernel(xb)])
+        >>> acc.cka()  # (2, 2)
+    """
+
+    def __init__(self, names: list[str], unbiased: bool = True) -> None:
+        self.names = list(names)
+        self.unbiased = unbiased
+        self.hsic_sum: Tensor | None = None  # (M, M) float64
+        self.batches = 0
+        self.examples = 0
+
+    def update(self, kernels: list[Kernel]) -> None:
+        """Add one batch: the kernels of every representation, in the order of ``names``."""
+        if len(kernels) != len(self.names):
+            raise ValueError(f"Expected {len(self.names)} kernels, got {len(kernels)}.")
+        hsic = hsic_matrix(kernels, self.unbiased)
+        self.hsic_sum = hsic if self.hsic_sum is None else self.hsic_sum + hsic
+        self.batches += 1
+        self.examples += kernels[0].n
+
+    def all_reduce(self, device: torch.device | str | None = None) -> None:
+        """Sum the state over the processes of the default group (no-op without one).
+
+        Every process must call this, also one that saw no batch. ``device``: where the
+        reduction runs (for nccl, the process's GPU; default: where the state is).
+        """
+        if distributed_world() == 1:
+            return
+        m = len(self.names)
+        hsic = self.hsic_sum
+        if device is None:
+            device = hsic.device if hsic is not None else "cpu"
+        if hsic is None:
+            hsic = torch.zeros(m, m, dtype=torch.float64, device=device)
+        counts = torch.tensor([self.batches, self.examples], dtype=torch.float64)
+        packed = torch.cat([hsic.flatten().to(device), counts.to(device)])
+        dist.all_reduce(packed)
+        self.hsic_sum = packed[: m * m].reshape(m, m)
+        self.batches, self.examples = (int(c) for c in packed[m * m :].tolist())
+
+    def hsic(self) -> Tensor:
+        """(M, M) mean HSIC over the batches seen."""
+        if not self.batches:
+            raise ValueError("No batch was accumulated: the data was empty.")
+        return self.hsic_sum / self.batches
+
+    def cka(self, split: int | None = None) -> Tensor:
+        """(M, M) CKA, or with ``split`` the block of the first ``split`` names against the
+        rest."""
+        return cka_from_hsic(self.hsic(), self.names, split)

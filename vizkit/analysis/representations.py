@@ -1,0 +1,78 @@
+"""Which activations count as a model's layer representations, and how tokens become examples'
+features for CKA."""
+
+from __future__ import annotations
+
+import re
+
+from torch import Tensor
+
+from ..hooks import HookedModel
+
+__all__ = ["TOKEN_MODES", "default_representation_layers", "token_features"]
+
+TOKEN_MODES = ("flatten", "cls", "mean_patches", "tokens")
+
+_BLOCK_OUTPUT = re.compile(r"^blocks\.\d+\.hook_resid_post$")  # timm ViT family, CaiT's SA stage
+_CNN_BLOCK = re.compile(r"^(layer\d+|stages\.\d+\.blocks)\.\d+\.hook_out$")  # ResNet, ConvNeXt...
+
+
+def default_representation_layers(hm: HookedModel) -> list[str]:
+    """Every block's output: ``blocks.{i}.hook_resid_post`` of a ViT-family model, the residual
+    blocks ``layer{s}.{i}.hook_out`` of a ResNet (``stages.{s}.blocks.{i}`` of ConvNeXt-style
+    models)."""
+    names = hm.hook_names()
+    for pattern in (_BLOCK_OUTPUT, _CNN_BLOCK):
+        chosen = [n for n in names if pattern.match(n)]
+        if chosen:
+            return chosen
+    raise ValueError(
+        f"No default layers for {type(hm.model).__name__} (no blocks.{{i}}.hook_resid_post, "
+        "no layer{s}.{i} residual blocks). Pass layers= hook names or a glob, e.g. "
+        f"{names[len(names) // 2]!r}; HookedModel(model).hook_names() lists them."
+    )
+
+
+def token_features(activation: Tensor, tokens: str, prefix_tokens: int | None) -> Tensor:
+    """The examples' features (n, p) of one activation for CKA.
+
+    Args:
+        activation: (B, N, C) tokens, (B, C, H, W) feature maps or (B, C) vectors.
+        tokens: "flatten": (B, N·C), every image is one example (the Refiner paper's choice);
+            "cls": (B, C) the class token; "mean_patches": (B, C) the mean over patch tokens
+            (spatial mean of a feature map); "tokens": (B·N, C), every token is an example.
+        prefix_tokens: class/register tokens before the patches of a (B, N, C) activation (None:
+            not a token sequence of known layout).
+    """
+    if tokens not in TOKEN_MODES:
+        raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
+    if tokens == "flatten":
+        return activation.flatten(1)
+    if activation.ndim == 4:  # (B, C, H, W): positions are the tokens, there is no prefix
+        if tokens == "cls":
+            raise ValueError("tokens='cls': a (B, C, H, W) feature map has no class token.")
+        if tokens == "mean_patches":
+            return activation.mean((2, 3))
+        return activation.flatten(2).transpose(1, 2).flatten(0, 1)
+    if activation.ndim != 3:
+        raise ValueError(
+            f"tokens={tokens!r} needs (B, N, C) tokens or (B, C, H, W) maps; this activation "
+            f"is {tuple(activation.shape)}. Use tokens='flatten'."
+        )
+    prefix = prefix_tokens or 0
+    if tokens == "cls":
+        if prefix < 1:
+            raise ValueError(
+                "tokens='cls' but this activation has no class token (CaiT's self-attention "
+                "stage holds patches only). Use 'mean_patches' or 'flatten'."
+            )
+        return activation[:, 0]
+    if tokens == "mean_patches":
+        if activation.shape[1] <= prefix:
+            raise ValueError(
+                f"tokens='mean_patches' but this activation holds no patch tokens (shape "
+                f"{tuple(activation.shape)}, {prefix} prefix tokens), e.g. CaiT's class-attention "
+                "stage. Use 'cls' or 'flatten'."
+            )
+        return activation[:, prefix:].mean(1)
+    return activation.flatten(0, 1)

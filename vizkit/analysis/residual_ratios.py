@@ -1,0 +1,176 @@
+"""Residual-norm ratios of CaiT's Fig. 4: how much each residual branch adds to the stream.
+
+For block l with input x_l and x'_l = x_l + diag(λ_l) SA(η(x_l)) (notes/paper_cait.md § 1.10):
+
+    r^SA_l  = ‖diag(λ_l)  SA(η(x_l))‖   / ‖x_l‖
+    r^FFN_l = ‖diag(λ'_l) FFN(η(x'_l))‖ / ‖x'_l‖
+
+"scaled" includes LayerScale (λ ≡ 1 without it), "unscaled" leaves it out. In CaiT's
+class-attention stage the stream is the class token only, (B, 1, C).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel
+from ._model import as_hooked, eval_mode, on_model_device
+
+__all__ = ["REDUCTIONS", "GammaStats", "ResidualRatios", "residual_ratios"]
+
+REDUCTIONS = ("sample_fro", "per_token", "batch")
+
+# what each quantity of block p is read from
+_READS = {
+    "x": "{p}.hook_resid_pre",
+    "attn_unscaled": "{p}.attn.hook_out",
+    "attn": "{p}.hook_attn_out",
+    "x_mid": "{p}.hook_resid_mid",
+    "mlp_unscaled": "{p}.mlp.hook_out",
+    "mlp": "{p}.hook_mlp_out",
+}
+_BLOCK = re.compile(r"^(blocks(?:_token_only)?\.\d+)\.hook_attn_out$")
+
+
+@dataclass
+class GammaStats:
+    """LayerScale λ per layer, each (L,): mean |λ|, min, max (1 for blocks without LayerScale)."""
+
+    mean_abs: Tensor
+    min: Tensor
+    max: Tensor
+
+
+@dataclass
+class ResidualRatios:
+    """Branch-to-stream norm ratios per block, each (L,) over ``layers``.
+
+    Attributes:
+        layers: block paths (``blocks.{i}``, then CaiT's ``blocks_token_only.{j}``).
+        stage: "self-attention" or "class-attention" per layer.
+        attn, attn_unscaled: r^SA with and without LayerScale.
+        mlp, mlp_unscaled: r^FFN with and without LayerScale.
+        resid_norm, resid_mid_norm: ‖x_l‖ and ‖x'_l‖ (the main branch), same reduction.
+        gamma_attn, gamma_mlp: LayerScale statistics; has_layerscale: per layer.
+        reduction: "sample_fro" (per-image Frobenius norms over tokens x channels, ratio per
+            image, mean over the batch), "per_token" (ratio per token, mean over tokens and
+            images) or "batch" (norms over the whole batch tensor).
+    """
+
+    layers: list[str]
+    stage: list[str]
+    attn: Tensor
+    attn_unscaled: Tensor
+    mlp: Tensor
+    mlp_unscaled: Tensor
+    resid_norm: Tensor
+    resid_mid_norm: Tensor
+    gamma_attn: GammaStats
+    gamma_mlp: GammaStats
+    has_layerscale: list[bool]
+    reduction: str
+
+    def to_dict(self) -> dict:
+        """Plain lists and numbers (JSON), e.g. for a training history."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                value = value.tolist()
+            elif isinstance(value, GammaStats):
+                value = {g.name: getattr(value, g.name).tolist() for g in fields(value)}
+            out[f.name] = value
+        return out
+
+
+def residual_ratios(
+    model: nn.Module | HookedModel, x: Tensor, reduction: str = "sample_fro"
+) -> ResidualRatios:
+    """Residual-norm ratios of every pre-norm block (CaiT's Fig. 4), in eval mode (DropPath off).
+
+    Args:
+        model: a timm ViT-family model (VisionTransformer with or without LayerScale, Cait) or
+            a vizkit model with the same block names.
+        x: image batch (B, C, H, W).
+        reduction: "sample_fro" (default), "per_token" or "batch" (see `ResidualRatios`).
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}.")
+    hm = as_hooked(model)
+    blocks = _blocks(hm)
+    squares: dict[str, Tensor] = {}  # name -> (B, N) squared norm of every token
+
+    def record(activation: Tensor, *, name: str) -> None:
+        squares[name] = activation.detach().to(torch.float64).square().sum(-1)
+
+    names = [read.format(p=p) for p in blocks for read in _READS.values()]
+    with torch.no_grad(), eval_mode(hm.model), hm.hooks(fwd=dict.fromkeys(names, record)):
+        hm(on_model_device(hm, x))
+
+    def series(quantity: str, over: str | None = None) -> Tensor:
+        values = []
+        for p in blocks:
+            top = squares[_READS[quantity].format(p=p)]
+            bottom = squares[_READS[over].format(p=p)] if over else torch.ones_like(top)
+            values.append(_reduce(top, bottom, reduction))
+        return torch.stack(values).cpu()
+
+    gammas = [_gammas(hm.model, p) for p in blocks]
+    return ResidualRatios(
+        layers=blocks,
+        stage=["class-attention" if "token_only" in p else "self-attention" for p in blocks],
+        attn=series("attn", "x"),
+        attn_unscaled=series("attn_unscaled", "x"),
+        mlp=series("mlp", "x_mid"),
+        mlp_unscaled=series("mlp_unscaled", "x_mid"),
+        resid_norm=series("x"),
+        resid_mid_norm=series("x_mid"),
+        gamma_attn=_gamma_stats([g[0] for g in gammas]),
+        gamma_mlp=_gamma_stats([g[1] for g in gammas]),
+        has_layerscale=[g[0] is not None for g in gammas],
+        reduction=reduction,
+    )
+
+
+def _reduce(top: Tensor, bottom: Tensor, reduction: str) -> Tensor:
+    """Ratio of norms from squared token norms (B, N) of branch and stream."""
+    if reduction == "sample_fro":
+        return (top.sum(1) / bottom.sum(1)).sqrt().mean()
+    if reduction == "per_token":
+        return (top / bottom).sqrt().mean()
+    return (top.sum() / bottom.sum()).sqrt()
+
+
+def _blocks(hm: HookedModel) -> list[str]:
+    names = set(hm.hook_names())
+    blocks = [m.group(1) for n in hm.hook_names() if (m := _BLOCK.match(n))]
+    complete = [p for p in blocks if all(r.format(p=p) in names for r in _READS.values())]
+    if not complete or len(complete) < len(getattr(hm.model, "blocks", ())):
+        raise ValueError(
+            f"residual_ratios needs pre-norm blocks with attn, mlp, norm1/norm2 (timm "
+            f"VisionTransformer Block, Cait); {type(hm.model).__name__} has "
+            f"{len(complete)} such blocks of {len(getattr(hm.model, 'blocks', ()))}."
+        )
+    return complete
+
+
+def _gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
+    """LayerScale λ of the attention and FFN branch of a block (None without LayerScale)."""
+    block = model.get_submodule(path)
+    if hasattr(block, "gamma_1"):  # Cait's LayerScaleBlock(ClassAttn)
+        return block.gamma_1.detach(), block.gamma_2.detach()
+    return tuple(getattr(getattr(block, ls, None), "gamma", None) for ls in ("ls1", "ls2"))
+
+
+def _gamma_stats(gammas: list[Tensor | None]) -> GammaStats:
+    one = torch.ones(())
+    values = [g.detach().float().cpu() if g is not None else one for g in gammas]
+    return GammaStats(
+        mean_abs=torch.stack([v.abs().mean() for v in values]),
+        min=torch.stack([v.min() for v in values]),
+        max=torch.stack([v.max() for v in values]),
+    )
