@@ -8,13 +8,20 @@ from . import train as train
 from . import zoo as zoo
 from ._version import __version__ as __version__
 from .analysis import AttentionResult as AttentionResult
+from .analysis import CKAResult as CKAResult
+from .analysis import FeatureEvolution as FeatureEvolution
+from .analysis import ResidualRatios as ResidualRatios
 from .analysis import SaliencyResult as SaliencyResult
 from .analysis import attention as attention
+from .analysis import cka as cka
+from .analysis import cka_matrix as cka_matrix
 from .analysis import class_attention as class_attention
+from .analysis import feature_evolution as feature_evolution
 from .analysis import grad_rollout as grad_rollout
 from .analysis import gradcam as gradcam
 from .analysis import integrated_gradients as integrated_gradients
 from .analysis import occlusion as occlusion
+from .analysis import residual_ratios as residual_ratios
 from .analysis import rollout as rollout
 from .analysis import saliency as saliency
 from .hooks import ActivationCache as ActivationCache
@@ -29,23 +36,30 @@ from .models import create_model as create_model
 __all__ = [
     "ActivationCache",
     "AttentionResult",
+    "CKAResult",
+    "FeatureEvolution",
     "HookPoint",
     "HookedModel",
+    "ResidualRatios",
     "SaliencyResult",
     "TokenLayout",
     "__version__",
     "analysis",
     "attention",
+    "cka",
+    "cka_matrix",
     "class_attention",
     "compare_saliency",
     "create_model",
     "datasets",
+    "feature_evolution",
     "grad_rollout",
     "gradcam",
     "integrated_gradients",
     "metrics",
     "models",
     "occlusion",
+    "residual_ratios",
     "rollout",
     "saliency",
     "token_layout",

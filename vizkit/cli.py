@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -131,6 +133,69 @@ def train_recipe(recipe: str, epochs: int | None) -> int:
     return 0
 
 
+def cka_command(args: argparse.Namespace) -> int:
+    """Layer x layer CKA of a model (or two) on sample images; under ``torchrun`` every process
+    takes every WORLD_SIZE-th batch and the accumulators are summed, so the matrix is the one a
+    single process computes."""
+    import torch.distributed as dist
+
+    from .analysis import cka_matrix
+
+    world, rank = _init_distributed()
+    try:
+        device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
+        model, card = zoo.load(args.model)
+        model_b = zoo.load(args.model_b)[0].to(device) if args.model_b else None
+        images = _cka_images(model, card, args.data, args.samples)
+        batches = [b for i, b in enumerate(images.split(args.batch_size)) if i % world == rank]
+        result = cka_matrix(
+            model.to(device),
+            batches,
+            model_b=model_b,
+            tokens=args.tokens,
+            kernel=args.kernel,
+            unbiased=not args.biased,
+            progress=rank == 0,
+        )
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+    if rank == 0:
+        print(f"CKA {result.options}")
+        for name, row in zip(result.layers_a, result.matrix.tolist(), strict=True):
+            print(f"  {name:<32} " + " ".join(f"{v:5.2f}" for v in row))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result.to_dict(), f, indent=1)
+            print(f"wrote {args.out}")
+    return 0
+
+
+def _init_distributed() -> tuple[int, int]:
+    """(world size, rank); joins the process group when launched by torchrun."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    return world, int(os.environ.get("RANK", 0))
+
+
+def _cka_images(model, card: dict, data: str | None, samples: int) -> torch.Tensor:
+    """``samples`` test images of the model's data set (Shapes or digits) at its input size."""
+    from .datasets import Shapes
+
+    data = data or card.get("data", {}).get("name", "digits")
+    cfg = resolve_data_config({}, model=model)
+    _, height, width = cfg["input_size"]
+    if data == "shapes":
+        shapes = Shapes("test", n=samples, size=height)
+        return torch.stack([shapes[i][0] for i in range(samples)])
+    return digit_images(samples, (height, width), cfg["mean"], cfg["std"])[0]
+
+
 def zoo_list() -> int:
     """Print the zoo as a table."""
     from . import zoo
@@ -164,6 +229,18 @@ def _parser() -> argparse.ArgumentParser:
     t = commands.add_parser("train", help="train a recipe; writes checkpoint and card to models/")
     t.add_argument("recipe", help="a shipped recipe name (e.g. vit_tiny_shapes) or a JSON path")
     t.add_argument("--epochs", type=int, help="override the recipe's epochs (shortened runs)")
+    c = commands.add_parser(
+        "cka", help="layer x layer CKA of a model or two (runs under torchrun too)"
+    )
+    c.add_argument("--model", default=DEFAULT_MODEL, help="zoo or timm name")
+    c.add_argument("--model-b", help="second model (columns); default: --model against itself")
+    c.add_argument("--data", choices=["shapes", "digits"], help="default: the model's data")
+    c.add_argument("--samples", type=int, default=512, help="test images (default 512)")
+    c.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
+    c.add_argument("--tokens", default="flatten", help="flatten | cls | mean_patches | tokens")
+    c.add_argument("--kernel", default="linear", help="linear | rbf")
+    c.add_argument("--biased", action="store_true", help="biased HSIC per batch")
+    c.add_argument("--out", help="write the result as JSON")
     z = commands.add_parser("zoo", help="the shipped models")
     z.add_argument("action", choices=["list"])
     return parser
@@ -176,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return train_recipe(args.recipe, args.epochs)
         if args.command == "zoo":
             return zoo_list()
+        if args.command == "cka":
+            return cka_command(args)
         return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
     except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
         hint = ""

@@ -75,7 +75,7 @@ def kernel(x: Tensor, kind: str = "linear", bandwidth: float = 1.0) -> Kernel:
         return Kernel(features=centered) if p < n else Kernel(gram=centered @ centered.T)
     squared = torch.cdist(centered, centered).square()
     off_diagonal = squared[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
-    median = off_diagonal.median()
+    median = _median(off_diagonal)
     if median <= 0:
         raise ValueError(
             "RBF kernel: the median pairwise distance is 0 (more than half of the examples "
@@ -83,6 +83,13 @@ def kernel(x: Tensor, kind: str = "linear", bandwidth: float = 1.0) -> Kernel:
             "kernel='linear' or a batch with distinct examples."
         )
     return Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)))
+
+
+def _median(values: Tensor) -> Tensor:
+    """The median as numpy defines it (mean of the two middle values of an even count)."""
+    k = len(values)
+    upper = values.kthvalue(k // 2 + 1).values
+    return upper if k % 2 else (upper + values.kthvalue(k // 2).values) / 2
 
 
 def hsic_matrix(kernels: list[Kernel], unbiased: bool) -> Tensor:

@@ -43,6 +43,15 @@ class CKAResult:
         la, lb = self.matrix.shape
         return f"CKAResult({la}x{lb}, {self.options})"
 
+    def to_dict(self) -> dict:
+        """Plain lists (JSON)."""
+        return {
+            "matrix": self.matrix.tolist(),
+            "layers_a": self.layers_a,
+            "layers_b": self.layers_b,
+            "options": self.options,
+        }
+
 
 @dataclass
 class FeatureEvolution:
