@@ -18,7 +18,7 @@ from .cka import KERNELS, Kernel, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
 from .representations import TOKEN_MODES, default_representation_layers, token_features
 
-__all__ = ["CKAResult", "FeatureEvolution", "cka_matrix", "feature_evolution"]
+__all__ = ["CKAResult", "FeatureEvolution", "LayerKernels", "cka_matrix", "feature_evolution"]
 
 Data = Tensor | Iterable
 
@@ -125,15 +125,15 @@ def cka_matrix(
     names_a = _layer_names(hm_a, layers)
     if model_b is None:
         names_b = names_a if layers_b is None else _layer_names(hm_a, layers_b)
-        readers = [_LayerReader(hm_a, names_a + names_b, tokens, kernel, bandwidth)]
+        readers = [LayerKernels(hm_a, names_a + names_b, tokens, kernel, bandwidth)]
         keys = readers[0].names
         rows, cols = names_a, names_b
     else:
         hm_b = as_hooked(model_b)
         names_b = _layer_names(hm_b, layers_b)
         readers = [
-            _LayerReader(hm_a, names_a, tokens, kernel, bandwidth),
-            _LayerReader(hm_b, names_b, tokens, kernel, bandwidth),
+            LayerKernels(hm_a, names_a, tokens, kernel, bandwidth),
+            LayerKernels(hm_b, names_b, tokens, kernel, bandwidth),
         ]
         keys = names_a + [f"model_b:{n}" for n in names_b]
         rows, cols = names_a, keys[len(names_a) :]
@@ -201,10 +201,18 @@ def feature_evolution(
     )
 
 
-class _LayerReader:
-    """One forward of a model that turns the activations of ``names`` into kernels."""
+class LayerKernels:
+    """Calling it runs one forward of a model on a batch and returns the kernel of each of
+    ``names`` on it (in that order); activations are reduced inside their hooks."""
 
-    def __init__(self, hm: HookedModel, names, tokens, kind, bandwidth) -> None:
+    def __init__(
+        self,
+        hm: HookedModel,
+        names: list[str],
+        tokens: str = "flatten",
+        kind: str = "linear",
+        bandwidth: float = 1.0,
+    ) -> None:
         self.hm, self.names = hm, list(dict.fromkeys(names))
         self.tokens, self.kind, self.bandwidth = tokens, kind, bandwidth
 

@@ -20,7 +20,13 @@ from torch import Tensor, nn
 from ..hooks import HookedModel
 from ._model import as_hooked, eval_mode, on_model_device
 
-__all__ = ["REDUCTIONS", "GammaStats", "ResidualRatios", "residual_ratios"]
+__all__ = [
+    "REDUCTIONS",
+    "GammaStats",
+    "ResidualRatios",
+    "layerscale_stats",
+    "residual_ratios",
+]
 
 REDUCTIONS = ("sample_fro", "per_token", "batch")
 
@@ -119,7 +125,7 @@ def residual_ratios(
             values.append(_reduce(top, bottom, reduction))
         return torch.stack(values).cpu()
 
-    gammas = [_gammas(hm.model, p) for p in blocks]
+    gamma_attn, gamma_mlp, has_layerscale = layerscale_stats(hm.model, blocks)
     return ResidualRatios(
         layers=blocks,
         stage=["class-attention" if "token_only" in p else "self-attention" for p in blocks],
@@ -129,9 +135,9 @@ def residual_ratios(
         mlp_unscaled=series("mlp_unscaled", "x_mid"),
         resid_norm=series("x"),
         resid_mid_norm=series("x_mid"),
-        gamma_attn=_gamma_stats([g[0] for g in gammas]),
-        gamma_mlp=_gamma_stats([g[1] for g in gammas]),
-        has_layerscale=[g[0] is not None for g in gammas],
+        gamma_attn=gamma_attn,
+        gamma_mlp=gamma_mlp,
+        has_layerscale=has_layerscale,
         reduction=reduction,
     )
 
@@ -143,6 +149,21 @@ def _reduce(top: Tensor, bottom: Tensor, reduction: str) -> Tensor:
     if reduction == "per_token":
         return (top / bottom).sqrt().mean()
     return (top.sum() / bottom.sum()).sqrt()
+
+
+def layerscale_stats(
+    model: nn.Module | HookedModel, blocks: list[str] | None = None
+) -> tuple[GammaStats, GammaStats, list[bool]]:
+    """LayerScale statistics of the attention and FFN branches of ``blocks`` (default: every
+    pre-norm block), and whether each block has LayerScale. Reads parameters only."""
+    hm = as_hooked(model)
+    blocks = _blocks(hm) if blocks is None else blocks
+    gammas = [_gammas(hm.model, p) for p in blocks]
+    return (
+        _gamma_stats([g[0] for g in gammas]),
+        _gamma_stats([g[1] for g in gammas]),
+        [g[0] is not None for g in gammas],
+    )
 
 
 def _blocks(hm: HookedModel) -> list[str]:

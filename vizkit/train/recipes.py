@@ -3,7 +3,8 @@ checkpoint (.safetensors), the card (.json, with the history) into the zoo folde
 
 A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``data`` ("shapes" or
 "digits"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
-`vizkit.train.inits.INITS` applied to the freshly built model.
+`vizkit.train.inits.INITS` applied to the freshly built model, and ``track``: names from
+`vizkit.train.callbacks.TRACKERS` recorded in the history every epoch (default: all of them).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
-from .callbacks import AttentionEntropy
+from .callbacks import TRACKERS
 from .inits import INITS
 from .trainer import TrainConfig, evaluate, train
 
@@ -29,7 +30,7 @@ __all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_model
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
 _FIELDS = {"name", "architecture", "kwargs", "data", "train"}
-_OPTIONAL = {"init"}
+_OPTIONAL = {"init", "track"}
 
 
 def recipe_names() -> list[str]:
@@ -58,6 +59,12 @@ def load_recipe(recipe: str | Path) -> dict:
         raise ValueError(
             f"Recipe {file.name}: unknown init {sorted(unknown_inits)}; known: {sorted(INITS)}."
         )
+    unknown_trackers = set(spec.get("track", [])) - set(TRACKERS)
+    if unknown_trackers:
+        raise ValueError(
+            f"Recipe {file.name}: unknown track {sorted(unknown_trackers)}; known: "
+            f"{sorted(TRACKERS)}."
+        )
     if spec["data"] not in DATASETS:
         raise ValueError(f"Recipe {file.name}: data must be one of {list(DATASETS)}.")
     TrainConfig(**spec["train"])  # unknown training fields fail here, before any work
@@ -80,8 +87,11 @@ def run_recipe(
     model = timm.create_model(spec["architecture"], **spec["kwargs"])
     for init in spec.get("init", []):
         INITS[init](model)
+    tracked = spec.get("track", list(TRACKERS))
     start = time.perf_counter()
-    history = train(model, train_data, test_data, config, [AttentionEntropy()], progress)
+    history = train(
+        model, train_data, test_data, config, [TRACKERS[t]() for t in tracked], progress
+    )
     seconds = time.perf_counter() - start
 
     out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
@@ -103,6 +113,7 @@ def run_recipe(
         "data": {"name": spec["data"], "train": len(train_data), "test": len(test_data)},
         "recipe": config.to_dict(),
         "init": spec.get("init", []),
+        "track": tracked,
         "test_accuracy": history[-1]["test_accuracy"],
         "sample_accuracy": sample_accuracy(model, spec["data"]),
         "parameters": sum(p.numel() for p in model.parameters()),
