@@ -34,8 +34,10 @@ lab: setup
 	$(BIN)/jupyter lab notebooks/
 
 bench: setup
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
 	$(BIN)/python benchmarks/capture.py
 	$(BIN)/python benchmarks/gradcam.py
+	$(BIN)/python benchmarks/cka.py
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks

@@ -56,3 +56,23 @@ def test_digit_images():
     assert torch.equal(images[:, 0], images[:, 2])
     with pytest.raises(ValueError, match="there are 1797"):
         digit_images(10, offset=1790)
+
+
+def test_cka_command_writes_the_matrix(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "cka.json"
+    assert main(["cka", "--samples", "32", "--batch-size", "16", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["matrix"]) == len(result["layers_a"]) == 4  # vit_tiny_shapes' blocks
+    assert result["matrix"][0][0] == pytest.approx(1.0)
+    assert result["options"]["examples"] == 32
+    assert "blocks.3.hook_resid_post" in capsys.readouterr().out
+
+
+def test_cka_command_reports_bad_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["cka", "--tokens", "patches"])
+    assert "invalid choice: 'patches'" in capsys.readouterr().err
+    assert main(["cka", "--samples", "34", "--batch-size", "16"]) == 2  # last batch: 2 images
+    assert "needs >= 4 per batch" in capsys.readouterr().err

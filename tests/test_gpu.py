@@ -45,3 +45,16 @@ def test_analyses_run_on_the_models_device_and_agree_with_cpu():
         torch.testing.assert_close(maps.cpu(), on_cpu[name], rtol=1e-3, atol=1e-5)
     curve = vk.metrics.deletion(model, x, on_gpu["rollout"], steps=4)
     assert curve.auc.device.type == "cuda"
+
+
+def test_cka_and_residual_ratios_on_cuda_agree_with_cpu():
+    model, x = build("cait")
+    x = x.repeat(4, 1, 1, 1) + 0.1 * torch.randn(8, *x.shape[1:])  # 8 distinct images
+    cpu_cka = vk.cka_matrix(model, x, batch_size=4, progress=False).matrix
+    cpu_ratios = vk.residual_ratios(model, x)
+    model = model.cuda()
+    gpu_cka = vk.cka_matrix(model, x, batch_size=4, progress=False).matrix  # returned on the CPU
+    gpu_ratios = vk.residual_ratios(model, x)
+    torch.testing.assert_close(gpu_cka, cpu_cka, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gpu_ratios.attn, cpu_ratios.attn, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(gpu_ratios.mlp, cpu_ratios.mlp, rtol=1e-4, atol=1e-7)

@@ -130,3 +130,12 @@ def test_errors_are_clear():
     resnet = timm.create_model("resnet10t", num_classes=5)
     with pytest.raises(ValueError, match="pre-norm blocks"):
         vk.residual_ratios(resnet, images())
+
+
+def test_every_vit_family_layout_and_cait(attention_model):
+    key, model, x = attention_model
+    result = vk.residual_ratios(model, x)
+    depth = len(model.blocks) + len(getattr(model, "blocks_token_only", ()))
+    assert len(result.layers) == depth
+    for values in (result.attn, result.mlp, result.attn_unscaled, result.resid_norm):
+        assert values.shape == (depth,) and torch.isfinite(values).all() and (values > 0).all()

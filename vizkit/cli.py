@@ -15,6 +15,8 @@ from timm.data import resolve_data_config
 from . import zoo
 from ._version import __version__
 from .analysis import normalized_entropy
+from .analysis.cka import KERNELS
+from .analysis.representations import TOKEN_MODES
 from .datasets import digit_images, load_sample
 from .hooks import HookedModel
 
@@ -237,8 +239,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--data", choices=["shapes", "digits"], help="default: the model's data")
     c.add_argument("--samples", type=int, default=512, help="test images (default 512)")
     c.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
-    c.add_argument("--tokens", default="flatten", help="flatten | cls | mean_patches | tokens")
-    c.add_argument("--kernel", default="linear", help="linear | rbf")
+    c.add_argument("--tokens", default="flatten", choices=TOKEN_MODES, help="default flatten")
+    c.add_argument("--kernel", default="linear", choices=KERNELS, help="default linear")
     c.add_argument("--biased", action="store_true", help="biased HSIC per batch")
     c.add_argument("--out", help="write the result as JSON")
     z = commands.add_parser("zoo", help="the shipped models")

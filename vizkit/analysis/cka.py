@@ -7,8 +7,9 @@ minibatch CKA of Nguyen et al. 2021 averages over batches. CKA normalizes HSIC:
 ``HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L))``.
 
 A linear kernel is kept as the centered features when they are narrower than the number of
-examples (then ``tr(KL) = ||Xᵀ Y||_F²`` costs n·p² instead of n²·p), otherwise as the Gram matrix.
-Everything is accumulated in float64.
+examples (then ``tr(KL) = ||Xᵀ Y||_F²`` costs n·p² instead of n²·p), otherwise as the Gram matrix
+of the raw features (both estimators are invariant to a shared offset, so centering in feature
+space, a full pass over n·p values, is left out). Everything is computed in float64.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Kernel:
 
     features: Tensor | None = None
     gram: Tensor | None = None
+    constant: bool = False  # every example had the same features
 
     @property
     def n(self) -> int:
@@ -69,11 +71,14 @@ def kernel(x: Tensor, kind: str = "linear", bandwidth: float = 1.0) -> Kernel:
     if kind not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}; got {kind!r}.")
     x = x.detach().to(torch.float64)
-    centered = x - x.mean(0, keepdim=True)  # removes a shared offset; HSIC is unchanged by it
-    if kind == "linear":
-        n, p = centered.shape
-        return Kernel(features=centered) if p < n else Kernel(gram=centered @ centered.T)
-    squared = torch.cdist(centered, centered).square()
+    n, p = x.shape
+    if kind == "linear" and p < n:
+        centered = x - x.mean(0, keepdim=True)
+        return Kernel(features=centered, constant=_negligible(centered, x))
+    if kind == "linear":  # HSIC is unchanged by a shared offset, so the Gram needs no centering
+        gram = x @ x.T  # all entries equal if and only if all examples are equal
+        return Kernel(gram=gram, constant=_negligible(gram - gram[0, 0], gram))
+    squared = torch.cdist(x, x).square()
     off_diagonal = squared[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
     median = _median(off_diagonal)
     if median <= 0:
@@ -192,7 +197,11 @@ def cka(
 _kernel = kernel  # `cka` takes a parameter named kernel
 
 
+def _negligible(deviation: Tensor, reference: Tensor) -> bool:
+    """Whether ``deviation`` is rounding noise next to ``reference``."""
+    return bool(deviation.abs().max() <= 1e-12 * reference.abs().max().clamp(min=1.0))
+
+
 def _is_constant(x: Tensor) -> bool:
     x = x.detach().to(torch.float64)
-    spread = (x - x.mean(0, keepdim=True)).abs().max()
-    return bool(spread <= 1e-12 * max(1.0, x.abs().max().item()))
+    return _negligible(x - x.mean(0, keepdim=True), x)

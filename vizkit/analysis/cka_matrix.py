@@ -138,7 +138,6 @@ def cka_matrix(
         keys = names_a + [f"model_b:{n}" for n in names_b]
         rows, cols = names_a, keys[len(names_a) :]
     accumulator = MinibatchCKA(keys, unbiased)
-    device = None
     for images in _batches(data, batch_size, progress):
         kernels: list[Kernel] = []
         for reader in readers:
@@ -150,8 +149,8 @@ def cka_matrix(
                 "batch. Use a larger batch size, drop_last=True, or unbiased=False."
             )
         accumulator.update(kernels)
-        device = kernels[0].diagonal().device
-    accumulator.all_reduce(device)
+    parameter = next(hm_a.model.parameters(), None)  # where the reduction runs (nccl: the GPU)
+    accumulator.all_reduce(parameter.device if parameter is not None else None)
     full = accumulator.cka()
     row, col = [keys.index(n) for n in rows], [keys.index(n) for n in cols]
     options = {
@@ -229,7 +228,7 @@ class LayerKernels:
             features = token_features(activation, self.tokens, prefix)
             kernels[name] = kernel(features, self.kind, self.bandwidth)
 
-        with torch.no_grad(), self.hm.hooks(fwd=dict.fromkeys(self.names, read)):
+        with torch.inference_mode(), self.hm.hooks(fwd=dict.fromkeys(self.names, read)):
             self.hm(images)
         return [kernels[name] for name in self.names]
 

@@ -39,6 +39,7 @@ class MinibatchCKA:
         self.hsic_sum: Tensor | None = None  # (M, M) float64
         self.batches = 0
         self.examples = 0
+        self.varied = torch.zeros(len(self.names))  # batches in which each one was not constant
 
     def update(self, kernels: list[Kernel]) -> None:
         """Add one batch: the kernels of every representation, in the order of ``names``."""
@@ -48,6 +49,7 @@ class MinibatchCKA:
         self.hsic_sum = hsic if self.hsic_sum is None else self.hsic_sum + hsic
         self.batches += 1
         self.examples += kernels[0].n
+        self.varied += torch.tensor([not k.constant for k in kernels], dtype=torch.float32)
 
     def all_reduce(self, device: torch.device | str | None = None) -> None:
         """Sum the state over the processes of the default group (no-op without one).
@@ -64,10 +66,11 @@ class MinibatchCKA:
         if hsic is None:
             hsic = torch.zeros(m, m, dtype=torch.float64, device=device)
         counts = torch.tensor([self.batches, self.examples], dtype=torch.float64)
-        packed = torch.cat([hsic.flatten().to(device), counts.to(device)])
+        packed = torch.cat([hsic.flatten().to(device), counts.to(device), self.varied.to(device)])
         dist.all_reduce(packed)
         self.hsic_sum = packed[: m * m].reshape(m, m)
-        self.batches, self.examples = (int(c) for c in packed[m * m :].tolist())
+        self.batches, self.examples = (int(c) for c in packed[m * m : m * m + 2].tolist())
+        self.varied = packed[m * m + 2 :].float().cpu()
 
     def hsic(self) -> Tensor:
         """(M, M) mean HSIC over the batches seen."""
@@ -77,5 +80,17 @@ class MinibatchCKA:
 
     def cka(self, split: int | None = None) -> Tensor:
         """(M, M) CKA, or with ``split`` the block of the first ``split`` names against the
-        rest."""
-        return cka_from_hsic(self.hsic(), self.names, split)
+        rest.
+
+        Raises:
+            ValueError: a representation was constant in every batch (CKA is 0/0).
+        """
+        hsic = self.hsic()
+        constant = [name for name, v in zip(self.names, self.varied.tolist(), strict=True) if not v]
+        if constant:
+            raise ValueError(
+                f"CKA is undefined for {constant}: their features are constant across the "
+                "examples (zero variance) in every batch; check that these layers depend on "
+                "the input."
+            )
+        return cka_from_hsic(hsic, self.names, split)

@@ -78,6 +78,9 @@ class CKAToPrevious:
             return {}
         values = {}
         for name, kernel in current.items():
+            if kernel.constant or previous[name].constant:
+                values[name] = None  # CKA of a constant representation is undefined
+                continue
             hsic = hsic_matrix([previous[name], kernel], unbiased=False)
             values[name] = cka_from_hsic(hsic, [f"{name}@{epoch - 1}", name], split=1).item()
         return {"cka_to_previous": values}

@@ -1,0 +1,143 @@
+"""CKA cost side by side: the 12 x 12 block CKA matrix of one model over a data set.
+
+deit_tiny_patch16_224 (random weights), 256 seeded random images, batch 32, CPU:
+  forward      the model's forward over the batches under torch.inference_mode: the baseline
+  vizkit       vk.cka_matrix(model, loader): minibatch unbiased linear CKA of the block outputs
+  torch-cka    torch_cka.CKA(model, model, ...).compare(loader) (PyPI torch-cka, AntixK)
+  pytorch-cka  cka.compute_cka(model, model, loader, layers=...) (PyPI pytorch-cka)
+
+Every measurement is a fresh process (so peak RSS is its own) that imports all four libraries,
+builds the model and the loader, runs its method once untimed (warm-up) and once timed;
+``ru_maxrss`` at the end is its peak. Rounds rotate the order; medians are
+reported, with time and peak-memory ratios to the forward baseline, and the largest difference
+of each peer's matrix from vizkit's.
+Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+METHODS = ("forward", "vizkit", "torch-cka", "pytorch-cka")
+MODEL = "deit_tiny_patch16_224"
+
+
+def measure(method: str, images: int, batch: int, threads: int, out: Path) -> None:
+    """One measurement in this process; writes seconds, peak RSS and the matrix to ``out``."""
+    here = Path(__file__).parent.resolve()
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]  # this file is cka.py
+    import cka as pytorch_cka
+    import timm
+    import torch
+    import torch_cka
+
+    import vizkit as vk
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = timm.create_model(MODEL).eval()
+    x = torch.randn(images, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=batch)
+    blocks = [f"blocks.{i}" for i in range(len(model.blocks))]
+
+    def forward():
+        with torch.inference_mode():
+            for (images_,) in loader:
+                model(images_)
+
+    def vizkit():
+        return vk.cka_matrix(model, loader, progress=False).matrix
+
+    def torch_cka_run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "identical names", "no second loader"
+            comparison = torch_cka.CKA(model, model, "a", "b", blocks, blocks, device="cpu")
+            comparison.compare(loader)
+        return comparison.export()["CKA"]
+
+    def pytorch_cka_run():
+        return pytorch_cka.compute_cka(
+            model, model, loader, layers=blocks, device="cpu", progress=False
+        )[0]
+
+    run = {
+        "forward": forward,
+        "vizkit": vizkit,
+        "torch-cka": torch_cka_run,
+        "pytorch-cka": pytorch_cka_run,
+    }[method]
+    run()  # warm-up: the method's own steady state (allocator, caches)
+    start = time.perf_counter()
+    matrix = run()
+    seconds = time.perf_counter() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = {"seconds": seconds, "peak_mb": peak_mb}
+    if matrix is not None:
+        result["matrix"] = matrix.double().tolist()
+    out.write_text(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--one", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        measure(args.one, args.images, args.batch, args.threads, args.out)
+        return
+
+    import numpy as np
+    import torch
+
+    results: dict[str, list[dict]] = {m: [] for m in METHODS}
+    out = Path("/tmp") / "vizkit_cka_bench.json"
+    for round_ in range(args.rounds):
+        shift = round_ % len(METHODS)
+        for method in METHODS[shift:] + METHODS[:shift]:
+            command = [sys.executable, __file__, "--one", method, "--out", str(out)]
+            command += ["--images", str(args.images), "--batch", str(args.batch)]
+            command += ["--threads", str(args.threads)]
+            subprocess.run(command, check=True)
+            results[method].append(json.loads(out.read_text()))
+
+    base_s = statistics.median(r["seconds"] for r in results["forward"])
+    base_mb = statistics.median(r["peak_mb"] for r in results["forward"])
+    reference = np.array(results["vizkit"][0]["matrix"])
+    print(
+        f"{MODEL}, {args.images} images, batch {args.batch}, CPU, {args.threads} threads, "
+        f"torch {torch.__version__}; median of {args.rounds} rounds, one process per run"
+    )
+    columns = ("median s", "range s", "ratio", "peak MB", "ratio", "max |diff|")
+    print(
+        f"{'method':<12} "
+        + " ".join(f"{c:>{w}}" for c, w in zip(columns, (9, 12, 7, 9, 7, 11), strict=True))
+    )
+    for method, runs in results.items():
+        seconds = statistics.median(r["seconds"] for r in runs)
+        peak = statistics.median(r["peak_mb"] for r in runs)
+        diff = (
+            f"{np.abs(np.array(runs[0]['matrix']) - reference).max():11.1e}"
+            if "matrix" in runs[0]
+            else f"{'':>11}"
+        )
+        spread = f"{min(r['seconds'] for r in runs):.2f}..{max(r['seconds'] for r in runs):.2f}"
+        print(
+            f"{method:<12} {seconds:9.2f} {spread:>12} {seconds / base_s:6.2f}x {peak:9.0f} "
+            f"{peak / base_mb:6.2f}x {diff}"
+        )
+
+
+if __name__ == "__main__":
+    main()
