@@ -9,8 +9,9 @@ deit_tiny_patch16_224 (random weights), 256 seeded random images, batch 32, CPU:
 Every measurement is a fresh process (so peak RSS is its own) that imports all four libraries,
 builds the model and the loader, runs its method once untimed (warm-up) and once timed;
 ``ru_maxrss`` at the end is its peak. Rounds rotate the order; medians are
-reported, with time and peak-memory ratios to the forward baseline, and the largest difference
-of each peer's matrix from vizkit's.
+reported: wall time (and its range), process CPU time (user + system, steadier than wall time on
+a shared machine), peak RSS, each as a ratio to the forward baseline, and the largest difference
+of each matrix from torch-cka's.
 Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--threads 2]
 """
 
@@ -75,14 +76,20 @@ def measure(method: str, images: int, batch: int, threads: int, out: Path) -> No
         "pytorch-cka": pytorch_cka_run,
     }[method]
     run()  # warm-up: the method's own steady state (allocator, caches)
-    start = time.perf_counter()
+    cpu_start, start = _cpu_seconds(), time.perf_counter()
     matrix = run()
     seconds = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = {"seconds": seconds, "peak_mb": peak_mb}
+    result = {"seconds": seconds, "cpu": _cpu_seconds() - cpu_start, "peak_mb": peak_mb}
     if matrix is not None:
         result["matrix"] = matrix.double().tolist()
     out.write_text(json.dumps(result))
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (less sensitive than wall time to other load)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -112,31 +119,35 @@ def main() -> None:
             subprocess.run(command, check=True)
             results[method].append(json.loads(out.read_text()))
 
-    base_s = statistics.median(r["seconds"] for r in results["forward"])
-    base_mb = statistics.median(r["peak_mb"] for r in results["forward"])
-    reference = np.array(results["vizkit"][0]["matrix"])
+    def median(method: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[method])
+
+    reference = np.array(results["torch-cka"][0]["matrix"])  # the issue's reference
     print(
         f"{MODEL}, {args.images} images, batch {args.batch}, CPU, {args.threads} threads, "
         f"torch {torch.__version__}; median of {args.rounds} rounds, one process per run"
     )
-    columns = ("median s", "range s", "ratio", "peak MB", "ratio", "max |diff|")
-    print(
-        f"{'method':<12} "
-        + " ".join(f"{c:>{w}}" for c, w in zip(columns, (9, 12, 7, 9, 7, 11), strict=True))
-    )
+    columns = ("wall s", "range", "ratio", "CPU s", "ratio", "peak MB", "ratio", "vs torch-cka")
+    widths = (7, 11, 6, 6, 6, 8, 6, 12)
+    print(f"{'method':<12}" + "".join(f" {c:>{w}}" for c, w in zip(columns, widths, strict=True)))
     for method, runs in results.items():
-        seconds = statistics.median(r["seconds"] for r in runs)
-        peak = statistics.median(r["peak_mb"] for r in runs)
+        walls = [r["seconds"] for r in runs]
         diff = (
-            f"{np.abs(np.array(runs[0]['matrix']) - reference).max():11.1e}"
+            f"{np.abs(np.array(runs[0]['matrix']) - reference).max():12.1e}"
             if "matrix" in runs[0]
-            else f"{'':>11}"
+            else ""
         )
-        spread = f"{min(r['seconds'] for r in runs):.2f}..{max(r['seconds'] for r in runs):.2f}"
-        print(
-            f"{method:<12} {seconds:9.2f} {spread:>12} {seconds / base_s:6.2f}x {peak:9.0f} "
-            f"{peak / base_mb:6.2f}x {diff}"
-        )
+        row = [
+            f"{median(method, 'seconds'):7.2f}",
+            f"{min(walls):5.2f}-{max(walls):<5.2f}",
+            f"{median(method, 'seconds') / median('forward', 'seconds'):5.2f}x",
+            f"{median(method, 'cpu'):6.2f}",
+            f"{median(method, 'cpu') / median('forward', 'cpu'):5.2f}x",
+            f"{median(method, 'peak_mb'):8.0f}",
+            f"{median(method, 'peak_mb') / median('forward', 'peak_mb'):5.2f}x",
+            diff,
+        ]
+        print(f"{method:<12} " + " ".join(row))
 
 
 if __name__ == "__main__":
