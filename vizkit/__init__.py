@@ -5,6 +5,7 @@ from . import datasets as datasets
 from . import metrics as metrics
 from . import models as models
 from . import train as train
+from . import viz as viz
 from . import zoo as zoo
 from ._version import __version__ as __version__
 from .analysis import AttentionResult as AttentionResult
@@ -64,4 +65,5 @@ __all__ = [
     "saliency",
     "token_layout",
     "unfused_attention",
+    "viz",
 ]

@@ -24,7 +24,9 @@ __all__ = [
     "REDUCTIONS",
     "GammaStats",
     "ResidualRatios",
+    "layerscale_gammas",
     "layerscale_stats",
+    "prenorm_blocks",
     "residual_ratios",
 ]
 
@@ -107,7 +109,7 @@ def residual_ratios(
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}.")
     hm = as_hooked(model)
-    blocks = _blocks(hm)
+    blocks = prenorm_blocks(hm)
     squares: dict[str, Tensor] = {}  # name -> (B, N) squared norm of every token
 
     def record(activation: Tensor, *, name: str) -> None:
@@ -157,8 +159,8 @@ def layerscale_stats(
     """LayerScale statistics of the attention and FFN branches of ``blocks`` (default: every
     pre-norm block), and whether each block has LayerScale. Reads parameters only."""
     hm = as_hooked(model)
-    blocks = _blocks(hm) if blocks is None else blocks
-    gammas = [_gammas(hm.model, p) for p in blocks]
+    blocks = prenorm_blocks(hm) if blocks is None else blocks
+    gammas = [layerscale_gammas(hm.model, p) for p in blocks]
     return (
         _gamma_stats([g[0] for g in gammas]),
         _gamma_stats([g[1] for g in gammas]),
@@ -166,7 +168,9 @@ def layerscale_stats(
     )
 
 
-def _blocks(hm: HookedModel) -> list[str]:
+def prenorm_blocks(hm: HookedModel) -> list[str]:
+    """Paths of the pre-norm blocks (``blocks.{i}``, then CaiT's ``blocks_token_only.{j}``)
+    whose branches and stream vizkit can read; raises for models with other blocks."""
     names = set(hm.hook_names())
     blocks = [m.group(1) for n in hm.hook_names() if (m := _BLOCK.match(n))]
     complete = [p for p in blocks if all(r.format(p=p) in names for r in _READS.values())]
@@ -179,7 +183,7 @@ def _blocks(hm: HookedModel) -> list[str]:
     return complete
 
 
-def _gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
+def layerscale_gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
     """LayerScale λ of the attention and FFN branch of a block (None without LayerScale)."""
     block = model.get_submodule(path)
     if hasattr(block, "gamma_1"):  # Cait's LayerScaleBlock(ClassAttn)

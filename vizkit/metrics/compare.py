@@ -6,7 +6,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +62,8 @@ class SaliencyTable:
         values: (methods, metrics); NaN where a method does not apply to the model.
         seconds: time each method took to compute its maps.
         notes: why a method was skipped.
+        per_image: (methods, metrics, B) the scores of each image (NaN where skipped).
+        results: the maps of each method that ran, by name.
     """
 
     methods: list[str]
@@ -69,6 +71,8 @@ class SaliencyTable:
     values: Tensor
     seconds: list[float]
     notes: dict[str, str]
+    per_image: Tensor | None = None
+    results: dict[str, SaliencyResult] = field(default_factory=dict)
 
     def best(self, metric: str) -> str:
         """The method with the best value of ``metric``."""
@@ -117,7 +121,7 @@ def compare_saliency(
     metrics = ["deletion_auc", "insertion_auc"]
     if masks is not None:
         metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
-    names, values, seconds, notes = [], [], [], {}
+    names, per_image, seconds, notes, results = [], [], [], {}, {}
     for method in methods:
         name, fn = (method, _lookup(method)) if isinstance(method, str) else method
         names.append(name)
@@ -127,10 +131,11 @@ def compare_saliency(
         except ValueError as error:
             warnings.warn(f"compare_saliency: {name} skipped: {error}", stacklevel=2)
             notes[name] = str(error)
-            values.append([math.nan] * len(metrics))
+            per_image.append(torch.full((len(metrics), len(x)), math.nan))
             seconds.append(math.nan)
             continue
         seconds.append(time.perf_counter() - start)
+        results[name] = result
         scores = {
             "deletion_auc": deletion(hm, x, result, targets, level=level).auc,
             "insertion_auc": insertion(hm, x, result, targets, level=level).auc,
@@ -139,8 +144,9 @@ def compare_saliency(
             scores["pointing_game"] = pointing_game(result, masks)
             scores["energy_in_mask"] = energy_in_mask(result, masks)
             scores["mask_iou"] = top_iou(result, masks)
-        values.append([scores[m].float().mean().item() for m in metrics])
-    return SaliencyTable(names, metrics, torch.tensor(values), seconds, notes)
+        per_image.append(torch.stack([scores[m].float().cpu() for m in metrics]))
+    per_image = torch.stack(per_image)  # (methods, metrics, B)
+    return SaliencyTable(names, metrics, per_image.mean(-1), seconds, notes, per_image, results)
 
 
 def _cell(value: float, digits: int) -> str:

@@ -1,0 +1,71 @@
+"""Shared look of vizkit figures: colour scales, layout defaults, images for display."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "ATTENTION_SCALE",
+    "CKA_SCALE",
+    "SALIENCY_SCALE",
+    "display_images",
+    "epoch_shades",
+    "finish",
+]
+
+SALIENCY_SCALE = "cividis"  # as the CaiT paper's Fig. 7
+ATTENTION_SCALE = "viridis"
+CKA_SCALE = "magma"
+MASK_SCALE = "RdBu_r"
+
+
+def display_images(
+    images: Tensor,
+    model: nn.Module | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Normalized images (B, C, H, W) as uint8 RGB (B, H, W, 3) for display.
+
+    The normalization is undone with ``mean``/``std``, else with the model's timm data config;
+    without either, each image is min-max scaled.
+    """
+    if not isinstance(images, Tensor) or images.ndim != 4 or images.shape[1] not in (1, 3):
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"images must be a (B, 1 or 3, H, W) tensor; got {shape}.")
+    x = images.detach().float().cpu()
+    if mean is None and model is not None:
+        cfg = getattr(model, "pretrained_cfg", None) or {}
+        mean, std = cfg.get("mean"), cfg.get("std")
+    if mean is not None and std is not None:
+        x = x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
+    else:
+        low = x.amin(dim=(1, 2, 3), keepdim=True)
+        high = x.amax(dim=(1, 2, 3), keepdim=True)
+        x = (x - low) / (high - low).clamp_min(1e-12)
+    x = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+    return (x.clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).numpy()
+
+
+def epoch_shades(count: int, scale: str = "Blues") -> list[str]:
+    """``count`` colours from light to dark (later epochs darker, as the CaiT paper's Fig. 4)."""
+    from plotly.colors import sample_colorscale
+
+    positions = [0.35 + 0.65 * i / max(1, count - 1) for i in range(count)]
+    return sample_colorscale(scale, positions)
+
+
+def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
+    """Common layout: a title that names the quantity, compact margins, white template."""
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        margin={"l": 50, "r": 20, "t": 70, "b": 40},
+        **({"height": height} if height else {}),
+    )
+    return fig

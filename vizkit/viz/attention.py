@@ -1,0 +1,112 @@
+"""Attention figures: layers x heads small multiples, and one query's row over the image."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis import AttentionResult
+from ._style import ATTENTION_SCALE, finish
+from .overlay import heatmap_on_image, opacity_slider
+
+__all__ = ["attention_grid", "default_query", "query_attention"]
+
+
+def default_query(result: AttentionResult) -> str | tuple[int, int]:
+    """The class token when there is one, else the centre patch."""
+    if result.layout.class_token and result.query in (None, 0):
+        return "cls"
+    gh, gw = result.layout.grid
+    return (gh // 2, gw // 2)
+
+
+def _query_label(query) -> str:
+    return "the class token" if query == "cls" else f"patch {query}"
+
+
+def attention_grid(
+    result: AttentionResult, image: int = 0, query: str | tuple[int, int] | None = None
+) -> go.Figure:
+    """Layers x heads small multiples of one query's attention over the patch grid, on one
+    colour scale shared by all panels.
+
+    Args:
+        result: from `vizkit.attention`.
+        image: index in the batch.
+        query: "cls", a patch (row, col) or a token index (default: `default_query`).
+    """
+    _check_image(result, image)
+    query = default_query(result) if query is None else query
+    rows = result.row(query)[:, image]  # (L, H, gh, gw)
+    depth, heads = rows.shape[:2]
+    fig = make_subplots(
+        rows=depth,
+        cols=heads,
+        subplot_titles=[
+            f"layer {layer} · head {h}" for layer in result.layers for h in range(heads)
+        ],
+        horizontal_spacing=0.02,
+        vertical_spacing=0.06 / max(1, depth / 4),
+    )
+    for i in range(depth):
+        for h in range(heads):
+            fig.add_trace(
+                go.Heatmap(
+                    z=rows[i, h].float().cpu().numpy(),
+                    coloraxis="coloraxis",
+                    hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>",
+                ),
+                row=i + 1,
+                col=h + 1,
+            )
+    fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=None)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "weight"}})
+    title = (
+        f"Attention of {_query_label(query)} over the patches (post-softmax row, one colour "
+        f"scale), image {image}: layers x heads"
+    )
+    return finish(fig, title, height=max(300, 170 * depth + 80))
+
+
+def query_attention(
+    result: AttentionResult,
+    images: np.ndarray,
+    image: int = 0,
+    query: str | tuple[int, int] | None = None,
+    layer: int = -1,
+    heads: str = "mean",
+) -> go.Figure:
+    """One query's attention row (heads fused) over the image, the query patch outlined.
+
+    Args:
+        images: display images (B, H, W, 3) uint8 (`display_images`).
+        layer: position in ``result.layers`` (negative from the end).
+        heads: head reduction ("mean", "max", "min").
+    """
+    _check_image(result, image)
+    query = default_query(result) if query is None else query
+    row = result.row(query, heads=heads)[layer, image]  # (gh, gw)
+    fig = go.Figure(heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE))
+    if isinstance(query, tuple):
+        (gh, gw), (height, width) = result.layout.grid, images.shape[1:3]
+        ph, pw = height / gh, width / gw
+        r, c = query
+        fig.add_shape(
+            type="rect", x0=c * pw - 0.5, x1=(c + 1) * pw - 0.5, y0=r * ph - 0.5,
+            y1=(r + 1) * ph - 0.5, line={"color": "red", "width": 2},
+        )  # fmt: skip
+    fig.update_yaxes(autorange="reversed", scaleanchor="x")
+    opacity_slider(fig)
+    title = (
+        f"Attention of {_query_label(query)} at layer {result.layers[layer]} ({heads} over "
+        f"heads), image {image}"
+    )
+    return finish(fig, title, height=460)
+
+
+def _check_image(result: AttentionResult, image: int) -> None:
+    batch = result.patterns.shape[1]
+    if not -batch <= image < batch:
+        raise ValueError(f"image {image} is out of range: the result holds {batch} images.")

@@ -1,0 +1,75 @@
+"""Heatmaps laid over images, with an opacity slider."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._style import SALIENCY_SCALE
+
+__all__ = ["heatmap_on_image", "opacity_slider", "upsample_map"]
+
+
+def upsample_map(values: Tensor, size: tuple[int, int]) -> np.ndarray:
+    """A (h, w) map resized (nearest: patch maps stay patches) to (H, W), as numpy."""
+    values = values.detach().float().cpu()
+    if tuple(values.shape) != tuple(size):
+        values = F.interpolate(values[None, None], size=size, mode="nearest")[0, 0]
+    return values.numpy()
+
+
+def heatmap_on_image(
+    image: np.ndarray,
+    values: Tensor,
+    *,
+    opacity: float = 0.55,
+    colorscale: str = SALIENCY_SCALE,
+    name: str = "",
+    colorbar: bool = True,
+    coloraxis: str | None = None,
+    zrange: tuple[float, float] | None = None,
+) -> list[go.BaseTraceType]:
+    """Traces of one image (H, W, 3 uint8) with a map (h, w) over it (pixels as the axes)."""
+    height, width = image.shape[:2]
+    z = upsample_map(values, (height, width))
+    heat = {
+        "z": z,
+        "opacity": opacity,
+        "name": name,
+        "hovertemplate": "x %{x}, y %{y}: %{z:.3g}<extra>" + name + "</extra>",
+    }
+    if coloraxis:
+        heat["coloraxis"] = coloraxis
+    else:
+        heat.update(colorscale=colorscale, showscale=colorbar)
+        if zrange is not None:
+            heat.update(zmin=zrange[0], zmax=zrange[1])
+    return [go.Image(z=image, hoverinfo="skip"), go.Heatmap(**heat)]
+
+
+def opacity_slider(fig: go.Figure, active: float = 0.55) -> go.Figure:
+    """Add a slider that sets the opacity of every heatmap of ``fig`` (works in static HTML)."""
+    heatmaps = [i for i, t in enumerate(fig.data) if isinstance(t, go.Heatmap)]
+    steps = [
+        {
+            "label": f"{o:.1f}",
+            "method": "restyle",
+            "args": [{"opacity": [o] * len(heatmaps)}, heatmaps],
+        }
+        for o in np.linspace(0, 1, 11)
+    ]
+    active_step = round(active * 10)
+    fig.update_layout(
+        sliders=[
+            {
+                "active": active_step,
+                "currentvalue": {"prefix": "map opacity "},
+                "steps": steps,
+                "pad": {"t": 30},
+                "len": 0.5,
+            }  # fmt: skip
+        ]
+    )
+    return fig

@@ -1,0 +1,150 @@
+"""Representation figures: CKA heatmap, feature-evolution curves, residual-norm ratios (CaiT
+Fig. 4), LayerScale heatmap."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from torch import nn
+
+from ..analysis import CKAResult, FeatureEvolution, ResidualRatios
+from ..analysis._model import as_hooked
+from ..analysis.residual_ratios import layerscale_gammas, prenorm_blocks
+from ._style import CKA_SCALE, epoch_shades, finish
+
+__all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
+
+
+def _short(name: str) -> str:
+    """``blocks.3.hook_resid_post`` -> ``blocks.3``."""
+    return name.removeprefix("model_b:").rsplit(".hook_", 1)[0]
+
+
+def cka_heatmap(result: CKAResult, title: str | None = None) -> go.Figure:
+    """The layer x layer CKA matrix (rows: model a's layers, columns: model b's)."""
+    o = result.options
+    fig = go.Figure(
+        go.Heatmap(
+            z=result.matrix.numpy(),
+            x=[_short(n) for n in result.layers_b],
+            y=[_short(n) for n in result.layers_a],
+            colorscale=CKA_SCALE,
+            zmin=0,
+            zmax=1,
+            colorbar={"title": "CKA"},
+            hovertemplate="%{y} vs %{x}: %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed")
+    estimator = "unbiased" if o.get("unbiased") else "biased"
+    default = (
+        f"{o.get('kernel', 'linear')} CKA ({estimator} HSIC, tokens {o.get('tokens')}, "
+        f"{o.get('examples')} images): {o.get('model_a')} vs {o.get('model_b')}"
+    )
+    return finish(fig, title or default, 520)
+
+
+def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figure:
+    """Refiner Eq. 2 curves of several models against normalized depth k / L (left), and the
+    CKA of each block with the first block (right)."""
+    if not curves:
+        raise ValueError("curves is empty; pass {label: feature_evolution(model, data)}.")
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[
+            "F_k = CKA(f_k, f_out) / CKA(f_in, f_out)  (Eq. 2)",
+            "CKA(f_k, f_in): change from the first block",
+        ],
+    )
+    for i, (label, evo) in enumerate(curves.items()):
+        color = _palette(i)
+        for col, values in ((1, evo.curve), (2, evo.vs_first)):
+            fig.add_trace(
+                go.Scatter(
+                    x=evo.depth.tolist(), y=values.tolist(), mode="lines+markers", name=label,
+                    legendgroup=label, showlegend=col == 1, line={"color": color},
+                    text=[_short(n) for n in evo.layers],
+                    hovertemplate="%{text}: %{y:.3f}<extra>" + label + "</extra>",
+                ),
+                row=1, col=col,
+            )  # fmt: skip
+    fig.update_xaxes(title_text="normalized depth k / L")
+    return finish(fig, "Feature evolution over depth (Refiner, Fig. 2/4)", 420)
+
+
+def residual_ratio_curves(
+    ratios: ResidualRatios | Sequence[ResidualRatios | dict], scaled: bool = True
+) -> go.Figure:
+    """CaiT Fig. 4: ||branch|| / ||stream entering it|| per layer, self-attention (top) and FFN
+    (bottom); one curve per epoch, darker = later, from a result or a tracked history's
+    ``residual_ratios`` entries."""
+    series = [ratios] if isinstance(ratios, (ResidualRatios, dict)) else list(ratios)
+    if not series:
+        raise ValueError("No residual ratios to plot.")
+    series = [r.to_dict() if isinstance(r, ResidualRatios) else r for r in series]
+    suffix = "" if scaled else "_unscaled"
+    what = "with LayerScale" if scaled else "without LayerScale (unscaled)"
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+        subplot_titles=[f"self-attention branch, {what}", f"FFN branch, {what}"],
+    )  # fmt: skip
+    colors = epoch_shades(len(series))
+    for i, entry in enumerate(series):
+        label = f"epoch {i + 1}" if len(series) > 1 else "ratio"
+        for row, key in ((1, "attn"), (2, "mlp")):
+            fig.add_trace(
+                go.Scatter(
+                    x=entry["layers"], y=entry[key + suffix],
+                    mode="lines+markers", name=label, legendgroup=label, showlegend=row == 1,
+                    line={"color": colors[i]},
+                    hovertemplate="%{x}: %{y:.3g}<extra>" + label + "</extra>",
+                ),
+                row=row, col=1,
+            )  # fmt: skip
+    fig.update_xaxes(
+        title_text="block (blocks_token_only: CaiT's class-attention stage)", row=2, col=1
+    )
+    fig.update_yaxes(title_text="‖branch‖ / ‖x‖")
+    reduction = series[-1].get("reduction", "")
+    return finish(fig, f"Residual-norm ratios per layer (CaiT Fig. 4; reduction {reduction})", 560)
+
+
+def layerscale_heatmap(model: nn.Module) -> go.Figure:
+    """LayerScale λ per layer and channel, attention (left) and FFN (right) branches."""
+    hm = as_hooked(model)
+    blocks = prenorm_blocks(hm)
+    gammas = [layerscale_gammas(hm.model, p) for p in blocks]
+    if not any(g[0] is not None for g in gammas):
+        raise ValueError(f"{type(hm.model).__name__} has no LayerScale parameters to show.")
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=["λ of the attention branch", "λ of the FFN branch"]
+    )
+    for col in (0, 1):
+        rows = [g[col] if g[col] is not None else None for g in gammas]
+        width = max(len(r) for r in rows if r is not None)
+        z = torch.stack(
+            [r.detach().float().cpu() if r is not None else torch.ones(width) for r in rows]
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=z.numpy(), y=blocks, coloraxis="coloraxis",
+                hovertemplate="%{y}, channel %{x}: %{z:.3g}<extra></extra>",
+            ),
+            row=1, col=col + 1,
+        )  # fmt: skip
+    fig.update_xaxes(title_text="channel")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(coloraxis={"colorscale": "RdBu_r", "cmid": 0, "colorbar": {"title": "λ"}})
+    return finish(
+        fig, "LayerScale diag(λ) per layer and channel (CaiT Eq. 1)", 120 + 28 * len(blocks)
+    )
+
+
+def _palette(i: int) -> str:
+    from plotly.colors import qualitative
+
+    return qualitative.Plotly[i % len(qualitative.Plotly)]

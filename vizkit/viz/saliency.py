@@ -1,0 +1,93 @@
+"""Saliency maps over the image: one method, or several side by side with their scores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis import SaliencyResult
+from ..metrics.compare import METRICS, SaliencyTable
+from ._style import SALIENCY_SCALE, finish
+from .overlay import heatmap_on_image, opacity_slider
+
+__all__ = ["saliency_overlay", "saliency_side_by_side"]
+
+_SHORT = {
+    "deletion_auc": "del",
+    "insertion_auc": "ins",
+    "pointing_game": "point",
+    "energy_in_mask": "energy",
+    "mask_iou": "IoU",
+}
+
+
+def saliency_overlay(result: SaliencyResult, images: np.ndarray, image: int = 0) -> go.Figure:
+    """One method's map of one image over it (cividis, min-max per map)."""
+    _check(result, images, image)
+    fig = go.Figure(heatmap_on_image(images[image], _scaled(result, image), name=result.method))
+    fig.update_yaxes(autorange="reversed", scaleanchor="x")
+    opacity_slider(fig)
+    target = "" if result.targets is None else f", explaining class {int(result.targets[image])}"
+    return finish(fig, f"{result.method} saliency (min-max scaled), image {image}{target}", 460)
+
+
+def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int = 0) -> go.Figure:
+    """Every method of a `compare_saliency` table on one image, each map min-max scaled, the
+    image's scores in the panel titles (↑/↓: higher/lower is better)."""
+    methods = list(table.results)
+    if not methods:
+        raise ValueError("The table holds no maps (every method was skipped); see table.notes.")
+    for name in methods:
+        _check(table.results[name], images, image)
+    titles = [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods]
+    fig = make_subplots(rows=1, cols=len(methods), subplot_titles=titles, horizontal_spacing=0.02)
+    for col, name in enumerate(methods, start=1):
+        traces = heatmap_on_image(
+            images[image], _scaled(table.results[name], image), name=name, coloraxis="coloraxis"
+        )
+        for trace in traces:
+            fig.add_trace(trace, row=1, col=col)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
+    opacity_slider(fig)
+    legend = ", ".join(f"{s} = {m} {'↑' if METRICS[m] else '↓'}" for m, s in _SHORT.items())
+    fig.add_annotation(
+        text=legend, x=0, y=-0.08, xref="paper", yref="paper", showarrow=False, font_size=11,
+        xanchor="left",
+    )  # fmt: skip
+    finish(fig, f"Saliency methods on image {image} (maps min-max scaled)", 460)
+    fig.update_layout(margin={"t": 120})
+    return fig
+
+
+def _scores(table: SaliencyTable, method: str, image: int) -> str:
+    if table.per_image is None:
+        return ""
+    values = table.per_image[table.methods.index(method), :, image].tolist()
+    cells = [
+        f"{_SHORT[m]} {v:.2f}"
+        for m, v in zip(table.metrics, values, strict=True)
+        if not math.isnan(v)
+    ]
+    return " · ".join(cells[:2]) + ("<br>" + " · ".join(cells[2:]) if cells[2:] else "")
+
+
+def _scaled(result: SaliencyResult, image: int):
+    values = result.maps[image].float()
+    low, high = values.min(), values.max()
+    return (values - low) / (high - low).clamp_min(1e-12)
+
+
+def _check(result: SaliencyResult, images: np.ndarray, image: int) -> None:
+    if not -len(result.maps) <= image < len(result.maps):
+        raise ValueError(f"image {image} is out of range: {len(result.maps)} maps.")
+    if len(images) != len(result.maps):
+        raise ValueError(
+            f"{len(images)} display images for {len(result.maps)} maps; pass the images the "
+            "maps were computed on (display_images(x, model))."
+        )

@@ -1,0 +1,35 @@
+"""Training curves from a history (list of per-epoch records)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ._style import finish
+
+__all__ = ["training_curves"]
+
+
+def training_curves(history: Sequence[dict], title: str = "Training history") -> go.Figure:
+    """Loss (left) and accuracy (right) per epoch, train and test."""
+    if not history or "epoch" not in history[0]:
+        raise ValueError(
+            "history must be a non-empty list of per-epoch records (a card's 'history')."
+        )
+    epochs = [h["epoch"] for h in history]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["cross-entropy loss", "accuracy"])
+    for col, quantity in ((1, "loss"), (2, "accuracy")):
+        for split, dash in (("train", "dot"), ("test", "solid")):
+            key = f"{split}_{quantity}"
+            if key in history[0]:
+                fig.add_trace(
+                    go.Scatter(
+                        x=epochs, y=[h[key] for h in history], name=key, mode="lines+markers",
+                        line={"dash": dash, "color": "#1f77b4" if split == "test" else "#ff7f0e"},
+                    ),
+                    row=1, col=col,
+                )  # fmt: skip
+    fig.update_xaxes(title_text="epoch", dtick=1)
+    return finish(fig, title, 380)
