@@ -2,28 +2,34 @@
 
 from ._style import display_images as display_images
 from .attention import attention_grid as attention_grid
+from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
 from .masks import mask_figure as mask_figure
 from .overlay import heatmap_on_image as heatmap_on_image
+from .predictions import predictions_figure as predictions_figure
 from .representations import cka_heatmap as cka_heatmap
 from .representations import feature_evolution_curves as feature_evolution_curves
 from .representations import layerscale_heatmap as layerscale_heatmap
 from .representations import residual_ratio_curves as residual_ratio_curves
 from .saliency import saliency_overlay as saliency_overlay
+from .saliency import saliency_row as saliency_row
 from .saliency import saliency_side_by_side as saliency_side_by_side
 from .training import training_curves as training_curves
 
 __all__ = [
     "attention_grid",
+    "attention_stats_figure",
     "cka_heatmap",
     "display_images",
     "feature_evolution_curves",
     "heatmap_on_image",
     "layerscale_heatmap",
     "mask_figure",
+    "predictions_figure",
     "query_attention",
     "residual_ratio_curves",
     "saliency_overlay",
+    "saliency_row",
     "saliency_side_by_side",
     "training_curves",
 ]

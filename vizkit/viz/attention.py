@@ -10,7 +10,7 @@ from ..analysis import AttentionResult
 from ._style import ATTENTION_SCALE, finish
 from .overlay import heatmap_on_image, opacity_slider
 
-__all__ = ["attention_grid", "default_query", "query_attention"]
+__all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
 
 
 def default_query(result: AttentionResult) -> str | tuple[int, int]:
@@ -110,3 +110,36 @@ def _check_image(result: AttentionResult, image: int) -> None:
     batch = result.patterns.shape[1]
     if not -batch <= image < batch:
         raise ValueError(f"image {image} is out of range: the result holds {batch} images.")
+
+
+def attention_stats_figure(result: AttentionResult) -> go.Figure:
+    """Per-layer attention statistics averaged over images and heads, with the spread over
+    heads (min to max) as a band: normalized entropy, mean attention distance, locality."""
+    stats = result.stats()
+    wanted = [
+        ("entropy", "normalized entropy (1 = uniform)"),
+        ("distance_pixels", "mean attention distance (pixels)"),
+        ("locality", "attention mass within 1 patch"),
+    ]
+    wanted = [(k, label) for k, label in wanted if k in stats]
+    fig = make_subplots(rows=1, cols=len(wanted), subplot_titles=[label for _, label in wanted])
+    for col, (key, _) in enumerate(wanted, start=1):
+        per_head = stats[key].float().mean(1).cpu()  # (L, H)
+        x = [str(layer) for layer in result.layers]
+        band = per_head.max(1).values.tolist() + per_head.min(1).values.tolist()[::-1]
+        fig.add_trace(
+            go.Scatter(x=x + x[::-1], y=band,
+                       fill="toself", line={"width": 0}, fillcolor="rgba(31,119,180,0.2)",
+                       name="head range", showlegend=col == 1, hoverinfo="skip"),
+            row=1, col=col,
+        )  # fmt: skip
+        fig.add_trace(
+            go.Scatter(x=x, y=per_head.mean(1).tolist(), mode="lines+markers", name="mean",
+                       line={"color": "#1f77b4"}, showlegend=col == 1),
+            row=1, col=col,
+        )  # fmt: skip
+    fig.update_xaxes(title_text="layer")
+    images = result.patterns.shape[1]
+    return finish(
+        fig, f"Attention statistics per layer ({images} images; band: min-max over heads)", 380
+    )

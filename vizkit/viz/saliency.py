@@ -13,7 +13,7 @@ from ..metrics.compare import METRICS, SaliencyTable
 from ._style import SALIENCY_SCALE, finish
 from .overlay import heatmap_on_image, opacity_slider
 
-__all__ = ["saliency_overlay", "saliency_side_by_side"]
+__all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
 
 _SHORT = {
     "deletion_auc": "del",
@@ -42,19 +42,11 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
         raise ValueError("The table holds no maps (every method was skipped); see table.notes.")
     for name in methods:
         _check(table.results[name], images, image)
-    titles = [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods]
-    fig = make_subplots(rows=1, cols=len(methods), subplot_titles=titles, horizontal_spacing=0.02)
-    for col, name in enumerate(methods, start=1):
-        traces = heatmap_on_image(
-            images[image], _scaled(table.results[name], image), name=name, coloraxis="coloraxis"
-        )
-        for trace in traces:
-            fig.add_trace(trace, row=1, col=col)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_annotations(font_size=11)
-    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
-    opacity_slider(fig)
+    fig = _overlay_row(
+        [images[image]] * len(methods),
+        [_scaled(table.results[name], image) for name in methods],
+        [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods],
+    )
     legend = ", ".join(f"{s} = {m} {'↑' if METRICS[m] else '↓'}" for m, s in _SHORT.items())
     fig.add_annotation(
         text=legend, x=0, y=-0.08, xref="paper", yref="paper", showarrow=False, font_size=11,
@@ -63,6 +55,30 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
     finish(fig, f"Saliency methods on image {image} (maps min-max scaled)", 460)
     fig.update_layout(margin={"t": 120})
     return fig
+
+
+def saliency_row(result: SaliencyResult, images: np.ndarray, count: int = 4) -> go.Figure:
+    """One method's maps on the first ``count`` images, side by side (min-max scaled)."""
+    _check(result, images, 0)
+    shown = range(min(count, len(images)))
+    titles = [
+        f"image {i}" + ("" if result.targets is None else f", class {int(result.targets[i])}")
+        for i in shown
+    ]
+    fig = _overlay_row([images[i] for i in shown], [_scaled(result, i) for i in shown], titles)
+    return finish(fig, f"{result.method} saliency (min-max scaled per map)", 400)
+
+
+def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=len(maps), subplot_titles=titles, horizontal_spacing=0.02)
+    for col, (image, values) in enumerate(zip(images, maps, strict=True), start=1):
+        for trace in heatmap_on_image(image, values, coloraxis="coloraxis"):
+            fig.add_trace(trace, row=1, col=col)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
+    return opacity_slider(fig)
 
 
 def _scores(table: SaliencyTable, method: str, image: int) -> str:

@@ -1,0 +1,40 @@
+"""`vizkit report`: every analysis that applies to a model, on one self-contained HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .inputs import DEFAULT_MODEL, ReportInputs, load_inputs
+from .page import write_page
+from .sections import SECTIONS, NotApplicable, Section
+
+__all__ = ["DEFAULT_MODEL", "ReportInputs", "Section", "build_report", "load_inputs"]
+
+
+def build_report(
+    model: str = DEFAULT_MODEL,
+    data: str | None = None,
+    n: int = 8,
+    out: str | Path = "report",
+    checkpoint: str | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run every section of `SECTIONS` that applies to the model on ``n`` images of ``data``
+    and write ``<out>/index.html``; return its path.
+
+    Args:
+        model: a zoo name, a timm name (with ``checkpoint``: your .safetensors) or a zoo-style
+            checkpoint path with its card beside it.
+        data: "shapes", "digits" or an image folder (default: the zoo model's data).
+    """
+    inputs = load_inputs(model, data, n, checkpoint)
+    sections: list[Section] = []
+    skipped: dict[str, str] = {}
+    for name, build in tqdm(SECTIONS.items(), desc="report", disable=not progress):
+        try:
+            sections.append(build(inputs))
+        except NotApplicable as reason:
+            skipped[name] = str(reason)
+    return write_page(sections, skipped, f"vizkit report: {inputs.name}", Path(out))

@@ -1,0 +1,234 @@
+"""The sections of a report: each runs one analysis on the inputs and returns its figures, or
+says why it does not apply to the model."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+import torch
+
+from .. import analysis, viz
+from ..hooks import HookedModel
+from ..metrics import compare_saliency
+from ..metrics.compare import METRICS
+from .inputs import ReportInputs
+
+__all__ = ["SECTIONS", "Section"]
+
+
+@dataclass
+class Section:
+    """A titled part of the page: an explanation, figures, optional HTML (tables)."""
+
+    title: str
+    text: str
+    figures: list[go.Figure] = field(default_factory=list)
+    html: str = ""
+
+
+class NotApplicable(Exception):
+    """This section does not apply to this model (the message says why)."""
+
+
+def summary(r: ReportInputs) -> Section:
+    hm = HookedModel(r.model)
+    params = sum(p.numel() for p in r.model.parameters())
+    layout = hm.token_layout(tuple(r.images.shape[-2:]))
+    rows = {
+        "model": r.name,
+        "architecture": r.card.get("architecture", type(r.model).__name__),
+        "parameters": f"{params / 1e6:.2f}M",
+        "weights": r.card.get("weights", "vizkit zoo (sha256 checked)"),
+        "input": f"{r.source}, shape {tuple(r.images.shape)}",
+        "hook names": str(len(hm.hook_names())),
+    }
+    if layout is not None:
+        rows["tokens"] = (
+            f"{layout.num_prefix_tokens} prefix + {layout.grid[0]}x{layout.grid[1]} patches"
+        )
+    if "test_accuracy" in r.card:
+        rows["test accuracy"] = f"{r.card['test_accuracy']:.2%} on {r.card['data']['name']}"
+        rows["training"] = f"{r.card['training_seconds'] / 60:.1f} min, {r.card['trained_on']}"
+    return Section("Model", "What was analysed.", html=_table(rows))
+
+
+def predictions(r: ReportInputs) -> Section:
+    with torch.no_grad():
+        probabilities = r.model(r.images).softmax(-1)
+    figure = viz.predictions_figure(
+        viz.display_images(r.images, r.model), probabilities, r.labels, r.classes
+    )
+    return Section("Predictions", "The model's top class per image.", [figure])
+
+
+def attention(r: ReportInputs) -> Section:
+    result = _attention(r)
+    images = viz.display_images(r.images, r.model)
+    return Section(
+        "Attention",
+        "Post-softmax attention of one query (the class token, or the centre patch) in every "
+        "layer and head of image 0, the same query's head-averaged row over the image, and "
+        "per-layer statistics over all images.",
+        [
+            viz.attention_grid(result),
+            viz.query_attention(result, images),
+            viz.attention_stats_figure(result),
+        ],
+    )
+
+
+def rollout(r: ReportInputs) -> Section:
+    _attention(r)  # raises NotApplicable without self-attention
+    result = analysis.rollout(r.model, r.images, allow_non_stochastic=True)
+    return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
+                     "(of the mean patch without one) through every layer.", result)  # fmt: skip
+
+
+def class_attention(r: ReportInputs) -> Section:
+    _attention(r)
+    try:
+        result = analysis.class_attention(r.model, r.images)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from error
+    return _overlays(r, "Class-attention saliency", "The class token's attention over the "
+                     "patches (CaiT Fig. 6/7), heads averaged.", result)  # fmt: skip
+
+
+def saliency(r: ReportInputs) -> Section:
+    hm = HookedModel(r.model)
+    has_attention = any(n.endswith("attn.hook_pattern") for n in hm.hook_names())
+    methods = ["gradcam", "integrated_gradients", "random"]
+    if has_attention:
+        methods = ["rollout", "class_attention", *methods]
+    table = _quiet(lambda: compare_saliency(r.model, r.images, methods, masks=r.masks))
+    images = viz.display_images(r.images, r.model)
+    shown = min(2, len(r.images))
+    skipped = "".join(f" Skipped {name}: {note}" for name, note in table.notes.items())
+    return Section(
+        "Saliency methods compared",
+        "Grad-CAM, integrated gradients and the attention-based maps side by side, scored by "
+        "deletion and insertion AUC (patch level) and, where the data has object masks, by the "
+        "pointing game, the energy in the mask and the IoU of a mask-sized top region; the "
+        f"table holds means over the {len(r.images)} images.{skipped}",
+        [viz.saliency_side_by_side(table, images, i) for i in range(shown)],
+        html=_scores_table(table),
+    )
+
+
+def representations(r: ReportInputs) -> Section:
+    data = r.cka_images if r.cka_images is not None else r.images
+    if len(data) < 8:
+        raise NotApplicable(f"CKA needs at least 8 images; the data has {len(data)}.")
+    try:
+        evolution = analysis.feature_evolution(
+            r.model, data, batch_size=min(32, len(data)), progress=False
+        )
+    except ValueError as error:
+        raise NotApplicable(str(error)) from error
+    return Section(
+        "Representation similarity (CKA)",
+        f"Minibatch linear CKA (unbiased HSIC) between every pair of block outputs over "
+        f"{evolution.cka.options['examples']} images, and the Refiner paper's feature-evolution "
+        "curve (Eq. 2).",
+        [viz.cka_heatmap(evolution.cka), viz.feature_evolution_curves({r.name: evolution})],
+    )
+
+
+def residual_ratios(r: ReportInputs) -> Section:
+    try:
+        result = analysis.residual_ratios(r.model, r.images)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from error
+    figures = [viz.residual_ratio_curves(result), viz.residual_ratio_curves(result, scaled=False)]
+    if any(result.has_layerscale):
+        figures.append(viz.layerscale_heatmap(r.model))
+    return Section(
+        "Residual-norm ratios",
+        "How much each residual branch adds to the stream entering it, ‖branch‖ / ‖x‖ per "
+        "image (CaiT Fig. 4), with and without LayerScale's diag(λ).",
+        figures,
+    )
+
+
+def history(r: ReportInputs) -> Section:
+    records = r.card.get("history")
+    if not records:
+        raise NotApplicable("the model does not come from the zoo, so there is no history.")
+    figures = [viz.training_curves(records, f"Training history of {r.name}")]
+    tracked = [h["residual_ratios"] for h in records if "residual_ratios" in h]
+    if tracked:
+        figures.append(viz.residual_ratio_curves(tracked))
+    return Section("Training", "Loss and accuracy per epoch from the model card.", figures)
+
+
+def _attention(r: ReportInputs) -> analysis.AttentionResult:
+    try:
+        return analysis.attention(r.model, r.images)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from error
+
+
+def _overlays(r: ReportInputs, title: str, text: str, result) -> Section:
+    images = viz.display_images(r.images, r.model)
+    return Section(title, text, [viz.saliency_row(result, images, count=4)])
+
+
+def _quiet(fn: Callable):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # methods that do not apply are noted in the table
+        return fn()
+
+
+def _table(rows: dict[str, str]) -> str:
+    cells = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
+    )
+    return f"<table class='summary'>{cells}</table>"
+
+
+def _scores_table(table) -> str:
+    arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in table.metrics]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows, "seconds"])
+    rows = ""
+    for i, method in enumerate(table.methods):
+        values = [*table.values[i].tolist(), table.seconds[i]]
+        cells = "".join(f"<td>{'n/a' if v != v else f'{v:.3f}'}</td>" for v in values)
+        rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
+    return f"<table class='scores'><tr>{head}</tr>{rows}</table>"
+
+
+def masks(r: ReportInputs) -> Section:
+    hm = HookedModel(r.model)
+    names = [n for n in hm.hook_names() if n.endswith("hook_mask")]
+    if not names:
+        raise NotApplicable("the model has no learned attention masks (attn.hook_mask).")
+    _, cache = hm.run_with_cache(r.images[:1], names=names)
+    layout = hm.token_layout(tuple(r.images.shape[-2:]), names[0])
+    figures = []
+    for name in names:
+        mask = cache[name]
+        while mask.ndim > 2:
+            mask = mask[0]  # first image, first head
+        if mask.shape[-1] != layout.num_patches:
+            _, mask = layout.split(layout.split(mask, dim=-1)[1], dim=0)
+        figures.append(viz.mask_figure(mask, layout.grid, title=f"{name} (first head)"))
+    return Section("Learned attention masks", "Each masked layer's mask over the patches.", figures)
+
+
+SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
+    "summary": summary,
+    "predictions": predictions,
+    "attention": attention,
+    "rollout": rollout,
+    "class_attention": class_attention,
+    "saliency": saliency,
+    "representations": representations,
+    "residual_ratios": residual_ratios,
+    "masks": masks,
+    "history": history,
+}
