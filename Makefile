@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/vizkit info
+	$(BIN)/vizkit report --out report
 
 test: lint unit notebooks
 

@@ -198,6 +198,16 @@ def _cka_images(model, card: dict, data: str | None, samples: int) -> torch.Tens
     return digit_images(samples, (height, width), cfg["mean"], cfg["std"])[0]
 
 
+def report_command(args: argparse.Namespace) -> int:
+    """Write the HTML report and print where it is."""
+    from .report import build_report
+
+    start = time.perf_counter()
+    page = build_report(args.model, args.data, args.n, args.out, args.checkpoint)
+    print(f"wrote {page.resolve()} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def zoo_list() -> int:
     """Print the zoo as a table."""
     from . import zoo
@@ -243,6 +253,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel", default="linear", choices=KERNELS, help="default linear")
     c.add_argument("--biased", action="store_true", help="biased HSIC per batch")
     c.add_argument("--out", help="write the result as JSON")
+    r = commands.add_parser("report", help="one HTML page with every analysis of a model")
+    r.add_argument(
+        "--model", default=DEFAULT_MODEL,
+        help="zoo name, timm name or a zoo-style .safetensors path (default %(default)s)",
+    )  # fmt: skip
+    r.add_argument("--checkpoint", help="your .safetensors weights for a timm --model")
+    r.add_argument("--data", help="shapes, digits or an image folder (default: the model's data)")
+    r.add_argument("--n", type=int, default=8, help="images to analyse (default 8)")
+    r.add_argument("--out", default="report", help="output folder (default report/)")
     z = commands.add_parser("zoo", help="the shipped models")
     z.add_argument("action", choices=["list"])
     return parser
@@ -257,6 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return zoo_list()
         if args.command == "cka":
             return cka_command(args)
+        if args.command == "report":
+            return report_command(args)
         return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
     except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
         hint = ""

@@ -1,0 +1,112 @@
+"""`vizkit report`: one self-contained page with the sections that apply to the model."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vizkit import zoo
+from vizkit.cli import main
+from vizkit.report import build_report
+from vizkit.report.inputs import load_inputs
+from vizkit.report.sections import SECTIONS, NotApplicable
+
+
+def figures_in(page: str) -> int:
+    return len(re.findall(r'class="plotly-graph-div"', page))
+
+
+class ExternalResources(HTMLParser):
+    """Collects what a page would fetch: script src, link href, img src."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("src", "href"):
+            if tag in ("script", "link", "img") and attrs.get(key):
+                self.urls.append(attrs[key])
+
+
+def test_default_report_is_self_contained_with_every_vit_section(tmp_path):
+    page_path = build_report(out=tmp_path, progress=False)
+    page = page_path.read_text()
+    assert page_path == tmp_path / "index.html"
+    resources = ExternalResources()
+    resources.feed(page)
+    assert resources.urls == []  # plotly.js is embedded: the page opens offline
+    assert page.count("Plotly.newPlot") == figures_in(page) >= 12
+    titles = ["Predictions", "Attention rollout", "Saliency methods compared",
+              "Representation similarity (CKA)", "Residual-norm ratios", "Training"]  # fmt: skip
+    for title in titles:
+        assert f"<h2>{title}</h2>" in page
+    assert "Learned attention masks" not in page.split("Not applicable")[0]
+    assert "pointing_game" in page  # the Shapes sample has object masks
+
+
+def test_cait_report_has_class_attention_and_layerscale(tmp_path):
+    page = build_report("cait_tiny_shapes", n=2, out=tmp_path, progress=False).read_text()
+    assert "<h2>Class-attention saliency</h2>" in page
+    assert "LayerScale diag(" in page
+
+
+def test_cnn_report_says_what_does_not_apply(tmp_path):
+    page = build_report("resnet_tiny_shapes", n=2, out=tmp_path, progress=False).read_text()
+    not_applicable = page.split("Not applicable to this model")[1]
+    assert "attention" in not_applicable and "residual_ratios" in not_applicable
+    assert "<h2>Saliency methods compared</h2>" in page
+
+
+def test_sections_raise_not_applicable_rather_than_failing():
+    inputs = load_inputs("resnet_tiny_shapes", n=2)
+    for name in ("attention", "rollout", "class_attention", "residual_ratios", "masks"):
+        with pytest.raises(NotApplicable):
+            SECTIONS[name](inputs)
+
+
+def test_image_folder_and_checkpoint_path(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    (folder / "notes.txt").write_text("not an image")
+    with pytest.warns(UserWarning, match="notes.txt"):
+        page = build_report(str(zoo.path("vit_tiny_digits")), data=str(folder), out=tmp_path / "r",
+                            progress=False)  # fmt: skip
+    text = page.read_text()
+    assert "3 images from" in text and "Saliency methods compared" in text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "no_such_model"], "neither a zoo model"),
+        (["--data", "/no/such/folder"], "neither 'shapes', 'digits' nor an existing"),
+        (["--n", "0"], "at least 1"),
+        (["--n", "500"], "holds 64 images"),
+        (["--model", "README.safetensors"], "needs the file and its card"),
+    ],
+)
+def test_bad_arguments_exit_with_one_line(tmp_path, capsys, args, message):
+    assert main(["report", *args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_empty_folder_and_unreadable_images_exit_with_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", "--data", str(empty), "--out", str(tmp_path / "a")]) == 2
+    assert "holds no readable image" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "photo.png").write_bytes(b"\x89PNG not really")
+    with pytest.warns(UserWarning, match="photo.png"):
+        assert main(["report", "--data", str(broken), "--out", str(tmp_path / "b")]) == 2
