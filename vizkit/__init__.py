@@ -6,6 +6,7 @@ from . import metrics as metrics
 from . import models as models
 from . import train as train
 from . import viz as viz
+from . import widgets as widgets
 from . import zoo as zoo
 from ._version import __version__ as __version__
 from .analysis import AttentionResult as AttentionResult
@@ -66,4 +67,5 @@ __all__ = [
     "token_layout",
     "unfused_attention",
     "viz",
+    "widgets",
 ]

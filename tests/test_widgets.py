@@ -1,0 +1,133 @@
+"""Explorers: controls redraw the figure, analyses run once per image, inputs are checked."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from plotly.callbacks import Points
+
+import vizkit as vk
+from vizkit.datasets import Shapes
+from vizkit.train import TRACKERS, TrainConfig, train
+from vizkit.widgets import (
+    AttentionExplorer,
+    CKAExplorer,
+    HistoryExplorer,
+    SaliencyComparer,
+    tracked_quantities,
+)
+
+
+@pytest.fixture(scope="module")
+def shapes_vit():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images, labels, masks = vk.datasets.load_sample()
+    return model, images[:4], masks[:4]
+
+
+def heat(explorer):
+    return explorer.figure.data[1].z.copy()
+
+
+def test_attention_explorer_controls_and_cache(shapes_vit):
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images)
+    assert explorer.query == "cls" and explorer.computed == 1
+    first = heat(explorer)
+    explorer.layer.value = 0
+    assert (heat(explorer) != first).any()
+    expected = vk.attention(model, images[:1]).row("cls", heads="mean")[0, 0]
+    assert explorer.figure.data[1].z.max() == pytest.approx(expected.max().item(), rel=1e-5)
+    explorer.head.value = 2
+    assert "head 2" in explorer.figure.layout.title.text
+    explorer.view.value = "rollout"
+    explorer.view.value = "class attention"
+    explorer.view.value = "query row"
+    explorer.image.value = 1
+    explorer.image.value = 0  # cached: no new attention
+    assert explorer.computed == 4  # attention of image 0 and 1, rollout and class attention of 0
+    explorer._clicked(explorer.figure.data[1], Points(point_inds=[0], xs=[30], ys=[5]), None)
+    assert explorer.query == (1, 7)  # 32 px, 8x8 grid: y 5 -> row 1, x 30 -> column 7
+    assert "patch (1, 7)" in explorer.figure.layout.title.text
+    assert explorer.static().data[1].z.shape == (32, 32)
+
+
+def test_attention_explorer_on_cait_starts_on_a_patch(cait):
+    model, x = cait
+    explorer = AttentionExplorer(model, x)
+    assert explorer.query == (2, 2)  # CaiT's self-attention stage has no class token
+    explorer.view.value = "class attention"
+    assert "class attention" in explorer.figure.layout.title.text
+
+
+def test_explorers_check_their_inputs(shapes_vit):
+    model, images, masks = shapes_vit
+    with pytest.raises(ValueError, match="empty"):
+        AttentionExplorer(model, images[:0])
+    with pytest.raises(ValueError, match="built for 32x32"):
+        AttentionExplorer(model, torch.randn(2, 3, 40, 40))
+    with pytest.raises(ValueError, match="no self-attention"):
+        AttentionExplorer(timm.create_model("resnet10t", num_classes=3).eval(), images)
+    with pytest.raises(ValueError, match="masks must be"):
+        SaliencyComparer(model, images, masks=masks[:2])
+    with pytest.raises(ValueError, match="empty"):
+        CKAExplorer({})
+    with pytest.raises(ValueError, match="empty"):
+        HistoryExplorer([])
+
+
+def test_saliency_comparer_scores_each_image_once(shapes_vit):
+    model, images, masks = shapes_vit
+    comparer = SaliencyComparer(model, images, masks=masks, methods=["rollout", "random"])
+    titles = [a.text for a in comparer.figure.layout.annotations]
+    assert any("rollout" in t and "point" in t for t in titles)
+    comparer.image.value = 2
+    comparer.image.value = 0
+    assert comparer.computed == 2
+    table = comparer.table(2)
+    expected = vk.compare_saliency(model, images[2:3], ["rollout", "random"], masks=masks[2:3])
+    assert torch.allclose(table.values, expected.values, equal_nan=True)
+
+
+def test_cka_explorer_switches_results():
+    torch.manual_seed(0)
+    images = torch.randn(16, 3, 32, 32)
+    evolutions = {}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8,
+                                  embed_dim=32, depth=3, num_heads=2).eval()  # fmt: skip
+        evolutions[f"seed {seed}"] = vk.feature_evolution(
+            model, images, batch_size=8, progress=False
+        )
+    explorer = CKAExplorer(evolutions)
+    first = explorer.figure.data[0].z.copy()
+    explorer.choice.value = "seed 1"
+    assert (explorer.figure.data[0].z != first).any()
+    widths = {t.name: t.line.width for t in explorer.figure.data[1:]}
+    assert widths["seed 1"] > widths["seed 0"]
+
+
+def test_history_explorer_covers_every_tracked_quantity():
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32,
+                              depth=2, num_heads=2, num_classes=10, init_values=0.1)  # fmt: skip
+    history = train(model, Shapes("train", n=64), Shapes("test", n=16),
+                    TrainConfig(epochs=2, batch_size=32, threads=1),
+                    [cls() for cls in TRACKERS.values()], progress=False)  # fmt: skip
+    quantities = tracked_quantities(history)
+    assert {"test_accuracy", "attention_entropy", "cka_to_previous", "residual_ratios.attn",
+            "layerscale.mlp.mean_abs"} <= set(quantities)  # fmt: skip
+    assert quantities["cka_to_previous"][0] is None
+    explorer = HistoryExplorer({"history": history})
+    explorer.quantity.value = "residual_ratios.attn"
+    assert len(explorer.figure.data) == 2  # one line per epoch
+    assert explorer.figure.data[1].line.color == "black"  # the chosen (last) epoch
+    explorer.epoch.value = 1
+    assert explorer.figure.data[0].line.color == "black"
+    assert list(explorer.figure.data[0].y) == pytest.approx(history[0]["residual_ratios"]["attn"])
+    explorer.quantity.value = "cka_to_previous"
+    assert "not recorded at epoch 1" in explorer.figure.layout.title.text
+    explorer.quantity.value = "test_accuracy"
+    assert list(explorer.figure.data[0].y) == [h["test_accuracy"] for h in history]

@@ -1,0 +1,16 @@
+"""Interactive explorers (ipywidgets 8 + plotly FigureWidget) for JupyterLab; each also gives
+its current view as a static figure (`static()`)."""
+
+from .attention_explorer import AttentionExplorer as AttentionExplorer
+from .cka_explorer import CKAExplorer as CKAExplorer
+from .history_explorer import HistoryExplorer as HistoryExplorer
+from .history_explorer import tracked_quantities as tracked_quantities
+from .saliency_comparer import SaliencyComparer as SaliencyComparer
+
+__all__ = [
+    "AttentionExplorer",
+    "CKAExplorer",
+    "HistoryExplorer",
+    "SaliencyComparer",
+    "tracked_quantities",
+]

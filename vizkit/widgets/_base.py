@@ -1,0 +1,86 @@
+"""What every explorer shares: input checks, a figure widget that is replaced in place, a
+per-image cache, and a static fallback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from torch import Tensor, nn
+
+from ..hooks import validate_input
+
+__all__ = ["Explorer", "check_images"]
+
+
+def check_images(model: nn.Module, images: Tensor) -> Tensor:
+    """``images`` as a (B, C, H, W) batch the model takes, with B >= 1; else a clear error."""
+    if not isinstance(images, Tensor):
+        raise TypeError(f"images must be a tensor (B, C, H, W); got {type(images).__name__}.")
+    if images.ndim == 4 and len(images) == 0:
+        raise ValueError("images is empty: pass at least one image (B >= 1).")
+    validate_input(model, images)
+    return images
+
+
+class Explorer:
+    """Base of the explorers: ``controls`` (ipywidgets) above ``figure`` (a FigureWidget).
+
+    Subclasses implement `_figure()` (the plotly figure for the current control values) and
+    call `refresh()` when a control changes. ``last_update_seconds`` is how long the last
+    refresh took; `static()` returns the current figure as a plain plotly Figure (for HTML
+    export, or environments without widgets).
+    """
+
+    def __init__(self) -> None:
+        self.figure = go.FigureWidget()
+        self.controls: list[widgets.Widget] = []
+        self.last_update_seconds = 0.0
+        self._cache: dict[Hashable, object] = {}
+        self.computed = 0  # cache misses, for tests and the curious
+
+    def cached(self, key: Hashable, compute: Callable[[], object]) -> object:
+        """``compute()`` once per key (e.g. per image and view)."""
+        if key not in self._cache:
+            self._cache[key] = compute()
+            self.computed += 1
+        return self._cache[key]
+
+    def refresh(self, *_) -> None:
+        """Redraw the figure for the current control values."""
+        start = time.perf_counter()
+        new = self._figure()
+        with self.figure.batch_update():
+            if _same_structure(self.figure, new):
+                for old, trace in zip(self.figure.data, new.data, strict=True):
+                    old.update(trace.to_plotly_json(), overwrite=True)
+            else:
+                self.figure.data = []
+                self.figure.add_traces(list(new.data))
+            self.figure.layout = new.layout
+        self.last_update_seconds = time.perf_counter() - start
+
+    def static(self) -> go.Figure:
+        return go.Figure(self.figure)
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return widgets.VBox([widgets.HBox(self.controls), self.figure])
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def _figure(self) -> go.Figure:
+        raise NotImplementedError
+
+    def _observe(self, *controls: widgets.Widget) -> None:
+        for control in controls:
+            control.observe(self.refresh, names="value")
+
+
+def _same_structure(widget: go.FigureWidget, figure: go.Figure) -> bool:
+    return [t.type for t in widget.data] == [t.type for t in figure.data]

@@ -1,0 +1,109 @@
+"""AttentionExplorer: pick an image, a view, a layer and a head; click a patch for its row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from torch import Tensor, nn
+
+from .. import analysis
+from ..analysis.attention import reduce_heads
+from ..viz import display_images
+from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish
+from ..viz.attention import default_query
+from ..viz.overlay import heatmap_on_image
+from ._base import Explorer, check_images
+
+__all__ = ["AttentionExplorer"]
+
+VIEWS = ("query row", "class attention", "rollout")
+REDUCTIONS = ("mean", "max", "min")
+
+
+class AttentionExplorer(Explorer):
+    """Attention of a ViT-family model, interactively.
+
+    Views: "query row" (the attention of the chosen query over the patches, at the chosen
+    layer and head; click a patch to make it the query), "class attention" (CaiT's class
+    token, or the ViT CLS row of the last layer), "rollout". Each analysis runs once per image
+    and is cached; moving a slider only redraws.
+
+    Args:
+        model: a ViT-family model (timm VisionTransformer, Cait, vizkit models).
+        images: (B, C, H, W) normalized for the model.
+        mean, std: to show the images (default: the model's data config).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        images: Tensor,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model, self.images = model, check_images(model, images)
+        self.display = display_images(images, model, mean, std)
+        first = self._attention(0)  # raises for models without self-attention
+        self.query: str | tuple[int, int] = default_query(first)
+        heads = first.patterns.shape[2]
+        self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
+        self.view = widgets.ToggleButtons(options=VIEWS, description="view")
+        self.layer = widgets.IntSlider(
+            len(first.layers) - 1, 0, len(first.layers) - 1, description="layer"
+        )
+        self.head = widgets.Dropdown(
+            options=[*REDUCTIONS, *range(heads)], value="mean", description="head"
+        )
+        self.controls = [self.image, self.layer, self.head, self.view]
+        self._observe(*self.controls)
+        self.refresh()
+        self.figure.data[1].on_click(self._clicked)
+
+    def select(self, query: str | tuple[int, int]) -> None:
+        """Make ``query`` ("cls" or a patch (row, col)) the query of the "query row" view."""
+        self.query = query
+        self.refresh()
+
+    def _attention(self, image: int) -> analysis.AttentionResult:
+        return self.cached(
+            ("attention", image),
+            lambda: analysis.attention(self.model, self.images[image : image + 1]),
+        )
+
+    def _figure(self) -> go.Figure:
+        i, view = self.image.value, self.view.value
+        if view == "query row":
+            result = self._attention(i)
+            rows = result.row(self.query)[self.layer.value, 0]  # (H, gh, gw)
+            head = self.head.value
+            values = rows[head] if isinstance(head, int) else reduce_heads(rows, head, head_dim=0)
+            who = "the class token" if self.query == "cls" else f"patch {self.query}"
+            layer = result.layers[self.layer.value]
+            title = f"Attention of {who} at layer {layer}, head {head} (click a patch)"
+            scale = ATTENTION_SCALE
+        else:
+            saliency = self._saliency(view, i)
+            values, scale = saliency.maps[0], SALIENCY_SCALE
+            title = f"{view} of image {i}"
+        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, opacity=0.6))
+        fig.update_yaxes(autorange="reversed", scaleanchor="x")
+        return finish(fig, title, 480)
+
+    def _saliency(self, view: str, image: int):
+        x = self.images[image : image + 1]
+        if view == "rollout":
+            compute = lambda: analysis.rollout(self.model, x, allow_non_stochastic=True)  # noqa: E731
+        else:
+            compute = lambda: analysis.class_attention(self.model, x)  # noqa: E731
+        return self.cached((view, image), compute)
+
+    def _clicked(self, trace, points, state) -> None:
+        if not points.xs:
+            return
+        row, col = points.ys[0], points.xs[0]  # pixel coordinates of the clicked cell
+        gh, gw = self._attention(self.image.value).layout.grid
+        height, width = self.display.shape[1:3]
+        self.select((int(row * gh // height), int(col * gw // width)))

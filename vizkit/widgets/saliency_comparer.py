@@ -1,0 +1,76 @@
+"""SaliencyComparer: saliency methods side by side on a chosen image, with their scores."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from torch import Tensor, nn
+
+from ..metrics import compare_saliency
+from ..viz import display_images, saliency_side_by_side
+from ._base import Explorer, check_images
+
+__all__ = ["SaliencyComparer"]
+
+
+class SaliencyComparer(Explorer):
+    """Saliency methods on one image at a time: maps side by side, each image's deletion and
+    insertion AUC (and, with ``masks``, pointing game, energy in the mask, IoU) in the titles.
+    Each image is scored once and cached.
+
+    Args:
+        images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
+        methods: names of `vizkit.metrics.METHODS` (default: the attention-based maps where the
+            model has attention, Grad-CAM, integrated gradients, random).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        images: Tensor,
+        masks: Tensor | None = None,
+        methods: Sequence[str] | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model, self.images = model, check_images(model, images)
+        if masks is not None and tuple(masks.shape) != (len(images), *images.shape[-2:]):
+            raise ValueError(
+                f"masks must be (B, H, W) = ({len(images)}, {images.shape[-2]}, "
+                f"{images.shape[-1]}) to match the images; got {tuple(masks.shape)}."
+            )
+        self.masks = masks
+        self.methods = list(methods) if methods is not None else _default_methods(model)
+        self.display = display_images(images, model, mean, std)
+        self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
+        self.controls = [self.image]
+        self._observe(self.image)
+        self.refresh()
+
+    def table(self, image: int):
+        """The `SaliencyTable` of one image (computed once)."""
+        masks = None if self.masks is None else self.masks[image : image + 1]
+        return self.cached(
+            image,
+            lambda: compare_saliency(
+                self.model, self.images[image : image + 1], self.methods, masks=masks
+            ),
+        )
+
+    def _figure(self) -> go.Figure:
+        i = self.image.value
+        figure = saliency_side_by_side(self.table(i), self.display[i : i + 1], 0)
+        return figure.update_layout(title_text=f"Saliency methods on image {i}")
+
+
+def _default_methods(model: nn.Module) -> list[str]:
+    from ..hooks import HookedModel
+
+    names = HookedModel(model).hook_names()
+    attention = (
+        ["rollout", "class_attention"] if any("attn.hook_pattern" in n for n in names) else []
+    )
+    return [*attention, "gradcam", "integrated_gradients", "random"]
