@@ -18,7 +18,9 @@ __all__ = ["SaliencyComparer"]
 class SaliencyComparer(Explorer):
     """Saliency methods on one image at a time: maps side by side, each image's deletion and
     insertion AUC (and, with ``masks``, pointing game, energy in the mask, IoU) in the titles.
-    Each image is scored once and cached.
+    Each image is scored on its first visit (deletion/insertion curves of ``steps`` points: 16
+    keeps a new image under half a second on the zoo models; `compare_saliency` with its
+    default 64 gives finer AUCs) and cached; revisiting only redraws.
 
     Args:
         images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
@@ -34,6 +36,7 @@ class SaliencyComparer(Explorer):
         methods: Sequence[str] | None = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
+        steps: int = 16,
     ) -> None:
         super().__init__()
         self.model, self.images = model, check_images(model, images)
@@ -45,19 +48,19 @@ class SaliencyComparer(Explorer):
         self.masks = masks
         self.methods = list(methods) if methods is not None else _default_methods(model)
         self.display = display_images(images, model, mean, std)
+        self.steps = steps
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
         self.controls = [self.image]
         self._observe(self.image)
         self.refresh()
 
     def table(self, image: int):
-        """The `SaliencyTable` of one image (computed once)."""
+        """The `SaliencyTable` of one image (computed on first use)."""
         masks = None if self.masks is None else self.masks[image : image + 1]
+        x = self.images[image : image + 1]
         return self.cached(
             image,
-            lambda: compare_saliency(
-                self.model, self.images[image : image + 1], self.methods, masks=masks
-            ),
+            lambda: compare_saliency(self.model, x, self.methods, masks=masks, steps=self.steps),
         )
 
     def _figure(self) -> go.Figure:

@@ -1,0 +1,63 @@
+"""Explorer response times on the zoo models: seconds per control change (the first visit of an
+image computes its analyses; later ones only redraw), median and max over the steps.
+
+Usage: python benchmarks/widgets.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import vizkit as vk
+from vizkit.widgets import AttentionExplorer, CKAExplorer, HistoryExplorer, SaliencyComparer
+
+
+def timed(explorer, control, values) -> list[float]:
+    """Set ``control`` to each value; wall seconds of each change (compute + redraw)."""
+    out = []
+    for value in values:
+        start = time.perf_counter()
+        control.value = value
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    images, _, masks = vk.datasets.load_sample()
+    images, masks = images[:8], masks[:8]
+    rows = []
+    for name in ("vit_tiny_shapes", "cait_tiny_shapes"):
+        model, card = vk.zoo.load(name)
+        explorer = AttentionExplorer(model, images)
+        first_visit = timed(explorer, explorer.image, range(1, 8))
+        layers = timed(explorer, explorer.layer, [0, 1, 2, 0, 1, 2])
+        views = timed(explorer, explorer.view, ["rollout", "class attention", "query row"] * 2)
+        revisit = timed(explorer, explorer.image, range(0, 8))
+        rows += [
+            (name, "AttentionExplorer: new image", first_visit),
+            (name, "AttentionExplorer: layer slider", layers),
+            (name, "AttentionExplorer: view (first + cached)", views),
+            (name, "AttentionExplorer: cached image", revisit),
+        ]
+        comparer = SaliencyComparer(model, images, masks)
+        rows += [
+            (name, "SaliencyComparer: new image", timed(comparer, comparer.image, range(1, 8))),
+            (name, "SaliencyComparer: cached image", timed(comparer, comparer.image, range(0, 8))),
+        ]
+        history = HistoryExplorer(card)
+        rows.append((name, "HistoryExplorer: epoch", timed(history, history.epoch, [1, 2, 3, 4])))
+        evolution = vk.feature_evolution(model, vk.datasets.load_sample()[0], progress=False)
+        cka = CKAExplorer({name: evolution, "again": evolution})
+        rows.append((name, "CKAExplorer: result", timed(cka, cka.choice, ["again", name] * 2)))
+    print(f"2 CPU threads, torch {torch.__version__}; seconds per control change")
+    print(f"{'model':<18} {'change':<42} {'median':>7} {'max':>7}")
+    for model, change, seconds in rows:
+        print(f"{model:<18} {change:<42} {statistics.median(seconds):7.3f} {max(seconds):7.3f}")
+
+
+if __name__ == "__main__":
+    main()
