@@ -38,6 +38,7 @@ bench: setup
 	$(BIN)/python benchmarks/capture.py
 	$(BIN)/python benchmarks/gradcam.py
 	$(BIN)/python benchmarks/cka.py
+	$(BIN)/python benchmarks/widgets.py
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks
