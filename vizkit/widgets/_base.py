@@ -69,10 +69,15 @@ class Explorer:
     def widget(self) -> widgets.VBox:
         return widgets.VBox([widgets.HBox(self.controls), self.figure])
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        """The widget where the frontend renders widgets (JupyterLab 4); elsewhere a line that
+        says so and how to get the static figure."""
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = (
+            f"{type(self).__name__}: an interactive explorer (needs a widget-enabled frontend "
+            "such as JupyterLab 4); .static() returns the current view as a plotly figure."
+        )
+        return bundle
 
     def _figure(self) -> go.Figure:
         raise NotImplementedError

@@ -1,0 +1,105 @@
+"""Figure builders draw what the results hold, with the stated colour scales and titles."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import timm
+import torch
+
+import vizkit as vk
+from vizkit import viz
+
+
+@pytest.fixture(scope="module")
+def vit_and_images():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images, labels, masks = vk.datasets.load_sample()
+    return model, images[:4], labels[:4], masks[:4]
+
+
+def test_display_images_undo_the_normalization(vit_and_images):
+    model, images, *_ = vit_and_images
+    shown = viz.display_images(images, model)
+    assert shown.shape == (4, 32, 32, 3) and shown.dtype == np.uint8
+    mean, std = model.pretrained_cfg["mean"], model.pretrained_cfg["std"]
+    pixel = images[0, :, 0, 0] * torch.tensor(std) + torch.tensor(mean)
+    assert shown[0, 0, 0].tolist() == (pixel.clamp(0, 1) * 255).round().int().tolist()
+    with pytest.raises(ValueError, match=r"\(B, 1 or 3, H, W\)"):
+        viz.display_images(images[0], model)
+
+
+def test_attention_grid_holds_every_layer_and_head(vit_and_images):
+    model, images, *_ = vit_and_images
+    result = vk.attention(model, images)
+    fig = viz.attention_grid(result, image=1)
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    assert len(heatmaps) == 4 * 4  # layers x heads
+    expected = result.row("cls")[2, 1, 3]  # layer 2, image 1, head 3
+    assert np.allclose(heatmaps[2 * 4 + 3].z, expected.numpy())
+    assert all(t.coloraxis == "coloraxis" for t in heatmaps)  # one shared colour scale
+    assert "class token" in fig.layout.title.text
+    with pytest.raises(ValueError, match="out of range"):
+        viz.attention_grid(result, image=9)
+
+
+def test_saliency_figures_use_cividis_and_show_scores(vit_and_images):
+    model, images, _, masks = vit_and_images
+    table = vk.compare_saliency(model, images, ["rollout", "random"], masks=masks, steps=8)
+    fig = viz.saliency_side_by_side(table, viz.display_images(images, model), image=1)
+    assert fig.layout.coloraxis.colorscale[0][1] == "#00224e"  # cividis starts here
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(t.startswith("<b>rollout</b>") and "point" in t for t in titles)
+    assert fig.layout.sliders[0].currentvalue.prefix == "map opacity "
+
+
+def test_residual_ratio_curves_shade_epochs(vit_and_images):
+    model, images, *_ = vit_and_images
+    ratios = vk.residual_ratios(model, images)
+    history = [ratios.to_dict(), ratios.to_dict(), ratios.to_dict()]
+    fig = viz.residual_ratio_curves(history)
+    assert len(fig.data) == 2 * 3  # attention and FFN panels, one curve per epoch
+    assert list(fig.data[0].y) == pytest.approx(ratios.attn.tolist())
+    first, last = fig.data[0].line.color, fig.data[-2].line.color
+    assert sum(map(int, first[4:-1].split(","))) > sum(map(int, last[4:-1].split(",")))  # darker
+
+
+def test_layerscale_heatmap_is_the_gammas(cait):
+    model, _ = cait
+    fig = viz.layerscale_heatmap(model)
+    assert np.allclose(fig.data[0].z[1], model.blocks[1].gamma_1.detach().numpy())
+    assert np.allclose(fig.data[1].z[-1], model.blocks_token_only[-1].gamma_2.detach().numpy())
+    plain = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2)
+    with pytest.raises(ValueError, match="no LayerScale"):
+        viz.layerscale_heatmap(plain)
+
+
+def test_cka_and_feature_evolution_figures(vit_and_images):
+    model, images, *_ = vit_and_images
+    evolution = vk.feature_evolution(model, images.repeat(2, 1, 1, 1), progress=False)
+    heat = viz.cka_heatmap(evolution.cka)
+    assert np.allclose(heat.data[0].z, evolution.cka.matrix.numpy())
+    assert list(heat.data[0].y) == [f"blocks.{i}" for i in range(4)]
+    curves = viz.feature_evolution_curves({"a": evolution, "b": evolution})
+    assert len(curves.data) == 4 and list(curves.data[0].y) == pytest.approx(
+        evolution.curve.tolist()
+    )
+
+
+def test_mask_and_training_figures_check_inputs():
+    mask = torch.arange(16.0).reshape(4, 4)
+    fig = viz.mask_figure(mask, (2, 2), query=(1, 0))
+    assert fig.data[1].z.tolist() == [[8.0, 9.0], [10.0, 11.0]]  # row of patch (1, 0) = token 2
+    with pytest.raises(ValueError, match="must be"):
+        viz.mask_figure(mask, (3, 3))
+    with pytest.raises(ValueError, match="non-empty"):
+        viz.training_curves([])
+    card = vk.zoo.card("vit_tiny_shapes")
+    fig = viz.training_curves(card["history"])
+    assert {t.name for t in fig.data} == {
+        "train_loss",
+        "test_loss",
+        "train_accuracy",
+        "test_accuracy",
+    }
