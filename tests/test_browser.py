@@ -118,6 +118,13 @@ return gd.layout.title.text + ' | ' + JSON.stringify(gd.data[1].z).length;
 """
 
 
+# the last cell's prompt shows its execution count ("[21]:"), not "[*]:" (queued or running)
+LAST_CELL_DONE = """
+const prompts = document.querySelectorAll('.jp-CodeCell .jp-InputPrompt');
+return prompts.length > 0 && /\\[\\d+\\]/.test(prompts[prompts.length - 1].textContent);
+"""
+
+
 def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -132,7 +139,8 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     )
     time.sleep(2)  # let the kernel connect
     browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    before = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 240, "the AttentionExplorer")
+    wait_for(lambda: browser.execute_script(LAST_CELL_DONE), 300, "every cell to run")
+    before = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 30, "the AttentionExplorer")
     browser.save_screenshot(str(tmp_path / "explorer_before.png"))
     assert "layer 3" in before  # the last layer is shown first
     boxes = [
@@ -146,7 +154,7 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     handle.send_keys(Keys.ARROW_LEFT)
     after = wait_for(
         lambda: (s := browser.execute_script(EXPLORER_STATE)) != before and s,
-        30,
+        60,
         "the figure to change after moving the layer slider",
     )
     browser.save_screenshot(str(tmp_path / "explorer_after.png"))
