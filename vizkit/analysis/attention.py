@@ -149,7 +149,15 @@ def attention(
     hm = as_hooked(model)
     x = on_model_device(hm, x)
     names = attention_names(hm, layers)
-    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+    layouts = {name: hm.token_layout(tuple(x.shape[-2:]), name) for name in names}
+    layout = layouts[names[0]]
+    if any(other != layout for other in layouts.values()):
+        prefixes = {layer_index(n): lay.num_prefix_tokens for n, lay in layouts.items()}
+        raise ValueError(
+            f"The chosen layers hold different prefix tokens (layer: count {prefixes}), e.g. a "
+            "class token that joins at a later block, so their patterns cannot be stacked. Pass "
+            "layers=[...] with the same count."
+        )
     row = None if query is None else query_index(layout, query)
     size = attention_bytes(hm, x, names, row)
     if size > max_bytes:

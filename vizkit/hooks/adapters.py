@@ -107,24 +107,44 @@ def _residual_taps(
     ]
 
 
-def _unfused_pattern(attn: str, shape: str) -> Tap:
+def _unfused_pattern(attn: str, shape: str, prefix_tokens: int | None = None) -> Tap:
     """The post-softmax map at ``attn_drop``'s output, which runs only with fused attention off."""
-    return Tap(f"{attn}.hook_pattern", f"{attn}.attn_drop", unfuse=attn, shape=shape)
+    return Tap(
+        f"{attn}.hook_pattern", f"{attn}.attn_drop", unfuse=attn, shape=shape,
+        prefix_tokens=prefix_tokens,
+    )  # fmt: skip
+
+
+def _talking_heads_patterns(attn: str, shape: str, prefix_tokens: int | None) -> list[Tap]:
+    """Talking heads: the softmax map S at ``proj_w``'s input, the mixed map after it."""
+    return [
+        Tap(f"{attn}.hook_pattern", f"{attn}.proj_w", site="input", shape=shape,
+            prefix_tokens=prefix_tokens, **heads_last_to_first),
+        Tap(f"{attn}.hook_pattern_mixed", f"{attn}.attn_drop", shape=shape,
+            prefix_tokens=prefix_tokens),
+    ]  # fmt: skip
 
 
 def _vit_taps(model: VisionTransformer) -> list[Tap]:
     taps = [Tap("hook_embed", "patch_embed", shape="B Np C", **nhwc_to_nlc)]
+    late = getattr(model, "cls_insert_layer", 0)  # vizkit's LateClassTokenViT
     for i, blk in enumerate(model.blocks):
         p = f"blocks.{i}"
+        prefix, n = (0, "Np") if i < late else (None, "N")  # before the class token joins
         if isinstance(blk, Block):
-            taps += _residual_taps(p, f"{p}.drop_path1", f"{p}.drop_path2")
+            taps += _residual_taps(
+                p, f"{p}.drop_path1", f"{p}.drop_path2", shape=f"B {n} C", prefix_tokens=prefix
+            )
         else:  # other block layouts (ResPostBlock, parallel blocks): only the stream ends
             taps += [
                 Tap(f"{p}.hook_resid_pre", p, site="input", shape="B N C"),
                 Tap(f"{p}.hook_resid_post", p, shape="B N C"),
             ]
-        if isinstance(getattr(blk, "attn", None), Attention):
-            taps.append(_unfused_pattern(f"{p}.attn", "B H N N"))
+        attn = getattr(blk, "attn", None)
+        if isinstance(attn, Attention):
+            taps.append(_unfused_pattern(f"{p}.attn", f"B H {n} {n}", prefix))
+        elif isinstance(attn, TalkingHeadAttn):
+            taps += _talking_heads_patterns(f"{p}.attn", f"B H {n} {n}", prefix)
     taps.append(Tap("hook_final_norm", "norm", shape="B N C"))
     return taps
 
@@ -137,22 +157,9 @@ def _cait_taps(model: Cait) -> list[Tap]:
             p, f"{p}.drop_path", f"{p}.drop_path", shape="B Np C", prefix_tokens=0
         )
         if isinstance(blk.attn, TalkingHeadAttn):
-            taps += [
-                Tap(
-                    f"{p}.attn.hook_pattern",
-                    f"{p}.attn.proj_w",
-                    site="input",
-                    shape="B H Np Np",
-                    prefix_tokens=0,
-                    **heads_last_to_first,
-                ),
-                Tap(
-                    f"{p}.attn.hook_pattern_mixed",
-                    f"{p}.attn.attn_drop",
-                    shape="B H Np Np",
-                    prefix_tokens=0,
-                ),
-            ]
+            taps += _talking_heads_patterns(f"{p}.attn", "B H Np Np", 0)
+        elif isinstance(blk.attn, Attention):  # vizkit's CaiT without talking heads
+            taps.append(_unfused_pattern(f"{p}.attn", "B H Np Np", 0))
     for j, blk in enumerate(model.blocks_token_only or ()):
         p = f"blocks_token_only.{j}"
         taps += _residual_taps(

@@ -10,7 +10,10 @@ from typing import Any
 import timm
 from torch import nn
 
-__all__ = ["create_model"]
+from . import cait_variants as cait_variants  # registers vizkit_vit_tiny_*, vizkit_cait_tiny_*
+from .cait_family import cait_family_table as cait_family_table
+
+__all__ = ["cait_family_table", "cait_variants", "create_model"]
 
 
 def create_model(name: str, **kwargs: Any) -> nn.Module:
