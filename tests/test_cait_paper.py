@@ -152,3 +152,38 @@ def test_timm_cait_family_matches_table_3():
     for row in rows:
         assert round(row.params_224, 1) == row.paper_params, row.name  # Table 3's rounding
         assert abs(row.flops_diff_percent) < 1.5, row.name
+
+
+def test_ratio_uniformity_is_the_coefficient_of_variation_over_one_stage():
+    entry = {
+        "layers": ["blocks.0", "blocks.1", "blocks.2", "blocks_token_only.0"],
+        "stage": ["self-attention"] * 3 + ["class-attention"],
+        "attn": [1.0, 2.0, 3.0, 50.0],
+        "mlp": [2.0, 2.0, 2.0, 9.0],
+    }
+    summary = vk.analysis.ratio_uniformity([entry, entry])
+    assert summary["attn"]["mean"] == [2.0, 2.0]
+    assert summary["attn"]["cv"][0] == pytest.approx((2 / 3) ** 0.5 / 2)
+    assert summary["mlp"]["cv"] == [0.0, 0.0]
+    class_stage = vk.analysis.ratio_uniformity([entry], stage="class-attention")
+    assert class_stage["attn"]["mean"] == [50.0]
+
+
+def test_cait_figures(cait):
+    model, x = cait
+    shown = vk.viz.display_images(x, model)
+    layers = [vk.class_attention(model, x, layer=j) for j in range(2)]
+    heads = layers[0].extras["per_head"].shape[1]
+    fig = vk.viz.class_attention_heads(layers, shown, image=1)
+    assert sum(t.type == "heatmap" for t in fig.data) == 2 * heads
+    per_head = layers[1].extras["per_head"][1, 0]
+    expected = (per_head - per_head.min()) / (per_head.max() - per_head.min())
+    assert torch.allclose(torch.tensor(fig.data[1 + heads].z), expected, atol=1e-6)
+    gray = vk.analysis.modulated_gray(layers[0], x, model.pretrained_cfg["mean"],
+                                      model.pretrained_cfg["std"])  # fmt: skip
+    probabilities = torch.tensor([[0.05] * 8 + [0.6, 0.0], [0.5, 0.3] + [0.025] * 8])
+    gallery = vk.viz.fig7_gallery(gray, probabilities, [f"c{k}" for k in range(10)])
+    titles = [a.text for a in gallery.layout.annotations]
+    assert titles == ["c8 (60%)", "c0 (50%), c1 (30%)"]
+    mixing = vk.viz.talking_heads_matrices(model)
+    assert torch.allclose(torch.tensor(mixing.data[0].z), model.blocks[0].attn.proj_l.weight)

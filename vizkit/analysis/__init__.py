@@ -17,6 +17,7 @@ from .class_attention import modulated_gray as modulated_gray
 from .entropy import normalized_entropy as normalized_entropy
 from .gradcam import gradcam as gradcam
 from .residual_ratios import ResidualRatios as ResidualRatios
+from .residual_ratios import ratio_uniformity as ratio_uniformity
 from .residual_ratios import residual_ratios as residual_ratios
 from .rollout import grad_rollout as grad_rollout
 from .rollout import rollout as rollout
@@ -39,6 +40,7 @@ __all__ = [
     "modulated_gray",
     "normalized_entropy",
     "occlusion",
+    "ratio_uniformity",
     "reduce_heads",
     "residual_ratios",
     "rollout",

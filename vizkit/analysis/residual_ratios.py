@@ -27,6 +27,7 @@ __all__ = [
     "layerscale_gammas",
     "layerscale_stats",
     "prenorm_blocks",
+    "ratio_uniformity",
     "residual_ratios",
 ]
 
@@ -199,3 +200,26 @@ def _gamma_stats(gammas: list[Tensor | None]) -> GammaStats:
         min=torch.stack([v.min() for v in values]),
         max=torch.stack([v.max() for v in values]),
     )
+
+
+def ratio_uniformity(entries: list[ResidualRatios | dict], stage: str = "self-attention") -> dict:
+    """How uniform the ratios are across the layers of one stage, per entry (e.g. per epoch of
+    a tracked history): CaiT's Fig. 4 claim is that LayerScale makes them more uniform.
+
+    Returns:
+        ``{"attn": {"cv": [...], "mean": [...]}, "mlp": {...}}``, one value per entry: the
+        coefficient of variation (std / mean, population std) across the layers of ``stage``
+        and their mean, of the scaled ratios.
+    """
+    out = {"attn": {"cv": [], "mean": []}, "mlp": {"cv": [], "mean": []}}
+    for entry in entries:
+        entry = entry.to_dict() if isinstance(entry, ResidualRatios) else entry
+        keep = [i for i, s in enumerate(entry["stage"]) if s == stage]
+        if not keep:
+            raise ValueError(f"No {stage!r} layers in {entry['layers']}.")
+        for branch in ("attn", "mlp"):
+            values = torch.tensor([entry[branch][i] for i in keep], dtype=torch.float64)
+            mean = values.mean()
+            out[branch]["mean"].append(mean.item())
+            out[branch]["cv"].append((values.std(unbiased=False) / mean).item())
+    return out

@@ -4,6 +4,9 @@ from ._style import display_images as display_images
 from .attention import attention_grid as attention_grid
 from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
+from .cait import class_attention_heads as class_attention_heads
+from .cait import fig7_gallery as fig7_gallery
+from .cait import talking_heads_matrices as talking_heads_matrices
 from .masks import mask_figure as mask_figure
 from .overlay import heatmap_on_image as heatmap_on_image
 from .predictions import predictions_figure as predictions_figure
@@ -20,8 +23,10 @@ __all__ = [
     "attention_grid",
     "attention_stats_figure",
     "cka_heatmap",
+    "class_attention_heads",
     "display_images",
     "feature_evolution_curves",
+    "fig7_gallery",
     "heatmap_on_image",
     "layerscale_heatmap",
     "mask_figure",
@@ -31,5 +36,6 @@ __all__ = [
     "saliency_overlay",
     "saliency_row",
     "saliency_side_by_side",
+    "talking_heads_matrices",
     "training_curves",
 ]
