@@ -135,3 +135,17 @@ def test_history_explorer_covers_every_tracked_quantity():
     assert "not recorded at epoch 1" in explorer.figure.layout.title.text
     explorer.quantity.value = "test_accuracy"
     assert list(explorer.figure.data[0].y) == [h["test_accuracy"] for h in history]
+
+
+def test_layerscale_explorer_shows_eps_times_the_unscaled_ratio():
+    from vizkit.widgets import LayerScaleExplorer
+
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    explorer = LayerScaleExplorer(images, depth=3)
+    explorer.eps.value = 1e-3
+    plain, scaled, product = explorer.figure.data
+    assert list(scaled.y) == pytest.approx(list(product.y), rel=1e-6)
+    assert all(s < p for s, p in zip(scaled.y, plain.y, strict=True))
+    explorer.eps.value = 1.0
+    assert list(explorer.figure.data[1].y) == pytest.approx(list(explorer.figure.data[0].y))
+    assert explorer.computed == 3  # ε = 0.1 (initial), 1e-3, 1.0
