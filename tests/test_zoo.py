@@ -138,3 +138,21 @@ def test_shortened_shipped_recipe_reproduces(tmp_path):
     ]
     assert abs(runs[0]["test_accuracy"] - runs[1]["test_accuracy"]) <= 0.01
     assert runs[0]["sha256"] == runs[1]["sha256"]  # same seed, same threads: same weights
+
+
+def test_accuracy_over_seeds(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
+    for seed, accuracy in ((0, 0.5), (1, 0.7), (2, 0.9)):
+        name = f"sweep_a_s{seed}"
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed}})
+        )
+        (tmp_path / f"{name}.safetensors").write_bytes(b"")
+    (tmp_path / "sweep_ab_s0.json").write_text("{}")  # another prefix, no checkpoint
+    summary = zoo.accuracy_over_seeds("sweep_a")
+    assert summary["seeds"] == [0, 1, 2] and summary["accuracies"] == [0.5, 0.7, 0.9]
+    assert summary["mean"] == pytest.approx(0.7) and summary["std"] == pytest.approx(0.2)
+    with pytest.raises(KeyError, match="No zoo models named nothing_s"):
+        zoo.accuracy_over_seeds("nothing")

@@ -18,7 +18,7 @@ import timm
 from safetensors.torch import load_file
 from torch import nn
 
-__all__ = ["card", "list", "load", "models_dir", "path", "sha256"]
+__all__ = ["accuracy_over_seeds", "card", "list", "load", "models_dir", "path", "sha256"]
 
 _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".ckpt", ".tar"}
 
@@ -49,6 +49,29 @@ def card(name: str) -> dict:
     """The model card of zoo model ``name``."""
     _known(name)
     return json.loads((models_dir() / f"{name}.json").read_text())
+
+
+def accuracy_over_seeds(prefix: str) -> dict:
+    """Test accuracy of the zoo models ``{prefix}_s{seed}`` (one recipe trained with several
+    seeds): ``{"seeds": [...], "accuracies": [...], "mean": m, "std": s}`` (sample std).
+
+    Raises:
+        KeyError: no zoo model matches.
+    """
+    names = sorted(
+        n for n in list() if n.startswith(f"{prefix}_s") and n[len(prefix) + 2 :].isdigit()
+    )
+    if not names:
+        raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {', '.join(list())}.")
+    accuracies = [card(n)["test_accuracy"] for n in names]
+    mean = sum(accuracies) / len(accuracies)
+    var = sum((a - mean) ** 2 for a in accuracies) / max(1, len(accuracies) - 1)
+    return {
+        "seeds": [card(n)["recipe"]["seed"] for n in names],
+        "accuracies": accuracies,
+        "mean": mean,
+        "std": var**0.5,
+    }
 
 
 def sha256(file: str | Path) -> str:
