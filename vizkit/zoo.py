@@ -65,12 +65,12 @@ def accuracy_over_seeds(prefix: str) -> dict:
         raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {', '.join(list())}.")
     accuracies = [card(n)["test_accuracy"] for n in names]
     mean = sum(accuracies) / len(accuracies)
-    var = sum((a - mean) ** 2 for a in accuracies) / max(1, len(accuracies) - 1)
+    spread = sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1) if names[1:] else 0
     return {
         "seeds": [card(n)["recipe"]["seed"] for n in names],
         "accuracies": accuracies,
         "mean": mean,
-        "std": var**0.5,
+        "std": spread**0.5 if names[1:] else float("nan"),  # undefined for one seed
     }
 
 
