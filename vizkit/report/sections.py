@@ -81,14 +81,14 @@ def attention(r: ReportInputs) -> Section:
 
 
 def rollout(r: ReportInputs) -> Section:
-    _attention(r)  # raises NotApplicable without self-attention
+    _require_self_attention(r)
     result = analysis.rollout(r.model, r.images, allow_non_stochastic=True)
     return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
                      "(of the mean patch without one) through every layer.", result)  # fmt: skip
 
 
 def class_attention(r: ReportInputs) -> Section:
-    _attention(r)
+    _require_self_attention(r)
     try:
         result = analysis.class_attention(r.model, r.images)
     except ValueError as error:
@@ -98,10 +98,8 @@ def class_attention(r: ReportInputs) -> Section:
 
 
 def saliency(r: ReportInputs) -> Section:
-    hm = HookedModel(r.model)
-    has_attention = any(n.endswith("attn.hook_pattern") for n in hm.hook_names())
     methods = ["gradcam", "integrated_gradients", "random"]
-    if has_attention:
+    if _has_self_attention(r):
         methods = ["rollout", "class_attention", *methods]
     table = _quiet(lambda: compare_saliency(r.model, r.images, methods, masks=r.masks))
     images = viz.display_images(r.images, r.model)
@@ -162,6 +160,16 @@ def history(r: ReportInputs) -> Section:
     if tracked:
         figures.append(viz.residual_ratio_curves(tracked))
     return Section("Training", "Loss and accuracy per epoch from the model card.", figures)
+
+
+def _has_self_attention(r: ReportInputs) -> bool:
+    return any(n.endswith("attn.hook_pattern") for n in HookedModel(r.model).hook_names())
+
+
+def _require_self_attention(r: ReportInputs) -> None:
+    """Raise NotApplicable for models without attention patterns (no forward pass)."""
+    if not _has_self_attention(r):
+        raise NotApplicable(f"{type(r.model).__name__} has no self-attention patterns.")
 
 
 def _attention(r: ReportInputs) -> analysis.AttentionResult:

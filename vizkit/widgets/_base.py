@@ -4,6 +4,7 @@ per-image cache, and a static fallback."""
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 
 import ipywidgets as widgets
@@ -25,7 +26,7 @@ def check_images(model: nn.Module, images: Tensor) -> Tensor:
     return images
 
 
-class Explorer:
+class Explorer(ABC):
     """Base of the explorers: ``controls`` (ipywidgets) above ``figure`` (a FigureWidget).
 
     Subclasses implement `_figure()` (the plotly figure for the current control values) and
@@ -79,8 +80,9 @@ class Explorer:
         )
         return bundle
 
+    @abstractmethod
     def _figure(self) -> go.Figure:
-        raise NotImplementedError
+        """The figure for the current control values."""
 
     def _observe(self, *controls: widgets.Widget) -> None:
         for control in controls:
