@@ -14,7 +14,7 @@ from vizkit.layers import RESIDUAL_STRATEGIES, ResidualScale
 from vizkit.models import cait_family_table
 from vizkit.models.cait_variants import residual_vit
 
-VARIANTS = timm.list_models("vizkit_*")
+VARIANTS = timm.list_models("vizkit_vit_*") + timm.list_models("vizkit_cait_*")
 SMALL = {"depth": 3, "embed_dim": 32}
 
 

@@ -13,6 +13,7 @@ from ..hooks import HookedModel, TokenLayout
 
 __all__ = [
     "as_hooked",
+    "applied_attention_names",
     "attention_names",
     "class_attention_names",
     "eval_mode",
@@ -24,6 +25,7 @@ __all__ = [
 ]
 
 _SELF_ATTENTION = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern$")
+_ANY_PATTERN = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern")
 
 
 def as_hooked(model: nn.Module | HookedModel) -> HookedModel:
@@ -82,6 +84,23 @@ def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> l
     return [names[layer % depth] for layer in chosen]
 
 
+# maps a block multiplies with its values instead of its softmax map, by the layer that makes them
+APPLIED_SUFFIXES = ("_mixed", "_refined")  # CaiT's talking heads; vizkit's RefinerAttention
+
+
+def applied_attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> list[str]:
+    """Per block of ``layers``, the map it multiplies with the values: the talking-heads mixed
+    (``attn.hook_pattern_mixed``) or refined (``attn.hook_pattern_refined``) map where the block
+    has one, else its softmax map ``attn.hook_pattern``. Not row-stochastic in the first two
+    cases."""
+    known = set(hm.hook_names())
+    applied = []
+    for name in attention_names(hm, layers):
+        found = [name + s for s in APPLIED_SUFFIXES if name + s in known]
+        applied.append(found[0] if found else name)
+    return applied
+
+
 def class_attention_names(hm: HookedModel) -> list[str]:
     """CaiT's class-attention patterns ``blocks_token_only.{j}.attn.hook_pattern`` (none for
     other models)."""
@@ -93,8 +112,8 @@ def class_attention_names(hm: HookedModel) -> list[str]:
 
 
 def layer_index(name: str) -> int:
-    """The block index in ``blocks.{i}.attn.hook_pattern``."""
-    return int(_SELF_ATTENTION.match(name).group(1))
+    """The block index in ``blocks.{i}.attn.hook_pattern`` (or its ``_mixed``/``_refined``)."""
+    return int(_ANY_PATTERN.match(name).group(1))
 
 
 def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from . import attention_stats as stats
 from ._model import (
+    applied_attention_names,
     as_hooked,
     attention_names,
     float_bytes,
@@ -51,6 +52,8 @@ class AttentionResult:
         image_size: (H, W) of the input.
         query: the token index kept on the query axis, or None for all queries.
         logits: (B, K) model output.
+        maps: "softmax" (post-softmax, row-stochastic) or "applied" (what each block multiplies
+            with its values: talking-heads mixed or refined maps, which may be signed).
     """
 
     patterns: Tensor
@@ -60,6 +63,7 @@ class AttentionResult:
     image_size: tuple[int, int]
     query: int | None = None
     logits: Tensor | None = field(default=None, repr=False)
+    maps: str = "softmax"
 
     def heads(self, how: HeadReduction = "mean") -> Tensor:
         """Patterns with the heads fused: (L, B, Nq, N)."""
@@ -99,8 +103,19 @@ class AttentionResult:
         ``distance_patches`` and ``distance_pixels`` (mean attention distance over patch
         queries and keys) and ``locality`` (mass within ``locality_radius`` patches).
         Average over dims 1 and 2 for per-layer values.
+
+        Applied maps that are not probabilities (refined, mixed) are measured as |A| with rows
+        renormalized, and add ``negative_mass`` (share of |A| on negative entries) and
+        ``row_sum_deviation`` (|row sum - 1|), both 0 for softmax maps.
         """
         p = self.patterns
+        extra = {}
+        if self.maps == "applied":
+            extra = {
+                "negative_mass": stats.negative_mass(p),
+                "row_sum_deviation": stats.row_sum_deviation(p),
+            }
+            p = stats.absolute_rows(p)
         out = {"entropy": stats.query_entropy(p), "kl_uniform": stats.kl_to_uniform(p)}
         if p.shape[2] > 1:
             out["diversity"] = stats.head_diversity(p)
@@ -108,7 +123,7 @@ class AttentionResult:
             out["distance_patches"] = stats.mean_attention_distance(p, self.layout)
             out["distance_pixels"] = stats.mean_attention_distance(p, self.layout, self.patch_size)
             out["locality"] = stats.locality_mass(p, self.layout, locality_radius)
-        return out
+        return {**out, **extra}
 
 
 def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | None = None) -> int:
@@ -125,8 +140,10 @@ def attention(
     layers: int | list[int] | None = None,
     query: str | int | tuple[int, int] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    maps: str = "softmax",
 ) -> AttentionResult:
-    """Post-softmax self-attention patterns of ``x`` for ``layers`` (default: all).
+    """Self-attention patterns of ``x`` for ``layers`` (default: all): post-softmax, or the maps
+    the blocks apply to their values.
 
     For CaiT these are the self-attention stage's softmax maps before the talking-heads mix
     (row-stochastic, over patches only); its class attention is `class_attention`.
@@ -138,6 +155,9 @@ def attention(
         query: keep one query row per head (``"cls"``, ``(row, col)`` or a token index):
             (B, H, 1, N) per layer instead of (B, H, N, N).
         max_bytes: refuse captures larger than this (default 4 GiB).
+        maps: "softmax" or "applied": per block the map multiplied with the values, i.e. the
+            refined map of a `RefinerAttention` (``attn.hook_pattern_refined``), CaiT's mixed
+            map, else the softmax map. Refined and mixed maps are not row-stochastic.
 
     Returns:
         An `AttentionResult` with patterns (L, B, H, Nq, N).
@@ -148,7 +168,9 @@ def attention(
     """
     hm = as_hooked(model)
     x = on_model_device(hm, x)
-    names = attention_names(hm, layers)
+    if maps not in ("softmax", "applied"):
+        raise ValueError(f"maps must be 'softmax' or 'applied'; got {maps!r}.")
+    names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
     layouts = {name: hm.token_layout(tuple(x.shape[-2:]), name) for name in names}
     layout = layouts[names[0]]
     if any(other != layout for other in layouts.values()):
@@ -182,4 +204,5 @@ def attention(
         image_size=tuple(x.shape[-2:]),
         query=row,
         logits=logits,
+        maps=maps,
     )

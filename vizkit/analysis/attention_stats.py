@@ -16,13 +16,16 @@ from ..hooks import TokenLayout
 from .entropy import normalized_entropy
 
 __all__ = [
+    "absolute_rows",
     "head_divergence",
     "head_diversity",
     "kl_to_uniform",
     "locality_mass",
     "mean_attention_distance",
+    "negative_mass",
     "patch_distances",
     "query_entropy",
+    "row_sum_deviation",
 ]
 
 
@@ -106,3 +109,21 @@ def head_diversity(pattern: Tensor, head_dim: int = -3) -> Tensor:
     if heads < 2:
         raise ValueError("Head diversity needs at least 2 heads; the pattern has 1.")
     return head_divergence(pattern, head_dim).sum(-1) / (heads - 1)
+
+
+def absolute_rows(maps: Tensor) -> Tensor:
+    """|A| with each row renormalized to sum to 1: signed maps (..., Nq, N) as distributions
+    (notes/paper_refiner.md § 4.1 item 9); softmax maps are returned unchanged."""
+    magnitude = maps.abs()
+    return magnitude / magnitude.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+def negative_mass(maps: Tensor) -> Tensor:
+    """Share of each row's |A| on negative entries, averaged over queries: (..., Nq, N) -> (...).
+    0 for softmax maps."""
+    return (maps.clamp_max(0).abs().sum(-1) / maps.abs().sum(-1).clamp_min(1e-12)).mean(-1)
+
+
+def row_sum_deviation(maps: Tensor) -> Tensor:
+    """|row sum - 1|, averaged over queries: (..., Nq, N) -> (...). 0 for softmax maps."""
+    return (maps.sum(-1) - 1).abs().mean(-1)

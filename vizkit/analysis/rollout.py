@@ -1,7 +1,9 @@
 """Attention rollout (Abnar and Zuidema 2020) and gradient-weighted rollout (Chefer et al. 2021).
 
 Rollout follows the maps the model really multiplies with the values: ``attn.hook_pattern`` for
-ViTs, the talking-heads map after mixing (``attn.hook_pattern_mixed``) for CaiT. CaiT's class
+ViTs, the talking-heads map after mixing (``attn.hook_pattern_mixed``) for CaiT, the refined map
+(``attn.hook_pattern_refined``) for Refined-ViT; the last two are not row-stochastic, so rollout
+refuses them unless ``allow_non_stochastic=True``. CaiT's class
 token meets the patches only in the class-attention stage, so its rollout continues the
 self-attention product through the class-attention rows (each with the residual added).
 """
@@ -13,7 +15,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
-from ._model import as_hooked, attention_names, class_attention_names, on_model_device
+from ._model import applied_attention_names, as_hooked, class_attention_names, on_model_device
 from .attention import reduce_heads
 from .saliency_result import SaliencyResult
 
@@ -35,16 +37,6 @@ def check_row_stochastic(pattern: Tensor, name: str, atol: float = 1e-3) -> None
             "to roll out |A| renormalized per row instead (a heuristic), or use "
             "class_attention()/gradcam()."
         )
-
-
-def _applied_names(hm: HookedModel) -> list[str]:
-    """Per block, the map applied to the values: the mixed map where the model has one."""
-    known = set(hm.hook_names())
-    applied = []
-    for name in attention_names(hm):
-        mixed = name.replace(".attn.hook_pattern", _MIXED)
-        applied.append(mixed if mixed in known else name)
-    return applied
 
 
 def _discard_lowest(fused: Tensor, ratio: float) -> Tensor:
@@ -108,7 +100,7 @@ def rollout(
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
     hm = as_hooked(model)
     x = on_model_device(hm, x)
-    names = _applied_names(hm)
+    names = applied_attention_names(hm)
     ca_names = class_attention_names(hm)
     with torch.no_grad():
         _, cache = hm.run_with_cache(x, names=names + ca_names)
@@ -169,7 +161,7 @@ def grad_rollout(
     """
     hm = as_hooked(model)
     x = on_model_device(hm, x)
-    names = _applied_names(hm)
+    names = applied_attention_names(hm)
     if (
         any(n.endswith(_MIXED) for n in names)
         or not hm.token_layout(tuple(x.shape[-2:]), names[0]).num_prefix_tokens

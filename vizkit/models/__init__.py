@@ -11,9 +11,17 @@ import timm
 from torch import nn
 
 from . import cait_variants as cait_variants  # registers vizkit_vit_tiny_*, vizkit_cait_tiny_*
+from . import refined_vit as refined_vit  # registers vizkit_refined_vit_*
 from .cait_family import cait_family_table as cait_family_table
+from .refined_vit import refined_vit_params as refined_vit_params
 
-__all__ = ["cait_family_table", "cait_variants", "create_model"]
+__all__ = [
+    "cait_family_table",
+    "cait_variants",
+    "create_model",
+    "refined_vit",
+    "refined_vit_params",
+]
 
 
 def create_model(name: str, **kwargs: Any) -> nn.Module:

@@ -13,6 +13,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from .mixing import mix_batch, mixed_cross_entropy
+
 __all__ = ["Callback", "TrainConfig", "evaluate", "train"]
 
 # on_epoch_end(model, epoch, eval_batch) -> values stored in the history under that epoch
@@ -31,6 +33,8 @@ class TrainConfig:
     label_smoothing: float = 0.1
     augment: bool = False  # random translation by up to 1/8 of the side (+ flips if `flip`)
     flip: bool = True  # off for data whose class changes when mirrored (digits)
+    mixup: float = 0.0  # Beta(alpha, alpha) of Mixup; 0 is off (the DeiT recipe: 0.8)
+    cutmix: float = 0.0  # Beta(alpha, alpha) of CutMix; 0 is off (the DeiT recipe: 1.0)
     seed: int = 0
     threads: int | None = None  # torch.set_num_threads for the run; None leaves it as it is
     eval_batch_size: int = 500
@@ -139,15 +143,20 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
         for images, labels, *_ in bar:
             if config.augment:
                 images = _augment(images, config.flip, generator)
-            images, labels = images.to(device), labels.to(device)
+            partners, lam = labels, 1.0
+            if config.mixup > 0 or config.cutmix > 0:
+                images, partners, lam = mix_batch(
+                    images, labels, config.mixup, config.cutmix, generator
+                )
+            images, labels, partners = images.to(device), labels.to(device), partners.to(device)
             logits = model(images)
-            loss = F.cross_entropy(logits, labels, label_smoothing=config.label_smoothing)
+            loss = mixed_cross_entropy(logits, labels, partners, lam, config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             schedule.step()
             loss_sum += loss.item() * len(labels)
-            correct += (logits.argmax(-1) == labels).sum().item()
+            correct += (logits.argmax(-1) == (labels if lam >= 0.5 else partners)).sum().item()
             count += len(labels)
             bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{correct / count:.3f}")
         test = evaluate(model, test_data, config.eval_batch_size)
