@@ -83,3 +83,23 @@ def test_recipe_init_names_are_validated(tmp_path):
     file.write_text(json.dumps(spec))
     with pytest.raises(ValueError, match="unknown init.*identity_talking_heads"):
         load_recipe(file)
+
+
+def test_mixup_and_cutmix_mix_images_and_weight_the_labels():
+    from vizkit.train.mixing import mix_batch, mixed_cross_entropy
+
+    images = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 3, 8, 8).clone()
+    labels = torch.arange(4)
+    g = torch.Generator().manual_seed(0)
+    mixed, partners, lam = mix_batch(images, labels, mixup=0.8, cutmix=0.0, generator=g)
+    torch.testing.assert_close(mixed[:, 0, 0, 0], lam * labels + (1 - lam) * partners.float())
+    mixed, partners, lam = mix_batch(images, labels, mixup=0.0, cutmix=1.0, generator=g)
+    kept = (mixed[:, 0] == images[:, 0]).float().mean((1, 2))  # share of own pixels
+    moved = partners != labels
+    torch.testing.assert_close(kept[moved], torch.full_like(kept[moved], lam))
+    logits = torch.randn(4, 5)
+    ce = torch.nn.functional.cross_entropy
+    torch.testing.assert_close(
+        mixed_cross_entropy(logits, labels, partners, 0.3, 0.0),
+        0.3 * ce(logits, labels) + 0.7 * ce(logits, partners),
+    )

@@ -149,3 +149,22 @@ def test_layerscale_explorer_shows_eps_times_the_unscaled_ratio():
     explorer.eps.value = 1.0
     assert list(explorer.figure.data[1].y) == pytest.approx(list(explorer.figure.data[0].y))
     assert explorer.computed == 3  # ε = 0.1 (initial), 1e-3, 1.0
+
+
+def test_refiner_explorer_moves_over_blocks_and_images():
+    import timm
+
+    from vizkit.widgets import RefinerExplorer
+
+    torch.manual_seed(0)
+    model = timm.create_model("vizkit_refined_vit_tiny_official", depth=4, embed_dim=32).eval()
+    images = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    explorer = RefinerExplorer(model, images)
+    assert explorer.block.options == (1, 3)  # sharing blocks refine; computing blocks do not
+    explorer.image.value = 2
+    stages = explorer.stages(1)
+    assert explorer.figure.data[-1].z.tolist() == stages.maps["refined"][2, 3].tolist()
+    explorer.block.value = 3
+    assert explorer.computed == 2
+    with pytest.raises(ValueError, match="no attention refiner"):
+        RefinerExplorer(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1), images)

@@ -10,6 +10,12 @@ from .cait import talking_heads_matrices as talking_heads_matrices
 from .masks import mask_figure as mask_figure
 from .overlay import heatmap_on_image as heatmap_on_image
 from .predictions import predictions_figure as predictions_figure
+from .refiner import accuracy_over_seeds_figure as accuracy_over_seeds_figure
+from .refiner import attention_depth_curves as attention_depth_curves
+from .refiner import attention_matrices as attention_matrices
+from .refiner import crop_ratio_curves as crop_ratio_curves
+from .refiner import refiner_stages_figure as refiner_stages_figure
+from .refiner import refiner_weights_figure as refiner_weights_figure
 from .representations import cka_heatmap as cka_heatmap
 from .representations import feature_evolution_curves as feature_evolution_curves
 from .representations import layerscale_heatmap as layerscale_heatmap
@@ -20,9 +26,13 @@ from .saliency import saliency_side_by_side as saliency_side_by_side
 from .training import training_curves as training_curves
 
 __all__ = [
+    "accuracy_over_seeds_figure",
+    "attention_depth_curves",
+    "attention_matrices",
     "attention_grid",
     "attention_stats_figure",
     "cka_heatmap",
+    "crop_ratio_curves",
     "class_attention_heads",
     "display_images",
     "feature_evolution_curves",
@@ -32,6 +42,8 @@ __all__ = [
     "mask_figure",
     "predictions_figure",
     "query_attention",
+    "refiner_stages_figure",
+    "refiner_weights_figure",
     "residual_ratio_curves",
     "saliency_overlay",
     "saliency_row",

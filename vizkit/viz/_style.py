@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 import torch
+from plotly.colors import qualitative
 from torch import Tensor, nn
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "display_images",
     "epoch_shades",
     "finish",
+    "palette",
 ]
 
 SALIENCY_SCALE = "cividis"  # as the CaiT paper's Fig. 7
@@ -69,3 +71,8 @@ def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
         **({"height": height} if height else {}),
     )
     return fig
+
+
+def palette(i: int) -> str:
+    """The ``i``-th colour of plotly's qualitative palette (one per model in a comparison)."""
+    return qualitative.Plotly[i % len(qualitative.Plotly)]

@@ -13,7 +13,7 @@ from torch import nn
 from ..analysis import CKAResult, FeatureEvolution, ResidualRatios
 from ..analysis._model import as_hooked
 from ..analysis.residual_ratios import layerscale_gammas, prenorm_blocks
-from ._style import CKA_SCALE, epoch_shades, finish
+from ._style import CKA_SCALE, epoch_shades, finish, palette
 
 __all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
 
@@ -61,7 +61,7 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
         ],
     )
     for i, (label, evo) in enumerate(curves.items()):
-        color = _palette(i)
+        color = palette(i)
         for col, values in ((1, evo.curve), (2, evo.vs_first)):
             fig.add_trace(
                 go.Scatter(
@@ -142,9 +142,3 @@ def layerscale_heatmap(model: nn.Module) -> go.Figure:
     return finish(
         fig, "LayerScale diag(λ) per layer and channel (CaiT Eq. 1)", 120 + 28 * len(blocks)
     )
-
-
-def _palette(i: int) -> str:
-    from plotly.colors import qualitative
-
-    return qualitative.Plotly[i % len(qualitative.Plotly)]

@@ -6,6 +6,7 @@ from .cka_explorer import CKAExplorer as CKAExplorer
 from .history_explorer import HistoryExplorer as HistoryExplorer
 from .history_explorer import tracked_quantities as tracked_quantities
 from .layerscale_explorer import LayerScaleExplorer as LayerScaleExplorer
+from .refiner_explorer import RefinerExplorer as RefinerExplorer
 from .saliency_comparer import SaliencyComparer as SaliencyComparer
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "CKAExplorer",
     "HistoryExplorer",
     "LayerScaleExplorer",
+    "RefinerExplorer",
     "SaliencyComparer",
     "tracked_quantities",
 ]

@@ -1,0 +1,162 @@
+"""Refiner figures: one refiner's maps stage by stage (Fig. 3), its learned weights, N x N
+attention matrices of several models and depths (Fig. 5), attention statistics against depth,
+accuracy over seeds (Table 1 / Fig. 6 sweeps) and accuracy against the test crop ratio (RFC)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from torch import Tensor
+
+from ..analysis import AttentionResult, RefinerStages
+from ._style import ATTENTION_SCALE, MASK_SCALE, finish, palette
+
+__all__ = [
+    "accuracy_over_seeds_figure",
+    "attention_depth_curves",
+    "attention_matrices",
+    "crop_ratio_curves",
+    "refiner_stages_figure",
+    "refiner_weights_figure",
+]
+
+_STAGE_TITLES = {
+    "softmax": "softmax A",
+    "expanded": "expanded W_A A",
+    "local": "head-wise k x k conv",
+    "refined": "reduced (applied)",
+}
+
+
+def _signed_heatmap(z: Tensor, coloraxis: str = "coloraxis") -> go.Heatmap:
+    return go.Heatmap(z=z.float().cpu().numpy(), coloraxis=coloraxis)
+
+
+def refiner_stages_figure(stages: RefinerStages, image: int = 0) -> go.Figure:
+    """Fig. 3 on data: one row per stage (softmax, expanded, convolved, reduced), one N x N map
+    per head or expanded map; signed colours centred at 0 (refined maps can be negative)."""
+    if not 0 <= image < len(stages.maps["softmax"]):
+        raise ValueError(f"image {image} is out of range 0..{len(stages.maps['softmax']) - 1}.")
+    columns = max(m.shape[1] for m in stages.maps.values())
+    fig = make_subplots(
+        rows=4, cols=columns, horizontal_spacing=0.01, vertical_spacing=0.05,
+        row_titles=list(_STAGE_TITLES.values()),
+    )  # fmt: skip
+    for row, stage in enumerate(_STAGE_TITLES, start=1):
+        maps = stages.maps[stage][image]
+        for col in range(maps.shape[0]):
+            fig.add_trace(_signed_heatmap(maps[col]), row=row, col=col + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
+    return finish(
+        fig, f"Block {stages.layer}: the refiner stage by stage, image {image} (Refiner Fig. 3)",
+        130 * 4 + 100,
+    )  # fmt: skip
+
+
+def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
+    """The learned W_A (rH x H), the k x k kernels of the rH expanded maps and W_R (H x rH)."""
+    if stages.kernels is None:
+        raise ValueError("This refiner has row/column kernels (constraint='rowcol'), not k x k.")
+    count = len(stages.kernels)
+    titles = ["W_A"] + [f"kernel {i}" for i in range(count)] + ["W_R"]
+    fig = make_subplots(rows=1, cols=count + 2, subplot_titles=titles, horizontal_spacing=0.01)
+    matrices = [stages.expand, *stages.kernels, stages.reduce]
+    for col, matrix in enumerate(matrices, start=1):
+        if matrix is not None:
+            fig.add_trace(_signed_heatmap(matrix), row=1, col=col)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
+    return finish(fig, f"Block {stages.layer}: learned refiner weights", 260)
+
+
+def attention_matrices(
+    results: Mapping[str, AttentionResult], layers: Sequence[int], image: int = 0
+) -> go.Figure:
+    """Fig. 5: the full N x N matrix (heads averaged) of each model (rows) at each block
+    (columns). Softmax maps in viridis; signed (applied, refined) maps centred at 0."""
+    fig = make_subplots(
+        rows=len(results), cols=len(layers), row_titles=list(results),
+        column_titles=[f"block {i}" for i in layers], horizontal_spacing=0.01,
+        vertical_spacing=0.04,
+    )  # fmt: skip
+    for row, result in enumerate(results.values(), start=1):
+        for col, layer in enumerate(layers, start=1):
+            if layer not in result.layers:
+                raise ValueError(f"Block {layer} was not captured; captured: {result.layers}.")
+            matrix = result.heads()[result.layers.index(layer), image]
+            axis = "coloraxis2" if result.maps == "applied" else "coloraxis"
+            fig.add_trace(_signed_heatmap(matrix, axis), row=row, col=col)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(
+        coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"x": 1.02, "len": 0.45, "y": 0.8}},
+        coloraxis2={"colorscale": MASK_SCALE, "cmid": 0,
+                    "colorbar": {"x": 1.02, "len": 0.45, "y": 0.2}},
+    )  # fmt: skip
+    return finish(fig, f"Attention matrices (query x key, heads averaged), image {image}",
+                  170 * len(results) + 100)  # fmt: skip
+
+
+_DEPTH_STATS = {
+    "entropy": "normalized entropy (1 = uniform)",
+    "locality": "mass within 1 patch",
+    "distance_pixels": "mean attention distance (pixels)",
+}
+
+
+def attention_depth_curves(stats: Mapping[str, Mapping[str, Tensor]]) -> go.Figure:
+    """Attention statistics against depth, one curve per model: ``stats`` maps a label to
+    `AttentionResult.stats()` (each (L, B, H), averaged over images and heads here)."""
+    if not stats:
+        raise ValueError("stats is empty; pass {label: attention(model, x).stats()}.")
+    fig = make_subplots(rows=1, cols=len(_DEPTH_STATS), subplot_titles=list(_DEPTH_STATS.values()))
+    for i, (label, values) in enumerate(stats.items()):
+        for col, key in enumerate(_DEPTH_STATS, start=1):
+            per_layer = values[key].float().mean((1, 2)).cpu()
+            fig.add_trace(
+                go.Scatter(y=per_layer.tolist(), mode="lines+markers", name=label,
+                           legendgroup=label, showlegend=col == 1, line={"color": palette(i)}),
+                row=1, col=col,
+            )  # fmt: skip
+    fig.update_xaxes(title_text="block")
+    return finish(fig, "Attention against depth (Refiner Fig. 5: less uniform, more local?)", 380)
+
+
+def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Figure:
+    """Test accuracy per configuration: each seed as a dot, the mean with its sample std as a
+    bar (``results`` maps a label to `vizkit.zoo.accuracy_over_seeds(prefix)`)."""
+    labels = list(results)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(x=labels, y=[r["mean"] for r in results.values()], name="mean",
+               error_y={"type": "data", "array": [r["std"] for r in results.values()]},
+               marker_color="#9ecae1")
+    )  # fmt: skip
+    for label, r in results.items():
+        fig.add_trace(
+            go.Scatter(x=[label] * len(r["accuracies"]), y=r["accuracies"], mode="markers",
+                       marker={"color": "#08519c"}, showlegend=False,
+                       text=[f"seed {s}" for s in r["seeds"]])
+        )  # fmt: skip
+    low = min(min(r["accuracies"]) for r in results.values())
+    fig.update_yaxes(title_text="test accuracy", range=[max(0, low - 0.05), None])
+    return finish(fig, title, 380)
+
+
+def crop_ratio_curves(results: Mapping[str, Mapping[float, float]]) -> go.Figure:
+    """Test accuracy against the test-time crop ratio (> 1: padded, RFC), one curve per model."""
+    fig = go.Figure()
+    for i, (label, accuracy) in enumerate(results.items()):
+        fig.add_trace(
+            go.Scatter(x=list(accuracy), y=list(accuracy.values()), mode="lines+markers",
+                       name=label, line={"color": palette(i)})
+        )  # fmt: skip
+    fig.add_vline(x=1.0, line_dash="dot")
+    fig.update_xaxes(title_text="crop ratio (< 1: centre crop, > 1: zero padding)")
+    fig.update_yaxes(title_text="test accuracy")
+    return finish(fig, "Receptive Field Calibration (Refiner Table 5)", 380)
