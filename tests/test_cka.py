@@ -339,3 +339,13 @@ def test_feature_evolution_is_eq2_of_the_refiner_paper():
     assert evo.layers == evo.cka.layers_a
     with pytest.raises(ValueError, match="at least 2 layers"):
         feature_evolution(model, x, layers="blocks.0.hook_resid_post", progress=False)
+
+
+def test_cka_matrix_batches_a_dataset_like_the_tensor_it_holds():
+    model, x = tiny_vit(), images(16)
+    dataset = torch.utils.data.TensorDataset(x, torch.zeros(16))
+    from_dataset = cka_matrix(model, dataset, batch_size=8, progress=False)
+    from_tensor = cka_matrix(model, x, batch_size=8, progress=False)
+    torch.testing.assert_close(from_dataset.matrix, from_tensor.matrix)
+    with pytest.raises(TypeError, match=r"Tensor of shape \(3, 32, 32\)"):
+        cka_matrix(model, list(x), progress=False)

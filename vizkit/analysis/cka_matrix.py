@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, resolve_names
@@ -100,7 +101,8 @@ def cka_matrix(
     Args:
         model: the model of the rows (its train/eval mode is used as it is).
         data: a DataLoader or any iterable of image batches (B, C, H, W) or of tuples whose first
-            item is the batch; or one tensor (B, C, H, W), split into ``batch_size`` chunks.
+            item is the batch; a map-style Dataset of (image, label, ...) items or one tensor
+            (B, C, H, W), either split into batches of ``batch_size``.
         layers: hook names, glob or list (default: every block's output, see
             `default_representation_layers`).
         model_b: the model of the columns (default: ``model``, one forward per batch).
@@ -246,6 +248,9 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}.")
         data, total = data.split(batch_size), math.ceil(len(data) / batch_size)
+    elif isinstance(data, Dataset):  # items (image, label, ...): batch them
+        data = DataLoader(data, batch_size=batch_size)
+        total = len(data)
     else:
         total = len(data) if hasattr(data, "__len__") else None
     show = progress and (distributed_world() == 1 or torch.distributed.get_rank() == 0)
@@ -254,9 +259,14 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
         if not isinstance(images, Tensor) or images.ndim != 4:
             raise TypeError(
                 "Each batch must be an image tensor (B, C, H, W) or a tuple/list whose first "
-                f"item is one; got {type(images).__name__}."
+                f"item is one; got {_describe(images)}. Pass a Dataset, a DataLoader or a tensor."
             )
         yield images
+
+
+def _describe(value: object) -> str:
+    shape = f" of shape {tuple(value.shape)}" if isinstance(value, Tensor) else ""
+    return type(value).__name__ + shape
 
 
 def _check_examples(kernels: list[Kernel], keys: list[str], tokens: str) -> None:
