@@ -12,7 +12,13 @@ from torch import Tensor, nn
 from ..hooks import HookedModel
 from ._model import as_hooked, on_model_device
 
-__all__ = ["RefinerStages", "attend_local_values", "convolve_maps", "refiner_stages"]
+__all__ = [
+    "RefinerStages",
+    "attend_local_values",
+    "convolve_maps",
+    "refined_blocks",
+    "refiner_stages",
+]
 
 
 def _check_kernel(kernel: Tensor) -> int:
@@ -103,6 +109,12 @@ _STAGES = {
 }
 
 
+def refined_blocks(model: nn.Module) -> list[int]:
+    """Indices of the blocks whose attention has a refiner (sharing models: every second)."""
+    blocks = getattr(model, "blocks", ())
+    return [i for i, block in enumerate(blocks) if getattr(block.attn, "refiner", None)]
+
+
 def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> RefinerStages:
     """Capture the stages of block ``layer``'s refiner for the batch ``x`` (B, C, H, W).
 
@@ -110,11 +122,7 @@ def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> Ref
         ValueError: block ``layer`` has no refiner (the message lists the blocks that do).
     """
     hm = as_hooked(model)
-    refined = [
-        int(name.split(".")[1])
-        for name in hm.hook_names()
-        if name.startswith("blocks.") and name.endswith(".attn.hook_pattern_refined")
-    ]
+    refined = refined_blocks(hm.model)
     if layer not in refined:
         raise ValueError(
             f"Block {layer} has no attention refiner; blocks with one: {refined or 'none'} "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import timm
+import torch
 from timm.layers import PatchEmbed
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
@@ -111,9 +113,6 @@ class RefinedViT(VisionTransformer):
 def refined_vit_params(name: str) -> dict:
     """Parameters of a registered ``vizkit_refined_vit_{base,s,m,l}`` (built on the meta device)
     beside Table 10's: ``{"params": n, "paper": p, "diff": n - p}``."""
-    import timm
-    import torch
-
     if name not in PAPER_TABLE10:
         raise KeyError(f"{name!r} is not a Table 10 model; those are {', '.join(PAPER_TABLE10)}.")
     with torch.device("meta"):

@@ -7,7 +7,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch import Tensor, nn
 
-from ..analysis import RefinerStages, refiner_stages
+from ..analysis.refiner import RefinerStages, refined_blocks, refiner_stages
 from ..viz import refiner_stages_figure
 from ._base import Explorer, check_images
 
@@ -24,9 +24,7 @@ class RefinerExplorer(Explorer):
     def __init__(self, model: nn.Module, images: Tensor) -> None:
         super().__init__()
         self.model, self.images = model, check_images(model, images)
-        self.blocks = [
-            i for i, block in enumerate(model.blocks) if getattr(block.attn, "refiner", None)
-        ]
+        self.blocks = refined_blocks(model)
         if not self.blocks:
             raise ValueError("The model has no attention refiner (use a vizkit_refined_vit_*).")
         self.block = widgets.SelectionSlider(options=self.blocks, description="block")
