@@ -18,6 +18,14 @@ from .crop_ratio import crop_ratio_accuracy as crop_ratio_accuracy
 from .crop_ratio import crop_ratio_view as crop_ratio_view
 from .entropy import normalized_entropy as normalized_entropy
 from .gradcam import gradcam as gradcam
+from .masks import GaussianFit as GaussianFit
+from .masks import MaskLocality as MaskLocality
+from .masks import fit_gaussian_mixture as fit_gaussian_mixture
+from .masks import gmm_parameters as gmm_parameters
+from .masks import learned_masks as learned_masks
+from .masks import mask_locality as mask_locality
+from .masks import mask_receptive_field as mask_receptive_field
+from .masks import radial_profile as radial_profile
 from .refiner import RefinerStages as RefinerStages
 from .refiner import attend_local_values as attend_local_values
 from .refiner import convolve_maps as convolve_maps
@@ -33,6 +41,8 @@ __all__ = [
     "AttentionResult",
     "CKAResult",
     "FeatureEvolution",
+    "GaussianFit",
+    "MaskLocality",
     "RefinerStages",
     "ResidualRatios",
     "SaliencyResult",
@@ -40,17 +50,23 @@ __all__ = [
     "attention",
     "cka",
     "cka_matrix",
+    "class_attention",
     "convolve_maps",
     "crop_ratio_accuracy",
     "crop_ratio_view",
-    "class_attention",
     "feature_evolution",
+    "fit_gaussian_mixture",
+    "gmm_parameters",
     "grad_rollout",
     "gradcam",
     "integrated_gradients",
+    "learned_masks",
+    "mask_locality",
+    "mask_receptive_field",
     "modulated_gray",
     "normalized_entropy",
     "occlusion",
+    "radial_profile",
     "ratio_uniformity",
     "reduce_heads",
     "refiner_stages",

@@ -10,11 +10,20 @@ from torch import Tensor, nn
 from ..analysis import normalized_entropy, residual_ratios
 from ..analysis.cka import Kernel, cka_from_hsic, hsic_matrix
 from ..analysis.cka_matrix import LayerKernels
+from ..analysis.masks import gmm_parameters, learned_masks, mask_locality, radial_profile
 from ..analysis.representations import default_representation_layers
 from ..analysis.residual_ratios import layerscale_stats
 from ..hooks import HookedModel
+from ..layers import MaskedAttention
 
-__all__ = ["TRACKERS", "AttentionEntropy", "CKAToPrevious", "LayerScaleStats", "ResidualRatios"]
+__all__ = [
+    "TRACKERS",
+    "AttentionEntropy",
+    "CKAToPrevious",
+    "LayerScaleStats",
+    "LearnedMasks",
+    "ResidualRatios",
+]
 
 
 class AttentionEntropy:
@@ -86,6 +95,34 @@ class CKAToPrevious:
         return {"cka_to_previous": values}
 
 
+class LearnedMasks:
+    """The learned attention masks: ``{"masks": {layer: {"alpha": [[...]], "sigma": [[...]]}}}``
+    for GMM layers (K x Hm); for ELM layers their radial profile (the full Np x Np matrices
+    would be 4096 numbers per layer and epoch for an 8 x 8 grid; the checkpoint holds the last)
+    ``{"masks": {layer: {"distance": [...], "profile": [...], "extroversion": v}}}``."""
+
+    def __call__(self, model: nn.Module, epoch: int, eval_batch: Tensor) -> dict:
+        if not any(isinstance(m, MaskedAttention) for m in model.modules()):
+            return {}
+        try:
+            params = gmm_parameters(model)
+        except ValueError:  # element-wise masks
+            return {
+                "masks": {n: _elm_summary(m[0], model) for n, m in learned_masks(model).items()}
+            }
+        return {"masks": {n: {k: v.tolist() for k, v in p.items()} for n, p in params.items()}}
+
+
+def _elm_summary(mask: Tensor, model: nn.Module) -> dict:
+    grid = tuple(model.patch_embed.grid_size)
+    distance, profile = radial_profile(mask, grid)
+    return {
+        "distance": [round(d, 4) for d in distance.tolist()],
+        "profile": [round(v, 5) for v in profile.tolist()],
+        "extroversion": mask_locality(mask, grid).extroversion.item(),
+    }
+
+
 def _has_prenorm_blocks(model: nn.Module) -> bool:
     names = HookedModel(model).hook_names()
     return any(n.endswith(".hook_attn_out") for n in names)
@@ -97,4 +134,5 @@ TRACKERS = {
     "residual_ratios": ResidualRatios,
     "layerscale": LayerScaleStats,
     "cka_to_previous": CKAToPrevious,
+    "masks": LearnedMasks,
 }

@@ -1,0 +1,192 @@
+"""ViTs with learned attention masks ("RetNet viewed through convolution", notes/paper_gmm.md):
+timm's `VisionTransformer` with `ELMAttention` or `GMMAttention` in every block, and the paper's
+class-token-free baseline (global average pooling, qkv without bias, MLP ratio 2).
+
+Registered, for each configuration below: ``vizkit_gap_vit_{cfg}`` (baseline),
+``vizkit_elm_vit_{cfg}`` and ``vizkit_gmm_vit_{cfg}``. ``tiny`` is the CPU model (32 px, patch 4:
+an 8 x 8 grid, the paper's 64 x 64 mask); the others are the paper's CIFAR / Tiny-ImageNet
+configurations, with the K and head sharing of the table that uses them (`PAPER_COUNTS` lists
+every parameter count the paper prints).
+"""
+
+from __future__ import annotations
+
+import timm
+import torch
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor
+
+from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from ..layers import ELMAttention, GMMAttention, MaskedAttention
+
+__all__ = ["MASKS", "MaskedViT", "PAPER_CONFIGS", "PAPER_COUNTS", "masked_vit_params"]
+
+MASKS = ("none", "elm", "gmm")
+_PAPER_VIT = {"img_size": 32, "patch_size": 4, "mlp_ratio": 2.0, "qkv_bias": False,
+              "class_token": False, "global_pool": "avg", "num_classes": 10}  # fmt: skip
+
+
+def _cifar(dim: int, depth: int, kernels: int) -> tuple[dict, dict]:
+    """A CIFAR configuration (12 heads) with a head-shared K-kernel GMM, as its table."""
+    model = {"embed_dim": dim, "depth": depth, "num_heads": 12}
+    return model, {"num_kernels": kernels, "share_heads": True}
+
+
+# name -> (model kwargs, GMM kwargs); notes/paper_gmm.md § 1.7 (the released code's create_model)
+PAPER_CONFIGS = {
+    "tiny": ({"embed_dim": 64, "depth": 4, "num_heads": 4}, {"num_kernels": 5}),
+    "d6": _cifar(252, 6, 5),  # Table 3
+    "d9": _cifar(192, 9, 3),  # Table 3 (Table 6 has K 8)
+    "d15": _cifar(144, 15, 5),  # Tables 2, 3, 6
+    "d30": _cifar(108, 30, 3),  # Table 3
+    "d60": _cifar(72, 60, 3),  # Table 3
+    "d30w": _cifar(192, 30, 5),  # Table 4
+    "heat": (  # Table 5, Fig. 7: Tiny-ImageNet at patch 4, per-head GMM
+        {"img_size": 64, "embed_dim": 192, "depth": 8, "num_heads": 6, "num_classes": 200},
+        {"num_kernels": 5},
+    ),
+}
+# (table, registered model, kwargs, parameters as printed in the paper)
+PAPER_COUNTS = [
+    ("Table 3", "vizkit_gap_vit_d6", {}, 3_091_798),
+    ("Table 3", "vizkit_gmm_vit_d6", {}, 3_091_858),
+    ("Table 3", "vizkit_gap_vit_d9", {}, 2_692_042),
+    ("Table 3", "vizkit_gmm_vit_d9", {}, 2_692_096),
+    ("Table 3", "vizkit_gap_vit_d15", {}, 2_523_610),
+    ("Table 3", "vizkit_gmm_vit_d15", {}, 2_523_760),
+    ("Table 3", "vizkit_gap_vit_d30", {}, 2_838_790),
+    ("Table 3", "vizkit_gmm_vit_d30", {}, 2_838_970),
+    ("Table 3", "vizkit_gap_vit_d60", {}, 2_531_890),
+    ("Table 3", "vizkit_gmm_vit_d60", {}, 2_532_250),
+    ("Table 4", "vizkit_gmm_vit_d30w", {}, 8_917_750),
+    ("Table 5", "vizkit_gap_vit_heat", {}, 2_469_128),
+    ("Table 5", "vizkit_elm_vit_heat", {}, 2_993_416),
+    ("Table 5", "vizkit_gmm_vit_heat", {}, 2_469_608),
+    ("Table 6", "vizkit_gap_vit_d9", {}, 2_692_042),
+    ("Table 6", "vizkit_elm_vit_d9", {}, 2_728_906),
+    ("Table 6", "vizkit_gmm_vit_d9", {"num_kernels": 8}, 2_692_186),
+    ("Table 6", "vizkit_gap_vit_d15", {}, 2_523_610),
+    ("Table 6", "vizkit_elm_vit_d15", {}, 2_585_050),
+    ("Table 6", "vizkit_gmm_vit_d15", {}, 2_523_760),
+    ("Table 6", "vizkit_gap_vit_d9", {"num_classes": 100}, 2_709_412),
+    ("Table 6", "vizkit_elm_vit_d9", {"num_classes": 100}, 2_746_276),
+    ("Table 6", "vizkit_gmm_vit_d9", {"num_kernels": 8, "num_classes": 100}, 2_709_556),
+    ("Table 6", "vizkit_gap_vit_d15", {"num_classes": 100}, 2_536_660),
+    ("Table 6", "vizkit_elm_vit_d15", {"num_classes": 100}, 2_598_100),
+    ("Table 6", "vizkit_gmm_vit_d15", {"num_classes": 100}, 2_536_810),
+]
+
+
+class MaskedViT(VisionTransformer):
+    """A ViT whose attention layers multiply a learned mask into their scores.
+
+    Args:
+        mask: "none" (timm's attention: the baseline), "elm" or "gmm".
+        num_kernels, share_heads, eps, official_underflow: the GMM's (see `GMMAttention`).
+        **kwargs: `VisionTransformer` arguments.
+
+    Each input's patch grid is passed to the attention layers (a pre-hook of the patch
+    embedding), so a GMM model runs at other resolutions (``dynamic_img_size=True``); an ELM
+    model only on its training grid.
+    """
+
+    def __init__(
+        self,
+        mask: str = "gmm",
+        num_kernels: int = 5,
+        share_heads: bool = False,
+        eps: float | None = None,
+        official_underflow: bool = False,
+        weight_init: str = "",
+        **kwargs,
+    ) -> None:
+        if mask not in MASKS:
+            raise ValueError(f"mask must be one of {', '.join(map(repr, MASKS))}; got {mask!r}.")
+        super().__init__(weight_init="skip", **kwargs)
+        self.mask_type = mask
+        if mask != "none":
+            common = {"qkv_bias": kwargs.get("qkv_bias", True),
+                      "qk_norm": kwargs.get("qk_norm", False),
+                      "attn_drop": kwargs.get("attn_drop_rate", 0.0),
+                      "proj_drop": kwargs.get("proj_drop_rate", 0.0),
+                      "num_prefix_tokens": self.num_prefix_tokens}  # fmt: skip
+            if mask == "elm":
+                layer = {"cls": ELMAttention, "grid": self.patch_embed.grid_size}
+            else:
+                gmm = {"num_kernels": num_kernels, "share_heads": share_heads,
+                       "official_underflow": official_underflow}  # fmt: skip
+                layer = {"cls": GMMAttention, **gmm, **({"eps": eps} if eps is not None else {})}
+            cls = layer.pop("cls")
+            for block in self.blocks:  # timm built plain `Attention`; swap it
+                block.attn = cls(self.embed_dim, block.attn.num_heads, **common, **layer)
+            self.patch_embed.register_forward_pre_hook(self._set_grid)
+        if weight_init != "skip":
+            self.init_weights(weight_init)
+
+    def _set_grid(self, _module, inputs: tuple[Tensor, ...]) -> None:
+        grid = self.patch_embed.dynamic_feat_size(tuple(inputs[0].shape[-2:]))
+        for layer in self.masked_layers():
+            if self.mask_type == "gmm":
+                layer.grid_size = grid
+            elif tuple(grid) != layer.mask.grid:
+                layer.mask(grid)  # raises the ELM's error before any work
+
+    def masked_layers(self) -> list[MaskedAttention]:
+        """The blocks' masked attention layers, in depth order (empty for the baseline)."""
+        return [b.attn for b in self.blocks if isinstance(b.attn, MaskedAttention)]
+
+
+def masked_vit_params(name: str, **kwargs) -> int:
+    """Parameter count of a registered model (built on the meta device, so the paper's sizes
+    cost nothing)."""
+    with torch.device("meta"):
+        model = timm.create_model(name, **kwargs)
+    return sum(p.numel() for p in model.parameters())
+
+
+_SHAPES_CFG = {"input_size": (3, 32, 32), "num_classes": 10, "mean": SHAPES_MEAN,
+               "std": SHAPES_STD, "crop_pct": 1.0, "first_conv": "patch_embed.proj"}  # fmt: skip
+_CIFAR_CFG = {**_SHAPES_CFG, "mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0.2435, 0.2616)}
+_TINY_IMAGENET_CFG = {**_CIFAR_CFG, "input_size": (3, 64, 64), "num_classes": 200,
+                      "mean": (0.4802, 0.4481, 0.3975),
+                      "std": (0.2770, 0.2691, 0.2821)}  # fmt: skip
+_DESCRIBE = {"none": "the paper's baseline ViT (no class token, global average pooling)",
+             "elm": "ELM-ViT: an element-wise learned mask in every block",
+             "gmm": "GMM-ViT: a Gaussian mixture mask in every block"}  # fmt: skip
+_PREFIX = {"none": "gap", "elm": "elm", "gmm": "gmm"}
+
+
+def _entrypoint(mask: str, config: str):
+    model_kwargs, gmm_kwargs = PAPER_CONFIGS[config]
+    name = f"vizkit_{_PREFIX[mask]}_vit_{config}"
+
+    def build(pretrained: bool = False, **kwargs) -> MaskedViT:
+        base = {**_PAPER_VIT, **model_kwargs, "mask": mask, **(gmm_kwargs if mask == "gmm" else {})}
+        return build_model_with_cfg(MaskedViT, name, pretrained, **{**base, **kwargs})
+
+    shape = ", ".join(f"{k} {v}" for k, v in {**_PAPER_VIT, **model_kwargs}.items())
+    gmm = f"; K {gmm_kwargs['num_kernels']}, " + (
+        "head-shared" if gmm_kwargs.get("share_heads") else "per head"
+    )
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = f"{_DESCRIBE[mask]} ({shape}{gmm if mask == 'gmm' else ''})."
+    return build
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        f"vizkit_{_PREFIX[mask]}_vit_{config}": (
+            _SHAPES_CFG
+            if config == "tiny"
+            else _TINY_IMAGENET_CFG
+            if config == "heat"
+            else _CIFAR_CFG
+        )
+        for mask in MASKS
+        for config in PAPER_CONFIGS
+    }
+)
+for _mask in MASKS:
+    for _config in PAPER_CONFIGS:
+        register_model(_entrypoint(_mask, _config))
