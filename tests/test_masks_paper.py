@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -306,3 +307,73 @@ def test_gaussian_fit_recovers_the_mixture_that_made_the_mask():
     assert fit.alpha.tolist() == pytest.approx([-0.8, 0.6], abs=1e-4)
     assert fit.sigma.tolist() == pytest.approx([0.6, 2.5], abs=1e-4)
     assert fit_gaussian_mixture(truth, (8, 8), num_kernels=1).r2 < 0.99
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def test_folded_mask_puts_each_query_row_at_its_patch():
+    mask = torch.arange(36.0 * 36).reshape(36, 36)
+    mosaic = vk.viz.folded_mask(mask, (6, 6))
+    assert mosaic.shape == (41, 41)
+    r, c = 2, 3
+    block = mosaic[r * 7 : r * 7 + 6, c * 7 : c * 7 + 6]
+    assert torch.equal(block, mask[r * 6 + c].reshape(6, 6))
+    assert torch.isnan(mosaic[6]).all()
+
+
+def gmm_history(epochs=3, layers=2, k=2, h=4):
+    g = torch.Generator().manual_seed(0)
+    return [
+        {"epoch": e + 1, "masks": {f"blocks.{i}.attn": {
+            "alpha": torch.randn(k, h, generator=g).tolist(),
+            "sigma": (torch.rand(k, h, generator=g) * 5).tolist()} for i in range(layers)}}
+        for e in range(epochs)
+    ]  # fmt: skip
+
+
+def test_gmm_parameter_and_mask_evolution_figures_have_one_slider_step_per_epoch():
+    history = gmm_history()
+    fig = vk.viz.gmm_parameters_figure(history)
+    assert len(fig.layout.sliders[0].steps) == 3 and len(fig.data) == 3 * 2
+    assert [t.visible for t in fig.data] == [False] * 4 + [True] * 2
+    masks = vk.analysis.gmm_masks_over_training(history, (5, 5))
+    assert masks["blocks.1.attn"][2].shape == (4, 25, 25)
+    alpha, sigma = (
+        torch.tensor(history[1]["masks"]["blocks.1.attn"][k]) for k in ("alpha", "sigma")
+    )
+    want = (alpha[..., None, None] * torch.exp(-grid_square_distances((5, 5)) / (
+        2 * sigma[..., None, None] ** 2 + 2e-5))).sum(0)  # fmt: skip
+    assert torch.allclose(masks["blocks.1.attn"][2], want, atol=1e-6)
+    evolution = vk.viz.mask_evolution_figure(masks["blocks.1.attn"], (5, 5))
+    assert len(evolution.data) == 3 * 4 and len(evolution.layout.sliders[0].steps) == 3
+    with pytest.raises(ValueError, match="no GMM parameters"):
+        vk.viz.gmm_parameters_figure([{"epoch": 1, "test_accuracy": 0.5}])
+
+
+def test_mask_figures_build():
+    model = timm.create_model("vizkit_gmm_vit_tiny", num_kernels=2)
+    masks = {k: v[0] for k, v in learned_masks(model).items()}
+    assert len(vk.viz.mask_layers_figure(masks, (8, 8)).data) == 2 * 4
+    assert len(vk.viz.radial_profiles_figure(masks, (8, 8)).data) == 4
+    truth = gmm([-0.8, 0.6], [0.6, 2.5])((8, 8))[0]
+    fit = fit_gaussian_mixture(truth, (8, 8))
+    assert len(vk.viz.gaussian_fit_figure(truth, fit, (8, 8)).data) == 1 + 2 + 1
+    ours = {0: {"mean": 0.5, "std": 0.01, "accuracies": [0.49, 0.51], "seeds": [0, 1]},
+            1: {"mean": 0.6, "std": 0.02, "accuracies": [0.58, 0.62], "seeds": [0, 1]}}  # fmt: skip
+    assert len(vk.viz.accuracy_vs_kernels_figure(ours, {0: 75.36, 1: 75.54}).data) == 1 + 2 + 1
+    images = np.zeros((2, 32, 32, 3), dtype=np.uint8)
+    fig = vk.viz.received_attention_figure(images, {"a": torch.rand(2, 8, 8)}, count=2)
+    assert len(fig.data) == 2 * (1 + 2)
+
+
+def test_received_attention_and_self_mass_of_an_attention_result():
+    torch.manual_seed(0)
+    model = timm.create_model("vizkit_elm_vit_tiny").eval()
+    with torch.no_grad():
+        model.blocks[1].attn.mask.mask.normal_()
+    result = vk.attention(model, torch.randn(2, 3, 32, 32))
+    p = result.patterns  # (L, B, H, 64, 64), no prefix tokens
+    assert torch.allclose(result.received(), p.mean(-2).mean(2).reshape(4, 2, 8, 8))
+    assert torch.allclose(result.stats()["self_mass"], p.diagonal(dim1=-2, dim2=-1).mean(-1))
+    assert torch.allclose(result.stats()["self_mass"][0], torch.tensor(1 / 64))  # zero ELM mask

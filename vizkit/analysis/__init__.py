@@ -21,6 +21,7 @@ from .gradcam import gradcam as gradcam
 from .masks import GaussianFit as GaussianFit
 from .masks import MaskLocality as MaskLocality
 from .masks import fit_gaussian_mixture as fit_gaussian_mixture
+from .masks import gmm_masks_over_training as gmm_masks_over_training
 from .masks import gmm_parameters as gmm_parameters
 from .masks import learned_masks as learned_masks
 from .masks import mask_locality as mask_locality
@@ -56,6 +57,7 @@ __all__ = [
     "crop_ratio_view",
     "feature_evolution",
     "fit_gaussian_mixture",
+    "gmm_masks_over_training",
     "gmm_parameters",
     "grad_rollout",
     "gradcam",

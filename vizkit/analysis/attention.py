@@ -95,13 +95,25 @@ class AttentionResult:
         grid = self.layout.to_grid(patches)  # (L, B, H, gh, gw)
         return grid if heads is None else reduce_heads(grid, heads, head_dim=2)
 
+    def received(self, heads: HeadReduction = "mean") -> Tensor:
+        """Attention each patch receives, averaged over the patch queries (the GMM paper's
+        Fig. 7 maps): (L, B, gh, gw), heads fused by ``heads``."""
+        if self.query is not None:
+            raise ValueError(
+                "received() averages over every query; capture without query=... to use it."
+            )
+        _, patch_queries = self.layout.split(self.patterns, dim=-2)
+        _, keys = self.layout.split(patch_queries.mean(-2), dim=-1)  # (L, B, H, Np)
+        return reduce_heads(self.layout.to_grid(keys), heads, head_dim=2)
+
     def stats(self, locality_radius: int = 1) -> dict[str, Tensor]:
         """Per-layer, per-head statistics, each (L, B, H) averaged over the queries.
 
         ``entropy`` (normalized, 1 = uniform), ``kl_uniform`` (nats), ``diversity`` (mean
         Jensen-Shannon divergence to the other heads, nats); with all queries captured also
         ``distance_patches`` and ``distance_pixels`` (mean attention distance over patch
-        queries and keys) and ``locality`` (mass within ``locality_radius`` patches).
+        queries and keys), ``locality`` (mass within ``locality_radius`` patches) and
+        ``self_mass`` (a patch's attention to itself).
         Average over dims 1 and 2 for per-layer values.
 
         Applied maps that are not probabilities (refined, mixed) are measured as |A| with rows
@@ -123,6 +135,7 @@ class AttentionResult:
             out["distance_patches"] = stats.mean_attention_distance(p, self.layout)
             out["distance_pixels"] = stats.mean_attention_distance(p, self.layout, self.patch_size)
             out["locality"] = stats.locality_mass(p, self.layout, locality_radius)
+            out["self_mass"] = stats.self_mass(p, self.layout)
         return {**out, **extra}
 
 

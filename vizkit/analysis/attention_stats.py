@@ -26,6 +26,7 @@ __all__ = [
     "patch_distances",
     "query_entropy",
     "row_sum_deviation",
+    "self_mass",
 ]
 
 
@@ -77,6 +78,12 @@ def mean_attention_distance(
     weights = _patch_to_patch(pattern, layout)
     distance = patch_distances(layout, patch_size).to(weights.device)
     return (weights * distance).sum(-1).mean(-1).to(pattern.dtype)
+
+
+def self_mass(pattern: Tensor, layout: TokenLayout) -> Tensor:
+    """Attention a patch pays to itself, averaged over patch queries: (..., N, N) -> (...)
+    (low values: "extroversion", the GMM paper's Fig. 3)."""
+    return _patch_to_patch(pattern, layout).diagonal(dim1=-2, dim2=-1).mean(-1).to(pattern.dtype)
 
 
 def locality_mass(pattern: Tensor, layout: TokenLayout, radius: int = 1) -> Tensor:

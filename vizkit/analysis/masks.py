@@ -18,6 +18,7 @@ __all__ = [
     "GaussianFit",
     "MaskLocality",
     "fit_gaussian_mixture",
+    "gmm_masks_over_training",
     "gmm_parameters",
     "learned_masks",
     "mask_locality",
@@ -78,6 +79,29 @@ def _distance_levels(grid: tuple[int, int]) -> tuple[Tensor, Tensor, Tensor]:
     d2 = grid_square_distances(grid).round().long().flatten()
     levels, index = torch.unique(d2, return_inverse=True)
     return levels.double(), index, torch.bincount(index, minlength=len(levels)).double()
+
+
+@torch.no_grad()
+def gmm_masks_over_training(
+    history: list[dict], grid: tuple[int, int], eps: float = PAPER_EPS
+) -> dict[str, dict[int, Tensor]]:
+    """The GMM masks of every epoch of a training history recorded with the "masks" tracker:
+    ``{"blocks.i.attn": {epoch: (Hm, Np, Np)}}`` (rebuilt from the recorded alpha and sigma)."""
+    out: dict[str, dict[int, Tensor]] = {}
+    for record in history:
+        for layer, p in (record.get("masks") or {}).items():
+            if not isinstance(p, dict) or "alpha" not in p:
+                raise ValueError(
+                    f"Epoch {record.get('epoch')} of the history holds no GMM parameters for "
+                    f"{layer} (an ELM model records radial profiles instead)."
+                )
+            alpha, sigma = torch.tensor(p["alpha"]), torch.tensor(p["sigma"])
+            mask = GaussianMixtureMask(alpha.shape[1], alpha.shape[0], eps=eps)
+            mask.alpha.data, mask.sigma.data = alpha, sigma
+            out.setdefault(layer, {})[record["epoch"]] = mask(grid)
+    if not out:
+        raise ValueError('The history has no "masks" records: train with track ["masks"].')
+    return out
 
 
 @torch.no_grad()

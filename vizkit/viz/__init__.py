@@ -7,7 +7,15 @@ from .attention import query_attention as query_attention
 from .cait import class_attention_heads as class_attention_heads
 from .cait import fig7_gallery as fig7_gallery
 from .cait import talking_heads_matrices as talking_heads_matrices
+from .masks import accuracy_vs_kernels_figure as accuracy_vs_kernels_figure
+from .masks import folded_mask as folded_mask
+from .masks import gaussian_fit_figure as gaussian_fit_figure
+from .masks import gmm_parameters_figure as gmm_parameters_figure
+from .masks import mask_evolution_figure as mask_evolution_figure
 from .masks import mask_figure as mask_figure
+from .masks import mask_layers_figure as mask_layers_figure
+from .masks import radial_profiles_figure as radial_profiles_figure
+from .masks import received_attention_figure as received_attention_figure
 from .overlay import heatmap_on_image as heatmap_on_image
 from .predictions import predictions_figure as predictions_figure
 from .refiner import accuracy_over_seeds_figure as accuracy_over_seeds_figure
@@ -39,7 +47,15 @@ __all__ = [
     "fig7_gallery",
     "heatmap_on_image",
     "layerscale_heatmap",
+    "accuracy_vs_kernels_figure",
+    "folded_mask",
+    "gaussian_fit_figure",
+    "gmm_parameters_figure",
+    "mask_evolution_figure",
     "mask_figure",
+    "mask_layers_figure",
+    "radial_profiles_figure",
+    "received_attention_figure",
     "predictions_figure",
     "query_attention",
     "refiner_stages_figure",

@@ -1,14 +1,34 @@
-"""Learned attention masks: the N x N mask and one query's kernel on the patch grid."""
+"""Learned attention masks (GMM paper): the N x N mask and its rows folded onto the patch grid
+(Fig. 3), radial profiles and a Gaussian fit (Fig. 4), GMM parameters over training, accuracy
+against the number of kernels (Fig. 6) and the attention each patch receives (Fig. 7)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ._style import MASK_SCALE, finish
+from ..analysis.masks import GaussianFit, radial_profile
+from ..layers.attention_masks import PAPER_EPS
+from ._style import MASK_SCALE, SALIENCY_SCALE, finish, palette
+from .overlay import heatmap_on_image
 
-__all__ = ["mask_figure"]
+__all__ = [
+    "accuracy_vs_kernels_figure",
+    "folded_mask",
+    "gaussian_fit_figure",
+    "gmm_parameters_figure",
+    "mask_figure",
+    "mask_evolution_figure",
+    "mask_layers_figure",
+    "radial_profiles_figure",
+    "received_attention_figure",
+]
 
 
 def mask_figure(
@@ -44,3 +64,208 @@ def mask_figure(
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(fig, title or "Learned attention mask", 430)
+
+
+def folded_mask(mask: Tensor, grid: tuple[int, int]) -> Tensor:
+    """Fig. 3 (right): each query patch's row (gh, gw) placed at that patch's position, with
+    one-pixel NaN gutters: (Np, Np) -> (gh * (gh + 1) - 1, gw * (gw + 1) - 1)."""
+    gh, gw = grid
+    rows = mask.detach().float().cpu().reshape(gh, gw, gh, gw)  # query r, c; key r, c
+    padded = torch.full((gh, gw, gh + 1, gw + 1), float("nan"))
+    padded[:, :, :gh, :gw] = rows
+    mosaic = padded.permute(0, 2, 1, 3).reshape(gh * (gh + 1), gw * (gw + 1))
+    return mosaic[:-1, :-1]
+
+
+def _zscore(values: Tensor) -> Tensor:
+    values = values.detach().float().cpu()
+    return (values - values.mean()) / values.std().clamp_min(1e-12)
+
+
+def mask_layers_figure(
+    masks: Mapping[str, Tensor], grid: tuple[int, int], title: str = "Learned masks"
+) -> go.Figure:
+    """Fig. 3 for every layer: the (Np, Np) mask (top) and its rows folded onto the grid
+    (bottom), each z-scored per layer as the paper's display (``masks``: label -> (Np, Np))."""
+    labels = list(masks)
+    fig = make_subplots(rows=2, cols=len(labels), column_titles=labels,
+                        row_titles=["mask (query x key)", "rows on the grid"],
+                        horizontal_spacing=0.02, vertical_spacing=0.04)  # fmt: skip
+    for col, label in enumerate(labels, start=1):
+        z = _zscore(masks[label])
+        fig.add_trace(go.Heatmap(z=z.numpy(), coloraxis="coloraxis"), row=1, col=col)
+        fig.add_trace(go.Heatmap(z=folded_mask(z, grid).numpy(), coloraxis="coloraxis"),
+                      row=2, col=col)  # fmt: skip
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor="x")
+    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0,
+                                 "colorbar": {"title": "z-score"}})  # fmt: skip
+    return finish(fig, title, 560)
+
+
+def radial_profiles_figure(
+    masks: Mapping[str, Tensor], grid: tuple[int, int], title: str = "Mask against distance"
+) -> go.Figure:
+    """The mean mask value at each patch distance, one curve per label (``masks``: label ->
+    (Np, Np) or (Hm, Np, Np), heads averaged)."""
+    fig = go.Figure()
+    for i, (label, mask) in enumerate(masks.items()):
+        distance, profile = radial_profile(mask, grid)
+        values = profile.reshape(-1, len(distance)).mean(0)
+        fig.add_trace(go.Scatter(x=distance.tolist(), y=values.tolist(), mode="lines+markers",
+                                 name=label, line={"color": palette(i)}))  # fmt: skip
+    fig.update_xaxes(title_text="distance between patches")
+    fig.update_yaxes(title_text="mean mask value")
+    return finish(fig, title, 380)
+
+
+def gaussian_fit_figure(mask: Tensor, fit: GaussianFit, grid: tuple[int, int], title: str = ""):
+    """Fig. 4: every entry of a mask against its patch distance, the fitted mixture and each of
+    its Gaussians alpha_k exp(-d^2 / (2 sigma_k^2))."""
+    distance, _ = radial_profile(mask, grid)
+    gh, gw = grid
+    rows, cols = np.divmod(np.arange(gh * gw), gw)
+    pair = np.hypot(rows[:, None] - rows, cols[:, None] - cols).ravel()
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=pair, y=mask.detach().float().cpu().numpy().ravel(),
+                             mode="markers", name="mask entries",
+                             marker={"size": 3, "color": "#bdbdbd"}))  # fmt: skip
+    d = torch.linspace(0, float(distance.max()), 200)
+    fitted = torch.zeros_like(d)
+    for k, (a, s) in enumerate(zip(fit.alpha.tolist(), fit.sigma.tolist(), strict=True)):
+        component = a * torch.exp(-(d**2) / (2 * s**2 + PAPER_EPS))
+        fitted += component
+        fig.add_trace(go.Scatter(x=d.tolist(), y=component.tolist(), mode="lines",
+                                 name=f"alpha {a:.2f}, sigma {s:.2f}",
+                                 line={"dash": "dot", "color": palette(k + 1)}))  # fmt: skip
+    fig.add_trace(go.Scatter(x=d.tolist(), y=fitted.tolist(), mode="lines",
+                             name=f"mixture (R^2 {fit.r2:.3f})",
+                             line={"color": palette(0), "width": 3}))  # fmt: skip
+    fig.update_xaxes(title_text="distance between patches")
+    fig.update_yaxes(title_text="mask value")
+    return finish(fig, title or f"A {len(fit.alpha)}-Gaussian fit of the mask (GMM Fig. 4)", 400)
+
+
+def gmm_parameters_figure(history: Sequence[dict], title: str = "") -> go.Figure:
+    """Every Gaussian (alpha against |sigma|, one colour per layer, one marker per kernel and
+    head) at each epoch of a training history whose records hold ``masks`` (the "masks"
+    tracker); a slider picks the epoch."""
+    epochs = [r for r in history if isinstance(r.get("masks"), dict) and r["masks"]]
+    first = next(iter(epochs[0]["masks"].values())) if epochs else None
+    if first is None or "alpha" not in first:
+        raise ValueError(
+            "The history holds no GMM parameters: train a vizkit_gmm_vit_* model with "
+            'track ["masks"] (the zoo\'s masks_gmm_* cards have them).'
+        )
+    fig = go.Figure()
+    for record in epochs:
+        for i, (layer, p) in enumerate(record["masks"].items()):
+            alpha, sigma = np.array(p["alpha"]), np.abs(np.array(p["sigma"]))
+            k, h = np.indices(alpha.shape)
+            fig.add_trace(go.Scatter(
+                x=sigma.ravel(), y=alpha.ravel(), mode="markers", name=layer,
+                visible=record is epochs[-1], marker={"color": palette(i), "size": 8},
+                text=[f"{layer} kernel {a} head {b}" for a, b in zip(k.ravel(), h.ravel(),
+                                                                     strict=True)],
+                hovertemplate="%{text}<br>sigma %{x:.3g}, alpha %{y:.3g}<extra></extra>",
+            ))  # fmt: skip
+    per_epoch = len(epochs[0]["masks"])
+    steps = []
+    for e, record in enumerate(epochs):
+        visible = [e * per_epoch <= t < (e + 1) * per_epoch for t in range(len(fig.data))]
+        steps.append({"label": str(record["epoch"]), "method": "update",
+                      "args": [{"visible": visible}]})  # fmt: skip
+    fig.update_layout(sliders=[{"active": len(epochs) - 1, "steps": steps,
+                                "currentvalue": {"prefix": "epoch "}}])  # fmt: skip
+    fig.add_hline(y=0, line_dash="dot")
+    fig.update_xaxes(title_text="|sigma| (patches)", type="log")
+    fig.update_yaxes(title_text="alpha")
+    return finish(fig, title or "GMM kernels per layer over training", 480)
+
+
+def accuracy_vs_kernels_figure(
+    ours: Mapping[int, dict], paper: Mapping[int, float] | None = None, title: str = ""
+) -> go.Figure:
+    """Fig. 6: test accuracy against the number of Gaussian kernels K (0: the vanilla model).
+    ``ours`` maps K to `vizkit.zoo.accuracy_over_seeds(prefix)` (mean, sample-std bars and
+    each seed); ``paper`` (K -> accuracy, e.g. its CIFAR-100 curve) on the right axis."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    ks = sorted(ours)
+    fig.add_trace(go.Scatter(
+        x=ks, y=[ours[k]["mean"] for k in ks], mode="lines+markers", name="ours (mean, std)",
+        error_y={"type": "data", "array": [ours[k]["std"] for k in ks]},
+        line={"color": palette(0)},
+    ))  # fmt: skip
+    for k in ks:
+        fig.add_trace(go.Scatter(x=[k] * len(ours[k]["accuracies"]), y=ours[k]["accuracies"],
+                                 mode="markers", showlegend=False,
+                                 marker={"color": palette(0), "opacity": 0.4}))  # fmt: skip
+    if paper:
+        fig.add_trace(go.Scatter(x=list(paper), y=list(paper.values()), mode="lines+markers",
+                                 name="paper", line={"color": palette(1), "dash": "dash"}),
+                      secondary_y=True)  # fmt: skip
+        fig.update_yaxes(title_text="paper top-1 (%)", secondary_y=True)
+    fig.update_xaxes(title_text="kernels K (0: no mask)", dtick=1)
+    fig.update_yaxes(title_text="our test accuracy", secondary_y=False)
+    return finish(fig, title or "Accuracy against the number of Gaussians (GMM Fig. 6)", 400)
+
+
+def received_attention_figure(
+    images: np.ndarray, maps: Mapping[str, Tensor], count: int = 4, title: str = ""
+) -> go.Figure:
+    """Fig. 7: each image (rows) with the attention its patches receive in each model
+    (columns; ``maps``: label -> (B, gh, gw), e.g. ``attention(...).received()[-1]``),
+    min-max scaled per map."""
+    shown = min(count, len(images))
+    labels = list(maps)
+    fig = make_subplots(rows=shown, cols=len(labels) + 1, column_titles=["image", *labels],
+                        horizontal_spacing=0.01, vertical_spacing=0.02)  # fmt: skip
+    for row in range(shown):
+        fig.add_trace(go.Image(z=images[row]), row=row + 1, col=1)
+        for col, label in enumerate(labels, start=2):
+            values = maps[label][row].detach().float().cpu()
+            scaled = (values - values.min()) / (values.max() - values.min()).clamp_min(1e-12)
+            for trace in heatmap_on_image(images[row], scaled, coloraxis="coloraxis"):
+                fig.add_trace(trace, row=row + 1, col=col)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
+    height = max(300, math.ceil(170 * shown) + 80)
+    return finish(fig, title or "Attention each patch receives, last block (GMM Fig. 7)", height)
+
+
+def mask_evolution_figure(
+    masks_by_epoch: Mapping[int, Tensor],
+    grid: tuple[int, int],
+    query: tuple[int, int] | None = None,
+    title: str = "",
+) -> go.Figure:
+    """One layer's mask over training: the row of one query patch (default the centre) on the
+    grid, one panel per head; a slider picks the epoch (``masks_by_epoch``: epoch ->
+    (Hm, Np, Np), e.g. `gmm_masks_over_training(...)[layer]`). Shared colours over epochs."""
+    gh, gw = grid
+    r, c = query if query is not None else (gh // 2, gw // 2)
+    if not (0 <= r < gh and 0 <= c < gw):
+        raise ValueError(f"query {query} is outside the {gh}x{gw} grid.")
+    epochs = list(masks_by_epoch)
+    heads = next(iter(masks_by_epoch.values())).shape[0]
+    fig = make_subplots(rows=1, cols=heads, subplot_titles=[f"head {h}" for h in range(heads)],
+                        horizontal_spacing=0.02)  # fmt: skip
+    for epoch in epochs:
+        rows = masks_by_epoch[epoch][:, r * gw + c].reshape(heads, gh, gw).float().cpu()
+        for h in range(heads):
+            fig.add_trace(go.Heatmap(z=rows[h].numpy(), coloraxis="coloraxis",
+                                     visible=epoch == epochs[-1], name=f"epoch {epoch}"),
+                          row=1, col=h + 1)  # fmt: skip
+    steps = [
+        {"label": str(e), "method": "update",
+         "args": [{"visible": [t // heads == i for t in range(len(fig.data))]}]}
+        for i, e in enumerate(epochs)
+    ]  # fmt: skip
+    fig.update_layout(sliders=[{"active": len(epochs) - 1, "steps": steps,
+                                "currentvalue": {"prefix": "epoch "}}],
+                      coloraxis={"colorscale": MASK_SCALE, "cmid": 0})  # fmt: skip
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor="x")
+    default = f"The mask row of query patch ({r}, {c}) over training"
+    return finish(fig, title or default, 360)

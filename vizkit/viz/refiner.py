@@ -102,21 +102,32 @@ def attention_matrices(
                   170 * len(results) + 100)  # fmt: skip
 
 
-_DEPTH_STATS = {
+DEPTH_STATS = {
     "entropy": "normalized entropy (1 = uniform)",
     "locality": "mass within 1 patch",
     "distance_pixels": "mean attention distance (pixels)",
+    "distance_patches": "mean attention distance (patches)",
+    "self_mass": "attention to itself",
 }
 
 
-def attention_depth_curves(stats: Mapping[str, Mapping[str, Tensor]]) -> go.Figure:
+def attention_depth_curves(
+    stats: Mapping[str, Mapping[str, Tensor]],
+    keys: Sequence[str] = ("entropy", "locality", "distance_pixels"),
+    title: str = "Attention against depth (Refiner Fig. 5: less uniform, more local?)",
+) -> go.Figure:
     """Attention statistics against depth, one curve per model: ``stats`` maps a label to
-    `AttentionResult.stats()` (each (L, B, H), averaged over images and heads here)."""
+    `AttentionResult.stats()` (each (L, B, H), averaged over images and heads here); ``keys``
+    picks the statistics (keys of `DEPTH_STATS`)."""
     if not stats:
         raise ValueError("stats is empty; pass {label: attention(model, x).stats()}.")
-    fig = make_subplots(rows=1, cols=len(_DEPTH_STATS), subplot_titles=list(_DEPTH_STATS.values()))
+    unknown = set(keys) - set(DEPTH_STATS)
+    if unknown:
+        raise ValueError(f"Unknown statistics {sorted(unknown)}; known: {list(DEPTH_STATS)}.")
+    titles = [DEPTH_STATS[k] for k in keys]
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles)
     for i, (label, values) in enumerate(stats.items()):
-        for col, key in enumerate(_DEPTH_STATS, start=1):
+        for col, key in enumerate(keys, start=1):
             per_layer = values[key].float().mean((1, 2)).cpu()
             fig.add_trace(
                 go.Scatter(y=per_layer.tolist(), mode="lines+markers", name=label,
@@ -124,7 +135,7 @@ def attention_depth_curves(stats: Mapping[str, Mapping[str, Tensor]]) -> go.Figu
                 row=1, col=col,
             )  # fmt: skip
     fig.update_xaxes(title_text="block")
-    return finish(fig, "Attention against depth (Refiner Fig. 5: less uniform, more local?)", 380)
+    return finish(fig, title, 380)
 
 
 def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Figure:
