@@ -247,6 +247,8 @@ def test_gmm_model_runs_at_another_resolution_and_elm_refuses_clearly():
     _, cache = hm.run_with_cache(torch.randn(1, 3, 48, 40), names=["blocks.0.attn.hook_mask"])
     assert cache["blocks.0.attn.hook_mask"].shape == (4, 120, 120)  # 12 x 10 grid
     assert torch.allclose(cache["blocks.0.attn.hook_mask"], gmm_model.blocks[0].attn.mask((12, 10)))
+    _, intermediates = gmm_model.forward_intermediates(torch.randn(1, 3, 24, 32))
+    assert intermediates[-1].shape[-2:] == (6, 8)
     elm_model = timm.create_model("vizkit_elm_vit_tiny", dynamic_img_size=True)
     with pytest.raises(ValueError, match="learned for a 8 x 8 patch grid"):
         elm_model(torch.randn(1, 3, 48, 48))

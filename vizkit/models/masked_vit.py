@@ -86,9 +86,9 @@ class MaskedViT(VisionTransformer):
         num_kernels, share_heads, eps, official_underflow: the GMM's (see `GMMAttention`).
         **kwargs: `VisionTransformer` arguments.
 
-    Each input's patch grid is passed to the attention layers (a pre-hook of the patch
-    embedding), so a GMM model runs at other resolutions (``dynamic_img_size=True``); an ELM
-    model only on its training grid.
+    Each input's patch grid is passed to the attention layers (in ``_pos_embed``, which every
+    forward path calls), so a GMM model runs at other resolutions (``dynamic_img_size=True``);
+    an ELM model only on its training grid.
     """
 
     def __init__(
@@ -120,17 +120,19 @@ class MaskedViT(VisionTransformer):
             cls = layer.pop("cls")
             for block in self.blocks:  # timm built plain `Attention`; swap it
                 block.attn = cls(self.embed_dim, block.attn.num_heads, **common, **layer)
-            self.patch_embed.register_forward_pre_hook(self._set_grid)
         if weight_init != "skip":
             self.init_weights(weight_init)
 
-    def _set_grid(self, _module, inputs: tuple[Tensor, ...]) -> None:
-        grid = self.patch_embed.dynamic_feat_size(tuple(inputs[0].shape[-2:]))
+    def _pos_embed(self, x: Tensor) -> Tensor:
+        """timm's, after passing the input's patch grid to the masked layers: x is (B, gh, gw,
+        C) with ``dynamic_img_size``, else (B, Np, C) on the fixed grid."""
+        grid = tuple(x.shape[1:3]) if x.ndim == 4 else tuple(self.patch_embed.grid_size)
         for layer in self.masked_layers():
             if self.mask_type == "gmm":
                 layer.grid_size = grid
             elif tuple(grid) != layer.mask.grid:
                 layer.mask(grid)  # raises the ELM's error before any work
+        return super()._pos_embed(x)
 
     def masked_layers(self) -> list[MaskedAttention]:
         """The blocks' masked attention layers, in depth order (empty for the baseline)."""

@@ -211,21 +211,21 @@ def _scores_table(table) -> str:
 
 
 def masks(r: ReportInputs) -> Section:
-    hm = HookedModel(r.model)
-    names = [n for n in hm.hook_names() if n.endswith("hook_mask")]
-    if not names:
-        raise NotApplicable("the model has no learned attention masks (attn.hook_mask).")
-    _, cache = hm.run_with_cache(r.images[:1], names=names)
-    layout = hm.token_layout(tuple(r.images.shape[-2:]), names[0])
-    figures = []
-    for name in names:
-        mask = cache[name]
-        while mask.ndim > 2:
-            mask = mask[0]  # first image, first head
-        if mask.shape[-1] != layout.num_patches:
-            _, mask = layout.split(layout.split(mask, dim=-1)[1], dim=0)
-        figures.append(viz.mask_figure(mask, layout.grid, title=f"{name} (first head)"))
-    return Section("Learned attention masks", "Each masked layer's mask over the patches.", figures)
+    try:
+        learned = analysis.learned_masks(r.model)
+    except ValueError as reason:
+        raise NotApplicable("the model has no learned attention masks (ELM or GMM).") from reason
+    grid = tuple(r.model.patch_embed.grid_size)
+    title = "Learned masks, heads averaged (z-scored per layer; GMM paper Fig. 3)"
+    figures = [
+        viz.mask_layers_figure({name: m.mean(0) for name, m in learned.items()}, grid, title),
+        viz.radial_profiles_figure(learned, grid),
+    ]
+    text = (
+        "Each masked layer's multiplicative mask over the patch-patch scores, and below each "
+        "query patch's row folded onto the patch grid; then the mean mask value against distance."
+    )
+    return Section("Learned attention masks", text, figures)
 
 
 SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
