@@ -12,6 +12,7 @@ import pytest
 import timm
 import torch
 from timm.layers import Attention
+from timm.models.vision_transformer import VisionTransformer
 
 import vizkit as vk
 from vizkit.analysis.masks import (
@@ -254,11 +255,44 @@ def test_gmm_model_runs_at_another_resolution_and_elm_refuses_clearly():
         elm_model(torch.randn(1, 3, 48, 48))
 
 
+class ClassTokenGMM(GMMAttention):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, num_prefix_tokens=1, **kwargs)
+
+
+class ClassTokenELM(ELMAttention):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, grid=(8, 8), num_prefix_tokens=1, **kwargs)
+
+
+@pytest.mark.parametrize("layer", [ClassTokenGMM, ClassTokenELM])
+def test_layers_drop_into_a_timm_vit_as_attn_layer(layer):
+    torch.manual_seed(0)
+    model = VisionTransformer(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=4,
+                              num_classes=10, attn_layer=layer)  # fmt: skip
+    assert isinstance(model.blocks[1].attn, layer)
+    _, cache = vk.HookedModel(model).run_with_cache(
+        torch.randn(2, 3, 32, 32), names=["blocks.1.attn.hook_mask"]
+    )
+    mask = cache["blocks.1.attn.hook_mask"]
+    assert mask.shape[-2:] == (65, 65) and (mask[:, 0] == 1).all() and (mask[:, :, 0] == 1).all()
+
+
+def test_masked_vit_with_a_class_token_leaves_it_unmasked():
+    model = timm.create_model("vizkit_gmm_vit_tiny", class_token=True, global_pool="token")
+    _, cache = vk.HookedModel(model).run_with_cache(
+        torch.randn(2, 3, 32, 32), names=["blocks.0.attn.hook_mask"]
+    )
+    mask = cache["blocks.0.attn.hook_mask"]
+    assert mask.shape == (4, 65, 65) and (mask[:, 0] == 1).all() and (mask[:, :, 0] == 1).all()
+    assert torch.equal(mask[:, 1:, 1:], model.blocks[0].attn.mask((8, 8)).detach())
+
+
 @pytest.mark.parametrize(
     "build, match",
     [(lambda: timm.create_model("vizkit_gmm_vit_tiny", mask="retnet"), "mask must be one of"),
      (lambda: GaussianMixtureMask(4, num_kernels=0), "num_kernels must be"),
-     (lambda: GMMAttention(32, 4)(tokens(n=60).float()), "do not form a square grid")],
+     (lambda: GMMAttention(32, 4)(tokens(n=60).float()), "not a square grid")],
 )  # fmt: skip
 def test_bad_mask_options_fail_clearly(build, match):
     with pytest.raises(ValueError, match=match):
@@ -305,10 +339,13 @@ def test_receptive_field_of_zero_and_local_masks():
 def test_gaussian_fit_recovers_the_mixture_that_made_the_mask():
     truth = gmm([-0.8, 0.6], [0.6, 2.5])((8, 8))[0]
     fit = fit_gaussian_mixture(truth, (8, 8), num_kernels=2)
-    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9) and fit.r2_radial == pytest.approx(1.0)
     assert fit.alpha.tolist() == pytest.approx([-0.8, 0.6], abs=1e-4)
     assert fit.sigma.tolist() == pytest.approx([0.6, 2.5], abs=1e-4)
     assert fit_gaussian_mixture(truth, (8, 8), num_kernels=1).r2 < 0.99
+    noisy = truth + 0.1 * torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    noisy_fit = fit_gaussian_mixture(noisy, (8, 8), num_kernels=2)
+    assert noisy_fit.r2 <= noisy_fit.r2_radial < 0.95
 
 
 # --- figures ----------------------------------------------------------------------------------

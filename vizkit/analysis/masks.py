@@ -185,11 +185,13 @@ def _optimise_log_sigma(start: Tensor, error) -> Tensor:
 @dataclass
 class GaussianFit:
     """A K-Gaussian mixture fitted to a mask: ``alpha`` and ``sigma`` (K,), sorted by sigma;
-    ``r2`` the coefficient of determination over all Np^2 entries; ``fitted`` (Np, Np)."""
+    ``r2`` the coefficient of determination over all Np^2 entries; ``r2_radial`` the most any
+    function of distance alone reaches (the mean mask at each distance); ``fitted`` (Np, Np)."""
 
     alpha: Tensor
     sigma: Tensor
     r2: float
+    r2_radial: float
     fitted: Tensor
 
 
@@ -259,5 +261,11 @@ def fit_gaussian_mixture(
     sigma, alpha = sigma[order], alpha[order]
     fitted = (_kernels(levels, sigma, eps) @ alpha)[index].reshape(values.shape)
     total = ((values - values.mean()) ** 2).sum()
-    r2 = 1 - (((values - fitted) ** 2).sum() / total).item() if total > 0 else float("nan")
-    return GaussianFit(alpha.float(), sigma.float(), r2, fitted.to(mask.dtype))
+
+    def explained(model: Tensor) -> float:
+        return 1 - (((values - model) ** 2).sum() / total).item() if total > 0 else float("nan")
+
+    radial = means[index].reshape(values.shape)
+    return GaussianFit(
+        alpha.float(), sigma.float(), explained(fitted), explained(radial), fitted.to(mask.dtype)
+    )

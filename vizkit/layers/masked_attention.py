@@ -94,8 +94,10 @@ class MaskedAttention(nn.Module):
         side = math.isqrt(patches)
         if side * side != patches:
             raise ValueError(
-                f"{patches} patch tokens do not form a square grid; set the layer's grid_size "
-                "(gh, gw) (MaskedViT does this from each input)."
+                f"{num_tokens} tokens less {self.num_prefix_tokens} prefix tokens leave {patches}, "
+                "not a square grid. With class or register tokens set num_prefix_tokens (or use "
+                "vizkit's MaskedViT, e.g. create_model('vizkit_gmm_vit_tiny', class_token=True, "
+                "global_pool='token'), which sets it); for a non-square grid set grid_size."
             )
         return side, side
 
