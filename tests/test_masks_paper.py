@@ -292,6 +292,8 @@ def test_masked_vit_with_a_class_token_leaves_it_unmasked():
     "build, match",
     [(lambda: timm.create_model("vizkit_gmm_vit_tiny", mask="retnet"), "mask must be one of"),
      (lambda: GaussianMixtureMask(4, num_kernels=0), "num_kernels must be"),
+     (lambda: GMMAttention(32, 4, attn_head_dim=16), "keeps head_dim"),
+     (lambda: GMMAttention(32, 4, scale_norm=True), "does not support scale_norm"),
      (lambda: GMMAttention(32, 4)(tokens(n=60).float()), "not a square grid")],
 )  # fmt: skip
 def test_bad_mask_options_fail_clearly(build, match):

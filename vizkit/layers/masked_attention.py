@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hooks.hook_point import HookPoint
+from ._timm_attention import drop_block_options, query_key_norms
 from .attention_masks import PAPER_EPS, ElementwiseMask, GaussianMixtureMask
 
 __all__ = ["ELMAttention", "GMMAttention", "MaskedAttention"]
@@ -52,25 +53,17 @@ class MaskedAttention(nn.Module):
         **timm_kwargs,
     ) -> None:
         super().__init__()
-        for unsupported in ("scale_norm", "gated"):
-            if timm_kwargs.pop(unsupported, False):
-                raise ValueError(f"{type(self).__name__} does not support {unsupported}=True.")
-        for ignored in ("proj_bias", "depth", "device", "dtype"):
-            timm_kwargs.pop(ignored, None)  # timm's Block passes these; the defaults apply
+        drop_block_options(type(self).__name__, timm_kwargs, dim, num_heads)
         if timm_kwargs:
             raise TypeError(
                 f"{type(self).__name__} got unexpected arguments {sorted(timm_kwargs)}."
             )
-        if dim % num_heads:
-            raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}.")
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim**-0.5
         self.num_prefix_tokens = num_prefix_tokens
         self.grid_size = grid_size
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        norm = norm_layer or nn.LayerNorm
-        self.q_norm = norm(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = norm(self.head_dim) if qk_norm else nn.Identity()
+        self.q_norm, self.k_norm = query_key_norms(self.head_dim, qk_norm, norm_layer)
         self.mask = mask
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..hooks.hook_point import HookPoint
+from ._timm_attention import drop_block_options, query_key_norms
 from .attention_refiner import AttentionRefiner
 
 __all__ = ["AttentionRelay", "RefinerAttention", "clear_relays"]
@@ -70,22 +71,14 @@ class RefinerAttention(nn.Module):
         **refiner,
     ) -> None:
         super().__init__()
-        for unsupported in ("scale_norm", "gated"):
-            if refiner.pop(unsupported, False):
-                raise ValueError(f"RefinerAttention does not support {unsupported}=True.")
-        for ignored in ("proj_bias", "depth", "device", "dtype", "attn_head_dim", "dim_out"):
-            refiner.pop(ignored, None)  # timm's Block passes these; the defaults apply
-        if dim % num_heads:
-            raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}.")
+        drop_block_options("RefinerAttention", refiner, dim, num_heads)
         self.num_heads, self.head_dim = num_heads, dim // num_heads
         self.scale = self.head_dim**-0.5
         self.source = source
         self.relay: AttentionRelay | None = None  # set when later blocks share this map
         if source is None:
             self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-            norm = norm_layer or nn.LayerNorm
-            self.q_norm = norm(self.head_dim) if qk_norm else nn.Identity()
-            self.k_norm = norm(self.head_dim) if qk_norm else nn.Identity()
+            self.q_norm, self.k_norm = query_key_norms(self.head_dim, qk_norm, norm_layer)
         else:
             self.v = nn.Linear(dim, dim, bias=qkv_bias)
         self.hook_pattern = HookPoint()
