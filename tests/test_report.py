@@ -110,3 +110,9 @@ def test_empty_folder_and_unreadable_images_exit_with_one_line(tmp_path, capsys)
     (broken / "photo.png").write_bytes(b"\x89PNG not really")
     with pytest.warns(UserWarning, match="photo.png"):
         assert main(["report", "--data", str(broken), "--out", str(tmp_path / "b")]) == 2
+
+
+def test_masked_model_report_shows_its_learned_masks(tmp_path):
+    page = build_report("masks_gmm_k5_s0", n=2, out=tmp_path, progress=False).read_text()
+    assert "<h2>Learned attention masks</h2>" in page
+    assert "Mask against distance" in page and "GMM paper Fig. 3" in page

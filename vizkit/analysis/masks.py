@@ -203,7 +203,7 @@ def _kernels(d2: Tensor, sigma: Tensor, eps: float) -> Tensor:
 def _best_alpha(design: Tensor, target: Tensor, weight: Tensor) -> Tensor:
     """Weighted least-squares alpha (K,) for design (L, K), target (L,), weight (L,)."""
     gram = design.T @ (weight[:, None] * design)
-    ridge = 1e-10 * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
+    ridge = 1e-6 * gram.diagonal().mean() * torch.eye(len(gram), dtype=gram.dtype)
     return torch.linalg.solve(gram + ridge, design.T @ (weight * target))
 
 
@@ -223,7 +223,9 @@ def fit_gaussian_mixture(
     entries equals a count-weighted fit of the mean mask at each distance (plus the spread
     within distances, which no Gaussian mixture can remove). For fixed sigmas the best alphas
     solve a linear least-squares problem; the sigmas are optimised (L-BFGS on log sigma) from
-    ``restarts`` starts (log-spaced, then random), keeping the best.
+    ``restarts`` starts (log-spaced, then random), keeping the best, within 0.05 <= sigma <=
+    100 x the grid side (beyond, a Gaussian is the identity or a constant); a small ridge keeps
+    near-equal sigmas from fitting noise with huge cancelling alphas.
     """
     if mask.ndim != 2:
         raise ValueError(
@@ -248,14 +250,16 @@ def fit_gaussian_mixture(
             / 2
         )
 
+    bounds = (math.log(0.05), math.log(100 * side))  # beyond them a Gaussian is I or constant
+
     def error(log_sigma: Tensor) -> Tensor:
-        design = _kernels(levels, log_sigma.exp(), eps)
+        design = _kernels(levels, log_sigma.clamp(*bounds).exp(), eps)
         alpha = _best_alpha(design, means, counts)
         return (counts * (design @ alpha - means) ** 2).sum()
 
     fits = [_optimise_log_sigma(start.log(), error) for start in starts]
     best = min(fits, key=lambda log_sigma: error(log_sigma).item())
-    sigma = best.exp()
+    sigma = best.clamp(*bounds).exp()
     alpha = _best_alpha(_kernels(levels, sigma, eps), means, counts)
     order = sigma.argsort()
     sigma, alpha = sigma[order], alpha[order]
