@@ -127,16 +127,12 @@ class MaskedViT(VisionTransformer):
         """timm's, after passing the input's patch grid to the masked layers: x is (B, gh, gw,
         C) with ``dynamic_img_size``, else (B, Np, C) on the fixed grid."""
         grid = tuple(x.shape[1:3]) if x.ndim == 4 else tuple(self.patch_embed.grid_size)
-        for layer in self.masked_layers():
+        for layer in (b.attn for b in self.blocks if isinstance(b.attn, MaskedAttention)):
             if self.mask_type == "gmm":
                 layer.grid_size = grid
             elif tuple(grid) != layer.mask.grid:
                 layer.mask(grid)  # raises the ELM's error before any work
         return super()._pos_embed(x)
-
-    def masked_layers(self) -> list[MaskedAttention]:
-        """The blocks' masked attention layers, in depth order (empty for the baseline)."""
-        return [b.attn for b in self.blocks if isinstance(b.attn, MaskedAttention)]
 
 
 def masked_vit_params(name: str, **kwargs) -> int:
