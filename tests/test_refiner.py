@@ -192,6 +192,9 @@ def test_sharing_blocks_reuse_the_map_and_have_no_query_key_projection():
     assert compute.refiner is None and share.refiner is not None  # as released
     assert all(m.relay is None or m.relay.map is None for m in model.modules()
                if isinstance(m, RefinerAttention))  # fmt: skip
+    model.forward_intermediates(images())
+    assert all(m.relay is None or m.relay.map is None for m in model.modules()
+               if isinstance(m, RefinerAttention))  # fmt: skip
     with pytest.raises(RuntimeError, match="ran before the block"):
         share(torch.randn(1, 65, 32))
 

@@ -109,6 +109,13 @@ class RefinedViT(VisionTransformer):
             if self.share_blocks:
                 clear_relays(self)
 
+    def forward_intermediates(self, x: Tensor, *args, **kwargs):
+        try:
+            return super().forward_intermediates(x, *args, **kwargs)
+        finally:
+            if self.share_blocks:
+                clear_relays(self)
+
 
 def refined_vit_params(name: str) -> dict:
     """Parameters of a registered ``vizkit_refined_vit_{base,s,m,l}`` (built on the meta device)
