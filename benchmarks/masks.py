@@ -1,0 +1,64 @@
+"""The cost of a learned attention mask: one training step (forward + backward) of the same ViT
+with no mask, an ELM and a GMM, side by side in one run, as ratios to the baseline.
+
+vizkit_{gap,elm,gmm}_vit_{config} (random weights), batch of 32 px images, 2 CPU threads:
+  vit           the baseline, timm's fused attention (scaled_dot_product_attention)
+  vit unfused   the baseline with fused attention off: the masked layers' explicit softmax path
+  elm, gmm      the masked models (the GMM builds its K x H Gaussians every step)
+
+The paper lists identical MACs for base and GMM models ("for free"); the mask itself costs
+K * H * Np^2 exponentials per layer, and the explicit (unfused) attention it needs costs more.
+Usage: python benchmarks/masks.py [--config tiny] [--batch 64] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import timm
+import torch
+import torch.nn.functional as F
+from timing import print_table, rotated_rounds
+
+import vizkit  # noqa: F401  (registers the vizkit_* models)
+
+
+def step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="tiny")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    models = {
+        "vit": timm.create_model(f"vizkit_gap_vit_{args.config}"),
+        "vit unfused": timm.create_model(f"vizkit_gap_vit_{args.config}"),
+        "elm": timm.create_model(f"vizkit_elm_vit_{args.config}"),
+        "gmm": timm.create_model(f"vizkit_gmm_vit_{args.config}"),
+    }
+    for module in models["vit unfused"].modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    size = models["vit"].pretrained_cfg["input_size"][-1]
+    x = torch.randn(args.batch, 3, size, size)
+    y = torch.randint(0, models["vit"].num_classes, (args.batch,))
+    runs = {name: step(model, x, y) for name, model in models.items()}
+    times, faults = rotated_rounds(runs, args.repeats, "cpu")
+    print(
+        f"vizkit_*_vit_{args.config}, batch {args.batch}, {size} px, forward + backward, "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of "
+        f"{args.repeats} rounds"
+    )
+    print_table(times, faults, "vit")
+
+
+if __name__ == "__main__":
+    main()
