@@ -91,12 +91,11 @@ class GaussianMixtureMask(nn.Module):
     def forward(self, grid: tuple[int, int]) -> Tensor:
         d2 = grid_square_distances(grid, self.alpha.device)  # (Np, Np)
         sigma = self.sigma[..., None, None]  # (K, Hm, 1, 1)
-        if self.official_underflow:
-            base = torch.exp(-d2.float()) ** 0.5  # float32 whatever the model's dtype
+        if self.official_underflow:  # exp(-d^2 / 2) ** (1 / (sigma^2 + 1e-5)), in float32
+            base = torch.exp(-d2.float()) ** 0.5
             kernels = base.to(sigma.dtype) ** (1 / (sigma**2 + self.eps / 2))
-        else:
-            kernels = torch.exp(-d2.to(sigma.dtype) / (2 * sigma**2 + self.eps))
-        return (self.alpha[..., None, None] * kernels).sum(0)
+            return (self.alpha[..., None, None] * kernels).sum(0)
+        return self._mixture(d2)
 
     def kernel(self, grid: tuple[int, int]) -> Tensor:
         """The mixture on the offset lattice (Hm, 2gh - 1, 2gw - 1), centre = offset (0, 0);
@@ -104,8 +103,12 @@ class GaussianMixtureMask(nn.Module):
         gh, gw = grid
         dr = torch.arange(-(gh - 1), gh, device=self.alpha.device)
         dc = torch.arange(-(gw - 1), gw, device=self.alpha.device)
-        d2 = (dr[:, None] ** 2 + dc[None] ** 2).to(self.sigma.dtype)
-        gauss = torch.exp(-d2 / (2 * self.sigma[..., None, None] ** 2 + self.eps))
+        return self._mixture(dr[:, None] ** 2 + dc[None] ** 2)
+
+    def _mixture(self, d2: Tensor) -> Tensor:
+        """sum_k alpha_k exp(-d2 / (2 sigma_k^2 + eps)) for squared distances (a, b): (Hm, a, b)."""
+        sigma = self.sigma[..., None, None]  # (K, Hm, 1, 1)
+        gauss = torch.exp(-d2.to(sigma.dtype) / (2 * sigma**2 + self.eps))
         return (self.alpha[..., None, None] * gauss).sum(0)
 
     def extra_repr(self) -> str:
