@@ -418,3 +418,18 @@ def test_received_attention_and_self_mass_of_an_attention_result():
     assert torch.allclose(result.received(), p.mean(-2).mean(2).reshape(4, 2, 8, 8))
     assert torch.allclose(result.stats()["self_mass"], p.diagonal(dim1=-2, dim2=-1).mean(-1))
     assert torch.allclose(result.stats()["self_mass"][0], torch.tensor(1 / 64))  # zero ELM mask
+
+
+def test_history_explorer_summarises_the_masks_tracker():
+    history = gmm_history(epochs=2)
+    quantities = vk.widgets.history_explorer.tracked_quantities(history)
+    labels, values = quantities["masks.mean_abs_alpha"][1]
+    assert labels == ["blocks.0.attn", "blocks.1.attn"]
+    alpha = torch.tensor(history[1]["masks"]["blocks.1.attn"]["alpha"])
+    assert values[1] == pytest.approx(alpha.abs().mean().item())
+    explorer = vk.widgets.HistoryExplorer(history)
+    explorer.quantity.value = "masks.mean_abs_sigma"
+    assert len(explorer.static().data) == 2  # one curve per epoch
+    elm = [{"epoch": 1, "masks": {"blocks.0.attn": {"distance": [0, 1], "profile": [0.1, 0.2],
+                                                     "extroversion": 0.1}}}]  # fmt: skip
+    assert "masks.extroversion" in vk.widgets.history_explorer.tracked_quantities(elm)

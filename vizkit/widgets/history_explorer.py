@@ -19,8 +19,9 @@ def tracked_quantities(history: Sequence[dict]) -> dict[str, list[tuple[list[str
     """Every quantity of a history, per epoch: ``name -> [(labels, values) or None]``.
 
     Scalars (``test_accuracy``) have one label; per-layer entries (``attention_entropy``,
-    ``cka_to_previous``, ``residual_ratios.attn``, ``layerscale.mlp.mean_abs``, ...) one per
-    layer. None where an epoch did not record it (``cka_to_previous`` starts at epoch 2).
+    ``cka_to_previous``, ``residual_ratios.attn``, ``layerscale.mlp.mean_abs``,
+    ``masks.mean_abs_alpha``, ...) one per layer. None where an epoch did not record it
+    (``cka_to_previous`` starts at epoch 2).
     """
     found: dict[str, list] = {}
     for epoch, record in enumerate(history):
@@ -43,8 +44,27 @@ def _flatten(record: dict):
             for branch, stats in value.items():
                 for stat, values in stats.items():
                     yield f"{key}.{branch}.{stat}", [str(i) for i in range(len(values))], values
+        elif isinstance(value, dict) and key == "masks":  # the "masks" tracker
+            yield from _mask_summaries(value)
         elif isinstance(value, dict):  # {layer name: value}
             yield key, [n.removesuffix(".hook_resid_post") for n in value], list(value.values())
+
+
+def _mask_summaries(masks: dict):
+    """Per-layer scalars of the "masks" tracker: mean |alpha| and |sigma| of GMM layers, the
+    extroversion of ELM layers."""
+    layers = list(masks)
+    if all("alpha" in m for m in masks.values()):
+        for field in ("alpha", "sigma"):
+            values = [_mean_abs(m[field]) for m in masks.values()]
+            yield f"masks.mean_abs_{field}", layers, values
+    elif all("extroversion" in m for m in masks.values()):
+        yield "masks.extroversion", layers, [m["extroversion"] for m in masks.values()]
+
+
+def _mean_abs(rows: list[list[float]]) -> float:
+    flat = [abs(v) for row in rows for v in row]
+    return sum(flat) / len(flat)
 
 
 class HistoryExplorer(Explorer):
