@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..hooks import TokenLayout
 from ..layers import GaussianMixtureMask, MaskedAttention
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
+from .attention_stats import mean_attention_distance
 
 __all__ = [
     "GaussianFit",
@@ -162,9 +164,8 @@ def mask_receptive_field(mask: Tensor, grid: tuple[int, int], logit: float = 1.0
     mean pairwise distance (4.14 patches on 8 x 8); local masks give less, extroverted ones
     (self suppressed) at least 1 at high ``logit``."""
     _check_grid(mask, grid)
-    distance = grid_square_distances(grid, mask.device).double().sqrt()
     attention = (logit * mask.double()).softmax(-1)
-    return (attention * distance).sum(-1).mean(-1).to(mask.dtype)
+    return mean_attention_distance(attention, TokenLayout(0, tuple(grid))).to(mask.dtype)
 
 
 def _optimise_log_sigma(start: Tensor, error) -> Tensor:

@@ -17,6 +17,7 @@ __all__ = [
     "display_images",
     "epoch_shades",
     "finish",
+    "min_max_scaled",
     "palette",
 ]
 
@@ -71,6 +72,13 @@ def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
         **({"height": height} if height else {}),
     )
     return fig
+
+
+def min_max_scaled(values: Tensor) -> Tensor:
+    """A map scaled to [0, 1] (float32, on the CPU); a constant map becomes 0."""
+    values = values.detach().float().cpu()
+    low, high = values.min(), values.max()
+    return (values - low) / (high - low).clamp_min(1e-12)
 
 
 def palette(i: int) -> str:

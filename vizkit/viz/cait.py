@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..analysis import SaliencyResult
-from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish
+from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, min_max_scaled
 
 __all__ = ["class_attention_heads", "fig7_gallery", "talking_heads_matrices"]
 
@@ -36,7 +36,7 @@ def class_attention_heads(
         for h in range(heads):
             m = maps[h]
             fig.add_trace(
-                go.Heatmap(z=((m - m.min()) / (m.max() - m.min()).clamp_min(1e-12)).numpy(),
+                go.Heatmap(z=min_max_scaled(m).numpy(),
                            coloraxis="coloraxis"),
                 row=j + 1, col=h + 2,
             )  # fmt: skip

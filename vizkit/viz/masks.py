@@ -14,8 +14,8 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
-from ..layers.attention_masks import PAPER_EPS
-from ._style import MASK_SCALE, SALIENCY_SCALE, finish, palette
+from ..layers.attention_masks import PAPER_EPS, grid_square_distances
+from ._style import MASK_SCALE, SALIENCY_SCALE, finish, min_max_scaled, palette
 from .overlay import heatmap_on_image
 
 __all__ = [
@@ -123,9 +123,7 @@ def gaussian_fit_figure(mask: Tensor, fit: GaussianFit, grid: tuple[int, int], t
     """Fig. 4: every entry of a mask against its patch distance, the fitted mixture and each of
     its Gaussians alpha_k exp(-d^2 / (2 sigma_k^2))."""
     distance, _ = radial_profile(mask, grid)
-    gh, gw = grid
-    rows, cols = np.divmod(np.arange(gh * gw), gw)
-    pair = np.hypot(rows[:, None] - rows, cols[:, None] - cols).ravel()
+    pair = grid_square_distances(grid).sqrt().flatten().numpy()
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=pair, y=mask.detach().float().cpu().numpy().ravel(),
                              mode="markers", name="mask entries",
@@ -223,8 +221,7 @@ def received_attention_figure(
     for row in range(shown):
         fig.add_trace(go.Image(z=images[row]), row=row + 1, col=1)
         for col, label in enumerate(labels, start=2):
-            values = maps[label][row].detach().float().cpu()
-            scaled = (values - values.min()) / (values.max() - values.min()).clamp_min(1e-12)
+            scaled = min_max_scaled(maps[label][row])
             for trace in heatmap_on_image(images[row], scaled, coloraxis="coloraxis"):
                 fig.add_trace(trace, row=row + 1, col=col)
     fig.update_xaxes(showticklabels=False)

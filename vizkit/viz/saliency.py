@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
-from ._style import SALIENCY_SCALE, finish
+from ._style import SALIENCY_SCALE, finish, min_max_scaled
 from .overlay import heatmap_on_image, opacity_slider
 
 __all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
@@ -94,9 +94,7 @@ def _scores(table: SaliencyTable, method: str, image: int) -> str:
 
 
 def _scaled(result: SaliencyResult, image: int):
-    values = result.maps[image].float()
-    low, high = values.min(), values.max()
-    return (values - low) / (high - low).clamp_min(1e-12)
+    return min_max_scaled(result.maps[image])
 
 
 def _check(result: SaliencyResult, images: np.ndarray, image: int) -> None:
