@@ -15,9 +15,21 @@ from .residual_block import TalkingHeads as TalkingHeads
 from .residual_block import fixup_init as fixup_init
 from .residual_scale import RESIDUAL_STRATEGIES as RESIDUAL_STRATEGIES
 from .residual_scale import ResidualScale as ResidualScale
+from .sot_head import FUSIONS as FUSIONS
+from .sot_head import POOLS as POOLS
+from .sot_head import SoTHead as SoTHead
+from .sot_pooling import GlobalAveragePooling as GlobalAveragePooling
+from .sot_pooling import GlobalCovariancePooling as GlobalCovariancePooling
+from .sot_pooling import MGCrP as MGCrP
+from .svpn import isqrt as isqrt
+from .svpn import power_iteration as power_iteration
+from .svpn import svpn as svpn
+from .svpn import svpn_approx as svpn_approx
 
 __all__ = [
     "CONSTRAINTS",
+    "FUSIONS",
+    "POOLS",
     "RESIDUAL_STRATEGIES",
     "AttentionRefiner",
     "AttentionRelay",
@@ -25,11 +37,19 @@ __all__ = [
     "ElementwiseMask",
     "GMMAttention",
     "GaussianMixtureMask",
+    "GlobalAveragePooling",
+    "GlobalCovariancePooling",
+    "MGCrP",
     "MaskedAttention",
     "RefinerAttention",
     "ResidualBlock",
     "ResidualScale",
+    "SoTHead",
     "TalkingHeads",
     "clear_relays",
     "fixup_init",
+    "isqrt",
+    "power_iteration",
+    "svpn",
+    "svpn_approx",
 ]

@@ -13,9 +13,12 @@ from torch import nn
 from . import cait_variants as cait_variants  # registers vizkit_vit_tiny_*, vizkit_cait_tiny_*
 from . import masked_vit as masked_vit  # registers vizkit_{gap,elm,gmm}_vit_*
 from . import refined_vit as refined_vit  # registers vizkit_refined_vit_*
+from . import sot_vit as sot_vit  # registers vizkit_sot_*
 from .cait_family import cait_family_table as cait_family_table
 from .masked_vit import masked_vit_params as masked_vit_params
 from .refined_vit import refined_vit_params as refined_vit_params
+from .sot_vit import trainable_params as trainable_params
+from .sot_vit import with_sot_head as with_sot_head
 
 __all__ = [
     "cait_family_table",
@@ -25,6 +28,9 @@ __all__ = [
     "masked_vit_params",
     "refined_vit",
     "refined_vit_params",
+    "sot_vit",
+    "trainable_params",
+    "with_sot_head",
 ]
 
 
