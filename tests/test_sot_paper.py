@@ -501,3 +501,28 @@ def test_branch_predictions_and_fig_s4_panels(tiny_sot):
     panels = sot.fig_s4_panels(c, w, b)
     assert [panels[k].tolist() for k in ("both", "classt_only", "wordt_only", "neither")] == [
         [0], [1], [2], [3]]  # fmt: skip
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_sot_figures(tiny_sot):
+    x = torch.randn(3, 3, 32, 32)
+    anatomy = sot.head_anatomy(tiny_sot, x)
+    fig = vk.viz.svpn_spectrum_figure(anatomy, image=1, alphas=(0.3, 0.5, 1.0))
+    assert len(fig.layout.sliders[0].steps) == 3 and len(fig.data) == 3 * 3 * 6
+    assert fig.layout.sliders[0].active == 1  # the model's alpha 0.5
+    shown = [t for t in fig.data if t.visible]
+    assert len(shown) == 18 and all(t.y is not None for t in shown)
+    exact = [t for t in shown if t.name == "head 0: svPN"][0]
+    assert torch.allclose(torch.tensor(exact.y), anatomy.svpn_values(0.5)[1, 0], atol=1e-6)
+    assert len(vk.viz.cross_covariance_figure(anatomy).data) == 6
+    assert [t.name for t in vk.viz.branch_logits_figure(anatomy).data] == ["ClassT", "WordT",
+                                                                           "output"]  # fmt: skip
+    maps = {"a": sot.branch_gradcam(tiny_sot, x, "wordt"), "b": sot.wordt_token_map(tiny_sot, x)}
+    grid = vk.viz.maps_grid(vk.viz.display_images(x), maps, [0, 2])
+    assert len(grid.layout.annotations) >= 4
+    with pytest.raises(ValueError, match="image must be in"):
+        vk.viz.cross_covariance_figure(anatomy, image=3)
+    with pytest.raises(ValueError, match="indices is empty"):
+        vk.viz.maps_grid(vk.viz.display_images(x), maps, [])

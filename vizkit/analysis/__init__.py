@@ -37,18 +37,29 @@ from .residual_ratios import residual_ratios as residual_ratios
 from .rollout import grad_rollout as grad_rollout
 from .rollout import rollout as rollout
 from .saliency_result import SaliencyResult as SaliencyResult
+from .sot import BranchPredictions as BranchPredictions
+from .sot import HeadAnatomy as HeadAnatomy
+from .sot import branch_gradcam as branch_gradcam
+from .sot import branch_predictions as branch_predictions
+from .sot import fig_s4_panels as fig_s4_panels
+from .sot import head_anatomy as head_anatomy
+from .sot import wordt_token_map as wordt_token_map
 
 __all__ = [
     "AttentionResult",
+    "BranchPredictions",
     "CKAResult",
     "FeatureEvolution",
     "GaussianFit",
+    "HeadAnatomy",
     "MaskLocality",
     "RefinerStages",
     "ResidualRatios",
     "SaliencyResult",
     "attend_local_values",
     "attention",
+    "branch_gradcam",
+    "branch_predictions",
     "cka",
     "cka_matrix",
     "class_attention",
@@ -56,11 +67,13 @@ __all__ = [
     "crop_ratio_accuracy",
     "crop_ratio_view",
     "feature_evolution",
+    "fig_s4_panels",
     "fit_gaussian_mixture",
     "gmm_masks_over_training",
     "gmm_parameters",
     "grad_rollout",
     "gradcam",
+    "head_anatomy",
     "integrated_gradients",
     "learned_masks",
     "mask_locality",
@@ -75,4 +88,5 @@ __all__ = [
     "residual_ratios",
     "rollout",
     "saliency",
+    "wordt_token_map",
 ]

@@ -31,10 +31,18 @@ from .representations import residual_ratio_curves as residual_ratio_curves
 from .saliency import saliency_overlay as saliency_overlay
 from .saliency import saliency_row as saliency_row
 from .saliency import saliency_side_by_side as saliency_side_by_side
+from .sot import branch_logits_figure as branch_logits_figure
+from .sot import cross_covariance_figure as cross_covariance_figure
+from .sot import maps_grid as maps_grid
+from .sot import svpn_spectrum_figure as svpn_spectrum_figure
 from .training import training_curves as training_curves
 
 __all__ = [
     "accuracy_over_seeds_figure",
+    "branch_logits_figure",
+    "cross_covariance_figure",
+    "maps_grid",
+    "svpn_spectrum_figure",
     "attention_depth_curves",
     "attention_matrices",
     "attention_grid",

@@ -19,6 +19,7 @@ __all__ = [
     "finish",
     "min_max_scaled",
     "palette",
+    "step_slider",
 ]
 
 SALIENCY_SCALE = "cividis"  # as the CaiT paper's Fig. 7
@@ -84,3 +85,18 @@ def min_max_scaled(values: Tensor) -> Tensor:
 def palette(i: int) -> str:
     """The ``i``-th colour of plotly's qualitative palette (one per model in a comparison)."""
     return qualitative.Plotly[i % len(qualitative.Plotly)]
+
+
+def step_slider(fig: go.Figure, labels: Sequence[str], per_step: int, active: int, prefix: str):
+    """A slider that shows one group of ``per_step`` consecutive traces at a time (the traces
+    were added group by group, one group per label); ``active`` is the group shown first."""
+    steps = [
+        {"label": label, "method": "update",
+         "args": [{"visible": [t // per_step == i for t in range(len(fig.data))]}]}
+        for i, label in enumerate(labels)
+    ]  # fmt: skip
+    for t, trace in enumerate(fig.data):
+        trace.visible = t // per_step == active
+    fig.update_layout(sliders=[{"active": active, "steps": steps,
+                                "currentvalue": {"prefix": prefix}}])  # fmt: skip
+    return fig

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, SALIENCY_SCALE, finish, min_max_scaled, palette
+from ._style import MASK_SCALE, SALIENCY_SCALE, finish, min_max_scaled, palette, step_slider
 from .overlay import heatmap_on_image
 
 __all__ = [
@@ -162,19 +162,13 @@ def gmm_parameters_figure(history: Sequence[dict], title: str = "") -> go.Figure
             k, h = np.indices(alpha.shape)
             fig.add_trace(go.Scatter(
                 x=sigma.ravel(), y=alpha.ravel(), mode="markers", name=layer,
-                visible=record is epochs[-1], marker={"color": palette(i), "size": 8},
+                marker={"color": palette(i), "size": 8},
                 text=[f"{layer} kernel {a} head {b}" for a, b in zip(k.ravel(), h.ravel(),
                                                                      strict=True)],
                 hovertemplate="%{text}<br>sigma %{x:.3g}, alpha %{y:.3g}<extra></extra>",
             ))  # fmt: skip
-    per_epoch = len(epochs[0]["masks"])
-    steps = []
-    for e, record in enumerate(epochs):
-        visible = [e * per_epoch <= t < (e + 1) * per_epoch for t in range(len(fig.data))]
-        steps.append({"label": str(record["epoch"]), "method": "update",
-                      "args": [{"visible": visible}]})  # fmt: skip
-    fig.update_layout(sliders=[{"active": len(epochs) - 1, "steps": steps,
-                                "currentvalue": {"prefix": "epoch "}}])  # fmt: skip
+    labels = [str(record["epoch"]) for record in epochs]
+    step_slider(fig, labels, len(epochs[0]["masks"]), len(epochs) - 1, "epoch ")
     fig.add_hline(y=0, line_dash="dot")
     fig.update_xaxes(title_text="|sigma| (patches)", type="log")
     fig.update_yaxes(title_text="alpha")
@@ -252,16 +246,10 @@ def mask_evolution_figure(
         rows = masks_by_epoch[epoch][:, r * gw + c].reshape(heads, gh, gw).float().cpu()
         for h in range(heads):
             fig.add_trace(go.Heatmap(z=rows[h].numpy(), coloraxis="coloraxis",
-                                     visible=epoch == epochs[-1], name=f"epoch {epoch}"),
+                                     name=f"epoch {epoch}"),
                           row=1, col=h + 1)  # fmt: skip
-    steps = [
-        {"label": str(e), "method": "update",
-         "args": [{"visible": [t // heads == i for t in range(len(fig.data))]}]}
-        for i, e in enumerate(epochs)
-    ]  # fmt: skip
-    fig.update_layout(sliders=[{"active": len(epochs) - 1, "steps": steps,
-                                "currentvalue": {"prefix": "epoch "}}],
-                      coloraxis={"colorscale": MASK_SCALE, "cmid": 0})  # fmt: skip
+    step_slider(fig, [str(e) for e in epochs], heads, len(epochs) - 1, "epoch ")
+    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor="x")
     default = f"The mask row of query patch ({r}, {c}) over training"
