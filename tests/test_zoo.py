@@ -1,6 +1,7 @@
 """Zoo: recipe -> checkpoint + card -> load round trip; sha256 and pickle refusal."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -154,5 +155,7 @@ def test_accuracy_over_seeds(tmp_path, monkeypatch):
     summary = zoo.accuracy_over_seeds("sweep_a")
     assert summary["seeds"] == [0, 1, 2] and summary["accuracies"] == [0.5, 0.7, 0.9]
     assert summary["mean"] == pytest.approx(0.7) and summary["std"] == pytest.approx(0.2)
+    single = zoo.accuracy_over_seeds("sweep_a", seeds=[1])
+    assert single["accuracies"] == [0.7] and math.isnan(single["std"])
     with pytest.raises(KeyError, match="No zoo models named nothing_s"):
         zoo.accuracy_over_seeds("nothing")

@@ -11,6 +11,7 @@ import builtins
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,20 @@ def card(name: str) -> dict:
     return json.loads((models_dir() / f"{name}.json").read_text())
 
 
-def accuracy_over_seeds(prefix: str) -> dict:
+def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict:
     """Test accuracy of the zoo models ``{prefix}_s{seed}`` (one recipe trained with several
-    seeds): ``{"seeds": [...], "accuracies": [...], "mean": m, "std": s}`` (sample std).
+    seeds; ``seeds`` restricts them): ``{"seeds": [...], "accuracies": [...], "mean": m,
+    "std": s}`` (sample std).
 
     Raises:
         KeyError: no zoo model matches.
     """
     names = sorted(
-        n for n in list() if n.startswith(f"{prefix}_s") and n[len(prefix) + 2 :].isdigit()
+        n
+        for n in list()
+        if n.startswith(f"{prefix}_s")
+        and n[len(prefix) + 2 :].isdigit()
+        and (seeds is None or int(n[len(prefix) + 2 :]) in set(seeds))
     )
     if not names:
         raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {', '.join(list())}.")

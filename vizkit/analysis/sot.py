@@ -174,13 +174,15 @@ class BranchPredictions:
 def branch_predictions(
     model: nn.Module | HookedModel, data: Dataset, batch_size: int = 500
 ) -> BranchPredictions:
-    """The model's and its branches' logits on every item of a map-style dataset (eval mode)."""
+    """The model's and, for a SoT head, its branches' logits on every item of a map-style dataset
+    of (image, label, ...) items (eval mode); any classifier works (branches then None)."""
     hm = as_hooked(model)
-    head = sot_head(hm)
-    names = [f"head.hook_{b}_logits" for b in ("classt", "wordt") if head.has_branch(b)]
+    head = getattr(hm.model, "head", None)
+    names = [f"head.hook_{b}_logits" for b in ("classt", "wordt")
+             if isinstance(head, SoTHead) and head.has_branch(b)]  # fmt: skip
     parts: dict[str, list[Tensor]] = {"labels": [], "logits": [], "classt": [], "wordt": []}
     with eval_mode(hm.model), torch.no_grad():
-        for images, labels in DataLoader(data, batch_size=batch_size):
+        for images, labels, *_ in DataLoader(data, batch_size=batch_size):
             x = on_model_device(hm, images)
             logits, cache = hm.run_with_cache(x, names=names, device="cpu")
             parts["labels"].append(labels)

@@ -15,9 +15,9 @@ from . import masked_vit as masked_vit  # registers vizkit_{gap,elm,gmm}_vit_*
 from . import refined_vit as refined_vit  # registers vizkit_refined_vit_*
 from . import sot_vit as sot_vit  # registers vizkit_sot_*
 from .cait_family import cait_family_table as cait_family_table
+from .counting import param_count as param_count
 from .masked_vit import masked_vit_params as masked_vit_params
 from .refined_vit import refined_vit_params as refined_vit_params
-from .sot_vit import trainable_params as trainable_params
 from .sot_vit import with_sot_head as with_sot_head
 
 __all__ = [
@@ -26,10 +26,10 @@ __all__ = [
     "create_model",
     "masked_vit",
     "masked_vit_params",
+    "param_count",
     "refined_vit",
     "refined_vit_params",
     "sot_vit",
-    "trainable_params",
     "with_sot_head",
 ]
 

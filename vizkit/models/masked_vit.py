@@ -11,14 +11,13 @@ every parameter count the paper prints).
 
 from __future__ import annotations
 
-import timm
-import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
 from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
 from ..layers import ELMAttention, GMMAttention, MaskedAttention
+from .counting import param_count
 
 __all__ = ["MASKS", "MaskedViT", "PAPER_CONFIGS", "PAPER_COUNTS", "masked_vit_params"]
 
@@ -138,9 +137,7 @@ class MaskedViT(VisionTransformer):
 def masked_vit_params(name: str, **kwargs) -> int:
     """Parameter count of a registered model (built on the meta device, so the paper's sizes
     cost nothing)."""
-    with torch.device("meta"):
-        model = timm.create_model(name, **kwargs)
-    return sum(p.numel() for p in model.parameters())
+    return param_count(name, **kwargs)
 
 
 _SHAPES_CFG = {"input_size": (3, 32, 32), "num_classes": 10, "mean": SHAPES_MEAN,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import timm
-import torch
 from timm.layers import PatchEmbed
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
@@ -20,6 +18,7 @@ from torch import Tensor, nn
 
 from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
 from ..layers import AttentionRelay, RefinerAttention, clear_relays
+from .counting import param_count
 
 __all__ = ["ConvStemPatchEmbed", "RefinedViT", "TINY_REFINED", "refined_vit_params"]
 
@@ -122,9 +121,7 @@ def refined_vit_params(name: str) -> dict:
     beside Table 10's: ``{"params": n, "paper": p, "diff": n - p}``."""
     if name not in PAPER_TABLE10:
         raise KeyError(f"{name!r} is not a Table 10 model; those are {', '.join(PAPER_TABLE10)}.")
-    with torch.device("meta"):
-        model = timm.create_model(name)
-    params = sum(p.numel() for p in model.parameters())
+    params = param_count(name)
     paper = PAPER_TABLE10[name][3]
     return {"params": params, "paper": paper, "diff": params - paper}
 

@@ -18,7 +18,7 @@ from torch import nn
 from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
 from ..layers import SoTHead
 
-__all__ = ["PAPER_COUNTS", "DenseNetPatchEmbed", "SoTViT", "sinusoid_table", "trainable_params",
+__all__ = ["PAPER_COUNTS", "DenseNetPatchEmbed", "SoTViT", "sinusoid_table",
            "with_sot_head"]  # fmt: skip
 
 
@@ -163,11 +163,6 @@ class SoTViT(VisionTransformer):
         with_sot_head(self, fusion, pool, late=late, dropout=head_dropout, **pool_kwargs)
 
 
-def trainable_params(model: nn.Module) -> int:
-    """Number of trainable parameters (the paper's counts exclude the fixed position table)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
 _SOT_BLOCKS = {"qkv_bias": False, "class_token": True, "global_pool": "token",
                "drop_path_rate": 0.1}  # fmt: skip
 _PAPER = {"token_embed": "densenet", "sincos_pos_embed": True}
@@ -185,7 +180,8 @@ CONFIGS = {
     "base": ({**_SOT_BLOCKS, "embed_dim": 528, "depth": 24, "num_heads": 8, "mlp_ratio": 3.0},
              {**_PAPER, "mgcrp_heads": 6, "m": 38, "head_dropout": 0.7}),
 }  # fmt: skip
-# (table, registered model, kwargs, parameters in millions as printed)
+# (table, registered model, kwargs, parameters in millions as printed); the paper counts trainable
+# parameters (`param_count(name, trainable_only=True, **kwargs)`; the position table is fixed)
 PAPER_COUNTS = [
     ("Table S-1", "vizkit_sot_tiny", {}, 7.7),
     ("Table S-1", "vizkit_sot_small", {}, 26.9),
