@@ -58,3 +58,30 @@ def test_cka_and_residual_ratios_on_cuda_agree_with_cpu():
     torch.testing.assert_close(gpu_cka, cpu_cka, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gpu_ratios.attn, cpu_ratios.attn, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(gpu_ratios.mlp, cpu_ratios.mlp, rtol=1e-4, atol=1e-7)
+
+
+def test_sot_head_on_cuda_matches_cpu():
+    """The SoT model (exact and approximate svPN) on CUDA: same logits and token shares as on the
+    CPU; half-precision input to svPN is computed in float32 and returned in its dtype."""
+    import timm
+
+    from vizkit.analysis import sot
+    from vizkit.layers import svpn
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 32, 32)
+    for norm in ("approx", "exact"):
+        model = timm.create_model("vizkit_sot_micro", norm=norm).eval()
+        on_cpu = model(x)
+        shares_cpu = sot.wordt_token_map(model, x, target=1).maps if norm == "approx" else None
+        model = model.cuda()
+        out = model(x.cuda())
+        assert (out.cpu() - on_cpu).abs().max() < 1e-4
+        out.sum().backward()
+        if shares_cpu is not None:
+            shares = sot.wordt_token_map(model, x, target=1).maps
+            assert (shares.cpu() - shares_cpu).abs().max() < 1e-4
+    q = torch.randn(8, 6, 6, device="cuda")
+    half = svpn(q.bfloat16(), 0.5)
+    assert half.dtype == torch.bfloat16
+    assert (half.float() - svpn(q, 0.5)).abs().max() < 5e-2

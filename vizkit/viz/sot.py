@@ -55,33 +55,16 @@ def svpn_spectrum_figure(
     index = list(range(1, k + 1))
     fig = go.Figure()
     for alpha in alphas:
-        exact = anatomy.svpn_values(alpha)[image].float().cpu()
-        approx = anatomy.approx_values(alpha)[image].float().cpu()
+        curves = [("Q", before, "markers", None),
+                  ("svPN", anatomy.svpn_values(alpha)[image], "lines", None),
+                  ("approx", anatomy.approx_values(alpha)[image], "lines", "dash")]  # fmt: skip
         for h in range(heads):
-            line = {"color": palette(h)}
-            fig.add_trace(
-                go.Scatter(
-                    x=index,
-                    y=before[h].numpy(),
-                    mode="markers",
-                    marker=line,
-                    name=f"head {h}: Q",
-                    legendgroup=str(h),
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=index,
-                    y=exact[h].numpy(),
-                    mode="lines",
-                    line=line,
-                    name=f"head {h}: svPN",
-                    legendgroup=str(h),
-                )
-            )
-            fig.add_trace(go.Scatter(x=index, y=approx[h].numpy(), mode="lines",
-                                     line={**line, "dash": "dash"}, legendgroup=str(h),
-                                     name=f"head {h}: approx"))  # fmt: skip
+            for label, values, mode, dash in curves:
+                fig.add_trace(go.Scatter(
+                    x=index, y=values[h].float().cpu().numpy(), mode=mode,
+                    line={"color": palette(h), "dash": dash}, marker={"color": palette(h)},
+                    name=f"head {h}: {label}", legendgroup=str(h),
+                ))  # fmt: skip
     active = min(range(len(alphas)), key=lambda i: abs(alphas[i] - anatomy.alpha))
     step_slider(fig, [f"{a:g}" for a in alphas], 3 * heads, active, "alpha ")
     fig.update_xaxes(title_text="singular value index", dtick=1)
