@@ -494,6 +494,10 @@ def test_branch_predictions_and_fig_s4_panels(tiny_sot):
     preds = sot.branch_predictions(tiny_sot, data, batch_size=4)
     assert preds.logits.shape == preds.classt.shape == preds.wordt.shape == (10, 10)
     assert torch.allclose(preds.logits, preds.classt + preds.wordt, atol=1e-5)
+    plain = sot.branch_predictions(timm.create_model("vizkit_gap_vit_tiny"), data)
+    assert plain.logits.shape == (10, 10) and plain.classt is None
+    with pytest.raises(ValueError, match="No wordt logits"):
+        plain.correct("wordt")
     c = torch.tensor([1, 1, 0, 0, 1], dtype=torch.bool)
     w = torch.tensor([1, 0, 1, 0, 0], dtype=torch.bool)
     b = torch.tensor([1, 1, 1, 1, 0], dtype=torch.bool)

@@ -184,7 +184,10 @@ def branch_predictions(
     with eval_mode(hm.model), torch.no_grad():
         for images, labels, *_ in DataLoader(data, batch_size=batch_size):
             x = on_model_device(hm, images)
-            logits, cache = hm.run_with_cache(x, names=names, device="cpu")
+            if names:
+                logits, cache = hm.run_with_cache(x, names=names, device="cpu")
+            else:
+                logits, cache = hm.model(x), {}
             parts["labels"].append(labels)
             parts["logits"].append(logits.cpu())
             for b in ("classt", "wordt"):
