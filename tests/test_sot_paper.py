@@ -169,6 +169,16 @@ def test_reused_start_vector_makes_deflation_degenerate():
     assert reused[1] < 0.01 * second and fresh[1] > 0.3 * second
 
 
+def test_mgcrp_code_faithful_reuses_one_start_vector():
+    pool = _mgcrp(num_sv=2, code_faithful=True)
+    fresh = _mgcrp(num_sv=2)
+    assert pool.v0.shape == (1, 4) and fresh.v0.shape == (2, 4)
+    q = pool.covariance(_gaussian(2, 10, 16, seed=30))
+    out, lam = pool.normalize(q)
+    expected, expected_lam = svpn_approx(q, pool.v0[0], 0.5, num_sv=2, num_iter=1)
+    assert torch.equal(out, expected) and torch.equal(lam, expected_lam)
+
+
 def test_proposition_1_bound():
     """u^T Q v <= lambda_1 for unit u, v; attained by the top singular pair (Prop. 1)."""
     q = _gaussian(6, 5, seed=18)

@@ -130,7 +130,8 @@ class MGCrP(nn.Module):
         if self.norm == "exact":
             return svpn(q, self.alpha), None
         if self.norm == "approx":
-            return svpn_approx(q, self.v0, self.alpha, self.num_sv, self.num_iter)
+            v0 = self.v0[0] if self.code_faithful else self.v0  # (n,) reused, or (r, n)
+            return svpn_approx(q, v0, self.alpha, self.num_sv, self.num_iter)
         return q, None
 
     def forward(self, z: Tensor) -> Tensor:
