@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
+from ..layers import SoTHead
 from ._model import as_hooked, on_model_device
 from .saliency_result import SaliencyResult
 
@@ -24,6 +25,8 @@ def default_gradcam_layer(hm: HookedModel) -> str:
     - ViTs pooling the class token: ``blocks.{L-1}.hook_resid_pre``, the input of the last
       block's norm (after the last block only the class token reaches the head, so the patch
       tokens' gradients there are zero).
+    - SoT heads (`vizkit.layers.SoTHead`): the same layer, where the ClassT branch still sees
+      the patch tokens.
     - ViTs with average pooling, and CaiT (whose class-attention stage reads the last
       self-attention block's output): ``blocks.{L-1}.hook_resid_post``.
     - CNNs: the output of the last feature stage (timm ``feature_info``), ``<stage>.hook_out``.
@@ -35,9 +38,10 @@ def default_gradcam_layer(hm: HookedModel) -> str:
         if n.startswith("blocks.") and n.endswith(".hook_resid_pre")
     ]
     if blocks:
-        token_pooled = getattr(model, "global_pool", None) == "token" and not hasattr(
-            model, "blocks_token_only"
+        reads_class_token = getattr(model, "global_pool", None) == "token" or isinstance(
+            getattr(model, "head", None), SoTHead
         )
+        token_pooled = reads_class_token and not hasattr(model, "blocks_token_only")
         return f"{blocks[-1]}.hook_resid_{'pre' if token_pooled else 'post'}"
     info = getattr(model, "feature_info", None)
     if info:
