@@ -96,6 +96,11 @@ def test_mask_and_training_figures_check_inputs():
     with pytest.raises(ValueError, match="non-empty"):
         viz.training_curves([])
     card = vk.zoo.card("vit_tiny_shapes")
+    curves = viz.epoch_accuracy_curves({"a": card["history"], "b": card["history"][:2]})
+    assert [len(t.y) for t in curves.data] == [len(card["history"]), 2]
+    assert curves.data[0].y[-1] == card["history"][-1]["test_accuracy"]
+    with pytest.raises(ValueError, match="non-empty"):
+        viz.epoch_accuracy_curves({"a": []})
     fig = viz.training_curves(card["history"])
     assert {t.name for t in fig.data} == {
         "train_loss",

@@ -35,6 +35,7 @@ from .sot import branch_logits_figure as branch_logits_figure
 from .sot import cross_covariance_figure as cross_covariance_figure
 from .sot import maps_grid as maps_grid
 from .sot import svpn_spectrum_figure as svpn_spectrum_figure
+from .training import epoch_accuracy_curves as epoch_accuracy_curves
 from .training import training_curves as training_curves
 
 __all__ = [
@@ -73,5 +74,6 @@ __all__ = [
     "saliency_row",
     "saliency_side_by_side",
     "talking_heads_matrices",
+    "epoch_accuracy_curves",
     "training_curves",
 ]
