@@ -423,7 +423,7 @@ def test_head_errors():
 def test_registered_model_contract(name):
     """Forward, backward and the head's hook names for every registered SoT model (the paper
     sizes at 64 px: a 4 x 4 grid)."""
-    kwargs = {} if name in ("vizkit_sot_micro", "vizkit_sot_7") else {"img_size": 64}
+    kwargs = {} if name.startswith(("vizkit_sot_micro", "vizkit_sot_7")) else {"img_size": 64}
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=7, **kwargs)
     size = model.patch_embed.img_size

@@ -2,7 +2,8 @@
 the paper's network (DenseNet token embedding, ViT blocks, the head).
 
 Registered: ``vizkit_sot_micro`` (the CPU model: 32 px, patch 4, 64 tokens of size 64, 4 blocks;
-MGCrP 6 heads of 6 x 6), ``vizkit_sot_7`` (the 7-layer ablation model of Tables 3-4, 112 px) and
+MGCrP 6 heads of 6 x 6), ``vizkit_sot_micro_dense`` (the same with the paper's token embedding and
+fixed positions: 4 x 4 tokens), ``vizkit_sot_7`` (the 7-layer ablation model of Tables 3-4, 112 px) and
 ``vizkit_sot_tiny``, ``vizkit_sot_small``, ``vizkit_sot_base`` (Table S-1). Each takes ``fusion``,
 ``pool`` and the pooling's keyword arguments (see `vizkit.layers.SoTHead`).
 """
@@ -171,6 +172,9 @@ CONFIGS = {
     "micro": ({"img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 4, "num_heads": 4,
                "mlp_ratio": 2.0, "num_classes": 10, "qkv_bias": False},
               {"mgcrp_heads": 6, "m": 6}),
+    "micro_dense": ({"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 4,
+                     "num_heads": 4, "mlp_ratio": 2.0, "num_classes": 10, "qkv_bias": False},
+                    {**_PAPER, "mgcrp_heads": 6, "m": 6}),
     "7": ({**_SOT_BLOCKS, "img_size": 112, "patch_size": 8, "embed_dim": 256, "depth": 7,
            "num_heads": 4, "mlp_ratio": 2.0}, {**_PAPER, "mgcrp_heads": 6, "m": 14}),
     "tiny": ({**_SOT_BLOCKS, "embed_dim": 240, "depth": 12, "num_heads": 4, "mlp_ratio": 2.5},
@@ -206,6 +210,7 @@ _SHAPES_CFG = {"input_size": (3, 32, 32), "num_classes": 10, "mean": SHAPES_MEAN
 _IMAGENET_CFG = {"input_size": (3, 224, 224), "num_classes": 1000, "crop_pct": 0.875,
                  "first_conv": "patch_embed.proj.0"}  # fmt: skip
 _DESCRIBE = {"micro": "SoT-Micro, the CPU model (Shapes / Digits, 32 px)",
+             "micro_dense": "SoT-Micro with the paper's DenseNet token embedding (4 x 4 tokens)",
              "7": "the 7-layer SoT of the ablations (Tables 3-4; 112 px, token size 256)",
              "tiny": "SoT-Tiny (Table S-1)", "small": "SoT-Small (Table S-1)",
              "base": "SoT-Base (Table S-1)"}  # fmt: skip
@@ -233,7 +238,14 @@ _POOL_KEYS = {"alpha", "norm", "num_sv", "num_iter", "center", "v0_init", "code_
               "n", "reduced"}  # fmt: skip
 
 default_cfgs = generate_default_cfgs(
-    {f"vizkit_sot_{c}": (_SHAPES_CFG if c == "micro" else _IMAGENET_CFG) for c in CONFIGS}
+    {
+        f"vizkit_sot_{c}": _SHAPES_CFG
+        if c == "micro"
+        else {**_SHAPES_CFG, "first_conv": "patch_embed.proj.0"}
+        if c == "micro_dense"
+        else _IMAGENET_CFG
+        for c in CONFIGS
+    }
 )
 for _config in CONFIGS:
     register_model(_entrypoint(_config))
