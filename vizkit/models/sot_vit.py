@@ -2,10 +2,10 @@
 the paper's network (DenseNet token embedding, ViT blocks, the head).
 
 Registered: ``vizkit_sot_micro`` (the CPU model: 32 px, patch 4, 64 tokens of size 64, 4 blocks;
-MGCrP 6 heads of 6 x 6), ``vizkit_sot_micro_dense`` (the same with the paper's token embedding and
-fixed positions: 4 x 4 tokens), ``vizkit_sot_7`` (the 7-layer ablation model of Tables 3-4, 112 px) and
-``vizkit_sot_tiny``, ``vizkit_sot_small``, ``vizkit_sot_base`` (Table S-1). Each takes ``fusion``,
-``pool`` and the pooling's keyword arguments (see `vizkit.layers.SoTHead`).
+MGCrP 6 heads of 6 x 6), ``vizkit_sot_micro_dense`` (the same with the paper's token embedding
+and fixed positions: 4 x 4 tokens), ``vizkit_sot_7`` (the 7-layer ablation model of Tables 3-4,
+112 px) and ``vizkit_sot_tiny``, ``vizkit_sot_small``, ``vizkit_sot_base`` (Table S-1). Each takes
+``fusion``, ``pool`` and the pooling's keyword arguments (see `vizkit.layers.SoTHead`).
 """
 
 from __future__ import annotations
