@@ -475,6 +475,8 @@ def test_with_sot_head_on_timm_vits():
     assert regs.head.num_prefix_tokens == 3
     tokens = torch.randn(2, 3 + 16, 32)
     assert torch.allclose(regs.head.word_tokens(tokens), tokens[:, 3:])
+    double = with_sot_head(timm.create_model("vizkit_gap_vit_tiny").double(), m=4)
+    assert double.head.pool.proj.weight.dtype == torch.float64
     gap = with_sot_head(timm.create_model("vizkit_gap_vit_tiny"), m=4)
     assert gap.head.fusion == "wordt" and gap(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     with pytest.raises(ValueError, match="only fusion 'wordt'"):

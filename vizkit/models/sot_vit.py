@@ -58,11 +58,11 @@ def with_sot_head(
             f"got {fusion!r}."
         )
     num_classes = model.num_classes if num_classes is None else num_classes
-    device = next(model.parameters()).device
+    reference = next(model.parameters())
     head = SoTHead(model.embed_dim, num_classes, fusion, pool, model.num_prefix_tokens,
                    **head_kwargs)  # fmt: skip
     model.global_pool, model.attn_pool, model.num_classes = "", None, num_classes
-    model.head = head.to(device)
+    model.head = head.to(reference.device, reference.dtype)
     return model
 
 
