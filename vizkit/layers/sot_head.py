@@ -3,6 +3,7 @@ pooled word tokens (WordT) fused into one classifier."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -142,8 +143,8 @@ class SoTHead(nn.Module):
         if cls is None or word is None:
             return cls if word is None else word
         if self.fusion == "late" and self.late == "paper":
-            probs = (cls.softmax(-1) + word.softmax(-1)) / 2
-            return probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+            both = torch.stack([cls.log_softmax(-1), word.log_softmax(-1)])
+            return both.logsumexp(0) - math.log(2.0)  # log of the mean of the two softmaxes
         return cls + word
 
     def has_branch(self, name: str) -> bool:
