@@ -39,6 +39,8 @@ bench: setup
 	$(BIN)/python benchmarks/gradcam.py
 	$(BIN)/python benchmarks/cka.py
 	$(BIN)/python benchmarks/widgets.py
+	$(BIN)/python benchmarks/masks.py
+	$(BIN)/python benchmarks/sot.py
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks
