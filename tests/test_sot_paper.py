@@ -514,6 +514,8 @@ def test_branch_predictions_and_fig_s4_panels(tiny_sot):
     assert plain.logits.shape == (10, 10) and plain.classt is None
     with pytest.raises(ValueError, match="No wordt logits"):
         plain.correct("wordt")
+    with pytest.raises(ValueError, match="which must be"):
+        preds.correct("fused")
     c = torch.tensor([1, 1, 0, 0, 1], dtype=torch.bool)
     w = torch.tensor([1, 0, 1, 0, 0], dtype=torch.bool)
     b = torch.tensor([1, 1, 1, 1, 0], dtype=torch.bool)

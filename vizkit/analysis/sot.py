@@ -75,7 +75,8 @@ class HeadAnatomy:
 
     def approx_values(self, alpha: float) -> Tensor:
         """(B, h, k) after the one-value approximation with ``alpha``: lambda / lambda_hat_1^(1 -
-        alpha) (eq. 8, r = 1; the ratios of the spectrum stay as they were)."""
+        alpha) (eq. 8, r = 1; the ratios of the spectrum stay as they were). lambda_hat is the
+        model's estimate, or the exact lambda_1 when the model does not use the approximation."""
         lam = self.lambda_hat if self.lambda_hat is not None else self.singular_values[..., :1]
         return self.singular_values / (lam[..., :1].pow(1.0 - alpha) + SVPN_EPS)
 
@@ -89,8 +90,8 @@ def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
              "head.pool.hook_sv_normalized"]  # fmt: skip
     branches = {"classt": "head.hook_classt_logits", "wordt": "head.hook_wordt_logits"}
     present = {k: v for k, v in branches.items() if head.has_branch(k)}
+    names += list(present.values())
     with eval_mode(hm.model), torch.no_grad():
-        names += list(present.values())
         logits, cache = hm.run_with_cache(on_model_device(hm, x), names=names)
         _, lam = pool.normalize(cache["head.pool.hook_cov"])
     return HeadAnatomy(
@@ -139,10 +140,11 @@ def wordt_token_map(
     classes = target_indices(logits, target)
     chosen = contributions.gather(2, classes[:, None, None].expand(-1, contributions.shape[1], 1))
     layout = hm.token_layout(tuple(x.shape[-2:]), "head.hook_tokens")
-    maps = layout.to_grid(chosen[..., 0]) if layout is not None else None
-    if maps is None:
+    if layout is None:
         raise ValueError("The model has no patch grid to place the word tokens on.")
-    bias = head.fc_word.bias if hasattr(head, "fc_word") else torch.zeros(head.num_classes)
+    maps = layout.to_grid(chosen[..., 0])
+    has_bias = hasattr(head, "fc_word")  # "concat" keeps its bias with ClassT
+    bias = head.fc_word.bias if has_bias else contributions.new_zeros(contributions.shape[-1])
     return SaliencyResult(
         maps=maps.float(), method="wordt_tokens", image_size=tuple(x.shape[-2:]),
         layout=layout, targets=classes,
@@ -162,6 +164,8 @@ class BranchPredictions:
 
     def correct(self, which: str = "logits") -> Tensor:
         """(n,) bool: "logits", "classt" or "wordt" predicts the label."""
+        if which not in ("logits", "classt", "wordt"):
+            raise ValueError(f"which must be 'logits', 'classt' or 'wordt'; got {which!r}.")
         values = getattr(self, which)
         if values is None:
             raise ValueError(f"No {which} logits here (the head has no such branch).")
