@@ -388,6 +388,8 @@ def test_token_contributions_are_exact(kwargs):
 
 
 def test_head_errors():
+    with pytest.raises(ValueError, match="pre_logits needs one pooled branch"):
+        _head("sum")(_tokens(), pre_logits=True)
     with pytest.raises(ValueError, match="fusion must be one of"):
         SoTHead(16, 5, "mean")
     with pytest.raises(ValueError, match="pool must be one of"):
@@ -485,6 +487,26 @@ def test_with_sot_head_on_timm_vits():
         with_sot_head(timm.create_model("deit_tiny_distilled_patch16_224", img_size=32))
     with pytest.raises(TypeError, match="keeps its forward_head"):
         with_sot_head(timm.create_model("resnet18"))
+
+
+def test_with_sot_head_on_swin():
+    """No class token: a WordT head on every position of Swin's final (B, H, W, C) map."""
+    torch.manual_seed(0)
+    small = {"img_size": 32, "patch_size": 4, "window_size": 4, "embed_dim": 16}
+    swin = timm.models.SwinTransformer(**small, depths=(1, 1), num_heads=(1, 2), num_classes=5)
+    swin.eval()
+    x = torch.randn(2, 3, 32, 32)
+    features = swin.forward_features(x)  # (2, 4, 4, 32)
+    with_sot_head(swin, m=4, num_heads=2)
+    head = swin.head
+    assert head.fusion == "wordt" and head.num_prefix_tokens == 0
+    expected = head.fc_word(head.pool(features.flatten(1, 2)))
+    assert torch.allclose(swin(x), expected, atol=1e-6)
+    assert swin.forward_head(features, pre_logits=True).shape == (2, 2 * 4 * 4)
+    _, cache = vk.HookedModel(swin).run_with_cache(x, names="head.pool.hook_cov")
+    assert cache["head.pool.hook_cov"].shape == (2, 2, 4, 4)
+    with pytest.raises(ValueError, match="only fusion 'wordt'"):
+        with_sot_head(timm.models.SwinTransformer(**small, depths=(1,), num_heads=(1,)), "sum")
 
 
 def test_head_anatomy_and_branch_gradcam(tiny_sot):

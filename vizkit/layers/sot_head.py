@@ -60,11 +60,11 @@ class SoTHead(nn.Module):
             (the logits added, the released evaluation rule).
         dropout: on the pooled word representation (Table S-2: 0 Tiny, 0.5 Small, 0.7 Base).
 
-    HookPoints: ``hook_tokens`` (B, N, p) the input; ``hook_classt_logits`` and
-    ``hook_wordt_logits`` (B, C) the two branches (for "concat" the class token's and the pooled
-    part's share of the one FC, the bias with ClassT; "aggr_all" has no branches). For "sum" and
-    "concat" the output is their sum. ``with head.branch("wordt"):`` makes the head return one
-    branch (e.g. for Grad-CAM of one branch's logit).
+    HookPoints: ``hook_tokens`` (B, N, p) the input (a (B, H, W, p) map flattened);
+    ``hook_classt_logits`` and ``hook_wordt_logits`` (B, C) the two branches (for "concat" the
+    class token's and the pooled part's share of the one FC, the bias with ClassT; "aggr_all" has
+    no branches). For "sum" and "concat" the output is their sum. ``with head.branch("wordt"):``
+    makes the head return one branch (e.g. for Grad-CAM of one branch's logit).
     """
 
     def __init__(
@@ -126,13 +126,24 @@ class SoTHead(nn.Module):
         word = self.fc_word(pooled) if pooled is not None else None
         return cls, word
 
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, pre_logits: bool = False) -> Tensor:
+        """Tokens (B, N, p), or a (B, H, W, p) feature map without prefix tokens (Swin) ->
+        logits (B, C); ``pre_logits`` (one-branch heads): the pooled features (B, D)."""
+        if tokens.ndim == 4 and self.num_prefix_tokens == 0:
+            tokens = tokens.flatten(1, 2)
         if tokens.ndim != 3 or tokens.shape[1] <= self.num_prefix_tokens:
             raise ValueError(
                 f"SoTHead takes tokens (B, N, p) with N > {self.num_prefix_tokens} prefix tokens; "
                 f"got shape {tuple(tokens.shape)}."
             )
         tokens = self.hook_tokens(tokens)
+        if pre_logits:
+            if self.fusion not in ("wordt", "aggr_all"):
+                raise ValueError(
+                    f"pre_logits needs one pooled branch; fusion {self.fusion!r} has two."
+                )
+            pooled = tokens if self.fusion == "aggr_all" else self.word_tokens(tokens)
+            return self.drop(self.pool(pooled))
         if self.fusion == "aggr_all":
             return self.fc_word(self.drop(self.pool(tokens)))
         cls, word = self.branch_logits(tokens)

@@ -11,7 +11,7 @@ and fixed positions: 4 x 4 tokens), ``vizkit_sot_7`` (the 7-layer ablation model
 from __future__ import annotations
 
 import torch
-from timm.layers import PatchEmbed
+from timm.layers import ClassifierHead, PatchEmbed
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
@@ -35,35 +35,49 @@ def with_sot_head(
     The head reads all tokens after the final norm (and after ``fc_norm``, per token, for
     average-pooling ViTs); the class token is token 0, the word tokens follow the
     ``num_prefix_tokens`` prefix tokens (class, register tokens). ``fusion`` defaults to "sum",
-    or to "wordt" for a model without a class token (as the paper does for Swin).
+    or to "wordt" for a model without a class token. Swin-style models (a head pooling a
+    (B, H, W, C) map) get a WordT head on every position, as the paper does for Swin.
 
     Args:
-        model: a timm `VisionTransformer` (or subclass) that keeps its ``forward_head``.
+        model: a timm `VisionTransformer` (or subclass) that keeps its ``forward_head``, or a
+            Swin-style model.
         fusion, pool, **head_kwargs: see `SoTHead`.
         num_classes: default the model's.
     """
-    if not isinstance(model, VisionTransformer) or (
-        type(model).forward_head is not VisionTransformer.forward_head
+    nhwc = _nhwc_head(model)
+    if not nhwc and (
+        not isinstance(model, VisionTransformer)
+        or type(model).forward_head is not VisionTransformer.forward_head
     ):
         raise TypeError(
             f"with_sot_head takes a timm VisionTransformer that keeps its forward_head (ViT, DeiT, "
-            f"vizkit's ViTs); got {type(model).__name__}. Distilled DeiT and CaiT route only the "
-            "class tokens to their heads."
+            f"vizkit's ViTs) or a model whose head pools a (B, H, W, C) map (Swin); got "
+            f"{type(model).__name__}. Distilled DeiT and CaiT route only the class tokens to "
+            "their heads."
         )
-    if fusion is None:
-        fusion = "sum" if model.has_class_token else "wordt"
-    if not model.has_class_token and fusion != "wordt":
+    has_class_token = not nhwc and model.has_class_token
+    fusion = fusion or ("sum" if has_class_token else "wordt")
+    if not has_class_token and fusion != "wordt":
         raise ValueError(
             f"{type(model).__name__} has no class token, so only fusion 'wordt' applies; "
             f"got {fusion!r}."
         )
     num_classes = model.num_classes if num_classes is None else num_classes
     reference = next(model.parameters())
-    head = SoTHead(model.embed_dim, num_classes, fusion, pool, model.num_prefix_tokens,
-                   **head_kwargs)  # fmt: skip
-    model.global_pool, model.attn_pool, model.num_classes = "", None, num_classes
-    model.head = head.to(reference.device, reference.dtype)
+    if nhwc:  # every position of the map is a word token
+        head = SoTHead(model.num_features, num_classes, fusion, pool, 0, **head_kwargs)
+    else:
+        head = SoTHead(model.embed_dim, num_classes, fusion, pool, model.num_prefix_tokens,
+                       **head_kwargs)  # fmt: skip
+        model.global_pool, model.attn_pool = "", None
+    model.head, model.num_classes = head.to(reference.device, reference.dtype), num_classes
     return model
+
+
+def _nhwc_head(model: nn.Module) -> bool:
+    """Whether the model's head is timm's ClassifierHead on a (B, H, W, C) map (Swin)."""
+    head = getattr(model, "head", None)
+    return isinstance(head, ClassifierHead) and getattr(head, "input_fmt", "") == "NHWC"
 
 
 def sinusoid_table(positions: int, dim: int) -> torch.Tensor:
