@@ -17,18 +17,9 @@ import argparse
 
 import timm
 import torch
-import torch.nn.functional as F
-from timing import print_table, rotated_rounds
+from timing import print_table, rotated_rounds, train_step
 
 import vizkit  # noqa: F401  (registers the vizkit_* models)
-
-
-def step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
-    def run() -> None:
-        model.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-
-    return run
 
 
 def main() -> None:
@@ -50,7 +41,7 @@ def main() -> None:
     size = models["vit"].pretrained_cfg["input_size"][-1]
     x = torch.randn(args.batch, 3, size, size)
     y = torch.randint(0, models["vit"].num_classes, (args.batch,))
-    runs = {name: step(model, x, y) for name, model in models.items()}
+    runs = {name: train_step(model, x, y) for name, model in models.items()}
     times, faults = rotated_rounds(runs, args.repeats, "cpu")
     print(
         f"vizkit_*_vit_{args.config}, batch {args.batch}, {size} px, forward + backward, "

@@ -15,8 +15,7 @@ import argparse
 
 import timm
 import torch
-import torch.nn.functional as F
-from timing import print_table, rotated_rounds
+from timing import print_table, rotated_rounds, train_step
 
 import vizkit  # noqa: F401  (registers the vizkit_* models)
 from vizkit.layers import svpn, svpn_approx
@@ -49,13 +48,7 @@ def model_runs(batch: int) -> dict:
     runs = {}
     for name, kwargs in NORMS.items():
         torch.manual_seed(0)
-        model = timm.create_model("vizkit_sot_micro", **kwargs)
-
-        def step(model=model) -> None:
-            model.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-
-        runs[name] = step
+        runs[name] = train_step(timm.create_model("vizkit_sot_micro", **kwargs), x, y)
     return runs
 
 

@@ -38,6 +38,16 @@ def header(args: argparse.Namespace, extra: str = "") -> str:
     )
 
 
+def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One forward + backward of ``model`` on (x, y) with cross-entropy (gradients reset)."""
+
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+
+    return run
+
+
 def timed(fn: Callable[[], object], device: str) -> tuple[float, int]:
     """Wall seconds and minor page faults of one call."""
     if device.startswith("cuda"):

@@ -197,7 +197,7 @@ class SoTHead(nn.Module):
             )
         z = self.word_tokens(tokens)
         x, y = self.pool.projections(z)
-        scale = self.pool.scale(z)
+        scale = self.pool.scale(self.pool.cross_covariance(x, y))
         if self.fusion == "concat":
             weight = self.fc.weight[:, tokens.shape[-1] :]
         else:

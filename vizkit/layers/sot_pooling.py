@@ -121,8 +121,11 @@ class MGCrP(nn.Module):
 
     def covariance(self, z: Tensor) -> Tensor:
         """Tokens (B, q, p) -> Q (B, h, m, n) = (1/q) X_i^T Y_i (X_i as (q, m))."""
-        x, y = self.projections(z)
-        return self.hook_cov(x.transpose(-1, -2) @ y / z.shape[1])
+        return self.cross_covariance(*self.projections(z))
+
+    def cross_covariance(self, x: Tensor, y: Tensor) -> Tensor:
+        """X (B, h, q, m), Y (B, h, q, n) -> Q (B, h, m, n) = (1/q) X^T Y."""
+        return self.hook_cov(x.transpose(-1, -2) @ y / x.shape[-2])
 
     def normalize(self, q: Tensor) -> tuple[Tensor, Tensor | None]:
         """Q (B, h, m, n) -> normalized Q (same shape) and the estimates lambda_hat (B, h, r)
@@ -146,16 +149,15 @@ class MGCrP(nn.Module):
             self.hook_sv_normalized(torch.linalg.svdvals(out.detach().float()))
         return out.flatten(1)
 
-    def scale(self, z: Tensor) -> Tensor:
-        """Per (sample, head) factor c with normalized Q = c Q (B, h); only for norms that are a
-        rescaling: "none" (1) and "approx" with num_sv 1 (1 / (lambda_hat^(1-alpha) + eps))."""
+    def scale(self, q: Tensor) -> Tensor:
+        """Q (B, h, m, n) -> the factor c (B, h) with normalized Q = c Q; only for norms that are
+        a rescaling: "none" (1) and "approx" with num_sv 1 (1 / (lambda_hat^(1-alpha) + eps))."""
         if self.norm == "exact" or (self.norm == "approx" and self.num_sv > 1):
             raise ValueError(
                 f"norm={self.norm!r} with num_sv={self.num_sv} is not a rescaling of Q; the exact "
                 "token decomposition needs norm 'none' or 'approx' with num_sv 1 (use Grad-CAM or "
                 "captum for the others)."
             )
-        q = self.covariance(z)
         if self.norm == "none":
             return q.new_ones(q.shape[:2])
         _, lam = self.normalize(q)

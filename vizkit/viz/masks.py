@@ -15,8 +15,8 @@ from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, SALIENCY_SCALE, finish, min_max_scaled, palette, step_slider
-from .overlay import heatmap_on_image
+from ._style import MASK_SCALE, finish, palette, step_slider
+from .overlay import overlay_grid
 
 __all__ = [
     "accuracy_vs_kernels_figure",
@@ -210,17 +210,10 @@ def received_attention_figure(
     min-max scaled per map."""
     shown = min(count, len(images))
     labels = list(maps)
-    fig = make_subplots(rows=shown, cols=len(labels) + 1, column_titles=["image", *labels],
-                        horizontal_spacing=0.01, vertical_spacing=0.02)  # fmt: skip
-    for row in range(shown):
-        fig.add_trace(go.Image(z=images[row]), row=row + 1, col=1)
-        for col, label in enumerate(labels, start=2):
-            scaled = min_max_scaled(maps[label][row])
-            for trace in heatmap_on_image(images[row], scaled, coloraxis="coloraxis"):
-                fig.add_trace(trace, row=row + 1, col=col)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
+    cells = [[(images[row], None)] + [(images[row], maps[label][row]) for label in labels]
+             for row in range(shown)]  # fmt: skip
+    fig = overlay_grid(cells, column_titles=["image", *labels], horizontal_spacing=0.01,
+                       vertical_spacing=0.02)  # fmt: skip
     height = max(300, math.ceil(170 * shown) + 80)
     return finish(fig, title or "Attention each patch receives, last block (GMM Fig. 7)", height)
 

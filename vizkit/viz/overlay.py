@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
 import torch.nn.functional as F
+from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ._style import SALIENCY_SCALE
+from ._style import SALIENCY_SCALE, min_max_scaled
 
-__all__ = ["heatmap_on_image", "opacity_slider", "upsample_map"]
+__all__ = ["heatmap_on_image", "opacity_slider", "overlay_grid", "upsample_map"]
 
 
 def upsample_map(values: Tensor, size: tuple[int, int]) -> np.ndarray:
@@ -72,4 +75,23 @@ def opacity_slider(fig: go.Figure, active: float = 0.55) -> go.Figure:
             }  # fmt: skip
         ]
     )
+    return fig
+
+
+def overlay_grid(cells: Sequence[Sequence[tuple[np.ndarray, Tensor | None]]], **subplots):
+    """A grid of (image, map) cells: each map min-max scaled over its image on one shared
+    saliency colour axis (0..1); a None map shows the image alone. ``subplots`` go to
+    plotly's ``make_subplots`` (titles, spacing)."""
+    fig = make_subplots(rows=len(cells), cols=len(cells[0]), **subplots)
+    for r, row in enumerate(cells, start=1):
+        for c, (image, values) in enumerate(row, start=1):
+            if values is None:
+                traces = [go.Image(z=image)]
+            else:
+                traces = heatmap_on_image(image, min_max_scaled(values), coloraxis="coloraxis")
+            for trace in traces:
+                fig.add_trace(trace, row=r, col=c)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     return fig

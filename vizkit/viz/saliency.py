@@ -6,12 +6,11 @@ import math
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
-from ._style import SALIENCY_SCALE, finish, min_max_scaled
-from .overlay import heatmap_on_image, opacity_slider
+from ._style import finish, min_max_scaled
+from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 
 __all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
 
@@ -44,7 +43,7 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
         _check(table.results[name], images, image)
     fig = _overlay_row(
         [images[image]] * len(methods),
-        [_scaled(table.results[name], image) for name in methods],
+        [table.results[name].maps[image] for name in methods],
         [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods],
     )
     legend = ", ".join(f"{s} = {m} {'↑' if METRICS[m] else '↓'}" for m, s in _SHORT.items())
@@ -65,19 +64,14 @@ def saliency_row(result: SaliencyResult, images: np.ndarray, count: int = 4) -> 
         f"image {i}" + ("" if result.targets is None else f", class {int(result.targets[i])}")
         for i in shown
     ]
-    fig = _overlay_row([images[i] for i in shown], [_scaled(result, i) for i in shown], titles)
+    fig = _overlay_row([images[i] for i in shown], [result.maps[i] for i in shown], titles)
     return finish(fig, f"{result.method} saliency (min-max scaled per map)", 400)
 
 
 def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.Figure:
-    fig = make_subplots(rows=1, cols=len(maps), subplot_titles=titles, horizontal_spacing=0.02)
-    for col, (image, values) in enumerate(zip(images, maps, strict=True), start=1):
-        for trace in heatmap_on_image(image, values, coloraxis="coloraxis"):
-            fig.add_trace(trace, row=1, col=col)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    fig = overlay_grid([list(zip(images, maps, strict=True))], subplot_titles=titles,
+                       horizontal_spacing=0.02)  # fmt: skip
     fig.update_annotations(font_size=11)
-    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     return opacity_slider(fig)
 
 

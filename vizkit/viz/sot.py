@@ -7,13 +7,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 from plotly.subplots import make_subplots
 
 from ..analysis.saliency_result import SaliencyResult
 from ..analysis.sot import HeadAnatomy
-from ._style import MASK_SCALE, SALIENCY_SCALE, finish, min_max_scaled, palette, step_slider
-from .overlay import heatmap_on_image, opacity_slider
+from ._style import MASK_SCALE, finish, palette, step_slider
+from .overlay import opacity_slider, overlay_grid
 
 __all__ = ["branch_logits_figure", "cross_covariance_figure", "maps_grid", "svpn_spectrum_figure"]
 
@@ -113,16 +112,9 @@ def maps_grid(
     names = list(maps)
     labels = list(row_labels) if row_labels is not None else [f"image {i}" for i in indices]
     titles = [f"{labels[r]}: {n}" for r in range(len(indices)) for n in names]
-    fig = make_subplots(rows=len(indices), cols=len(names), subplot_titles=titles,
-                        horizontal_spacing=0.02, vertical_spacing=0.06)  # fmt: skip
-    for r, i in enumerate(indices):
-        for c, name in enumerate(names):
-            values = min_max_scaled(torch.as_tensor(maps[name].maps[i]))
-            for trace in heatmap_on_image(images[i], values, coloraxis="coloraxis"):
-                fig.add_trace(trace, row=r + 1, col=c + 1)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    cells = [[(images[i], maps[name].maps[i]) for name in names] for i in indices]
+    fig = overlay_grid(cells, subplot_titles=titles, horizontal_spacing=0.02,
+                       vertical_spacing=0.06)  # fmt: skip
     fig.update_annotations(font_size=10)
-    fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     finish(opacity_slider(fig), "Maps side by side (each min-max scaled)", 230 * len(indices) + 80)
     return fig
