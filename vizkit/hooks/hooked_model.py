@@ -97,7 +97,12 @@ class HookedModel:
         """Prefix tokens and patch grid for an (H, W) input; with ``name``, of that activation
         (CaiT's self-attention stage has no prefix tokens). None for models without patches."""
         layout = token_layout(self.model, image_size)
-        prefix = self.tap(name).prefix_tokens if name is not None else None
+        tap = self.tap(name) if name is not None else None
+        if tap is not None and tap.grid is not None:  # a stage of a hierarchical model
+            grid = tuple(int(g) for g in tap.grid(tuple(image_size)))
+            prefix = tap.prefix_tokens or 0
+            return TokenLayout(prefix, grid, prefix > 0 and _has_class_token(self.model))
+        prefix = tap.prefix_tokens if tap is not None else None
         if layout is None or prefix is None:
             return layout
         return dataclasses.replace(
@@ -160,6 +165,13 @@ class HookedModel:
         """
         validate_input(self.model, x)
         chosen = resolve_names(names, self._names)
+        derived = [n for n in chosen if self._taps[n].compute is not None]
+        if grads and derived:
+            raise ValueError(
+                f"{derived} are derived values (computed from a module's weights and input, "
+                "not tensors the forward passes on), so they have no gradient; leave them out "
+                "of names= when grads=True."
+            )
         run = _Run(record=set(chosen), keep_for_grad=set(chosen) if grads else set(), device=device)
         if grads:
             x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
@@ -214,6 +226,13 @@ class HookedModel:
     def _register(self, tap: Tap, run: _Run, counters: Counter):
         module = self._modules[tap.module]
 
+        if tap.compute is not None:
+
+            def derived_hook(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+                self._visit(tap, run, tap.compute(mod, args, kwargs, output), readonly=True)
+
+            return module.register_forward_hook(derived_hook, with_kwargs=True)
+
         def selected() -> bool:
             if tap.call is None:
                 return True
@@ -243,8 +262,9 @@ class HookedModel:
 
         return module.register_forward_pre_hook(pre_hook)
 
-    def _visit(self, tap: Tap, run: _Run, raw: Any) -> Tensor:
-        """Run the user's functions on one activation and record it; return the tensor to use."""
+    def _visit(self, tap: Tap, run: _Run, raw: Any, readonly: bool = False) -> Tensor:
+        """Run the user's functions on one activation and record it; return the tensor to use.
+        ``readonly``: a derived value, which no hook may replace."""
         if not isinstance(raw, Tensor):
             raise TypeError(
                 f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
@@ -253,6 +273,13 @@ class HookedModel:
         value = canonical = tap.to_canonical(raw)
         for fn in run.fwd.get(tap.name, ()):
             new = fn(value, name=tap.name)
+            if new is not None and readonly:
+                raise ValueError(
+                    f"The hook on {tap.name} returned a tensor, but {tap.name} is derived from "
+                    f"{tap.module}'s weights and input, not passed on by the forward, so "
+                    "replacing it would change nothing; return None (read it), or edit the "
+                    "module's input or output instead."
+                )
             if new is not None:
                 _check_replacement(tap.name, new, value)
                 value = new
@@ -301,6 +328,11 @@ class HookedModel:
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device) if run.device is not None else grad
         return result
+
+
+def _has_class_token(model: nn.Module) -> bool:
+    """Whether the model learns a class token (``cls_token``; CrossViT: one per branch)."""
+    return any(name.split(".")[-1].startswith("cls_token") for name, _ in model.named_parameters())
 
 
 def _require_fired(chosen: list[str], fired: Counter, explicit: set[str]) -> list[str]:

@@ -69,11 +69,17 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout |
         return None
     if getattr(model, "dynamic_img_size", False) or not getattr(pe, "strict_img_size", True):
         grid = tuple(pe.dynamic_feat_size(tuple(image_size)))
-    else:
+    elif hasattr(pe, "grid_size"):
         grid = tuple(pe.grid_size)
+    else:  # XCiT's convolutional embedding
+        grid = tuple(s // p for s, p in zip(image_size, _pair(pe.patch_size), strict=True))
     prefix = int(getattr(model, "num_prefix_tokens", 0))
     has_class_token = prefix > 0 and getattr(model, "cls_token", None) is not None
     return TokenLayout(prefix, (int(grid[0]), int(grid[1])), has_class_token)
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
 
 
 def _in_channels(model: nn.Module) -> int | None:
@@ -105,9 +111,9 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
             f"{x.shape[1]} channels in shape {tuple(x.shape)}."
         )
     pe = _patch_embed(model)
-    if pe is None or pe.img_size is None:
+    if pe is None or getattr(pe, "img_size", None) is None:
         return
-    hw, ph, pw = tuple(x.shape[-2:]), *pe.patch_size
+    hw, (ph, pw) = tuple(x.shape[-2:]), _pair(pe.patch_size)
     if getattr(pe, "strict_img_size", True) and not getattr(model, "dynamic_img_size", False):
         if hw != tuple(pe.img_size):
             h, w = pe.img_size

@@ -4,11 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["Tap", "heads_last_to_first", "nhwc_to_nlc"]
+__all__ = [
+    "PATTERN_KINDS",
+    "Tap",
+    "heads_last_to_first",
+    "nhwc_to_nchw",
+    "nhwc_to_nlc",
+    "windows_to_batch",
+]
+
+# what an attention map's rows and columns are (``Tap.kind``)
+PATTERN_KINDS = {
+    "self": "softmax over every token, (B, H, N, N)",
+    "window": "softmax inside local windows, (B·nW, H, w², w²) in the block's window order",
+    "pooled": "softmax over pooled or sub-sampled keys, (B, H, N, Nk) with Nk < N",
+    "class": "class attention: the class token's row over [class, patches], (B, H, 1, N)",
+    "pool": "an attention-pooling head's latent queries over the tokens, (B, H, Lq, N)",
+    "cross": "one branch's class token over the other branch's tokens, (B, H, 1, N')",
+    "channel": "cross-covariance attention over channels (XCiT), (B, H, C/H, C/H)",
+    "position": "a relative position bias added to the logits, (H, Nq, Nk)",
+}
+
+Compute = Callable[[nn.Module, tuple, dict, Any], Tensor]  # (module, args, kwargs, output)
+GridFn = Callable[[tuple[int, int]], tuple[int, int]]  # image (H, W) -> token grid (gh, gw)
 
 
 def _identity(t: Tensor) -> Tensor:
@@ -37,6 +59,12 @@ class Tap:
             ``num_prefix_tokens`` (CaiT's self-attention stage has none).
         to_canonical: raw module tensor -> canonical layout (a view; also applied to gradients).
         from_canonical: (replacement in canonical layout, raw tensor) -> raw layout.
+        kind: for attention maps, what the rows and columns are (a key of `PATTERN_KINDS`).
+        grid: image size (H, W) -> the token grid (gh, gw) of this activation, where it differs
+            from the patch embedding's (stages of hierarchical models).
+        compute: a value derived when ``module`` runs, ``compute(module, args, kwargs, output)``,
+            instead of a tensor the forward passes on (a position bias, a map recomputed from the
+            module's input); read-only: a hook may not replace it.
     """
 
     name: str
@@ -50,6 +78,9 @@ class Tap:
     prefix_tokens: int | None = None
     to_canonical: Callable[[Tensor], Tensor] = _identity
     from_canonical: Callable[[Tensor, Tensor], Tensor] = _identity_back
+    kind: str = ""
+    grid: GridFn | None = None
+    compute: Compute | None = None
 
 
 def _heads_last_to_first(t: Tensor) -> Tensor:
@@ -68,5 +99,23 @@ def _nlc_to_nhwc(new: Tensor, raw: Tensor) -> Tensor:
     return new.reshape(raw.shape) if raw.ndim == 4 else new
 
 
+def _nhwc_to_nchw(t: Tensor) -> Tensor:
+    return t.permute(0, 3, 1, 2)  # (B, h, w, C) -> (B, C, h, w)
+
+
+def _nchw_to_nhwc(new: Tensor, raw: Tensor) -> Tensor:
+    return new.permute(0, 2, 3, 1)
+
+
+def _windows_to_batch(t: Tensor) -> Tensor:
+    return t.flatten(0, 1) if t.ndim == 5 else t  # (B, nW, H, w², w²) -> (B·nW, H, w², w²)
+
+
+def _batch_to_windows(new: Tensor, raw: Tensor) -> Tensor:
+    return new.reshape(raw.shape)
+
+
 heads_last_to_first = {"to_canonical": _heads_last_to_first, "from_canonical": _heads_first_to_last}
 nhwc_to_nlc = {"to_canonical": _nhwc_to_nlc, "from_canonical": _nlc_to_nhwc}
+windows_to_batch = {"to_canonical": _windows_to_batch, "from_canonical": _batch_to_windows}
+nhwc_to_nchw = {"to_canonical": _nhwc_to_nchw, "from_canonical": _nchw_to_nhwc}
