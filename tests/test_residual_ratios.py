@@ -128,7 +128,7 @@ def test_errors_are_clear():
         vk.residual_ratios(vit(), images(), reduction="mean")
     torch.manual_seed(0)
     resnet = timm.create_model("resnet10t", num_classes=5)
-    with pytest.raises(ValueError, match="pre-norm blocks"):
+    with pytest.raises(ValueError, match="transformer blocks with a residual stream"):
         vk.residual_ratios(resnet, images())
 
 

@@ -46,7 +46,9 @@ def test_attention_explorer_controls_and_cache(shapes_vit):
     explorer.view.value = "query row"
     explorer.image.value = 1
     explorer.image.value = 0  # cached: no new attention
-    assert explorer.computed == 4  # attention of image 0 and 1, rollout and class attention of 0
+    # one layer's attention at a time: image 0 at the last layer and layer 0, image 1 at layer 0,
+    # rollout and class attention of image 0
+    assert explorer.computed == 5
     explorer._clicked(explorer.figure.data[1], Points(point_inds=[0], xs=[30], ys=[5]), None)
     assert explorer.query == (1, 7)  # 32 px, 8x8 grid: y 5 -> row 1, x 30 -> column 7
     assert "patch (1, 7)" in explorer.figure.layout.title.text

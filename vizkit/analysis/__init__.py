@@ -1,9 +1,11 @@
 """Analyses: pure torch, no plotting. Each takes a model (or HookedModel) and a batch and returns
 a result object with tensors and metadata."""
 
+from ._model import self_attention_names as self_attention_names
 from .attention import AttentionResult as AttentionResult
 from .attention import attention as attention
 from .attention import reduce_heads as reduce_heads
+from .attention import stage_layers as stage_layers
 from .captum_bridge import integrated_gradients as integrated_gradients
 from .captum_bridge import occlusion as occlusion
 from .captum_bridge import saliency as saliency
@@ -88,5 +90,7 @@ __all__ = [
     "residual_ratios",
     "rollout",
     "saliency",
+    "self_attention_names",
+    "stage_layers",
     "wordt_token_map",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
+from ..hooks.windows import window_geometry, windows_to_grid
 
 __all__ = [
     "as_hooked",
@@ -18,14 +18,16 @@ __all__ = [
     "class_attention_names",
     "eval_mode",
     "float_bytes",
+    "grid_map",
     "layer_index",
-    "model_patch_size",
+    "pooling_attention_names",
+    "self_attention_names",
+    "token_pixels",
     "on_model_device",
     "query_index",
 ]
 
-_SELF_ATTENTION = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern$")
-_ANY_PATTERN = re.compile(r"^blocks\.(\d+)\.attn\.hook_pattern")
+_SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
 
 
 def as_hooked(model: nn.Module | HookedModel) -> HookedModel:
@@ -54,20 +56,22 @@ def on_model_device(hm: HookedModel, x: Tensor) -> Tensor:
     return x if parameter is None else x.to(parameter.device)
 
 
-def model_patch_size(hm: HookedModel) -> tuple[int, int]:
-    """(ph, pw) of the model's patch embedding."""
-    return tuple(int(p) for p in hm.model.patch_embed.patch_size)
+def token_pixels(layout: TokenLayout, image_size: tuple[int, int]) -> tuple[float, float]:
+    """(rows, cols) of image pixels per token of ``layout`` for an (H, W) input (the patch size
+    for ViTs; the stage's stride for hierarchical models)."""
+    return tuple(size / cells for size, cells in zip(image_size, layout.grid, strict=True))
 
 
 def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> list[str]:
-    """Names of the self-attention patterns ``blocks.{i}.attn.hook_pattern`` of ``layers``
-    (None: all; negative indices count from the end), in forward order."""
-    names = [n for n in hm.hook_names() if _SELF_ATTENTION.match(n)]
+    """Names of the self-attention maps (``<block>.attn.hook_pattern`` over the block's tokens,
+    also window attention) of ``layers`` (None: all; indices count the model's self-attention
+    layers in forward order, negative from the end)."""
+    names = self_attention_names(hm)
     if not names:
         raise ValueError(
-            f"{type(hm.model).__name__} has no self-attention patterns "
-            "(blocks.{i}.attn.hook_pattern): attention analyses need a ViT-family model "
-            "(timm VisionTransformer, Cait or a vizkit model). For CNNs use gradcam()."
+            f"{type(hm.model).__name__} has no self-attention maps over its tokens "
+            "(<block>.attn.hook_pattern). Attention analyses need a transformer family vizkit "
+            "knows (docs/coverage.md lists them); for CNNs use gradcam()."
         )
     if layers is None:
         return names
@@ -82,6 +86,15 @@ def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> l
                 f"(valid: 0..{depth - 1} or -{depth}..-1)."
             )
     return [names[layer % depth] for layer in chosen]
+
+
+def self_attention_names(hm: HookedModel) -> list[str]:
+    """Every self-attention map name of the model, in forward order (possibly none)."""
+    return [
+        n
+        for n in hm.hook_names()
+        if n.endswith(".attn.hook_pattern") and hm.tap(n).kind in _SELF_KINDS
+    ]
 
 
 # maps a block multiplies with its values instead of its softmax map, by the layer that makes them
@@ -101,19 +114,30 @@ def applied_attention_names(hm: HookedModel, layers: int | list[int] | None = No
     return applied
 
 
+def grid_map(hm: HookedModel, name: str, pattern: Tensor, layout: TokenLayout) -> Tensor:
+    """The map ``name`` as captured, over the tokens of ``layout``: window maps (B·nW, H, w², w²)
+    are put back on the stage grid as (B, H, Np, Np); other maps are returned as they are."""
+    if hm.tap(name).kind != "window":
+        return pattern
+    return windows_to_grid(pattern, layout.grid, window_geometry(hm.model, name))
+
+
 def class_attention_names(hm: HookedModel) -> list[str]:
-    """CaiT's class-attention patterns ``blocks_token_only.{j}.attn.hook_pattern`` (none for
-    other models)."""
-    return [
-        n
-        for n in hm.hook_names()
-        if n.startswith("blocks_token_only.") and n.endswith(".attn.hook_pattern")
-    ]
+    """Class-attention maps (B, H, 1, N) of a class-attention stage (CaiT's
+    ``blocks_token_only.{j}``, XCiT's ``cls_attn_blocks.{j}``); none for other models."""
+    return [n for n in hm.hook_names() if hm.tap(n).kind == "class"]
 
 
-def layer_index(name: str) -> int:
-    """The block index in ``blocks.{i}.attn.hook_pattern`` (or its ``_mixed``/``_refined``)."""
-    return int(_ANY_PATTERN.match(name).group(1))
+def pooling_attention_names(hm: HookedModel) -> list[str]:
+    """Attention-pooling heads' maps (B, H, Lq, N), e.g. SigLIP's ``attn_pool.hook_pattern``."""
+    return [n for n in hm.hook_names() if hm.tap(n).kind == "pool"]
+
+
+def layer_index(hm: HookedModel, name: str) -> int:
+    """Position of the self-attention map ``name`` (or its ``_mixed``/``_refined``) among the
+    model's self-attention layers."""
+    base = next((name.removesuffix(s) for s in APPLIED_SUFFIXES if name.endswith(s)), name)
+    return self_attention_names(hm).index(base)
 
 
 def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:

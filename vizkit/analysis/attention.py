@@ -14,13 +14,21 @@ from ._model import (
     as_hooked,
     attention_names,
     float_bytes,
+    grid_map,
     layer_index,
-    model_patch_size,
     on_model_device,
     query_index,
+    token_pixels,
 )
 
-__all__ = ["AttentionResult", "attention", "attention_bytes", "reduce_heads"]
+__all__ = [
+    "AttentionResult",
+    "attention",
+    "attention_bytes",
+    "common_layout",
+    "reduce_heads",
+    "stage_layers",
+]
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 HeadReduction = str | int
@@ -46,20 +54,25 @@ class AttentionResult:
 
     Attributes:
         patterns: (L, B, H, Nq, N) post-softmax; Nq = N, or 1 with ``query``.
-        layers: block index of each of the L layers.
+        layers: index of each of the L layers among the model's self-attention layers.
+        names: hook name of each layer's map.
         layout: prefix tokens and patch grid of the N tokens.
-        patch_size: (ph, pw) in pixels.
+        patch_size: (ph, pw) image pixels per token (a hierarchical stage's stride).
         image_size: (H, W) of the input.
         query: the token index kept on the query axis, or None for all queries.
         logits: (B, K) model output.
         maps: "softmax" (post-softmax, row-stochastic) or "applied" (what each block multiplies
             with its values: talking-heads mixed or refined maps, which may be signed).
+
+    Window attention (Swin, Twins, MaxViT) is held in image space: (B, H, Np, Np) on the stage
+    grid, zero outside each query's window (`vizkit.hooks.windows`).
     """
 
     patterns: Tensor
     layers: list[int]
+    names: list[str]
     layout: TokenLayout
-    patch_size: tuple[int, int]
+    patch_size: tuple[float, float]
     image_size: tuple[int, int]
     query: int | None = None
     logits: Tensor | None = field(default=None, repr=False)
@@ -184,15 +197,8 @@ def attention(
     if maps not in ("softmax", "applied"):
         raise ValueError(f"maps must be 'softmax' or 'applied'; got {maps!r}.")
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
-    layouts = {name: hm.token_layout(tuple(x.shape[-2:]), name) for name in names}
-    layout = layouts[names[0]]
-    if any(other != layout for other in layouts.values()):
-        prefixes = {layer_index(n): lay.num_prefix_tokens for n, lay in layouts.items()}
-        raise ValueError(
-            f"The chosen layers hold different prefix tokens (layer: count {prefixes}), e.g. a "
-            "class token that joins at a later block, so their patterns cannot be stacked. Pass "
-            "layers=[...] with the same count."
-        )
+    image_size = tuple(x.shape[-2:])
+    layout = common_layout(hm, names, image_size)
     row = None if query is None else query_index(layout, query)
     size = attention_bytes(hm, x, names, row)
     if size > max_bytes:
@@ -205,17 +211,55 @@ def attention(
     captured: dict[str, Tensor] = {}
 
     def keep(pattern: Tensor, *, name: str) -> None:
+        pattern = grid_map(hm, name, pattern, layout)
         captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
 
     with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}):
         logits = hm(x)
     return AttentionResult(
         patterns=torch.stack([captured[name] for name in names]),
-        layers=[layer_index(name) for name in names],
+        layers=[layer_index(hm, name) for name in names],
+        names=names,
         layout=layout,
-        patch_size=model_patch_size(hm),
-        image_size=tuple(x.shape[-2:]),
+        patch_size=token_pixels(layout, image_size),
+        image_size=image_size,
         query=row,
         logits=logits,
         maps=maps,
+    )
+
+
+def stage_layers(
+    model: nn.Module | HookedModel, image_size: tuple[int, int], layer: int = -1
+) -> list[int]:
+    """Indices of the self-attention layers over the same tokens as ``layer`` (default: the
+    last stage of a hierarchical model; every layer of a plain ViT), for `attention(layers=)`."""
+    hm = as_hooked(model)
+    names = attention_names(hm)
+    target = hm.token_layout(image_size, attention_names(hm, layer)[0])
+    return [i for i, n in enumerate(names) if hm.token_layout(image_size, n) == target]
+
+
+def common_layout(
+    hm: HookedModel, names: list[str], image_size: tuple[int, int], fix: str = ""
+) -> TokenLayout:
+    """The one token layout of the maps ``names``; a ValueError if they differ (stages of a
+    hierarchical model, a class token that joins late), naming the layers that do agree and
+    ending with ``fix`` (default: pick layers of one group)."""
+    layouts = {name: hm.token_layout(image_size, name) for name in names}
+    layout = layouts[names[0]]
+    if all(other == layout for other in layouts.values()):
+        return layout
+    groups: dict[TokenLayout, list[int]] = {}
+    for name, lay in layouts.items():
+        groups.setdefault(lay, []).append(layer_index(hm, name))
+    described = "; ".join(
+        f"layers {ids[0]}..{ids[-1]}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x"
+        f"{lay.grid[1]} patches"
+        for lay, ids in groups.items()
+    )
+    raise ValueError(
+        f"The chosen layers hold different tokens ({described}), e.g. the stages of a "
+        "hierarchical model or a class token that joins late, so their maps cannot be stacked. "
+        + (fix or "Pass layers=[...] from one group.")
     )

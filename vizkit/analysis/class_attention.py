@@ -6,7 +6,13 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
-from ._model import as_hooked, attention_names, class_attention_names, on_model_device
+from ._model import (
+    as_hooked,
+    class_attention_names,
+    on_model_device,
+    pooling_attention_names,
+    self_attention_names,
+)
 from .saliency_result import SaliencyResult, min_max
 
 __all__ = ["class_attention", "modulated_gray"]
@@ -17,56 +23,76 @@ _GRAY = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma
 def class_attention(
     model: nn.Module | HookedModel, x: Tensor, layer: int | None = None
 ) -> SaliencyResult:
-    """The class token's attention over the patches.
+    """Where the class token (or a pooling head's latent query) looks over the patches.
 
-    CaiT: the rows of class-attention layer ``layer`` (default 0, the layer the paper shows in
-    Fig. 7). Plain ViTs: the class token's row in self-attention block ``layer`` (default the
-    last).
+    - A class-attention stage (CaiT, XCiT): the rows of class-attention layer ``layer``
+      (default 0, the layer CaiT's Fig. 7 shows).
+    - A class token in self-attention (ViT, DeiT, DINOv2/v3, EVA, BEiT, PiT, CrossViT's
+      branches): its row in self-attention layer ``layer`` (default the last).
+    - No class token but an attention-pooling head (SigLIP's MAP head): the head's map, latent
+      queries averaged; ``layer`` must be None or 0.
 
     Returns:
         `SaliencyResult`: maps (B, gh, gw) = head mean of the patch weights; extras
-        ``per_head`` (B, H, gh, gw) and ``cls_self`` (B, H), the class token's weight on itself
-        (left out of the maps, not renormalized away).
+        ``per_head`` (B, H, gh, gw), ``prefix_mass`` (B, H), the weight on the prefix tokens
+        (class, registers) left out of the maps, not renormalized away, and (with a class
+        token) ``cls_self`` (B, H), its weight on itself.
 
     Raises:
-        ValueError: a model without a class token, or a layer out of range.
+        ValueError: a model with neither a class token nor a pooling head (Swin, Twins: use
+            rollout() or gradcam()), or a layer out of range.
     """
     hm = as_hooked(model)
     x = on_model_device(hm, x)
-    class_stage = class_attention_names(hm)
-    names = class_stage or attention_names(hm)
-    default = 0 if class_stage else -1
+    image_size = tuple(x.shape[-2:])
+    names, stage, default = _class_rows(hm, image_size)
     layer = default if layer is None else layer
     if (
         isinstance(layer, bool)
         or not isinstance(layer, int)
         or not -len(names) <= layer < len(names)
     ):
-        stage = "class-attention" if class_stage else "attention"
         raise ValueError(
             f"layer {layer!r} is out of range: the model has {len(names)} {stage} layers "
             f"(valid: 0..{len(names) - 1} or negative from the end)."
         )
     name = names[layer]
-    layout = hm.token_layout(tuple(x.shape[-2:]))
-    if not layout.class_token:
-        raise ValueError(
-            f"{type(hm.model).__name__} has no class token, so there is no "
-            "class attention. Use rollout() or gradcam() instead."
-        )
+    layout = hm.token_layout(image_size, name)
     with torch.no_grad():
         logits, cache = hm.run_with_cache(x, names=name)
-    row = cache[name][:, :, 0]  # (B, H, N)
+    row = cache[name].mean(2) if stage == "pooling-head" else cache[name][:, :, 0]  # (B, H, N)
     prefix, patches = layout.split(row, dim=-1)
     per_head = layout.to_grid(patches)
     return SaliencyResult(
         maps=per_head.mean(1),
         method="class_attention",
-        image_size=tuple(x.shape[-2:]),
-        options={"layer": layer % len(names), "name": name},
+        image_size=image_size,
+        options={"layer": layer % len(names), "name": name, "stage": stage},
         layout=layout,
         targets=logits.argmax(-1) if logits.ndim == 2 else None,
-        extras={"per_head": per_head, "cls_self": prefix[..., 0]},
+        extras={
+            "per_head": per_head,
+            "prefix_mass": prefix.sum(-1),
+            **({} if stage == "pooling-head" else {"cls_self": prefix[..., 0]}),
+        },
+    )
+
+
+def _class_rows(hm: HookedModel, image_size) -> tuple[list[str], str, int]:
+    """The maps whose rows are the class token's (or a pooling head's): names, what they are,
+    and the default layer."""
+    class_stage = class_attention_names(hm)
+    if class_stage:
+        return class_stage, "class-attention", 0
+    self_names = self_attention_names(hm)
+    if self_names and hm.token_layout(image_size, self_names[-1]).class_token:
+        return self_names, "attention", -1
+    pool = pooling_attention_names(hm)
+    if pool:
+        return pool, "pooling-head", 0
+    raise ValueError(
+        f"{type(hm.model).__name__} has no class token and no attention-pooling head, so there "
+        "is no class attention. Use rollout() or gradcam() instead."
     )
 
 

@@ -14,28 +14,29 @@ from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
 from ..layers import SoTHead
 from ._model import as_hooked, on_model_device
-from .saliency_result import SaliencyResult
+from .saliency_result import SaliencyResult, covers
 
-__all__ = ["default_gradcam_layer", "gradcam"]
+__all__ = ["default_gradcam_layer", "feature_map_format", "gradcam"]
 
 
 def default_gradcam_layer(hm: HookedModel) -> str:
     """The activation Grad-CAM reads by default.
 
-    - ViTs pooling the class token: ``blocks.{L-1}.hook_resid_pre``, the input of the last
-      block's norm (after the last block only the class token reaches the head, so the patch
-      tokens' gradients there are zero).
+    - Transformers whose head reads the class token (ViT, DeiT, PiT, XCiT, CrossViT): the last
+      block's input ``<block>.hook_resid_pre`` (after the last block only the class token reaches
+      the head, so the patch tokens' gradients there are zero).
     - SoT heads (`vizkit.layers.SoTHead`): the same layer, where the ClassT branch still sees
       the patch tokens.
-    - ViTs with average pooling, and CaiT (whose class-attention stage reads the last
-      self-attention block's output): ``blocks.{L-1}.hook_resid_post``.
+    - Transformers that pool every token (average, attention pooling: EVA02, SigLIP, Swin,
+      Twins, MaxViT), and CaiT (whose class-attention stage reads the last self-attention
+      block's output): the last block's output ``<block>.hook_resid_post``, on its stage grid.
     - CNNs: the output of the last feature stage (timm ``feature_info``), ``<stage>.hook_out``.
     """
     model = hm.model
     blocks = [
-        n.rsplit(".", 1)[0]
+        n.removesuffix(".hook_resid_pre")
         for n in hm.hook_names()
-        if n.startswith("blocks.") and n.endswith(".hook_resid_pre")
+        if n.endswith(".hook_resid_pre") and hm.tap(n).shape != "B 1 C"  # not a class stream
     ]
     if blocks:
         reads_class_token = getattr(model, "global_pool", None) == "token" or isinstance(
@@ -50,6 +51,32 @@ def default_gradcam_layer(hm: HookedModel) -> str:
         f"No default Grad-CAM layer for {type(model).__name__}; pass layer=<hook name> "
         "(a (B, N, C) token activation or a (B, C, h, w) feature map; see hook_names())."
     )
+
+
+def feature_map_format(shape: str, act: Tensor, image_size: tuple[int, int]) -> str:
+    """ "NCHW" or "NHWC" for a 4-D activation: its documented shape (``Tap.shape``) where there is
+    one, else the only reading whose (h, w) can cover the image.
+
+    Raises:
+        ValueError: a documented 4-D shape that is not a feature map, or both readings fit (a
+            channel count close to the map's side) and nothing says which is meant.
+    """
+    if shape.startswith("B C"):
+        return "NCHW"
+    if shape:
+        raise ValueError(f"This activation is {shape}, not a feature map (B, C, h, w).")
+    fits = [
+        fmt
+        for fmt, (h, w) in (("NCHW", act.shape[2:]), ("NHWC", act.shape[1:3]))
+        if covers(h, w, image_size)
+    ]
+    if len(fits) != 1:
+        raise ValueError(
+            f"Cannot tell whether the {tuple(act.shape)} activation is channels-first (B, C, h, "
+            f"w) or channels-last (B, h, w, C) for a {image_size[0]}x{image_size[1]} image. "
+            "Pass a block name (<block>.hook_resid_post) or a stage output (<stage>.hook_out)."
+        )
+    return fits[0]
 
 
 def gradcam(
@@ -89,7 +116,9 @@ def gradcam(
         act, grad = (layout.split(t, dim=1)[1] for t in (act, grad))  # (B, Np, C)
         cam = (grad.mean(1, keepdim=True) * act).sum(-1).clamp_min(0)
         maps = layout.to_grid(cam)
-    elif act.ndim == 4:  # feature maps (B, C, h, w)
+    elif act.ndim == 4:  # feature maps (B, C, h, w) or channels-last (B, h, w, C)
+        if feature_map_format(hm.tap(layer).shape, act, tuple(x.shape[-2:])) == "NHWC":
+            act, grad = act.permute(0, 3, 1, 2), grad.permute(0, 3, 1, 2)
         maps = (grad.mean((2, 3), keepdim=True) * act).sum(1).clamp_min(0)
     else:
         raise ValueError(

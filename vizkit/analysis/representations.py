@@ -13,21 +13,23 @@ __all__ = ["TOKEN_MODES", "default_representation_layers", "token_features"]
 
 TOKEN_MODES = ("flatten", "cls", "mean_patches", "tokens")
 
-_BLOCK_OUTPUT = re.compile(r"^blocks\.\d+\.hook_resid_post$")  # timm ViT family, CaiT's SA stage
 _CNN_BLOCK = re.compile(r"^(layer\d+|stages\.\d+\.blocks)\.\d+\.hook_out$")  # ResNet, ConvNeXt...
 
 
 def default_representation_layers(hm: HookedModel) -> list[str]:
-    """Every block's output: ``blocks.{i}.hook_resid_post`` of a ViT-family model, the residual
-    blocks ``layer{s}.{i}.hook_out`` of a ResNet (``stages.{s}.blocks.{i}`` of ConvNeXt-style
-    models)."""
+    """Every block's output: ``<block>.hook_resid_post`` of each transformer block (every block
+    of every stage of a hierarchical model; CaiT's class-attention stage, a stream of one token,
+    left out), the residual blocks ``layer{s}.{i}.hook_out`` of a ResNet
+    (``stages.{s}.blocks.{i}`` of ConvNeXt-style models)."""
     names = hm.hook_names()
-    for pattern in (_BLOCK_OUTPUT, _CNN_BLOCK):
-        chosen = [n for n in names if pattern.match(n)]
-        if chosen:
-            return chosen
+    blocks = [n for n in names if n.endswith(".hook_resid_post") and hm.tap(n).shape != "B 1 C"]
+    if blocks:
+        return blocks
+    chosen = [n for n in names if _CNN_BLOCK.match(n)]
+    if chosen:
+        return chosen
     raise ValueError(
-        f"No default layers for {type(hm.model).__name__} (no blocks.{{i}}.hook_resid_post, "
+        f"No default layers for {type(hm.model).__name__} (no <block>.hook_resid_post, "
         "no layer{s}.{i} residual blocks). Pass layers= hook names or a glob, e.g. "
         f"{names[len(names) // 2]!r}; HookedModel(model).hook_names() lists them."
     )

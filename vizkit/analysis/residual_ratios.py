@@ -11,7 +11,6 @@ class-attention stage the stream is the class token only, (B, 1, C).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
 
 import torch
@@ -42,7 +41,6 @@ _READS = {
     "mlp_unscaled": "{p}.mlp.hook_out",
     "mlp": "{p}.hook_mlp_out",
 }
-_BLOCK = re.compile(r"^(blocks(?:_token_only)?\.\d+)\.hook_attn_out$")
 
 
 @dataclass
@@ -116,19 +114,20 @@ def residual_ratios(
     def record(activation: Tensor, *, name: str) -> None:
         squares[name] = activation.detach().to(torch.float64).square().sum(-1)
 
-    names = [read.format(p=p) for p in blocks for read in _READS.values()]
+    gamma_attn, gamma_mlp, has_layerscale = layerscale_stats(hm.model, blocks)
+    reads = {p: _reads(hm.model, p) for p in blocks}
+    names = sorted({name for block in reads.values() for name in block.values()})
     with torch.no_grad(), eval_mode(hm.model), hm.hooks(fwd=dict.fromkeys(names, record)):
         hm(on_model_device(hm, x))
 
     def series(quantity: str, over: str | None = None) -> Tensor:
         values = []
         for p in blocks:
-            top = squares[_READS[quantity].format(p=p)]
-            bottom = squares[_READS[over].format(p=p)] if over else torch.ones_like(top)
+            top = squares[reads[p][quantity]]
+            bottom = squares[reads[p][over]] if over else torch.ones_like(top)
             values.append(_reduce(top, bottom, reduction))
         return torch.stack(values).cpu()
 
-    gamma_attn, gamma_mlp, has_layerscale = layerscale_stats(hm.model, blocks)
     return ResidualRatios(
         layers=blocks,
         stage=["class-attention" if "token_only" in p else "self-attention" for p in blocks],
@@ -143,6 +142,17 @@ def residual_ratios(
         has_layerscale=has_layerscale,
         reduction=reduction,
     )
+
+
+def _reads(model: nn.Module, block: str) -> dict[str, str]:
+    """Hook name of each quantity of ``block``. A branch without LayerScale is read once: its
+    unscaled value is the scaled one (for Swin, whose ``attn`` output is still in windows)."""
+    scaled = dict(zip(("attn", "mlp"), layerscale_gammas(model, block), strict=True))
+    return {
+        q: (_READS[q.removesuffix("_unscaled")] if scaled.get(q.removesuffix("_unscaled"), 0)
+            is None and q.endswith("_unscaled") else read).format(p=block)
+        for q, read in _READS.items()
+    }  # fmt: skip
 
 
 def _reduce(top: Tensor, bottom: Tensor, reduction: str) -> Tensor:
@@ -170,16 +180,27 @@ def layerscale_stats(
 
 
 def prenorm_blocks(hm: HookedModel) -> list[str]:
-    """Paths of the pre-norm blocks (``blocks.{i}``, then CaiT's ``blocks_token_only.{j}``)
-    whose branches and stream vizkit can read; raises for models with other blocks."""
-    names = set(hm.hook_names())
-    blocks = [m.group(1) for n in hm.hook_names() if (m := _BLOCK.match(n))]
-    complete = [p for p in blocks if all(r.format(p=p) in names for r in _READS.values())]
-    if not complete or len(complete) < len(getattr(hm.model, "blocks", ())):
+    """Paths of the two-branch residual blocks whose branches and stream vizkit reads
+    (``<block>.hook_attn_out`` and the rest), in forward order; raises if the model has none or
+    also has blocks whose branches vizkit cannot read (a ratio curve with holes would mislead).
+    """
+    names = hm.hook_names()
+    blocks = [n.removesuffix(".hook_resid_pre") for n in names if n.endswith(".hook_resid_pre")]
+    complete = [p for p in blocks if f"{p}.hook_attn_out" in names]
+    if not blocks:
         raise ValueError(
-            f"residual_ratios needs pre-norm blocks with attn, mlp, norm1/norm2 (timm "
-            f"VisionTransformer Block, Cait); {type(hm.model).__name__} has "
-            f"{len(complete)} such blocks of {len(getattr(hm.model, 'blocks', ()))}."
+            f"residual_ratios needs transformer blocks with a residual stream; "
+            f"{type(hm.model).__name__} has none that vizkit knows (docs/coverage.md lists the "
+            "families)."
+        )
+    if len(complete) < len(blocks):
+        missing = [p for p in blocks if p not in complete]
+        raise ValueError(
+            f"residual_ratios needs two-branch residual blocks (x + attn, then x + mlp) whose "
+            f"branches vizkit can read; {type(hm.model).__name__} has {len(complete)} such "
+            f"blocks of {len(blocks)} (not readable: {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}). Blocks with more branches (XCiT's local "
+            "patch interaction) have no such pair of ratios."
         )
     return complete
 
@@ -187,8 +208,8 @@ def prenorm_blocks(hm: HookedModel) -> list[str]:
 def layerscale_gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
     """LayerScale λ of the attention and FFN branch of a block (None without LayerScale)."""
     block = model.get_submodule(path)
-    if hasattr(block, "gamma_1"):  # Cait's LayerScaleBlock(ClassAttn)
-        return block.gamma_1.detach(), block.gamma_2.detach()
+    if hasattr(block, "gamma_1"):  # CaiT, EVA, BEiT (None: built without LayerScale)
+        return tuple(None if g is None else g.detach() for g in (block.gamma_1, block.gamma_2))
     return tuple(getattr(getattr(block, ls, None), "gamma", None) for ls in ("ls1", "ls2"))
 
 

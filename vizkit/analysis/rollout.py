@@ -15,8 +15,15 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
-from ._model import applied_attention_names, as_hooked, class_attention_names, on_model_device
-from .attention import reduce_heads
+from ._model import (
+    applied_attention_names,
+    as_hooked,
+    class_attention_names,
+    grid_map,
+    on_model_device,
+    pooling_attention_names,
+)
+from .attention import common_layout, reduce_heads
 from .saliency_result import SaliencyResult
 
 __all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
@@ -94,25 +101,36 @@ def rollout(
 
     Returns:
         `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the
-        patches (models without a class token: the mean over patch queries).
+        patches; for models with an attention-pooling head (SigLIP) and no class token, the
+        head's map (latents and heads fused) times the joint attention; otherwise the mean over
+        patch queries. Window attention (Swin, Twins) is rolled out in image space.
+
+    Raises:
+        ValueError: models whose tokens also mix through maps rollout cannot multiply (pooled
+            keys, channel attention, cross-attention between branches) or whose stages have
+            different grids (patch merging); non-row-stochastic maps (see above).
     """
     if not 0 <= discard_ratio < 1:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
     hm = as_hooked(model)
     x = on_model_device(hm, x)
     names = applied_attention_names(hm)
-    ca_names = class_attention_names(hm)
+    layout = _rollout_layout(hm, names, tuple(x.shape[-2:]), "rollout")
+    ca_names, pool_names = class_attention_names(hm), pooling_attention_names(hm)
     with torch.no_grad():
-        _, cache = hm.run_with_cache(x, names=names + ca_names)
-    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
+        _, cache = hm.run_with_cache(x, names=names + ca_names + pool_names)
     joint = None
     for name in names:
-        fused = _fuse(cache[name], name, head_fusion, allow_non_stochastic)
+        pattern = grid_map(hm, name, cache[name], layout)
+        fused = _fuse(pattern, name, head_fusion, allow_non_stochastic)
         step = _with_residual(_discard_lowest(fused, discard_ratio))
         joint = step if joint is None else step @ joint  # (B, N, N)
     if ca_names:  # CaiT: the class token reads the patches through class attention only
         relevance = _class_token_rollout(cache, ca_names, joint, head_fusion)
         layout = hm.token_layout(tuple(x.shape[-2:]))
+    elif pool_names:  # SigLIP: the pooling head's latent reads the tokens last
+        pooled = _fuse(cache[pool_names[-1]], pool_names[-1], head_fusion, False).mean(1)
+        relevance = layout.split(pooled.unsqueeze(1) @ joint, dim=-1)[1][:, 0]
     else:
         relevance = _query_rows(joint, layout)
     return SaliencyResult(
@@ -123,10 +141,31 @@ def rollout(
             "head_fusion": head_fusion,
             "discard_ratio": discard_ratio,
             "allow_non_stochastic": allow_non_stochastic,
-            "maps": names + ca_names,
+            "maps": names + ca_names + pool_names[-1:],
         },
         layout=layout,
     )
+
+
+def _rollout_layout(hm: HookedModel, names: list[str], image_size, method: str):
+    """The one token set rollout multiplies over; refuses models whose token mixing it cannot
+    follow (maps over pooled keys or channels, stages of different grids)."""
+    other = sorted({hm.tap(n).kind for n in hm.hook_names() if hm.tap(n).kind in _UNROLLABLE})
+    if other:
+        raise ValueError(
+            f"{method} multiplies every token-mixing layer's N x N map, but "
+            f"{type(hm.model).__name__} also mixes tokens through {', '.join(other)} attention "
+            "(pooled keys or channels), which has no such map; skipping it would give a wrong "
+            "answer. Use gradcam(), or attention() for the maps themselves."
+        )
+    return common_layout(
+        hm, names, image_size,
+        fix=f"{method} would have to follow the tokens through patch merging or pooling; use "
+        "gradcam(), or attention(layers=[...]) within one stage.",
+    )  # fmt: skip
+
+
+_UNROLLABLE = ("pooled", "channel", "cross")
 
 
 def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion) -> Tensor:
@@ -162,17 +201,14 @@ def grad_rollout(
     hm = as_hooked(model)
     x = on_model_device(hm, x)
     names = applied_attention_names(hm)
-    if (
-        any(n.endswith(_MIXED) for n in names)
-        or not hm.token_layout(tuple(x.shape[-2:]), names[0]).num_prefix_tokens
-    ):
+    layout = _rollout_layout(hm, names, tuple(x.shape[-2:]), "grad_rollout")
+    if any(n.endswith(_MIXED) for n in names) or not layout.class_token:
         raise ValueError(
             "grad_rollout needs self-attention over a class token (ViT/DeiT); this model's "
             "class token does not take part in self-attention (CaiT) or it has none. Use "
             "class_attention(), rollout(...) or gradcam()."
         )
     logits, cache = hm.run_with_cache(x, names=names, grads=True, target=target)
-    layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
     relevance = None
     for name in names:
         weighted = (cache[f"{name}_grad"] * cache[name]).clamp_min(0).mean(1).double()

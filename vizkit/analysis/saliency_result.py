@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..hooks import TokenLayout
 
-__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending"]
+__all__ = ["SaliencyResult", "check_maps_fit", "covers", "min_max", "rank_descending"]
 
 
 def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> None:
@@ -42,6 +42,16 @@ def min_max(maps: Tensor) -> Tensor:
     return ((flat - low) / (high - low).clamp_min(1e-12)).view_as(maps)
 
 
+def covers(h: int, w: int, image_size: tuple[int, int]) -> bool:
+    """Whether an h x w map can be a downsampled view of an (H, W) image: no side larger than
+    the image's, and the two strides within a factor of 2 of each other."""
+    height, width = image_size
+    if h > height or w > width:
+        return False
+    strides = (height / h, width / w)
+    return max(strides) <= 2 * min(strides)
+
+
 @dataclass
 class SaliencyResult:
     """Saliency maps of a batch.
@@ -67,6 +77,14 @@ class SaliencyResult:
     def __post_init__(self) -> None:
         if self.maps.ndim != 3:
             raise ValueError(f"maps must be (B, h, w); got shape {tuple(self.maps.shape)}.")
+        (h, w), (height, width) = self.maps.shape[-2:], self.image_size
+        if not covers(h, w, self.image_size):
+            raise ValueError(
+                f"A {h}x{w} map cannot cover a {height}x{width} image: the activation was read "
+                "in the wrong layout, e.g. channels-last (B, h, w, C) as (B, C, h, w)."
+            )
+        if self.layout is not None and (h, w) != tuple(self.layout.grid):
+            raise ValueError(f"maps are {h}x{w} but the token grid is {self.layout.grid}.")
 
     def upsample(self, mode: str = "bilinear") -> Tensor:
         """Maps resized to the image: (B, H, W). ``mode``: "bilinear" or "nearest"."""

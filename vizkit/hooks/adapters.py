@@ -26,9 +26,9 @@ attn_pool.hook_pattern             SigLIP's pooling head, recomputed       (B, H
 
 ``{block}`` is the block's module path: ``blocks.{i}`` (ViT, DeiT, DINOv2, EVA, DINOv3, BEiT,
 relpos ViT, NaFlexViT, XCiT), ``layers.{s}.blocks.{i}`` (Swin, Swin V2: the stream is held as
-(B, Np, C) on the stage grid, windows as captured (B·nW, H, w², w²)), ``transformers.{s}.blocks.{i}``
-(PiT), ``blocks.{s}.{i}`` (Twins), ``blocks.{m}.blocks.{b}.{i}`` (CrossViT),
-``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is (self, window,
+(B, Np, C) on the stage grid, windows as captured (B·nW, H, w², w²)),
+``transformers.{s}.blocks.{i}`` (PiT), ``blocks.{s}.{i}`` (Twins), ``blocks.{m}.blocks.{b}.{i}``
+(CrossViT), ``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is (self, window,
 pooled, class, pool, cross, channel) is `Tap.kind`; see `vizkit.hooks.taps.PATTERN_KINDS`.
 
 CaiT: ``blocks.{i}`` (self-attention stage) hold patch tokens only (N = Np, no prefix);
@@ -62,8 +62,10 @@ def build_taps(model: nn.Module) -> list[Tap]:
     special = _architecture_taps(model)
     inputs: dict[str, list[Tap]] = {}
     outputs: dict[str, list[Tap]] = {}
+    derived: dict[str, list[Tap]] = {}  # values computed beside a module's output
     for tap in special:
-        (inputs if tap.site == "input" else outputs).setdefault(tap.module, []).append(tap)
+        site = derived if tap.compute else inputs if tap.site == "input" else outputs
+        site.setdefault(tap.module, []).append(tap)
 
     taps: list[Tap] = []
     seen: set[int] = set()
@@ -83,6 +85,7 @@ def build_taps(model: nn.Module) -> list[Tap]:
             taps.append(Tap(name=path, module=path))
         elif not isinstance(module, _CONTAINERS):
             taps.append(Tap(name=f"{path}.hook_out", module=path))
+        taps.extend(derived.get(path, ()))
 
     visit("", model)
     return taps

@@ -70,8 +70,8 @@ def attention(r: ReportInputs) -> Section:
     return Section(
         "Attention",
         "Post-softmax attention of one query (the class token, or the centre patch) in every "
-        "layer and head of image 0, the same query's head-averaged row over the image, and "
-        "per-layer statistics over all images.",
+        "layer (of a hierarchical model: of its last stage) and head of image 0, the same "
+        "query's head-averaged row over the image, and per-layer statistics over all images.",
         [
             viz.attention_grid(result),
             viz.query_attention(result, images),
@@ -163,7 +163,7 @@ def history(r: ReportInputs) -> Section:
 
 
 def _has_self_attention(r: ReportInputs) -> bool:
-    return any(n.endswith("attn.hook_pattern") for n in HookedModel(r.model).hook_names())
+    return bool(analysis.self_attention_names(HookedModel(r.model)))
 
 
 def _require_self_attention(r: ReportInputs) -> None:
@@ -173,8 +173,10 @@ def _require_self_attention(r: ReportInputs) -> None:
 
 
 def _attention(r: ReportInputs) -> analysis.AttentionResult:
+    """Every self-attention layer's maps (a hierarchical model's last stage)."""
     try:
-        return analysis.attention(r.model, r.images)
+        layers = analysis.stage_layers(r.model, tuple(r.images.shape[-2:]))
+        return analysis.attention(r.model, r.images, layers=layers)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
 

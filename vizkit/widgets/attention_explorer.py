@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from .. import analysis
 from ..analysis.attention import reduce_heads
+from ..hooks import HookedModel
 from ..viz import display_images
 from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish
 from ..viz.attention import default_query
@@ -46,14 +47,14 @@ class AttentionExplorer(Explorer):
         super().__init__()
         self.model, self.images = model, check_images(model, images)
         self.display = display_images(images, model, mean, std)
-        first = self._attention(0)  # raises for models without self-attention
+        depth = len(analysis.self_attention_names(HookedModel(model)))
+        first = self._attention(0, depth - 1)  # raises for models without self-attention
         self.query: str | tuple[int, int] = default_query(first)
+        self._query_grid = first.layout.grid  # the grid a patch query was chosen on
         heads = first.patterns.shape[2]
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
         self.view = widgets.ToggleButtons(options=VIEWS, description="view")
-        self.layer = widgets.IntSlider(
-            len(first.layers) - 1, 0, len(first.layers) - 1, description="layer"
-        )
+        self.layer = widgets.IntSlider(depth - 1, 0, depth - 1, description="layer")
         self.head = widgets.Dropdown(
             options=[*REDUCTIONS, *range(heads)], value="mean", description="head"
         )
@@ -65,23 +66,34 @@ class AttentionExplorer(Explorer):
     def select(self, query: str | tuple[int, int]) -> None:
         """Make ``query`` ("cls" or a patch (row, col)) the query of the "query row" view."""
         self.query = query
+        self._query_grid = self._attention(self.image.value, self.layer.value).layout.grid
         self.refresh()
 
-    def _attention(self, image: int) -> analysis.AttentionResult:
+    def _query_on(self, layout) -> str | tuple[int, int]:
+        """The query on ``layout``'s grid: a patch is moved to the same place of another stage's
+        grid; the class token falls back to the centre patch where there is none."""
+        if self.query == "cls":
+            return "cls" if layout.class_token else (layout.grid[0] // 2, layout.grid[1] // 2)
+        (row, col), (gh, gw), (qh, qw) = self.query, layout.grid, self._query_grid
+        return (row * gh // qh, col * gw // qw)
+
+    def _attention(self, image: int, layer: int) -> analysis.AttentionResult:
+        """One layer's maps of one image (layers of a hierarchical model differ in grid)."""
         return self.cached(
-            ("attention", image),
-            lambda: analysis.attention(self.model, self.images[image : image + 1]),
+            ("attention", image, layer),
+            lambda: analysis.attention(self.model, self.images[image : image + 1], layers=layer),
         )
 
     def _figure(self) -> go.Figure:
         i, view = self.image.value, self.view.value
         if view == "query row":
-            result = self._attention(i)
-            rows = result.row(self.query)[self.layer.value, 0]  # (H, gh, gw)
+            result = self._attention(i, self.layer.value)
+            rows = result.row(self._query_on(result.layout))[0, 0]  # (H, gh, gw)
             head = self.head.value
             values = rows[head] if isinstance(head, int) else reduce_heads(rows, head, head_dim=0)
-            who = "the class token" if self.query == "cls" else f"patch {self.query}"
-            layer = result.layers[self.layer.value]
+            query = self._query_on(result.layout)
+            who = "the class token" if query == "cls" else f"patch {query}"
+            layer = result.layers[0]
             title = f"Attention of {who} at layer {layer}, head {head} (click a patch)"
             scale = ATTENTION_SCALE
         else:
@@ -104,6 +116,6 @@ class AttentionExplorer(Explorer):
         if not points.xs:
             return
         row, col = points.ys[0], points.xs[0]  # pixel coordinates of the clicked cell
-        gh, gw = self._attention(self.image.value).layout.grid
+        gh, gw = self._attention(self.image.value, self.layer.value).layout.grid
         height, width = self.display.shape[1:3]
         self.select((int(row * gh // height), int(col * gw // width)))
