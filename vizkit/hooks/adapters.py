@@ -28,8 +28,9 @@ attn_pool.hook_pattern             SigLIP's pooling head, recomputed       (B, H
 relpos ViT, NaFlexViT, XCiT), ``layers.{s}.blocks.{i}`` (Swin, Swin V2: the stream is held as
 (B, Np, C) on the stage grid, windows as captured (B·nW, H, w², w²)),
 ``transformers.{s}.blocks.{i}`` (PiT), ``blocks.{s}.{i}`` (Twins), ``blocks.{m}.blocks.{b}.{i}``
-(CrossViT), ``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is (self, window,
-pooled, class, pool, cross, channel) is `Tap.kind`; see `vizkit.hooks.taps.PATTERN_KINDS`.
+(CrossViT), ``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is
+(self, window, pooled, class, pool, cross, channel) is `Tap.kind`; see
+`vizkit.hooks.taps.PATTERN_KINDS`.
 
 CaiT: ``blocks.{i}`` (self-attention stage) hold patch tokens only (N = Np, no prefix);
 ``blocks.{i}.attn.hook_pattern`` is the post-softmax map S (row-stochastic, read at the input of
