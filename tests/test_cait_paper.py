@@ -128,7 +128,7 @@ def test_late_class_token_joins_at_its_block():
     assert torch.equal(before[names[0]], after[names[0]])  # block 0 never sees the class token
     assert not torch.equal(before[names[1]], after[names[1]])
     assert vk.attention(model, images(), layers=[1, 2]).layout.num_prefix_tokens == 1
-    with pytest.raises(ValueError, match="different prefix tokens"):
+    with pytest.raises(ValueError, match=r"hold different tokens \(layer 0: 0 prefix"):
         vk.attention(model, images())
     with pytest.raises(ValueError, match="cls_insert_layer must be"):
         timm.create_model("vizkit_vit_tiny_late_cls", depth=3, cls_insert_layer=3)

@@ -229,6 +229,13 @@ def attention(
     )
 
 
+def _span(ids: list[int]) -> str:
+    if len(ids) == 1:
+        return f"layer {ids[0]}"
+    contiguous = ids == list(range(ids[0], ids[-1] + 1))
+    return f"layers {ids[0]}..{ids[-1]}" if contiguous else f"layers {ids}"
+
+
 def stage_layers(
     model: nn.Module | HookedModel, image_size: tuple[int, int], layer: int = -1
 ) -> list[int]:
@@ -254,8 +261,7 @@ def common_layout(
     for name, lay in layouts.items():
         groups.setdefault(lay, []).append(layer_index(hm, name))
     described = "; ".join(
-        f"layers {ids[0]}..{ids[-1]}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x"
-        f"{lay.grid[1]} patches"
+        f"{_span(ids)}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x{lay.grid[1]} patches"
         for lay, ids in groups.items()
     )
     raise ValueError(

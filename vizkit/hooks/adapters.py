@@ -46,6 +46,8 @@ of ``cls_attn_blocks.{j}``.
 
 from __future__ import annotations
 
+from timm.layers import AttentionPoolLatent
+from timm.models import crossvit
 from torch import nn
 
 from .blocks import attention_taps, block_taps
@@ -104,6 +106,7 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
         taps += block_taps(
             site.path, block, x_arg=site.x_arg, shape=f"B {site.tokens} C",
             prefix_tokens=site.prefix_tokens, grid=site.grid, channels_last=site.channels_last,
+            input_grid=site.input_grid, channels_first=site.channels_first,
         )  # fmt: skip
         class_stream = site.tokens == "1"  # its maps read [class, patches], not the stream
         for name, module in block.named_modules(prefix=site.path):
@@ -113,7 +116,13 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
                 prefix_tokens=None if class_stream else site.prefix_tokens,
                 grid=None if class_stream else site.grid, shared_position=shared,
             )  # fmt: skip
-    for name, module in model.named_modules():
-        if name and name not in inside:
-            taps += attention_taps(name, module)
+    for name, module in model.named_modules() if layout else ():
+        if name and name not in inside and isinstance(module, _OUTSIDE_BLOCKS):
+            pooled_prefix = 0 if getattr(model, "pool_include_prefix", True) is False else None
+            taps += attention_taps(name, module, prefix_tokens=pooled_prefix)
     return taps
+
+
+# attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the
+# prefix tokens), CrossViT's fusion of the branches
+_OUTSIDE_BLOCKS = (AttentionPoolLatent, crossvit.CrossAttention)

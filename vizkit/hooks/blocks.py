@@ -7,18 +7,42 @@ family adapters (`vizkit.hooks.families`) walk a model and call `block_taps` on 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from timm.layers import Attention, AttentionPoolLatent
-from timm.models import beit, cait, crossvit, eva, maxxvit, twins, xcit
+from timm.models import (
+    beit,
+    cait,
+    convit,
+    crossvit,
+    eva,
+    hiera,
+    levit,
+    maxxvit,
+    mvitv2,
+    twins,
+    xcit,
+)
 from timm.models import swin_transformer as swin
 from timm.models import swin_transformer_v2 as swinv2
 from timm.models import vision_transformer as vit
 from timm.models import vision_transformer_relpos as relpos
 from torch import nn
 
-from .derived import attention_pool_pattern, has_position_bias, position_bias
-from .taps import GridFn, Tap, heads_last_to_first, nhwc_to_nlc, windows_to_batch
+from .derived import (
+    attention_pool_pattern,
+    gpsa_content_pattern,
+    gpsa_gate,
+    gpsa_position_pattern,
+    has_position_bias,
+    hiera_pattern,
+    levit_bias,
+    levit_pattern,
+    mvit_pattern,
+    position_bias,
+)
+from .taps import GridFn, Tap, heads_last_to_first, nchw_to_nlc, nhwc_to_nlc, windows_to_batch
 
 __all__ = ["ResidualSpec", "attention_taps", "block_taps", "residual_spec", "stream_taps"]
 
@@ -59,7 +83,14 @@ _RESIDUAL_SPECS: dict[type, ResidualSpec] = {
     maxxvit.PartitionAttentionCl: _PRE_NORM,
     cait.LayerScaleBlock: _SHARED_DROP_PATH,
     cait.LayerScaleBlockClassAttn: _SHARED_DROP_PATH,
+    convit.Block: _SHARED_DROP_PATH,
+    levit.LevitBlock: ResidualSpec(mid="mlp"),  # no norms: x + attn(x); x + mlp(x)
+    mvitv2.MultiScaleBlock: _PRE_NORM,
+    hiera.HieraBlock: _PRE_NORM,
 }
+
+
+_TUPLE_BLOCKS = (mvitv2.MultiScaleBlock,)  # forward returns (x, feature grid)
 
 
 def residual_spec(block: nn.Module) -> ResidualSpec | None:
@@ -78,12 +109,15 @@ def stream_taps(
     prefix_tokens: int | None = None,
     grid: GridFn | None = None,
     channels_last: bool = False,
+    channels_first: bool = False,
+    item: int | None = None,
 ) -> list[Tap]:
-    """Only the ends of the stream: ``hook_resid_pre`` and ``hook_resid_post``."""
-    common = _common(shape, prefix_tokens, grid, channels_last)
+    """Only the ends of the stream: ``hook_resid_pre`` and ``hook_resid_post`` (``item``: of a
+    block that returns a tuple)."""
+    common = _common(shape, prefix_tokens, grid, channels_last, channels_first)
     return [
         Tap(f"{path}.hook_resid_pre", path, site="input", arg=x_arg, **common),
-        Tap(f"{path}.hook_resid_post", path, **common),
+        Tap(f"{path}.hook_resid_post", path, item=item, **common),
     ]
 
 
@@ -96,17 +130,24 @@ def block_taps(
     prefix_tokens: int | None = None,
     grid: GridFn | None = None,
     channels_last: bool = False,
+    input_grid: GridFn | None = None,
+    channels_first: bool = False,
 ) -> list[Tap]:
     """resid_pre/mid/post and both branch outputs of a known block (only the stream ends for an
-    unknown one). ``channels_last``: the stream is (B, gh, gw, C) (Swin), read as (B, Np, C)."""
+    unknown one). ``channels_last``/``channels_first``: the stream is (B, gh, gw, C) (Swin) or
+    (B, C, gh, gw) (convolutional LeViT), read as (B, Np, C);
+    ``input_grid``: the grid of ``hook_resid_pre`` where the block pools (default ``grid``)."""
     spec = residual_spec(block)
     ends = stream_taps(
         path, x_arg=x_arg, shape=shape, prefix_tokens=prefix_tokens, grid=grid,
-        channels_last=channels_last,
+        channels_last=channels_last, channels_first=channels_first,
+        item=0 if isinstance(block, _TUPLE_BLOCKS) else None,
     )  # fmt: skip
+    if input_grid is not None:
+        ends[0] = dataclasses.replace(ends[0], grid=input_grid)
     if spec is None:
         return ends
-    common = _common(shape, prefix_tokens, grid, channels_last)
+    common = _common(shape, prefix_tokens, grid, channels_last, channels_first)
     attn_out, mlp_out = f"{path}.{spec.attn_out}", f"{path}.{spec.mlp_out}"
     shared = attn_out == mlp_out
     scope = {"call_scope": path} if shared else {}
@@ -119,8 +160,8 @@ def block_taps(
     ]
 
 
-def _common(shape: str, prefix_tokens: int | None, grid: GridFn | None, channels_last: bool):
-    layout = nhwc_to_nlc if channels_last else {}
+def _common(shape, prefix_tokens, grid, channels_last: bool, channels_first: bool = False):
+    layout = nhwc_to_nlc if channels_last else nchw_to_nlc if channels_first else {}
     return {"shape": shape, "prefix_tokens": prefix_tokens, "grid": grid, **layout}
 
 
@@ -150,6 +191,16 @@ _PATTERN_SITES: dict[type, _PatternSite] = {
     cait.ClassAttn: _PatternSite("class"),
     crossvit.CrossAttention: _PatternSite("cross"),
     xcit.XCA: _PatternSite("channel", leaf="hook_channel_pattern"),
+    convit.GPSA: _PatternSite("self"),
+    convit.MHSA: _PatternSite("self"),
+}
+
+# maps no module passes on: recomputed from the attention module's input (kind, function)
+_RECOMPUTED = {
+    levit.Attention: ("self", levit_pattern),
+    levit.AttentionDownsample: ("pooled", levit_pattern),
+    mvitv2.MultiScaleAttention: (None, mvit_pattern),  # "self" or "pooled" by its strides
+    hiera.MaskUnitAttention: ("unrolled", hiera_pattern),
 }
 
 _SHAPES = {
@@ -184,6 +235,17 @@ def attention_taps(
             Tap(f"{path}.hook_pattern", path, compute=attention_pool_pattern, kind="pool",
                 shape="B H Lq N", prefix_tokens=prefix_tokens, grid=grid),
         ]  # fmt: skip
+    if type(attn) in _RECOMPUTED:
+        kind, compute = _RECOMPUTED[type(attn)]
+        kind = kind or ("pooled" if _mvit_pools(attn) else "self")
+        shape = {"self": f"B H {tokens} {tokens}", "pooled": "B H Nq Nk",
+                 "unrolled": "B H [nW] Nq Nk"}[kind]  # fmt: skip
+        taps = [Tap(f"{path}.hook_pattern", path, compute=compute, kind=kind, shape=shape,
+                    prefix_tokens=prefix_tokens, grid=grid)]  # fmt: skip
+        if isinstance(attn, (levit.Attention, levit.AttentionDownsample)):
+            taps.append(Tap(f"{path}.hook_pos_bias", path, compute=levit_bias, kind="position",
+                            shape="H Nq Nk"))  # fmt: skip
+        return taps
     site = _PATTERN_SITES.get(type(attn))
     if site is None or not hasattr(attn, site.child):
         return []
@@ -204,4 +266,20 @@ def attention_taps(
             Tap(f"{path}.hook_pos_bias", path, compute=position_bias, kind="position",
                 shape="H Nq Nk" if site.kind == "self" else "H w² w²"),
         )  # fmt: skip
+    if isinstance(attn, convit.GPSA):  # the two terms ConViT's gate mixes (d'Ascoli et al. 2021)
+        taps += [
+            Tap(f"{path}.hook_content_pattern", path, compute=gpsa_content_pattern,
+                kind="content", shape=f"B H {tokens} {tokens}", prefix_tokens=prefix_tokens,
+                grid=grid),
+            Tap(f"{path}.hook_position_pattern", path, compute=gpsa_position_pattern,
+                kind="position", shape=f"H {tokens} {tokens}"),
+            Tap(f"{path}.hook_gate", path, compute=gpsa_gate, kind="gate", shape="H"),
+        ]  # fmt: skip
     return taps
+
+
+def _mvit_pools(attn: nn.Module) -> bool:
+    """Whether an MViTv2 attention pools its queries or keys (Nq or Nk below N)."""
+    return any(
+        pool is not None and tuple(pool.stride) != (1, 1) for pool in (attn.pool_q, attn.pool_k)
+    )

@@ -9,9 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from timm.models import mvitv2
 from torch import Tensor, nn
 
-__all__ = ["attention_pool_pattern", "has_position_bias", "position_bias"]
+__all__ = [
+    "attention_pool_pattern",
+    "gpsa_content_pattern",
+    "gpsa_gate",
+    "gpsa_position_pattern",
+    "has_position_bias",
+    "hiera_pattern",
+    "levit_bias",
+    "levit_pattern",
+    "mvit_pattern",
+    "position_bias",
+]
 
 _SHARED_KWARGS = ("shared_rel_pos_bias", "shared_rel_pos")  # BEiT; relpos ViT, MaxViT
 
@@ -76,3 +88,105 @@ def attention_pool_pattern(pool: nn.Module, args: tuple, kwargs: dict, output: A
     if mask is not None:
         logits = logits + mask
     return logits.softmax(-1)
+
+
+# -- ConViT's gated positional self-attention (d'Ascoli et al. 2021, Sec. 3) -----------------
+
+
+def gpsa_content_pattern(gpsa: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, N, N): softmax(q k^T / sqrt(d)), the content term of a ConViT GPSA map."""
+    x = args[0]
+    batch, tokens, channels = x.shape
+    qk = gpsa.qk(x).reshape(batch, tokens, 2, gpsa.num_heads, channels // gpsa.num_heads)
+    q, k = qk.permute(2, 0, 3, 1, 4)
+    return ((q @ k.transpose(-2, -1)) * gpsa.scale).softmax(-1)
+
+
+def gpsa_position_pattern(gpsa: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(H, N, N): softmax of the learned function of the relative positions, the positional
+    term of a ConViT GPSA map (the same for every image)."""
+    return gpsa.pos_proj(gpsa.rel_indices[0]).permute(2, 0, 1).softmax(-1)
+
+
+def gpsa_gate(gpsa: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(H,): sigmoid(lambda_h), the weight of the positional term in each head's map."""
+    return torch.sigmoid(gpsa.gating_param)
+
+
+# -- maps no hook can read: recomputed from the module's input, as its forward computes them --
+
+
+def levit_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, Nq, Nk): a LeViT ``Attention`` (Nq = Nk) or ``AttentionDownsample`` (queries on
+    the subsampled grid) map, softmax(q k^T scale + learned attention biases) (Graham et al.
+    2021, Sec. 4.1)."""
+    x, heads, dim = args[0], attn.num_heads, attn.key_dim
+    batch = x.shape[0]
+    if attn.use_conv:  # (B, C, h, w): q and k are (B, H, d, N)
+        tokens = x.shape[2] * x.shape[3]
+        if hasattr(attn, "kv"):
+            k = attn.kv(x).view(batch, heads, -1, tokens)[:, :, :dim]
+            q = attn.q(x).view(batch, heads, dim, -1)
+        else:
+            q, k = attn.qkv(x).view(batch, heads, -1, tokens)[:, :, : 2 * dim].split(dim, dim=2)
+        logits = q.transpose(-2, -1) @ k
+    else:  # (B, N, C)
+        tokens = x.shape[1]
+        if hasattr(attn, "kv"):
+            k = attn.kv(x).view(batch, tokens, heads, -1)[..., :dim]
+            q = attn.q(x).view(batch, -1, heads, dim)
+        else:
+            qkv = attn.qkv(x).view(batch, tokens, heads, -1)
+            q, k = qkv[..., :dim], qkv[..., dim : 2 * dim]
+        logits = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)
+    return (logits * attn.scale + attn.get_attention_biases(x.device)).softmax(-1)
+
+
+def levit_bias(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(H, Nq, Nk): LeViT's learned attention biases, indexed by relative position."""
+    return attn.get_attention_biases(args[0].device)
+
+
+def mvit_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, Nq, Nk): an MViTv2 pooling-attention map (Li et al. 2022, Sec. 3.1): queries and
+    keys pooled, softmax(q k^T scale + decomposed relative positions)."""
+    x = args[0]
+    grid = args[1] if len(args) > 1 else kwargs["feat_size"]
+    batch, tokens, _ = x.shape
+    qkv = attn.qkv(x).reshape(batch, tokens, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+    q, q_size = _mvit_pooled(attn, qkv[0], grid, attn.pool_q, attn.norm_q)
+    k, k_size = _mvit_pooled(attn, qkv[1], grid, attn.pool_k, attn.norm_k)
+    logits = (q * attn.scale) @ k.transpose(-2, -1)
+    if attn.rel_pos_type == "spatial":
+        logits = mvitv2.cal_rel_pos_type(
+            logits, q, attn.has_cls_token, q_size, k_size, attn.rel_pos_h, attn.rel_pos_w
+        )
+    return logits.softmax(-1)
+
+
+def _mvit_pooled(attn: nn.Module, t: Tensor, grid, pool: nn.Module | None, norm):
+    size = grid
+    if pool is not None:
+        t, token = mvitv2.reshape_pre_pool(t, grid, attn.has_cls_token)
+        t, size = mvitv2.reshape_post_pool(pool(t), attn.num_heads, token)
+    return (norm(t) if norm is not None else t), size
+
+
+def hiera_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """A Hiera ``MaskUnitAttention`` map (Ryali et al. 2023, Sec. 3): (B, H, nW, Nq, Nk) inside
+    each mask unit, or (B, H, Nq, Nk) for global attention; queries max-pooled where the block
+    pools (q_stride > 1). Tokens are in Hiera's unrolled order, not raster order."""
+    x = args[0]
+    batch, tokens, _ = x.shape
+    heads, head_dim, stride = attn.heads, attn.head_dim, attn.q_stride
+    if attn.use_mask_unit_attn:
+        windows = tokens // (stride * attn.window_size)
+        qkv = attn.qkv(x).reshape(batch, -1, windows, 3, heads, head_dim).permute(3, 0, 4, 2, 1, 5)
+        q, k = qkv[0], qkv[1]
+        if stride > 1:
+            q = q.view(batch, heads, windows, stride, -1, head_dim).amax(dim=3)
+    else:
+        q, k = attn.qkv(x).reshape(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)[:2]
+        if stride > 1:
+            q = q.view(batch, heads, stride, -1, head_dim).amax(dim=2)
+    return ((q * attn.scale) @ k.transpose(-1, -2)).softmax(-1)

@@ -10,7 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from timm.models import beit, cait, crossvit, eva, maxxvit, naflexvit, pit, twins, xcit
+from timm.models import (
+    beit,
+    cait,
+    convit,
+    crossvit,
+    eva,
+    hiera,
+    levit,
+    maxxvit,
+    mvitv2,
+    naflexvit,
+    pit,
+    twins,
+    xcit,
+)
 from timm.models import swin_transformer as swin
 from timm.models import swin_transformer_v2 as swinv2
 from timm.models import vision_transformer as vit
@@ -34,6 +48,9 @@ class BlockSite:
         prefix_tokens: prefix tokens on that axis where it differs from the model's.
         grid: image (H, W) -> this block's token grid, where it differs from the patch embedding's.
         channels_last: the stream is (B, gh, gw, C); its names hold it as (B, Np, C).
+        channels_first: the stream is (B, C, gh, gw) (LeViT's convolutional variant); its names
+            hold it as (B, Np, C).
+        input_grid: the grid of the block's input, where the block pools (MViTv2, Hiera).
     """
 
     path: str
@@ -42,6 +59,8 @@ class BlockSite:
     prefix_tokens: int | None = None
     grid: GridFn | None = None
     channels_last: bool = False
+    channels_first: bool = False
+    input_grid: GridFn | None = None
 
 
 @dataclass
@@ -197,6 +216,78 @@ def _maxvit(model: maxxvit.MaxxVit) -> FamilyLayout:
     return FamilyLayout("maxvit", blocks, [])
 
 
+def _convit(model: convit.ConVit) -> FamilyLayout:
+    """ConViT: GPSA blocks over patches only, then the class token joins (``local_up_to_layer``)."""
+    blocks = [
+        BlockSite(f"blocks.{i}", tokens="Np", prefix_tokens=0)
+        if i < model.local_up_to_layer
+        else BlockSite(f"blocks.{i}", prefix_tokens=1)
+        for i in range(len(model.blocks))
+    ]
+    return FamilyLayout("convit", blocks, [_embed(prefix_tokens=0), *_final_norm(model)])
+
+
+def _levit(model: levit.Levit) -> FamilyLayout:
+    """LeViT: a stride-16 stem, then stages whose downsampling attention halves the grid
+    (r -> (r - 1) // 2 + 1); no prefix tokens."""
+    blocks, halvings = [], 0
+    for s, stage in enumerate(model.stages):
+        halvings += not isinstance(stage.downsample, nn.Identity)
+        grid = _halved(_divided(model.stem.stride), halvings)
+        blocks += [
+            BlockSite(f"stages.{s}.blocks.{i}", tokens="Np", prefix_tokens=0, grid=grid,
+                      channels_first=model.use_conv)
+            for i in range(len(stage.blocks))
+        ]  # fmt: skip
+    return FamilyLayout("levit", blocks, [])
+
+
+def _mvit(model: mvitv2.MultiScaleVit) -> FamilyLayout:
+    """MViTv2: blocks that pool their queries (stride s) shrink the grid to ceil(g / s); the
+    class token (``*_cls`` models) rides along."""
+    prefix, grid, blocks = model.num_prefix_tokens, _divided(4, ceil=True), []
+    for s, stage in enumerate(model.stages):
+        for i, block in enumerate(stage.blocks):
+            before = grid
+            pool = block.attn.pool_q
+            if pool is not None and tuple(pool.stride) != (1, 1):
+                grid = _halved(grid, 1, stride=pool.stride[0])
+            blocks.append(
+                BlockSite(f"stages.{s}.blocks.{i}", prefix_tokens=prefix, grid=grid,
+                          input_grid=before)
+            )  # fmt: skip
+    return FamilyLayout("mvitv2", blocks, [])
+
+
+def _hiera(model: hiera.Hiera) -> FamilyLayout:
+    """Hiera: tokens are unrolled (mask units first) until the last stage; only raster blocks
+    get a grid, the others refuse one (`_unrolled`)."""
+    blocks, schedule = [], model.reroll.schedule
+    for i in range(len(model.blocks)):
+        blocks.append(
+            BlockSite(f"blocks.{i}", tokens="Np", prefix_tokens=0,
+                      grid=_hiera_grid(schedule[i]), input_grid=_hiera_grid(schedule.get(i - 1)))
+        )  # fmt: skip
+    return FamilyLayout("hiera", blocks, [])
+
+
+def _hiera_grid(schedule) -> GridFn:
+    if schedule is None:  # block 0's input: the patch embedding, unrolled
+        schedule = ([(2, 2)], None)
+
+    def grid(image_size: tuple[int, int]) -> tuple[int, int]:
+        steps, size = schedule
+        if steps:
+            raise ValueError(
+                "Hiera holds these tokens in its unrolled order (mask units first), not on a "
+                "raster grid, so they cannot be drawn as a map; only its last stage is raster. "
+                "Use the last block (blocks.-1), or Hiera's own model.reroll(x, block_index)."
+            )
+        return tuple(size)
+
+    return grid
+
+
 # -- grids ---------------------------------------------------------------------------------
 
 
@@ -239,6 +330,19 @@ def _divided(stride: int, ceil: bool = False) -> GridFn:
     return grid
 
 
+def _halved(base: GridFn, times: int, stride: int = 2) -> GridFn:
+    """``base`` divided by ``stride`` ``times``, rounding up (a padded stride-s convolution or
+    subsampling: r -> (r - 1) // s + 1)."""
+
+    def grid(image_size: tuple[int, int]) -> tuple[int, int]:
+        out = base(image_size)
+        for _ in range(times):
+            out = tuple((g - 1) // stride + 1 for g in out)
+        return out
+
+    return grid
+
+
 def _fixed(size) -> GridFn:
     fixed = tuple(int(s) for s in size)
     return lambda image_size: fixed
@@ -258,6 +362,10 @@ _FAMILIES: list[tuple[type, Callable[[nn.Module], FamilyLayout]]] = [
     (twins.Twins, _twins),
     (crossvit.CrossVit, _crossvit),
     (maxxvit.MaxxVit, _maxvit),
+    (convit.ConVit, _convit),
+    (levit.Levit, _levit),
+    (mvitv2.MultiScaleVit, _mvit),
+    (hiera.Hiera, _hiera),
 ]
 
 

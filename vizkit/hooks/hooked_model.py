@@ -241,11 +241,18 @@ class HookedModel:
 
         if tap.site == "output":
 
-            def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Tensor | None:
+            def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Any:
                 if not selected():
                     return None
-                used = self._visit(tap, run, output)
-                return None if used is output else used
+                raw = output if tap.item is None else output[tap.item]
+                used = self._visit(tap, run, raw)
+                if used is raw:
+                    return None
+                if tap.item is None:
+                    return used
+                items = list(output)
+                items[tap.item] = used
+                return type(output)(items)
 
             return module.register_forward_hook(forward_hook)
 

@@ -26,7 +26,10 @@ PATTERN_KINDS = {
     "pool": "an attention-pooling head's latent queries over the tokens, (B, H, Lq, N)",
     "cross": "one branch's class token over the other branch's tokens, (B, H, 1, N')",
     "channel": "cross-covariance attention over channels (XCiT), (B, H, C/H, C/H)",
-    "position": "a relative position bias added to the logits, (H, Nq, Nk)",
+    "unrolled": "Hiera's mask-unit or global attention over its unrolled (not raster) tokens",
+    "content": "the content term of a gated map, softmax(q k^T / sqrt(d)) (ConViT's GPSA)",
+    "position": "a relative position bias added to the logits, (H, Nq, Nk), or a positional map",
+    "gate": "per-head weight of the positional term (ConViT's GPSA), (H,)",
 }
 
 Compute = Callable[[nn.Module, tuple, dict, Any], Tensor]  # (module, args, kwargs, output)
@@ -50,6 +53,8 @@ class Tap:
         module: ``named_modules()`` path of the module whose forward is hooked.
         site: ``"output"`` (forward hook) or ``"input"`` (forward-pre hook, positional ``arg``).
         arg: which positional input, for ``site="input"``.
+        item: for a module that returns a tuple (MViTv2's blocks return (x, grid)), which item
+            of its output is the activation.
         call: for a module that runs several times per forward of ``call_scope`` (CaiT reuses one
             ``drop_path`` for both branches), the 0-based call this tap reads; None: every call.
         call_scope: module whose forward starts a new count of ``call``.
@@ -71,6 +76,7 @@ class Tap:
     module: str
     site: Literal["output", "input"] = "output"
     arg: int = 0
+    item: int | None = None
     call: int | None = None
     call_scope: str | None = None
     unfuse: str | None = None
@@ -107,6 +113,14 @@ def _nchw_to_nhwc(new: Tensor, raw: Tensor) -> Tensor:
     return new.permute(0, 2, 3, 1)
 
 
+def _nchw_to_nlc(t: Tensor) -> Tensor:
+    return t.flatten(2).transpose(1, 2) if t.ndim == 4 else t  # (B, C, h, w) -> (B, Np, C)
+
+
+def _nlc_to_nchw(new: Tensor, raw: Tensor) -> Tensor:
+    return new.transpose(1, 2).reshape(raw.shape) if raw.ndim == 4 else new
+
+
 def _windows_to_batch(t: Tensor) -> Tensor:
     return t.flatten(0, 1) if t.ndim == 5 else t  # (B, nW, H, w², w²) -> (B·nW, H, w², w²)
 
@@ -118,4 +132,5 @@ def _batch_to_windows(new: Tensor, raw: Tensor) -> Tensor:
 heads_last_to_first = {"to_canonical": _heads_last_to_first, "from_canonical": _heads_first_to_last}
 nhwc_to_nlc = {"to_canonical": _nhwc_to_nlc, "from_canonical": _nlc_to_nhwc}
 windows_to_batch = {"to_canonical": _windows_to_batch, "from_canonical": _batch_to_windows}
+nchw_to_nlc = {"to_canonical": _nchw_to_nlc, "from_canonical": _nlc_to_nchw}
 nhwc_to_nchw = {"to_canonical": _nhwc_to_nchw, "from_canonical": _nchw_to_nhwc}
