@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from timm.data import resolve_data_config
@@ -226,6 +227,19 @@ def zoo_list() -> int:
     return 0
 
 
+def coverage_command(out: str, families: list[str] | None) -> int:
+    """Run the coverage walk and write its Markdown table to ``out``."""
+    from .coverage import coverage_markdown, run_coverage
+
+    rows = run_coverage(families)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(coverage_markdown(rows))
+    errors = [(r.family, n) for r in rows for n, (s, _) in r.results.items() if s == "error"]
+    print(f"wrote {path} ({len(rows)} families; {len(errors)} errors)")
+    return 1 if errors else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vizkit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"vizkit {__version__}")
@@ -262,6 +276,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--data", help="shapes, digits or an image folder (default: the model's data)")
     r.add_argument("--n", type=int, default=8, help="images to analyse (default 8)")
     r.add_argument("--out", default="report", help="output folder (default report/)")
+    v = commands.add_parser(
+        "coverage", help="which analysis works on which timm family (writes docs/coverage.md)"
+    )
+    v.add_argument("--out", default="docs/coverage.md", help="default %(default)s")
+    v.add_argument("--family", action="append", help="only these timm modules (repeatable)")
     z = commands.add_parser("zoo", help="the shipped models")
     z.add_argument("action", choices=["list"])
     return parser
@@ -278,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cka_command(args)
         if args.command == "report":
             return report_command(args)
+        if args.command == "coverage":
+            return coverage_command(args.out, args.family)
         return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
     except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
         hint = ""

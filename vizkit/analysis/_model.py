@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
+from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
 
 __all__ = [
@@ -68,10 +69,17 @@ def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> l
     layers in forward order, negative from the end)."""
     names = self_attention_names(hm)
     if not names:
+        kinds = sorted({hm.tap(n).kind for n in hm.hook_names()} - {""})
+        other = (
+            f" Its maps are {', '.join(kinds)} ({'; '.join(PATTERN_KINDS[k] for k in kinds)}): "
+            "read them as captured with run_with_cache(x, names='*hook_pattern')."
+            if kinds
+            else " For CNNs use gradcam()."
+        )
         raise ValueError(
             f"{type(hm.model).__name__} has no self-attention maps over its tokens "
-            "(<block>.attn.hook_pattern). Attention analyses need a transformer family vizkit "
-            "knows (docs/coverage.md lists them); for CNNs use gradcam()."
+            "(<block>.attn.hook_pattern on a known token grid); docs/coverage.md lists the "
+            "families." + other
         )
     if layers is None:
         return names

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, resolve_names
+from ..hooks.layout import feature_map_format
 from ..hooks.names import NameSpec
 from ._model import as_hooked, on_model_device
 from .cka import KERNELS, Kernel, kernel
@@ -227,6 +228,10 @@ class LayerKernels:
             if prefix is None and activation.ndim == 3:
                 layout = self.hm.token_layout(size)
                 prefix = layout.num_prefix_tokens if layout is not None else None
+            if activation.ndim == 4 and self.tokens != "flatten":  # positions need (h, w)
+                shape = self.hm.tap(name).shape
+                if feature_map_format(shape, activation, size) == "NHWC":
+                    activation = activation.permute(0, 3, 1, 2)
             features = token_features(activation, self.tokens, prefix)
             kernels[name] = kernel(features, self.kind, self.bandwidth)
 

@@ -11,12 +11,13 @@ import warnings
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
+from ..hooks.layout import feature_map_format
 from ..hooks.targets import explained_classes
 from ..layers import SoTHead
 from ._model import as_hooked, on_model_device
-from .saliency_result import SaliencyResult, covers
+from .saliency_result import SaliencyResult
 
-__all__ = ["default_gradcam_layer", "feature_map_format", "gradcam"]
+__all__ = ["default_gradcam_layer", "gradcam"]
 
 
 def default_gradcam_layer(hm: HookedModel) -> str:
@@ -44,39 +45,15 @@ def default_gradcam_layer(hm: HookedModel) -> str:
         )
         token_pooled = reads_class_token and not hasattr(model, "blocks_token_only")
         return f"{blocks[-1]}.hook_resid_{'pre' if token_pooled else 'post'}"
-    info = getattr(model, "feature_info", None)
-    if info:
-        return f"{info[-1]['module']}.hook_out"
+    known = set(hm.hook_names())
+    stages = [f"{f['module']}.hook_out" for f in getattr(model, "feature_info", None) or ()]
+    stages = [name for name in stages if name in known]
+    if stages:
+        return stages[-1]
     raise ValueError(
         f"No default Grad-CAM layer for {type(model).__name__}; pass layer=<hook name> "
         "(a (B, N, C) token activation or a (B, C, h, w) feature map; see hook_names())."
     )
-
-
-def feature_map_format(shape: str, act: Tensor, image_size: tuple[int, int]) -> str:
-    """ "NCHW" or "NHWC" for a 4-D activation: its documented shape (``Tap.shape``) where there is
-    one, else the only reading whose (h, w) can cover the image.
-
-    Raises:
-        ValueError: a documented 4-D shape that is not a feature map, or both readings fit (a
-            channel count close to the map's side) and nothing says which is meant.
-    """
-    if shape.startswith("B C"):
-        return "NCHW"
-    if shape:
-        raise ValueError(f"This activation is {shape}, not a feature map (B, C, h, w).")
-    fits = [
-        fmt
-        for fmt, (h, w) in (("NCHW", act.shape[2:]), ("NHWC", act.shape[1:3]))
-        if covers(h, w, image_size)
-    ]
-    if len(fits) != 1:
-        raise ValueError(
-            f"Cannot tell whether the {tuple(act.shape)} activation is channels-first (B, C, h, "
-            f"w) or channels-last (B, h, w, C) for a {image_size[0]}x{image_size[1]} image. "
-            "Pass a block name (<block>.hook_resid_post) or a stage output (<stage>.hook_out)."
-        )
-    return fits[0]
 
 
 def gradcam(

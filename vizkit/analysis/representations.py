@@ -20,7 +20,8 @@ def default_representation_layers(hm: HookedModel) -> list[str]:
     """Every block's output: ``<block>.hook_resid_post`` of each transformer block (every block
     of every stage of a hierarchical model; CaiT's class-attention stage, a stream of one token,
     left out), the residual blocks ``layer{s}.{i}.hook_out`` of a ResNet
-    (``stages.{s}.blocks.{i}`` of ConvNeXt-style models)."""
+    (``stages.{s}.blocks.{i}`` of ConvNeXt-style models), else the output of every feature
+    stage (timm ``feature_info``) of other CNNs."""
     names = hm.hook_names()
     blocks = [n for n in names if n.endswith(".hook_resid_post") and hm.tap(n).shape != "B 1 C"]
     if blocks:
@@ -28,9 +29,15 @@ def default_representation_layers(hm: HookedModel) -> list[str]:
     chosen = [n for n in names if _CNN_BLOCK.match(n)]
     if chosen:
         return chosen
+    known = set(names)
+    stages = [f"{f['module']}.hook_out" for f in getattr(hm.model, "feature_info", None) or ()]
+    stages = [name for name in stages if name in known]
+    if len(stages) > 1:
+        return stages
     raise ValueError(
         f"No default layers for {type(hm.model).__name__} (no <block>.hook_resid_post, "
-        "no layer{s}.{i} residual blocks). Pass layers= hook names or a glob, e.g. "
+        "no layer{s}.{i} residual blocks, no feature stages). Pass layers= hook names or a "
+        "glob, e.g. "
         f"{names[len(names) // 2]!r}; HookedModel(model).hook_names() lists them."
     )
 

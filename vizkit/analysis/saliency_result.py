@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..hooks import TokenLayout
+from ..hooks.layout import covers
 
-__all__ = ["SaliencyResult", "check_maps_fit", "covers", "min_max", "rank_descending"]
+__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending"]
 
 
 def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> None:
@@ -40,16 +41,6 @@ def min_max(maps: Tensor) -> Tensor:
     flat = maps.flatten(1)
     low, high = flat.min(1, keepdim=True).values, flat.max(1, keepdim=True).values
     return ((flat - low) / (high - low).clamp_min(1e-12)).view_as(maps)
-
-
-def covers(h: int, w: int, image_size: tuple[int, int]) -> bool:
-    """Whether an h x w map can be a downsampled view of an (H, W) image: no side larger than
-    the image's, and the two strides within a factor of 2 of each other."""
-    height, width = image_size
-    if h > height or w > width:
-        return False
-    strides = (height / h, width / w)
-    return max(strides) <= 2 * min(strides)
 
 
 @dataclass

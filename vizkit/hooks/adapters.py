@@ -30,7 +30,8 @@ relpos ViT, NaFlexViT, XCiT), ``layers.{s}.blocks.{i}`` (Swin, Swin V2: the stre
 ``transformers.{s}.blocks.{i}`` (PiT), ``blocks.{s}.{i}`` (Twins), ``blocks.{m}.blocks.{b}.{i}``
 (CrossViT), ``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is
 (self, window, pooled, class, pool, cross, channel) is `Tap.kind`; see
-`vizkit.hooks.taps.PATTERN_KINDS`.
+`vizkit.hooks.taps.PATTERN_KINDS`. Models of other families get ``<path>.hook_pattern`` for each
+attention module with timm's ``attn_drop`` site, as captured (kind "unplaced").
 
 CaiT: ``blocks.{i}`` (self-attention stage) hold patch tokens only (N = Np, no prefix);
 ``blocks.{i}.attn.hook_pattern`` is the post-softmax map S (row-stochastic, read at the input of
@@ -47,7 +48,7 @@ of ``cls_attn_blocks.{j}``.
 from __future__ import annotations
 
 from timm.layers import AttentionPoolLatent
-from timm.models import crossvit
+from timm.models import crossvit, levit
 from torch import nn
 
 from .blocks import attention_taps, block_taps
@@ -98,10 +99,12 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
     """Residual and attention taps of every block of a known family, and the attention maps of
     known attention modules outside blocks (SigLIP's pooling head, CrossViT's fusion)."""
     layout = family_layout(model)
-    taps: list[Tap] = list(layout.extra) if layout else []
+    if layout is None:
+        return _unplaced_patterns(model)
+    taps: list[Tap] = list(layout.extra)
     inside: set[str] = set()
     shared = any(getattr(model, a, None) is not None for a in ("rel_pos_bias", "shared_rel_pos"))
-    for site in layout.blocks if layout else ():
+    for site in layout.blocks:
         block = model.get_submodule(site.path)
         taps += block_taps(
             site.path, block, x_arg=site.x_arg, shape=f"B {site.tokens} C",
@@ -116,13 +119,36 @@ def _architecture_taps(model: nn.Module) -> list[Tap]:
                 prefix_tokens=None if class_stream else site.prefix_tokens,
                 grid=None if class_stream else site.grid, shared_position=shared,
             )  # fmt: skip
-    for name, module in model.named_modules() if layout else ():
+    for name, module in model.named_modules():
         if name and name not in inside and isinstance(module, _OUTSIDE_BLOCKS):
             pooled_prefix = 0 if getattr(model, "pool_include_prefix", True) is False else None
             taps += attention_taps(name, module, prefix_tokens=pooled_prefix)
     return taps
 
 
+def _unplaced_patterns(model: nn.Module) -> list[Tap]:
+    """For families vizkit has no adapter for: every attention module (one with q/k/v
+    projections) with timm's ``attn_drop`` site, or an ``nn.Softmax`` child, gets
+    ``<path>.hook_pattern`` as captured (kind "unplaced": the token layout is unknown, so
+    analyses that need it refuse)."""
+    taps = []
+    for name, module in model.named_modules():
+        if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj")):
+            continue
+        site = next(
+            (child for child, kind in (("attn_drop", nn.Dropout), ("softmax", nn.Softmax))
+             if isinstance(getattr(module, child, None), kind)),
+            None,
+        )  # fmt: skip
+        if site is not None:
+            taps.append(
+                Tap(f"{name}.hook_pattern", f"{name}.{site}", kind="unplaced",
+                    unfuse=name if hasattr(module, "fused_attn") else None,
+                    shape="as captured")
+            )  # fmt: skip
+    return taps
+
+
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the
-# prefix tokens), CrossViT's fusion of the branches
-_OUTSIDE_BLOCKS = (AttentionPoolLatent, crossvit.CrossAttention)
+# prefix tokens), CrossViT's fusion of the branches, LeViT's downsampling attention
+_OUTSIDE_BLOCKS = (AttentionPoolLatent, crossvit.CrossAttention, levit.AttentionDownsample)

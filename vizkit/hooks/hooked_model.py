@@ -45,6 +45,7 @@ class _Run:
     versions: dict[str, int] = field(default_factory=dict)
     used: dict[str, Tensor] = field(default_factory=dict)  # the tensors the forward went on with
     fired: Counter = field(default_factory=Counter)
+    explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
 
     def names(self) -> set[str]:
         return set(self.fwd) | set(self.bwd) | self.record
@@ -126,10 +127,16 @@ class HookedModel:
         Raises:
             RuntimeError: on exit, if a forward hook never fired.
         """
-        run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd))
+        explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
+        run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd), explicit=explicit)
+        derived = [n for n in run.bwd if self._taps[n].compute is not None]
+        if derived:
+            raise ValueError(
+                f"{derived} are derived values (computed from a module's weights and input), "
+                "so no gradient flows through them; hook the module's input or output instead."
+            )
         with self._attached(run):
             yield self
-        explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
         _require_fired(list(run.fwd), run.fired, explicit)
 
     def run_with_cache(
@@ -172,12 +179,18 @@ class HookedModel:
                 "not tensors the forward passes on), so they have no gradient; leave them out "
                 "of names= when grads=True."
             )
-        run = _Run(record=set(chosen), keep_for_grad=set(chosen) if grads else set(), device=device)
+        explicit = explicit_names(names, self._names)
+        run = _Run(
+            record=set(chosen),
+            keep_for_grad=set(chosen) if grads else set(),
+            device=device,
+            explicit=explicit,
+        )
         if grads:
             x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
         with self._attached(run), torch.enable_grad() if grads else nullcontext():
             output = self.model(x, **forward_kwargs)
-            chosen = _require_fired(chosen, run.fired, explicit_names(names, self._names))
+            chosen = _require_fired(chosen, run.fired, explicit)
             self._check_captures(run)
             grad_values = self._gradients(run, chosen, output, target) if grads else {}
         data: dict[str, Tensor] = {}
@@ -273,6 +286,8 @@ class HookedModel:
         """Run the user's functions on one activation and record it; return the tensor to use.
         ``readonly``: a derived value, which no hook may replace."""
         if not isinstance(raw, Tensor):
+            if tap.name not in run.explicit and tap.name.endswith(".hook_out"):
+                return raw  # matched by a pattern: skipped, reported as not fired
             raise TypeError(
                 f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
                 "tensor; vizkit hooks tensors only. Hook a submodule instead."
@@ -281,11 +296,13 @@ class HookedModel:
         for fn in run.fwd.get(tap.name, ()):
             new = fn(value, name=tap.name)
             if new is not None and readonly:
+                if isinstance(new, Tensor) and torch.equal(new, value):
+                    continue  # an unchanged copy edits nothing
                 raise ValueError(
-                    f"The hook on {tap.name} returned a tensor, but {tap.name} is derived from "
-                    f"{tap.module}'s weights and input, not passed on by the forward, so "
-                    "replacing it would change nothing; return None (read it), or edit the "
-                    "module's input or output instead."
+                    f"The hook on {tap.name} returned a changed tensor, but {tap.name} is "
+                    f"derived from {tap.module}'s weights and input, not passed on by the "
+                    "forward, so the edit would change nothing; return None (read it), or edit "
+                    "the module's input or output instead."
                 )
             if new is not None:
                 _check_replacement(tap.name, new, value)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["TokenLayout", "token_layout", "validate_input"]
+__all__ = ["TokenLayout", "covers", "feature_map_format", "token_layout", "validate_input"]
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,20 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def _in_channels(model: nn.Module) -> int | None:
+    """The image channels the model takes, where its modules say so: the patch embedding's
+    convolution (not behind a CNN backbone), else the first convolution when it takes 1-4
+    channels (a wider one sits behind a space-to-depth stem or a backbone: no check)."""
     pe = _patch_embed(model)
-    if pe is not None and isinstance(getattr(pe, "proj", None), nn.Conv2d):
+    if (
+        pe is not None
+        and isinstance(getattr(pe, "proj", None), nn.Conv2d)
+        and getattr(pe, "backbone", None) is None
+    ):
         return pe.proj.in_channels
     first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-    return first_conv.in_channels if first_conv is not None else None
+    if first_conv is None or first_conv.in_channels > 4:
+        return None
+    return first_conv.in_channels
 
 
 def validate_input(model: nn.Module, x: Tensor) -> None:
@@ -128,3 +137,39 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
             f"{ph}x{pw}; resize to multiples of it or create the model with "
             "dynamic_img_pad=True."
         )
+
+
+def covers(h: int, w: int, image_size: tuple[int, int]) -> bool:
+    """Whether an h x w map can be a downsampled view of an (H, W) image: no side larger than
+    the image's, and the two strides within a factor of 2 of each other."""
+    height, width = image_size
+    if h > height or w > width:
+        return False
+    strides = (height / h, width / w)
+    return max(strides) <= 2 * min(strides)
+
+
+def feature_map_format(shape: str, act: Tensor, image_size: tuple[int, int]) -> str:
+    """ "NCHW" or "NHWC" for a 4-D activation: its documented shape (``Tap.shape``) where there is
+    one, else the only reading whose (h, w) can cover the image.
+
+    Raises:
+        ValueError: a documented 4-D shape that is not a feature map, or both readings fit (a
+            channel count close to the map's side) and nothing says which is meant.
+    """
+    if shape.startswith("B C"):
+        return "NCHW"
+    if shape:
+        raise ValueError(f"This activation is {shape}, not a feature map (B, C, h, w).")
+    fits = [
+        fmt
+        for fmt, (h, w) in (("NCHW", act.shape[2:]), ("NHWC", act.shape[1:3]))
+        if covers(h, w, image_size)
+    ]
+    if len(fits) != 1:
+        raise ValueError(
+            f"Cannot tell whether the {tuple(act.shape)} activation is channels-first (B, C, h, "
+            f"w) or channels-last (B, h, w, C) for a {image_size[0]}x{image_size[1]} image. "
+            "Pass a block name (<block>.hook_resid_post) or a stage output (<stage>.hook_out)."
+        )
+    return fits[0]

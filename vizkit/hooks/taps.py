@@ -26,6 +26,7 @@ PATTERN_KINDS = {
     "pool": "an attention-pooling head's latent queries over the tokens, (B, H, Lq, N)",
     "cross": "one branch's class token over the other branch's tokens, (B, H, 1, N')",
     "channel": "cross-covariance attention over channels (XCiT), (B, H, C/H, C/H)",
+    "unplaced": "a map of a family vizkit has no adapter for, as captured (layout unknown)",
     "unrolled": "Hiera's mask-unit or global attention over its unrolled (not raster) tokens",
     "content": "the content term of a gated map, softmax(q k^T / sqrt(d)) (ConViT's GPSA)",
     "position": "a relative position bias added to the logits, (H, Nq, Nk), or a positional map",

@@ -1,0 +1,380 @@
+"""Every timm transformer family vizkit names: maps against independent recomputes from the
+block's own weights and against timm's AttentionExtract, hooked output equal to the plain fused
+forward, flags restored, hook-name snapshots per family."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from conftest import model_state
+from timm.models.eva import apply_rot_embed_cat
+from timm.utils import AttentionExtract
+
+import vizkit as vk
+from vizkit.coverage import FAMILIES
+from vizkit.hooks.windows import WindowGeometry, window_geometry, window_token_index
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+# families with an adapter (named blocks and maps)
+ADAPTED = [
+    "beit", "eva", "vision_transformer_relpos", "naflexvit", "xcit", "swin_transformer",
+    "swin_transformer_v2", "pit", "twins", "crossvit", "maxxvit", "convit", "levit", "mvitv2",
+    "hiera", "vision_transformer",
+]  # fmt: skip
+SOFTMAX_KINDS = ("self", "window", "pooled", "class", "pool", "cross", "channel", "unrolled")
+
+
+def family(key: str, **overrides):
+    """The coverage representative of a timm module (seeded, eval mode, LayerScale widened so
+    small branches cannot hide errors) and a batch of 2 images for it."""
+    rep = FAMILIES[key]
+    torch.manual_seed(0)
+    model = timm.create_model(rep.model, **{**rep.kwargs, **overrides}).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("gamma", "gamma_1", "gamma_2")):
+                param.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, rep.size, rep.size, generator=torch.Generator().manual_seed(1))
+    return model, x
+
+
+def maps_of(hm: vk.HookedModel) -> list[str]:
+    return [n for n in hm.hook_names() if hm.tap(n).kind in SOFTMAX_KINDS]
+
+
+@pytest.mark.parametrize("key", ADAPTED)
+def test_capture_keeps_the_fused_output_and_every_flag(key):
+    model, x = family(key)
+    before = model_state(model)
+    with torch.no_grad():
+        plain = model(x)
+        out, cache = vk.HookedModel(model).run_with_cache(x, names="*")
+    assert (out - plain).abs().max().item() < 1e-4
+    assert model_state(model) == before
+    assert all(torch.isfinite(v).all() for v in cache.values())
+
+
+@pytest.mark.parametrize("key", ADAPTED)
+def test_softmax_maps_are_row_stochastic(key):
+    model, x = family(key)
+    hm = vk.HookedModel(model)
+    names = maps_of(hm)
+    assert names, f"{key} has no named attention maps"
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names)
+    for name in names:
+        pattern = cache[name]
+        assert pattern.min() >= 0, name
+        torch.testing.assert_close(pattern.sum(-1), torch.ones_like(pattern.sum(-1)))
+
+
+@pytest.mark.parametrize("key", ["beit", "eva", "pit", "twins", "crossvit", "maxxvit", "xcit"])
+def test_maps_equal_timm_attention_extract(key):
+    """timm's own extractor (module hooks on ``attn_drop``, fused attention off) reads the same
+    tensors as vizkit's ``attn_drop`` sites."""
+    model, x = family(key)
+    hm = vk.HookedModel(model)
+    names = [n for n in maps_of(hm) if hm.tap(n).module.endswith("attn_drop")]
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names)
+    flags = {m: m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")}
+    try:
+        for m in flags:
+            m.fused_attn = False
+        theirs = AttentionExtract(model, names=["*attn_drop"], method="hook")(x)
+    finally:
+        for m, flag in flags.items():
+            m.fused_attn = flag
+    assert len(theirs) == len(names)
+    for name in names:
+        expected = theirs[hm.tap(name).module]
+        torch.testing.assert_close(cache[name], expected.reshape(cache[name].shape))
+
+
+def _qk(attn, x):
+    """q, k (B, H, N, d) of a timm attention module with a fused qkv (and q/v biases)."""
+    bias = None
+    if getattr(attn, "q_bias", None) is not None:
+        bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
+    elif attn.qkv.bias is not None:
+        bias = attn.qkv.bias
+    qkv = F.linear(x, attn.qkv.weight, bias).reshape(*x.shape[:2], 3, attn.num_heads, -1)
+    q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+    return q, k
+
+
+def test_eva_maps_recomputed_with_rope():
+    """EVA (RoPE): softmax over q k^T of the rotated patch tokens, prefix tokens unrotated."""
+    model, x = family("eva")
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(
+            x, names=["blocks.1.attn.hook_pattern", "blocks.1.norm1.hook_out"]
+        )
+        attn, prefix = model.blocks[1].attn, model.num_prefix_tokens
+        q, k = _qk(attn, cache["blocks.1.norm1.hook_out"])
+        rope = model.rope.get_embed()
+        q = torch.cat([q[:, :, :prefix], apply_rot_embed_cat(q[:, :, prefix:], rope)], 2)
+        k = torch.cat([k[:, :, :prefix], apply_rot_embed_cat(k[:, :, prefix:], rope)], 2)
+        expected = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)
+    torch.testing.assert_close(cache["blocks.1.attn.hook_pattern"], expected)
+
+
+@pytest.mark.parametrize("key", ["beit", "vision_transformer_relpos"])
+def test_position_bias_separates_content_and_position(key):
+    """softmax(q k^T scale + hook_pos_bias) is the captured map: the bias hook holds exactly the
+    positional term (BEiT's table, relpos ViT's MLP bias)."""
+    model, x = family(key)
+    with torch.no_grad():  # BEiT starts its bias tables at zero
+        for name, param in model.named_parameters():
+            if "relative_position_bias_table" in name:
+                param.normal_(0, 1)
+    hm = vk.HookedModel(model)
+    names = ["blocks.1.attn.hook_pattern", "blocks.1.attn.hook_pos_bias", "blocks.1.norm1.hook_out"]
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names)
+        attn = model.blocks[1].attn
+        q, k = _qk(attn, cache["blocks.1.norm1.hook_out"])
+        q, k = (
+            getattr(attn, "q_norm", torch.nn.Identity())(q),
+            getattr(attn, "k_norm", torch.nn.Identity())(k),
+        )
+        content = (q * attn.scale) @ k.transpose(-2, -1)
+        bias = cache["blocks.1.attn.hook_pos_bias"]
+    assert bias.shape == (attn.num_heads, *content.shape[-2:])
+    assert bias.abs().max() > 0
+    torch.testing.assert_close(cache["blocks.1.attn.hook_pattern"], (content + bias).softmax(-1))
+
+
+def _swin_oracle(block, x_norm):
+    """Image-space Swin attention of one block from its weights (Liu et al. 2021, Sec. 3.2,
+    Eq. 4): token t attends to u iff both fall in the same window of the map cyclically shifted by
+    s and in the same region of the shift (the -100 mask); logits q k^T / sqrt(d) + B[dy, dx].
+
+    x_norm: (B, gh, gw, C) norm1 output. Returns (B, H, Np, Np) in raster order."""
+    attn = block.attn
+    batch, gh, gw, _ = x_norm.shape
+    (wh, ww), (sh, sw) = block.window_size, block.shift_size
+    q, k = _qk(attn, x_norm.reshape(batch, gh * gw, -1))
+    logits = (q * attn.scale) @ k.transpose(-2, -1)  # raster x raster
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    ys, xs = ((rows - sh) % gh).flatten(), ((cols - sw) % gw).flatten()  # shifted coordinates
+
+    def region(p, g, w, s):  # the three slices timm labels on the shifted map
+        return (p >= g - w).long() + (p >= g - s).long() if s else torch.zeros_like(p)
+
+    same = ((ys[:, None] // wh) == (ys[None] // wh)) & ((xs[:, None] // ww) == (xs[None] // ww))
+    same &= region(ys, gh, wh, sh)[:, None] == region(ys, gh, wh, sh)[None]
+    same &= region(xs, gw, ww, sw)[:, None] == region(xs, gw, ww, sw)[None]
+    table = attn.relative_position_bias_table.view(2 * wh - 1, 2 * ww - 1, -1)
+    dy, dx = ys[:, None] - ys[None], xs[:, None] - xs[None]
+    bias = table[dy.clamp(-wh + 1, wh - 1) + wh - 1, dx.clamp(-ww + 1, ww - 1) + ww - 1]
+    logits = logits + bias.permute(2, 0, 1)
+    return logits.masked_fill(~same, float("-inf")).softmax(-1)
+
+
+@pytest.mark.parametrize("block_index", [0, 1])  # plain and shifted windows
+def test_swin_image_space_maps_equal_an_independent_recompute(block_index):
+    model, x = family("swin_transformer")
+    hm = vk.HookedModel(model)
+    block = model.layers[0].blocks[block_index]
+    assert any(block.shift_size) == bool(block_index)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=f"layers.0.blocks.{block_index}.norm1.hook_out")
+        result = vk.attention(model, x, layers=block_index)
+        expected = _swin_oracle(block, cache[f"layers.0.blocks.{block_index}.norm1.hook_out"])
+    assert result.patterns.shape == (1, 2, block.attn.num_heads, 28 * 28, 28 * 28)
+    torch.testing.assert_close(result.patterns[0], expected, atol=1e-6, rtol=1e-5)
+    assert result.layout.grid == (28, 28) and result.patch_size == (4.0, 4.0)
+    stats = result.stats()  # windows bound the distance: at most the window's diagonal
+    assert (stats["distance_patches"] <= 6 * 2**0.5).all()
+
+
+def test_window_index_undoes_the_shift():
+    """Each grid token sits in exactly one window; a shifted partition is timm's roll by -s."""
+    grid, geometry = (8, 12), WindowGeometry((4, 4), (2, 2))
+    index = window_token_index(grid, geometry)
+    assert sorted(index.flatten().tolist()) == list(range(96))
+    raster = torch.arange(96).view(1, 8, 12, 1)
+    shifted = torch.roll(raster, shifts=(-2, -2), dims=(1, 2))
+    windows = shifted.view(1, 2, 4, 3, 4, 1).permute(0, 1, 3, 2, 4, 5).reshape(6, 16)
+    assert torch.equal(index, windows)
+    with pytest.raises(ValueError, match="not a multiple of the 4x4 windows"):
+        window_token_index((10, 12), geometry)
+
+
+def test_maxvit_grid_attention_is_dilated():
+    """MaxViT's grid attention: window (a, b) holds the tokens (i gh/g + a, j gw/g + b)."""
+    model, x = family("maxxvit")
+    geometry = window_geometry(model, "stages.0.blocks.0.attn_grid.attn.hook_pattern")
+    (g, _), stride = geometry.window, 16 // geometry.window[0]
+    assert geometry.dilated
+    index = window_token_index((16, 16), geometry)
+    assert index[0, :2].tolist() == [0, stride]  # window 0, first row of its tokens
+    assert index[0, g].item() == stride * 16 and index[1, 0].item() == 1
+
+
+def test_swin_gradcam_reads_channels_last_stage_outputs():
+    """The bug this family work started from: a (B, h, w, C) stage output read as (B, C, h, w)
+    gave maps of shape (B, h, C). Every default and explicit layer now gives (B, h, w), equal to
+    Grad-CAM computed by hand on the channels-last tensor."""
+    model, x = family("swin_transformer")
+    default = vk.gradcam(model, x, target=1)
+    assert default.maps.shape == (2, 4, 4)
+    stage = vk.gradcam(model, x, target=1, layer="layers.3.hook_out")
+    raw = vk.gradcam(model, x, target=1, layer="layers.3.blocks.1.hook_resid_post")
+    assert stage.maps.shape == raw.maps.shape == (2, 4, 4)
+    feature = {}
+    handle = model.layers[3].register_forward_hook(lambda m, i, o: feature.update(a=o))
+    try:
+        logits = model(x)
+        grad = torch.autograd.grad(logits[:, 1].sum(), feature["a"])[0]  # (B, h, w, C)
+    finally:
+        handle.remove()
+    expected = (grad.mean((1, 2), keepdim=True) * feature["a"]).sum(-1).clamp_min(0)
+    torch.testing.assert_close(stage.maps, expected.detach())
+    torch.testing.assert_close(default.maps, expected.detach())  # the last block's output
+
+
+def test_attention_pool_map_reproduces_the_head():
+    """SigLIP's MAP head: the recomputed (B, H, Lq, N) map times v, projected, plus the head's
+    MLP, is the head's output."""
+    model, x = family("vision_transformer")
+    hm = vk.HookedModel(model)
+    pool = model.attn_pool
+    with torch.no_grad():
+        names = ["attn_pool.hook_pattern", "hook_final_norm", "attn_pool.hook_out"]
+        _, cache = hm.run_with_cache(x, names=names)
+        tokens = cache["hook_final_norm"]
+        b, n, c = tokens.shape
+        v = pool.kv(tokens).reshape(b, n, 2, pool.num_heads, -1).permute(2, 0, 3, 1, 4)[1]
+        out = (cache["attn_pool.hook_pattern"] @ v).transpose(1, 2).reshape(b, -1, c)
+        out = pool.proj(out)
+        out = out + pool.mlp(pool.norm(out))
+    torch.testing.assert_close(out[:, 0], cache["attn_pool.hook_out"])
+    result = vk.class_attention(model, x)
+    assert result.options["stage"] == "pooling-head" and result.maps.shape == (2, 4, 4)
+
+
+@pytest.mark.parametrize(("key", "name"), [
+    ("levit", "stages.0.blocks.0.attn"),
+    ("levit", "stages.1.downsample.attn_downsample"),
+    ("mvitv2", "stages.1.blocks.0.attn"),
+    ("hiera", "blocks.1.attn"),
+])  # fmt: skip
+def test_recomputed_maps_reproduce_the_module_output(key, name):
+    """LeViT, MViTv2 and Hiera never hand their map to a module; the recomputed map times the
+    values must give the attention module's own output."""
+    model, x = family(key)
+    hm = vk.HookedModel(model)
+    attn = model.get_submodule(name)
+    seen = {}
+    handle = attn.register_forward_hook(lambda m, a, o: seen.update(args=a, out=o))
+    try:
+        with torch.no_grad():
+            _, cache = hm.run_with_cache(x, names=f"{name}.hook_pattern")
+            expected = seen["out"][0] if isinstance(seen["out"], tuple) else seen["out"]
+            out = _apply_map(key, attn, cache[f"{name}.hook_pattern"], seen["args"])
+    finally:
+        handle.remove()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+
+
+def _apply_map(key, attn, pattern, args):
+    x = args[0]
+    if key == "levit":
+        b, n, _ = x.shape
+        if hasattr(attn, "kv"):
+            v = attn.kv(x).view(b, n, attn.num_heads, -1)[..., attn.key_dim :].transpose(1, 2)
+        else:
+            v = attn.qkv(x).view(b, n, attn.num_heads, -1)[..., 2 * attn.key_dim :].transpose(1, 2)
+        return attn.proj((pattern @ v).transpose(1, 2).reshape(b, -1, attn.val_attn_dim))
+    if key == "mvitv2":
+        from timm.models.mvitv2 import reshape_post_pool, reshape_pre_pool
+
+        b, n, _ = x.shape
+        qkv = attn.qkv(x).reshape(b, n, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+        q, v = qkv[0], qkv[2]
+        pooled = []
+        for t, pool, norm in ((q, attn.pool_q, attn.norm_q), (v, attn.pool_v, attn.norm_v)):
+            t, tok = reshape_pre_pool(t, args[1], attn.has_cls_token)
+            pooled.append(norm(reshape_post_pool(pool(t), attn.num_heads, tok)[0]))
+        out = pattern @ pooled[1] + (pooled[0] if attn.residual_pooling else 0)
+        return attn.proj(out.transpose(1, 2).reshape(b, -1, attn.dim_out))
+    b, n, _ = x.shape  # hiera
+    heads, hd = attn.heads, attn.head_dim
+    windows = n // (attn.q_stride * attn.window_size)
+    v = attn.qkv(x).reshape(b, -1, windows, 3, heads, hd).permute(3, 0, 4, 2, 1, 5)[2]
+    return attn.proj((pattern @ v).transpose(1, 3).reshape(b, -1, attn.dim_out))
+
+
+def test_convit_gate_mixes_content_and_position():
+    model, x = family("convit")
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names="blocks.0.attn.hook_*")
+    gate = cache["blocks.0.attn.hook_gate"][None, :, None, None]
+    mixed = (1 - gate) * cache["blocks.0.attn.hook_content_pattern"]
+    mixed = mixed + gate * cache["blocks.0.attn.hook_position_pattern"]
+    torch.testing.assert_close(
+        mixed / mixed.sum(-1, keepdim=True), cache["blocks.0.attn.hook_pattern"]
+    )
+
+
+def test_hierarchical_models_name_their_stage_grids():
+    model, x = family("swin_transformer")
+    hm = vk.HookedModel(model)
+    grids = [
+        hm.token_layout(x.shape[-2:], f"layers.{s}.blocks.0.hook_resid_post").grid for s in range(4)
+    ]
+    assert grids == [(28, 28), (14, 14), (7, 7), (4, 4)]
+    with pytest.raises(ValueError, match=r"layers 0\.\.1: 0 prefix \+ 28x28 patches"):
+        vk.attention(model, x)
+    assert vk.analysis.stage_layers(model, x.shape[-2:]) == [6, 7]
+    with pytest.raises(ValueError, match="patch merging"):
+        vk.rollout(model, x)
+
+
+def test_hiera_refuses_a_grid_for_unrolled_tokens():
+    model, x = family("hiera")
+    hm = vk.HookedModel(model)
+    with pytest.raises(ValueError, match="unrolled order"):
+        hm.token_layout(x.shape[-2:], "blocks.0.hook_resid_post")
+    with pytest.raises(ValueError, match="unrolled"):
+        vk.gradcam(model, x, layer="blocks.0.hook_resid_post")
+    assert vk.gradcam(model, x).maps.shape == (2, 7, 7)  # the raster last stage
+
+
+def test_derived_values_are_read_only():
+    model, x = family("beit")
+    hm = vk.HookedModel(model)
+    with (
+        pytest.raises(ValueError, match="derived"),
+        hm.hooks(fwd={"blocks.0.attn.hook_pos_bias": lambda t, name: t + 1}),
+    ):
+        hm(x)
+    with pytest.raises(ValueError, match="no gradient"):
+        hm.run_with_cache(x, names="blocks.0.attn.hook_pos_bias", grads=True)
+
+
+def test_naflex_patch_dicts_are_refused():
+    model, x = family("naflexvit")
+    with pytest.raises(TypeError, match="image batch tensor"):
+        vk.attention(model, {"patches": x})
+
+
+@pytest.mark.parametrize("key", ADAPTED)
+def test_hook_names_snapshot(key):
+    model, _ = family(key)
+    names = vk.HookedModel(model).hook_names()
+    path = SNAPSHOTS / "families" / f"{key}.txt"
+    if os.environ.get("VIZKIT_UPDATE_SNAPSHOTS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("\n".join(names) + "\n")
+    assert names == path.read_text().splitlines()

@@ -1,0 +1,358 @@
+"""Which analysis works on which timm family: run every analysis on one small representative of
+each timm model module and record whether it works or is refused, and why.
+
+`vizkit coverage --out docs/coverage.md` writes the table; ``tests/test_coverage.py`` runs the same
+walk and fails when a family regresses or timm gains a module the table does not cover.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import timm
+import torch
+from timm.models import _registry
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from . import analysis
+from .hooks import HookedModel
+from .hooks.layout import covers
+
+__all__ = [
+    "ANALYSES",
+    "FAMILIES",
+    "CoverageRow",
+    "Representative",
+    "coverage_markdown",
+    "run_coverage",
+    "timm_families",
+]
+
+
+@dataclass(frozen=True)
+class Representative:
+    """One small model of a family: a timm name, constructor overrides that shrink it (depth,
+    width), and the image side it runs at."""
+
+    model: str
+    size: int = 64
+    kwargs: dict = field(default_factory=dict)
+
+
+_SMALL_VIT = {"depth": 2, "embed_dim": 64, "num_heads": 2}
+
+# timm model module -> its representative (transformer families first in mind: kwargs keep each
+# one's mechanism, e.g. window sizes and stage counts, while cutting depth and width)
+FAMILIES: dict[str, Representative] = {
+    "beit": Representative("beit_base_patch16_224", 64, {"img_size": 64, **_SMALL_VIT}),
+    "byoanet": Representative("lambda_resnet26t", 64),
+    "byobnet": Representative("test_byobnet", 64),
+    "cait": Representative("cait_xxs24_224", 64, {"img_size": 64, **_SMALL_VIT}),
+    "coat": Representative("coat_lite_tiny", 64, {"img_size": 64}),
+    "convit": Representative(
+        "convit_tiny", 64, {"img_size": 64, "depth": 3, "local_up_to_layer": 2}
+    ),
+    "convmixer": Representative("convmixer_768_32", 64),
+    "convnext": Representative("test_convnext", 64),
+    "cpubone": Representative("cpubone_nano", 64),
+    "crossvit": Representative("crossvit_tiny_240", 240, {"depth": [[1, 1, 0]] * 3}),
+    "csatv2": Representative("csatv2", 64),
+    "cspnet": Representative("cs3darknet_focus_s", 64),
+    "cspnext": Representative("cspnext_tiny", 64),
+    "davit": Representative("davit_tiny", 64, {"depths": (1, 1, 1, 1)}),
+    "deepseek_vit": Representative("deepseek_vit_412m", 56, {"img_size": 56, "depth": 2}),
+    "deit": Representative("deit_tiny_distilled_patch16_224", 64, {"img_size": 64, **_SMALL_VIT}),
+    "densenet": Representative("densenet121", 64),
+    "dla": Representative("dla46x_c", 64),
+    "dpn": Representative("dpn48b", 64),
+    "edgenext": Representative("edgenext_xx_small", 64),
+    "efficientformer": Representative("efficientformer_l1", 224),
+    "efficientformer_v2": Representative("efficientformerv2_s0", 64, {"img_size": 64}),
+    "efficientnet": Representative("test_efficientnet", 64),
+    "efficientvim": Representative("efficientvim_m1", 64),
+    "efficientvit_mit": Representative("efficientvit_b0", 64),
+    "efficientvit_msra": Representative("efficientvit_m0", 64, {"img_size": 64}),
+    "eva": Representative("eva02_tiny_patch14_224", 56, {"img_size": 56, **_SMALL_VIT}),
+    "fasternet": Representative("fasternet_t0", 64),
+    "fastvit": Representative("fastvit_t8", 64),
+    "focalnet": Representative("focalnet_tiny_srf", 64),
+    "gcvit": Representative("gcvit_xxtiny", 64, {"img_size": 64}),
+    "gemma4_vit": Representative("gemma4_vit_167m", 64, {"img_size": 64, "depth": 2}),
+    "ghostnet": Representative("ghostnet_050", 64),
+    "hardcorenas": Representative("hardcorenas_b", 64),
+    "hgnet": Representative("hgnetv2_b0", 64),
+    "hiera": Representative("hiera_tiny_224", 224, {"stages": (1, 1, 1, 1)}),
+    "hieradet_sam2": Representative("hieradet_small", 64),
+    "hrnet": Representative("hrnet_w18_small", 64),
+    "iformer": Representative("iformer_t", 64),
+    "inception_next": Representative("inception_next_atto", 64),
+    "inception_resnet_v2": Representative("inception_resnet_v2", 96),
+    "inception_v3": Representative("inception_v3", 96),
+    "inception_v4": Representative("inception_v4", 96),
+    "lcnetv2": Representative("lcnetv2_small", 64),
+    "levit": Representative("levit_128s", 128, {"img_size": 128}),
+    "lowformer": Representative("lowformer_b0", 64),
+    "mambaout": Representative("test_mambaout", 64),
+    "maxxvit": Representative("maxvit_tiny_tf_224", 64, {"img_size": 64, "depths": (1, 1, 1, 1)}),
+    "metaformer": Representative("caformer_s18", 64),
+    "mlp_mixer": Representative("gmlp_ti16_224", 64, {"img_size": 64}),
+    "mobilenetv3": Representative("mobilenetv3_small_050", 64),
+    "mobilenetv5": Representative("mobilenetv5_base", 64),
+    "mobilevit": Representative("mobilevit_xxs", 64),
+    "mvitv2": Representative("mvitv2_tiny", 64, {"img_size": 64}),
+    "naflexvit": Representative("naflexvit_base_patch16_gap", 64, _SMALL_VIT),
+    "nasnet": Representative("nasnetalarge", 96),
+    "nest": Representative("nest_tiny", 64, {"img_size": 64}),
+    "nextvit": Representative("nextvit_small", 64),
+    "nfnet": Representative("test_nfnet", 64),
+    "pit": Representative("pit_ti_224", 64, {"img_size": 64}),
+    "pnasnet": Representative("pnasnet5large", 96),
+    "pvt_v2": Representative("pvt_v2_b0", 64),
+    "qwen3_vit": Representative("qwen3_vit_88m", 64, {"img_size": 64, "depth": 2}),
+    "rdnet": Representative("rdnet_tiny", 64),
+    "regnet": Representative("regnetx_002", 64),
+    "repghost": Representative("repghostnet_050", 64),
+    "repvit": Representative("repvit_m1", 64),
+    "res2net": Representative("res2next50", 64),
+    "resnest": Representative("resnest14d", 64),
+    "resnet": Representative("test_resnet", 64),
+    "resnetv2": Representative("resnetv2_18", 64),
+    "rexnet": Representative("rexnet_100", 64),
+    "selecsls": Representative("selecsls42", 64),
+    "senet": Representative("legacy_seresnet18", 64),
+    "sequencer": Representative("sequencer2d_s", 64, {"layers": (1, 1, 1, 1)}),
+    "shvit": Representative("shvit_s1", 64),
+    "sknet": Representative("skresnet18", 64),
+    "starnet": Representative("starnet_s050", 64),
+    "swiftformer": Representative("swiftformer_xs", 64),
+    "swin_transformer": Representative(
+        "swin_tiny_patch4_window7_224", 112, {"img_size": 112, "depths": (2, 2, 2, 2)}
+    ),
+    "swin_transformer_v2": Representative(
+        "swinv2_tiny_window8_256", 128, {"img_size": 128, "window_size": 4, "depths": (2, 2, 2, 2)}
+    ),
+    "swin_transformer_v2_cr": Representative(
+        "swinv2_cr_tiny_224", 112, {"img_size": 112, "depths": (1, 1, 1, 1)}
+    ),
+    "tiny_vit": Representative("tiny_vit_5m_224", 64),
+    "tnt": Representative("tnt_s_legacy_patch16_224", 64, {"img_size": 64, "depth": 2}),
+    "tresnet": Representative("tresnet_m", 64),
+    "twins": Representative("twins_svt_small", 224, {"depths": (2, 2, 2, 2)}),
+    "vgg": Representative("vgg11", 64),
+    "visformer": Representative("visformer_tiny", 64, {"img_size": 64}),
+    "vision_transformer": Representative(
+        "vit_base_patch16_siglip_224", 64, {"img_size": 64, **_SMALL_VIT}
+    ),
+    "vision_transformer_hybrid": Representative("vit_tiny_r_s16_p8_224", 64, {"img_size": 64}),
+    "vision_transformer_relpos": Representative("test_vit_relpos", 64, {"img_size": 64}),
+    "vision_transformer_sam": Representative(
+        "samvit_base_patch16_224", 64, {"img_size": 64, **_SMALL_VIT}
+    ),
+    "vitamin": Representative("vitamin_small_224", 64, {"img_size": 64}),
+    "volo": Representative("volo_d1_224", 64, {"img_size": 64}),
+    "vovnet": Representative("ese_vovnet19b_slim_dw", 64),
+    "xception": Representative("legacy_xception", 96),
+    "xception_aligned": Representative("xception41p", 96),
+    "xcit": Representative("xcit_nano_12_p16_224", 64, {"img_size": 64, "depth": 2}),
+    # vizkit's own models (timm-registered): the four papers' mechanisms
+    "cait_variants": Representative("vizkit_cait_tiny_ca2", 32),
+    "masked_vit": Representative("vizkit_gmm_vit_tiny", 32),
+    "refined_vit": Representative("vizkit_refined_vit_tiny", 32),
+    "sot_vit": Representative("vizkit_sot_micro", 32),
+}
+
+
+def timm_families() -> list[str]:
+    """Every model module timm registers models from (its families and vizkit's), sorted."""
+    return sorted(_registry.list_modules())
+
+
+def _images(model: nn.Module, size: int, batch: int = 4) -> Tensor:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(batch, 3, size, size, generator=generator)
+
+
+def _attention(model, x):
+    result = analysis.attention(model, x, layers=analysis.stage_layers(model, x.shape[-2:]))
+    return f"{len(result.layers)} layers, {tuple(result.patterns.shape[-2:])}"
+
+
+def _stats(model, x):
+    result = analysis.attention(model, x, layers=analysis.stage_layers(model, x.shape[-2:]))
+    stats = result.stats()
+    if not all(torch.isfinite(v).all() for v in stats.values()):
+        raise AssertionError("non-finite attention statistics")
+    return f"{len(stats)} statistics"
+
+
+def _map(fn: Callable) -> Callable:
+    """Run a saliency method and check its map covers the image (never a wrong shape)."""
+
+    def run(model, x):
+        result = fn(model, x)
+        b, h, w = result.maps.shape
+        if b != len(x) or not covers(h, w, tuple(x.shape[-2:])):
+            raise AssertionError(f"map of shape {tuple(result.maps.shape)} for {tuple(x.shape)}")
+        if not torch.isfinite(result.maps).all():
+            raise AssertionError("non-finite map")
+        return f"{h}x{w}"
+
+    return run
+
+
+def _cka(model, x):
+    result = analysis.cka_matrix(model, x, batch_size=len(x), progress=False)
+    if not torch.isfinite(result.matrix).all():
+        raise AssertionError("non-finite CKA")
+    return f"{len(result.layers_a)} layers"
+
+
+def _residual_ratios(model, x):
+    result = analysis.residual_ratios(model, x)
+    return f"{len(result.layers)} blocks"
+
+
+def _explorer(model, x):
+    from .widgets import AttentionExplorer
+
+    explorer = AttentionExplorer(model.model, x[:2])
+    return f"{explorer.layer.max + 1} layers"
+
+
+ANALYSES: dict[str, Callable[[nn.Module, Tensor], str]] = {
+    "attention": _attention,
+    "attention_stats": _stats,
+    "rollout": _map(lambda m, x: analysis.rollout(m, x)),
+    "grad_rollout": _map(lambda m, x: analysis.grad_rollout(m, x)),
+    "class_attention": _map(lambda m, x: analysis.class_attention(m, x)),
+    "gradcam": _map(lambda m, x: analysis.gradcam(m, x)),
+    "cka_matrix": _cka,
+    "residual_ratios": _residual_ratios,
+    "explorer": _explorer,
+}
+
+
+@dataclass
+class CoverageRow:
+    """One family's results.
+
+    Attributes:
+        family: timm model module; model: the representative; cls: its class name.
+        maps: attention maps by kind, e.g. {"self": 12, "position": 12}.
+        results: analysis -> ("works", detail) | ("refused", reason) | ("error", message).
+        seconds: time for the whole row.
+    """
+
+    family: str
+    model: str
+    cls: str
+    maps: dict[str, int]
+    results: dict[str, tuple[str, str]]
+    seconds: float
+
+
+def run_coverage(families: list[str] | None = None, progress: bool = True) -> list[CoverageRow]:
+    """Run every analysis of `ANALYSES` on each family's representative (random weights, four
+    random images, eval mode). A ValueError or TypeError is a refusal; anything else (or a map
+    that cannot cover the image) is an error."""
+    rows = []
+    for family in tqdm(families or timm_families(), desc="coverage", disable=not progress):
+        rows.append(_run_family(family))
+    return rows
+
+
+def _run_family(family: str) -> CoverageRow:
+    start = time.perf_counter()
+    rep = FAMILIES.get(family)
+    if rep is None:
+        return CoverageRow(family, "", "", {}, {}, 0.0)
+    torch.manual_seed(0)
+    model = timm.create_model(rep.model, pretrained=False, **rep.kwargs).eval()
+    hm = HookedModel(model)
+    maps: dict[str, int] = {}
+    for name in hm.hook_names():
+        kind = hm.tap(name).kind or ("self" if name.endswith(".attn.hook_pattern") else "")
+        if kind:  # (vizkit's own layers declare their maps as HookPoints)
+            maps[kind] = maps.get(kind, 0) + 1
+    x = _images(model, rep.size)
+    results = {}
+    for name, run in ANALYSES.items():
+        results[name] = _outcome(run, hm, x)
+    return CoverageRow(family, rep.model, type(model).__name__, maps, results,
+                       time.perf_counter() - start)  # fmt: skip
+
+
+def _outcome(run: Callable, hm: HookedModel, x: Tensor) -> tuple[str, str]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return "works", run(hm, x)
+    except (ValueError, TypeError) as refusal:
+        return "refused", _first_sentence(str(refusal))
+    except Exception as error:  # noqa: BLE001 - recorded as a failure of the table
+        return "error", f"{type(error).__name__}: {_first_sentence(str(error))}"
+
+
+def _first_sentence(message: str) -> str:
+    message = " ".join(message.split())
+    end = _SENTENCE_END.search(message)
+    return message if end is None else message[: end.start() + 1]
+
+
+_SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\. ")
+
+
+def coverage_markdown(rows: list[CoverageRow]) -> str:
+    """The table as Markdown: one row per family, ✓ or a numbered refusal per analysis, the
+    refusal reasons listed below, and the totals."""
+    names = list(ANALYSES)
+    reasons: list[str] = []
+    lines = [
+        "| family (timm module) | class | representative | maps | " + " | ".join(names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
+    ]
+    for row in rows:
+        cells = []
+        for name in names:
+            status, text = row.results.get(name, ("missing", ""))
+            text = text.replace(row.cls, "the model") if row.cls else text
+            text = text[:1].upper() + text[1:]
+            if status == "works":
+                cells.append("✓")
+            else:
+                key = f"{'ERROR ' if status == 'error' else ''}{text}"
+                if key not in reasons:
+                    reasons.append(key)
+                cells.append(
+                    f"{'**error** ' if status == 'error' else ''}✗{reasons.index(key) + 1}"
+                )
+        kinds = ", ".join(f"{k} {n}" for k, n in row.maps.items()) or "none"
+        lines.append(
+            f"| {row.family} | {row.cls} | `{row.model}` | {kinds} | " + " | ".join(cells) + " |"
+        )
+    works = {n: sum(r.results.get(n, ("",))[0] == "works" for r in rows) for n in names}
+    errors = sum(s == "error" for r in rows for s, _ in r.results.values())
+    named = sum(1 for r in rows if any(k in r.maps for k in ("self", "window", "unrolled")))
+    total = (
+        f"{len(rows)} timm families; {named} with named attention maps; works per analysis: "
+        + ", ".join(f"{n} {c}" for n, c in works.items())
+        + f"; errors: {errors}."
+    )
+    notes = [f"{i + 1}. {reason}" for i, reason in enumerate(reasons)]
+    return "\n".join([_HEADER, total, "", *lines, "", "Refusals:", "", *notes, ""])
+
+
+_HEADER = """# Coverage: which analysis works on which timm family
+
+Generated by `vizkit coverage --out docs/coverage.md` (do not edit by hand); checked by
+`tests/test_coverage.py`. One small representative per timm model module (random weights, four
+random images, eval mode); ✓ works, ✗n is refused with reason n below (a ValueError that says why
+and what to use instead). "maps" counts the named attention maps by kind (see
+`vizkit.hooks.taps.PATTERN_KINDS`). Hierarchical models are analysed on their last stage where an
+analysis needs one token grid.
+"""
