@@ -1,8 +1,10 @@
 """Attention capture cost, side by side in one run, as ratios to the plain fused forward.
 
-deit_small_patch16_224 (random weights), batch 16, 224 px, under torch.inference_mode:
-  plain     the model's forward, timm's default fused attention on
-  vizkit    HookedModel.run_with_cache(x, names="blocks.*.attn.hook_pattern")
+Per model (default: deit_small_patch16_224, eva02_small_patch14_224 (RoPE) and
+swin_tiny_patch4_window7_224 (window maps); random weights), batch 16, 224 px, under
+torch.inference_mode:
+  plain     the model's forward, timm's default attention (fused where timm fuses it)
+  vizkit    HookedModel.run_with_cache(x, names="*.attn.hook_pattern"), every block's map
   timm      timm.utils.AttentionExtract(method="hook") on a copy with fused attention off
 
 Each round runs the three methods in turn (order rotated every round, so drift hits them alike);
@@ -11,7 +13,7 @@ state. Interleaving single calls instead measures the allocator state the previo
 behind: the retained maps (12 x 15 MB per forward here) cost page faults whose number depends on
 glibc's dynamic mmap/trim thresholds, i.e. on history (seen here: the same code at 1.06x-1.39x).
 Reported: the median over rounds, as a ratio to the plain forward.
-Usage: python benchmarks/capture.py [--batch 16] [--repeats 5] [--device cpu]
+Usage: python benchmarks/capture.py [--models a,b] [--batch 16] [--repeats 5] [--device cpu]
 """
 
 from __future__ import annotations
@@ -19,34 +21,44 @@ from __future__ import annotations
 import copy
 
 import torch
-from timing import deit_setup, header, print_table, rotated_rounds
+from timing import build, header, parse_args, print_table, rotated_rounds
 from timm.utils import AttentionExtract
 
 import vizkit as vk
 
+MODELS = "deit_small_patch16_224,eva02_small_patch14_224,swin_tiny_patch4_window7_224"
+
 
 def main() -> None:
-    args, model, x = deit_setup(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], models=MODELS)
+    for name in args.models.split(","):
+        model, x = build(name, args)
+        measure(args, name, model, x)
+
+
+def measure(args, name: str, model, x) -> None:
     hm = vk.HookedModel(model)
+    names = [n for n in hm.hook_names() if n.endswith(".attn.hook_pattern")]
     unfused = copy.deepcopy(model)
     for m in unfused.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False
-    extractor = AttentionExtract(unfused, names=["blocks.*.attn.attn_drop"], method="hook")
+    extractor = AttentionExtract(unfused, names=["*attn.attn_drop"], method="hook")
 
     runs = {
         "plain": lambda: model(x),
-        "vizkit": lambda: hm.run_with_cache(x, names="blocks.*.attn.hook_pattern"),
+        "vizkit": lambda: hm.run_with_cache(x, names=names),
         "timm": lambda: extractor(x),
     }
     with torch.inference_mode():
         _, cache = runs["vizkit"]()
-        assert len(cache) == len(model.blocks), "vizkit captured the wrong number of maps"
-        assert len(runs["timm"]()) == len(model.blocks), "AttentionExtract captured nothing"
+        assert len(cache) == len(names), "vizkit captured the wrong number of maps"
+        assert len(runs["timm"]()) == len(names), "AttentionExtract read other modules"
         times, faults = rotated_rounds(runs, args.repeats, args.device)
 
-    print(header(args))
+    print(header(args, model=name))
     print_table(times, faults, "plain")
+    print()
 
 
 if __name__ == "__main__":

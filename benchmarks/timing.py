@@ -14,25 +14,37 @@ from torch import nn
 import vizkit as vk
 
 
-def deit_setup(description: str) -> tuple[argparse.Namespace, nn.Module, torch.Tensor]:
-    """The benchmarks' common command line (--model, --batch, --repeats, --device), the model
-    (random weights, eval, on the device) and a seeded batch of 224 px images."""
+def parse_args(description: str, **defaults: str) -> argparse.Namespace:
+    """The benchmarks' common command line: --model (or --models), --batch, --repeats, --device."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", default="deit_small_patch16_224")
+    if "models" in defaults:
+        parser.add_argument("--models", default=defaults["models"], help="comma-separated")
+    else:
+        parser.add_argument("--model", default="deit_small_patch16_224")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def build(name: str, args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor]:
+    """The model (random weights, eval, on the device) and a seeded batch of 224 px images."""
     torch.manual_seed(0)
-    model = vk.create_model(args.model).eval().to(args.device)
+    model = vk.create_model(name).eval().to(args.device)
     x = torch.randn(args.batch, 3, 224, 224, device=args.device)
-    return args, model, x
+    return model, x
 
 
-def header(args: argparse.Namespace, extra: str = "") -> str:
+def deit_setup(description: str) -> tuple[argparse.Namespace, nn.Module, torch.Tensor]:
+    """`parse_args` and `build` for the one-model benchmarks."""
+    args = parse_args(description)
+    return (args, *build(args.model, args))
+
+
+def header(args: argparse.Namespace, extra: str = "", model: str | None = None) -> str:
     """One line naming the model, batch, device, threads and torch version of a run."""
     return (
-        f"{args.model}, batch {args.batch}, 224 px, {args.device}, "
+        f"{model or args.model}, batch {args.batch}, 224 px, {args.device}, "
         f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of "
         f"{args.repeats} rounds{extra}"
     )

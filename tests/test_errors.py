@@ -73,8 +73,11 @@ def test_bad_replacements_and_outputs():
         def forward(self, x):
             return self.pair(x)[0].mean()
 
+    hm = vk.HookedModel(TupleOut())
     with pytest.raises(TypeError, match="'pair' gave a tuple, not a tensor"):
-        vk.HookedModel(TupleOut()).run_with_cache(torch.randn(1, 3, 4, 4), names="*")
+        hm.run_with_cache(torch.randn(1, 3, 4, 4), names="pair.hook_out")
+    with pytest.raises(TypeError, match=r"\['pair.hook_out'\] gave tuples or lists"):
+        hm.run_with_cache(torch.randn(1, 3, 4, 4), names="*")
 
 
 def test_in_place_change_after_capture_is_caught():

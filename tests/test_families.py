@@ -262,17 +262,25 @@ def test_attention_pool_map_reproduces_the_head():
     assert result.options["stage"] == "pooling-head" and result.maps.shape == (2, 4, 4)
 
 
-@pytest.mark.parametrize(("key", "name"), [
-    ("levit", "stages.0.blocks.0.attn"),
-    ("levit", "stages.1.downsample.attn_downsample"),
-    ("mvitv2", "stages.1.blocks.0.attn"),
-    ("hiera", "blocks.1.attn"),
+@pytest.mark.parametrize(("key", "cls"), [
+    ("levit", "Attention"),
+    ("levit", "AttentionDownsample"),
+    ("mvitv2", "MultiScaleAttention"),
+    ("hiera", "MaskUnitAttention"),
+    ("tiny_vit", "Attention"),
+    ("efficientformer", "Attention"),
+    ("hieradet_sam2", "MultiScaleAttention"),
 ])  # fmt: skip
-def test_recomputed_maps_reproduce_the_module_output(key, name):
-    """LeViT, MViTv2 and Hiera never hand their map to a module; the recomputed map times the
-    values must give the attention module's own output."""
+def test_recomputed_maps_reproduce_the_module_output(key, cls):
+    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer and SAM2's Hiera never hand their map to
+    a module; the recomputed map times the values must give the attention module's output."""
     model, x = family(key)
     hm = vk.HookedModel(model)
+    name = next(
+        n
+        for n, m in model.named_modules()
+        if type(m).__name__ == cls and f"{n}.hook_pattern" in hm.hook_names()
+    )
     attn = model.get_submodule(name)
     seen = {}
     handle = attn.register_forward_hook(lambda m, a, o: seen.update(args=a, out=o))
@@ -307,6 +315,16 @@ def _apply_map(key, attn, pattern, args):
             pooled.append(norm(reshape_post_pool(pool(t), attn.num_heads, tok)[0]))
         out = pattern @ pooled[1] + (pooled[0] if attn.residual_pooling else 0)
         return attn.proj(out.transpose(1, 2).reshape(b, -1, attn.dim_out))
+    if key in ("tiny_vit", "efficientformer"):
+        x = attn.norm(x) if hasattr(attn, "norm") else x
+        b, n, _ = x.shape
+        v = attn.qkv(x).view(b, n, attn.num_heads, -1)[..., 2 * attn.key_dim :].transpose(1, 2)
+        return attn.proj((pattern @ v).transpose(1, 2).reshape(b, n, -1))
+    if key == "hieradet_sam2":
+        b, h, w, _ = x.shape
+        v = attn.qkv(x).reshape(b, h * w, 3, attn.num_heads, -1)[:, :, 2].transpose(1, 2)
+        side = int(pattern.shape[-2] ** 0.5)
+        return attn.proj((pattern @ v).transpose(1, 2).reshape(b, side, side, -1))
     b, n, _ = x.shape  # hiera
     heads, hd = attn.heads, attn.head_dim
     windows = n // (attn.q_stride * attn.window_size)
@@ -378,3 +396,23 @@ def test_hook_names_snapshot(key):
         path.parent.mkdir(exist_ok=True)
         path.write_text("\n".join(names) + "\n")
     assert names == path.read_text().splitlines()
+
+
+@pytest.mark.parametrize("key", ["swin_transformer", "eva", "vision_transformer"])
+def test_report_sections_run_or_say_why(key):
+    """Every report section builds on the family or raises NotApplicable with its reason."""
+    from vizkit.report import ReportInputs
+    from vizkit.report.sections import SECTIONS, NotApplicable
+
+    model, x = family(key)
+    inputs = ReportInputs(key, model, {}, x, "two random images")
+    built, skipped = [], {}
+    for name, build in SECTIONS.items():
+        try:
+            built.append(build(inputs))
+        except NotApplicable as reason:
+            skipped[name] = str(reason)
+    titles = [section.title for section in built]
+    for expected in ("Attention", "Saliency methods compared", "Residual-norm ratios"):
+        assert expected in titles, (expected, skipped)
+    assert all(reason for reason in skipped.values())

@@ -48,10 +48,18 @@ of ``cls_attn_blocks.{j}``.
 from __future__ import annotations
 
 from timm.layers import AttentionPoolLatent
-from timm.models import crossvit, levit
+from timm.models import (
+    crossvit,
+    efficientformer,
+    efficientformer_v2,
+    hieradet_sam2,
+    levit,
+    tiny_vit,
+)
 from torch import nn
 
 from .blocks import attention_taps, block_taps
+from .derived import biased_attention_pattern, pooled_query_pattern
 from .families import family_layout
 from .hook_point import HookPoint
 from .taps import Tap
@@ -133,6 +141,15 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
     analyses that need it refuse)."""
     taps = []
     for name, module in model.named_modules():
+        if type(module) in _RECOMPUTED_UNPLACED:
+            compute = _RECOMPUTED_UNPLACED[type(module)]
+            taps.append(Tap(f"{name}.hook_pattern", name, compute=compute, kind="unplaced",
+                            shape="as computed"))  # fmt: skip
+            continue
+        if isinstance(module, efficientformer_v2.Attention2d):  # talking heads: the softmax
+            taps.append(Tap(f"{name}.hook_pattern", f"{name}.talking_head2", site="input",
+                            kind="unplaced", shape="B H N N"))  # fmt: skip
+            continue
         if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj")):
             continue
         site = next(
@@ -148,6 +165,13 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
             )  # fmt: skip
     return taps
 
+
+# maps of families without an adapter that no module hands on: recomputed from the input
+_RECOMPUTED_UNPLACED = {
+    tiny_vit.Attention: biased_attention_pattern,
+    efficientformer.Attention: biased_attention_pattern,
+    hieradet_sam2.MultiScaleAttention: pooled_query_pattern,
+}
 
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the
 # prefix tokens), CrossViT's fusion of the branches, LeViT's downsampling attention

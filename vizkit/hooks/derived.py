@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "attention_pool_pattern",
+    "biased_attention_pattern",
     "gpsa_content_pattern",
     "gpsa_gate",
     "gpsa_position_pattern",
@@ -22,6 +23,7 @@ __all__ = [
     "levit_bias",
     "levit_pattern",
     "mvit_pattern",
+    "pooled_query_pattern",
     "position_bias",
 ]
 
@@ -189,4 +191,29 @@ def hiera_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Te
         q, k = attn.qkv(x).reshape(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)[:2]
         if stride > 1:
             q = q.view(batch, heads, stride, -1, head_dim).amax(dim=2)
+    return ((q * attn.scale) @ k.transpose(-1, -2)).softmax(-1)
+
+
+def biased_attention_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, N, N): softmax(q k^T scale + learned attention biases) of TinyViT's (after its
+    input norm) and EfficientFormer's attention, as their forwards compute it."""
+    x = args[0]
+    x = attn.norm(x) if hasattr(attn, "norm") else x
+    batch, tokens, _ = x.shape
+    qkv = attn.qkv(x).view(batch, tokens, attn.num_heads, -1).transpose(1, 2)
+    q, k = qkv[..., : attn.key_dim], qkv[..., attn.key_dim : 2 * attn.key_dim]
+    logits = (q @ k.transpose(-2, -1)) * attn.scale
+    return (logits + attn.get_attention_biases(x.device)).softmax(-1)
+
+
+def pooled_query_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, Nq, N): SAM2 Hiera's (``hieradet_sam2``) attention on a (B, h, w, C) map, queries
+    max-pooled where the block downsamples."""
+    x = args[0]
+    batch, height, width, _ = x.shape
+    q, k, _ = attn.qkv(x).reshape(batch, height * width, 3, attn.num_heads, -1).unbind(2)
+    if attn.q_pool is not None:
+        q = attn.q_pool(q.reshape(batch, height, width, -1).permute(0, 3, 1, 2))
+        q = q.permute(0, 2, 3, 1).reshape(batch, -1, attn.num_heads, k.shape[-1])
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     return ((q * attn.scale) @ k.transpose(-1, -2)).softmax(-1)

@@ -46,6 +46,7 @@ class _Run:
     used: dict[str, Tensor] = field(default_factory=dict)  # the tensors the forward went on with
     fired: Counter = field(default_factory=Counter)
     explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
+    non_tensor: set[str] = field(default_factory=set)  # pattern matches that gave no tensor
 
     def names(self) -> set[str]:
         return set(self.fwd) | set(self.bwd) | self.record
@@ -137,7 +138,7 @@ class HookedModel:
             )
         with self._attached(run):
             yield self
-        _require_fired(list(run.fwd), run.fired, explicit)
+        _require_fired(list(run.fwd), run.fired, explicit, run.non_tensor)
 
     def run_with_cache(
         self,
@@ -190,7 +191,7 @@ class HookedModel:
             x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
         with self._attached(run), torch.enable_grad() if grads else nullcontext():
             output = self.model(x, **forward_kwargs)
-            chosen = _require_fired(chosen, run.fired, explicit)
+            chosen = _require_fired(chosen, run.fired, explicit, run.non_tensor)
             self._check_captures(run)
             grad_values = self._gradients(run, chosen, output, target) if grads else {}
         data: dict[str, Tensor] = {}
@@ -287,7 +288,8 @@ class HookedModel:
         ``readonly``: a derived value, which no hook may replace."""
         if not isinstance(raw, Tensor):
             if tap.name not in run.explicit and tap.name.endswith(".hook_out"):
-                return raw  # matched by a pattern: skipped, reported as not fired
+                run.non_tensor.add(tap.name)  # matched by a pattern: skipped, not fired
+                return raw
             raise TypeError(
                 f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a "
                 "tensor; vizkit hooks tensors only. Hook a submodule instead."
@@ -359,10 +361,18 @@ def _has_class_token(model: nn.Module) -> bool:
     return any(name.split(".")[-1].startswith("cls_token") for name, _ in model.named_parameters())
 
 
-def _require_fired(chosen: list[str], fired: Counter, explicit: set[str]) -> list[str]:
+def _require_fired(
+    chosen: list[str], fired: Counter, explicit: set[str], non_tensor: set[str] = frozenset()
+) -> list[str]:
     """The chosen names that fired. Raise if a name asked for literally (or every name) did not
-    fire; warn about pattern matches that did not (modules off this forward path)."""
+    fire; warn about pattern matches that did not (modules off this forward path, or modules
+    whose output is a tuple or list: ``non_tensor``)."""
     silent = [n for n in chosen if not fired[n]]
+    if silent and len(silent) == len(chosen) and set(silent) <= non_tensor:
+        raise TypeError(
+            f"{silent} gave tuples or lists, not tensors; vizkit hooks tensors only. Hook a "
+            "submodule instead."
+        )
     if silent and (explicit & set(silent) or len(silent) == len(chosen)):
         raise RuntimeError(
             f"Requested hooks did not fire: {silent}. Run the model inside the "

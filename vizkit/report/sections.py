@@ -82,7 +82,10 @@ def attention(r: ReportInputs) -> Section:
 
 def rollout(r: ReportInputs) -> Section:
     _require_self_attention(r)
-    result = analysis.rollout(r.model, r.images, allow_non_stochastic=True)
+    try:
+        result = analysis.rollout(r.model, r.images, allow_non_stochastic=True)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from error
     return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
                      "(of the mean patch without one) through every layer.", result)  # fmt: skip
 

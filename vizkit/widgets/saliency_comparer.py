@@ -70,10 +70,9 @@ class SaliencyComparer(Explorer):
 
 
 def _default_methods(model: nn.Module) -> list[str]:
+    from ..analysis import self_attention_names
     from ..hooks import HookedModel
 
-    names = HookedModel(model).hook_names()
-    attention = (
-        ["rollout", "class_attention"] if any("attn.hook_pattern" in n for n in names) else []
-    )
+    has_attention = bool(self_attention_names(HookedModel(model)))
+    attention = ["rollout", "class_attention"] if has_attention else []
     return [*attention, "gradcam", "integrated_gradients", "random"]

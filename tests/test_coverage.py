@@ -1,0 +1,64 @@
+"""The coverage table (docs/coverage.md) is generated, complete and current: every timm model
+module has a representative, no analysis fails with anything but a clear refusal, and each cell
+of the committed table still holds (a family that regresses turns this red)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vizkit.coverage import ANALYSES, FAMILIES, coverage_markdown, run_coverage, timm_families
+
+TABLE = Path(__file__).parent.parent / "docs" / "coverage.md"
+REGENERATE = "Regenerate with `vizkit coverage --out docs/coverage.md` and review the diff."
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return run_coverage(progress=False)
+
+
+def test_every_timm_family_has_a_representative():
+    missing = sorted(set(timm_families()) - set(FAMILIES))
+    stale = sorted(set(FAMILIES) - set(timm_families()))
+    assert not missing, f"timm model modules without a representative: {missing}"
+    assert not stale, f"representatives of modules timm no longer has: {stale}"
+
+
+def test_no_analysis_fails_without_a_reason(rows):
+    errors = [
+        (r.family, n, text) for r in rows for n, (s, text) in r.results.items() if s == "error"
+    ]
+    assert not errors
+
+
+def test_committed_table_is_current(rows):
+    committed = _cells(TABLE.read_text())
+    current = _cells(coverage_markdown(rows))
+    regressed = [k for k, v in committed.items() if v == "✓" and current.get(k) != "✓"]
+    assert not regressed, f"families that no longer work: {regressed}"
+    changed = {k: (v, current.get(k)) for k, v in committed.items() if current.get(k) != v}
+    assert not changed and committed.keys() == current.keys(), f"{changed}. {REGENERATE}"
+
+
+def test_adapted_transformer_families_work(rows):
+    """The families researchers open most: attention, Grad-CAM, CKA and residual ratios work."""
+    by_family = {r.family: r.results for r in rows}
+    for family in ("vision_transformer", "eva", "beit", "swin_transformer", "swin_transformer_v2",
+                   "deit", "naflexvit", "vision_transformer_relpos"):  # fmt: skip
+        for analysis in ("attention", "gradcam", "cka_matrix", "residual_ratios", "explorer"):
+            assert by_family[family][analysis][0] == "works", (family, analysis)
+
+
+def _cells(markdown: str) -> dict[tuple[str, str], str]:
+    """(family, analysis) -> "✓" or "✗" from the table rows."""
+    cells = {}
+    for line in markdown.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) != 4 + len(ANALYSES) or parts[0] in ("family (timm module)", "---"):
+            continue
+        for name, cell in zip(ANALYSES, parts[4:], strict=True):
+            cells[(parts[0], name)] = "✓" if cell == "✓" else "✗" if re.search("✗", cell) else cell
+    return cells
