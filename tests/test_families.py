@@ -355,7 +355,38 @@ def test_hierarchical_models_name_their_stage_grids():
     with pytest.raises(ValueError, match=r"layers 0\.\.1: 0 prefix \+ 28x28 patches"):
         vk.attention(model, x)
     assert vk.analysis.stage_layers(model, x.shape[-2:]) == [6, 7]
-    with pytest.raises(ValueError, match="patch merging"):
+
+
+def test_swin_rollout_follows_patch_merging():
+    """Rollout across Swin's stages: per layer (A + I) / 2 of the head-mean image-space map, and
+    between stages each merged token the mean of its 2 x 2 sources, written out with loops."""
+    model, x = family("swin_transformer")
+    result = vk.rollout(model, x)
+    joint, grid = None, None
+    for i in range(8):
+        layer = vk.attention(model, x, layers=i)
+        step = layer.patterns[0].double().mean(1)
+        step = step + torch.eye(step.shape[-1], dtype=step.dtype)
+        step = step / step.sum(-1, keepdim=True)
+        if grid is not None and layer.layout.grid != grid:
+            (gh, gw), (mh, mw) = grid, layer.layout.grid
+            merge = torch.zeros(mh * mw, gh * gw, dtype=torch.float64)
+            for r in range(gh):
+                for c in range(gw):  # an odd edge (7 -> 4 here) merges fewer real tokens
+                    sources = min(2, gh - r // 2 * 2) * min(2, gw - c // 2 * 2)
+                    merge[(r // 2) * mw + c // 2, r * gw + c] = 1 / sources
+            joint = merge @ joint
+        joint = step if joint is None else step @ joint
+        grid = layer.layout.grid
+    expected = joint.mean(1).view(2, 28, 28).float()
+    assert result.maps.shape == (2, 28, 28) and result.layout.grid == (28, 28)
+    torch.testing.assert_close(result.maps, expected)
+    torch.testing.assert_close(result.maps.sum((1, 2)), torch.ones(2))
+
+
+def test_rollout_refuses_stages_joined_by_convolutions():
+    model, x = family("pit")
+    with pytest.raises(ValueError, match="convolutions or pooling between stages"):
         vk.rollout(model, x)
 
 

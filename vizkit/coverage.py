@@ -337,9 +337,12 @@ def coverage_markdown(rows: list[CoverageRow]) -> str:
         )
     works = {n: sum(r.results.get(n, ("",))[0] == "works" for r in rows) for n in names}
     errors = sum(s == "error" for r in rows for s, _ in r.results.values())
-    named = sum(1 for r in rows if any(k in r.maps for k in ("self", "window", "unrolled")))
+    adapted = sum(1 for r in rows if set(r.maps) - {"unplaced", "position", "gate"})
+    unplaced = sum(1 for r in rows if set(r.maps) == {"unplaced"})
     total = (
-        f"{len(rows)} timm families; {named} with named attention maps; works per analysis: "
+        f"{len(rows)} timm model modules; {adapted} with an adapter (named blocks and maps), "
+        f"{unplaced} more with maps as captured, {len(rows) - adapted - unplaced} with no "
+        "softmax attention map vizkit reads; works per analysis: "
         + ", ".join(f"{n} {c}" for n, c in works.items())
         + f"; errors: {errors}."
     )

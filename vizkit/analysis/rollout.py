@@ -10,11 +10,14 @@ self-attention product through the class-attention rows (each with the residual 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import explained_classes
+from ..hooks.windows import patch_merge_matrix
 from ._model import (
     applied_attention_names,
     as_hooked,
@@ -103,29 +106,36 @@ def rollout(
         `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the
         patches; for models with an attention-pooling head (SigLIP) and no class token, the
         head's map (latents and heads fused) times the joint attention; otherwise the mean over
-        patch queries. Window attention (Swin, Twins) is rolled out in image space.
+        patch queries. Window attention (Swin, Twins) is rolled out in image space; across
+        Swin's stages each 2 x 2 patch merging passes the mean of its four tokens' relevance
+        on, and the map is the mean over the last stage's tokens on the first stage's grid.
 
     Raises:
         ValueError: models whose tokens also mix through maps rollout cannot multiply (pooled
-            keys, channel attention, cross-attention between branches) or whose stages have
-            different grids (patch merging); non-row-stochastic maps (see above).
+            keys, channel attention, cross-attention between branches) or whose stages are
+            joined by convolutions or pooling (PiT, MViTv2, MaxViT); non-row-stochastic maps.
     """
     if not 0 <= discard_ratio < 1:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
     hm = as_hooked(model)
     x = on_model_device(hm, x)
     names = applied_attention_names(hm)
-    layout = _rollout_layout(hm, names, tuple(x.shape[-2:]), "rollout")
+    layouts = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "rollout")
+    layout = layouts[0]
     ca_names, pool_names = class_attention_names(hm), pooling_attention_names(hm)
     with torch.no_grad():
         _, cache = hm.run_with_cache(x, names=names + ca_names + pool_names)
     joint = None
-    for name in names:
-        pattern = grid_map(hm, name, cache[name], layout)
+    for name, (before, here) in zip(names, pairwise([layouts[0], *layouts]), strict=True):
+        pattern = grid_map(hm, name, cache[name], here)
         fused = _fuse(pattern, name, head_fusion, allow_non_stochastic)
         step = _with_residual(_discard_lowest(fused, discard_ratio))
-        joint = step if joint is None else step @ joint  # (B, N, N)
-    if ca_names:  # CaiT: the class token reads the patches through class attention only
+        if here != before:  # Swin's patch merging between stages
+            joint = patch_merge_matrix(before.grid).to(joint.device) @ joint
+        joint = step if joint is None else step @ joint  # (B, N_here, N_first)
+    if here != layout:  # across stages: the mean over the last stage's tokens
+        relevance = joint.mean(1)
+    elif ca_names:  # CaiT: the class token reads the patches through class attention only
         relevance = _class_token_rollout(cache, ca_names, joint, head_fusion)
         layout = hm.token_layout(tuple(x.shape[-2:]))
     elif pool_names:  # SigLIP: the pooling head's latent reads the tokens last
@@ -147,9 +157,10 @@ def rollout(
     )
 
 
-def _rollout_layout(hm: HookedModel, names: list[str], image_size, method: str):
-    """The one token set rollout multiplies over; refuses models whose token mixing it cannot
-    follow (maps over pooled keys or channels, stages of different grids)."""
+def _rollout_layouts(hm: HookedModel, names: list[str], image_size, method: str) -> list:
+    """The token layout of each map rollout multiplies: one layout, or (Swin) the stage grids
+    joined by 2 x 2 patch merging. Refuses models whose token mixing rollout cannot follow (maps
+    over pooled keys or channels, stages joined by convolutions or pooling)."""
     other = sorted({hm.tap(n).kind for n in hm.hook_names() if hm.tap(n).kind in _UNROLLABLE})
     if other:
         raise ValueError(
@@ -158,11 +169,27 @@ def _rollout_layout(hm: HookedModel, names: list[str], image_size, method: str):
             "(pooled keys or channels), which has no such map; skipping it would give a wrong "
             "answer. Use gradcam(), or attention() for the maps themselves."
         )
-    return common_layout(
+    layouts = [hm.token_layout(image_size, name) for name in names]
+    merges = hm.family is not None and hm.family.merges_patches and method == "rollout"
+    if len(set(layouts)) > 1 and merges and _halving(layouts):
+        return layouts
+    common_layout(
         hm, names, image_size,
-        fix=f"{method} would have to follow the tokens through patch merging or pooling; use "
-        "gradcam(), or attention(layers=[...]) within one stage.",
+        fix=f"{method} would have to follow the tokens through convolutions or pooling between "
+        "stages; use gradcam(), or attention(layers=[...]) within one stage.",
     )  # fmt: skip
+    return layouts
+
+
+def _halving(layouts) -> bool:
+    """Whether each change of grid halves it (rounded up), with no prefix tokens."""
+    steps = [(a, b) for a, b in pairwise(layouts) if a != b]
+    return all(
+        not a.num_prefix_tokens
+        and not b.num_prefix_tokens
+        and b.grid == tuple(-(-g // 2) for g in a.grid)
+        for a, b in steps
+    )
 
 
 _UNROLLABLE = ("pooled", "channel", "cross")
@@ -201,13 +228,14 @@ def grad_rollout(
     hm = as_hooked(model)
     x = on_model_device(hm, x)
     names = applied_attention_names(hm)
-    layout = _rollout_layout(hm, names, tuple(x.shape[-2:]), "grad_rollout")
-    if any(n.endswith(_MIXED) for n in names) or not layout.class_token:
+    last = hm.token_layout(tuple(x.shape[-2:]), names[-1])
+    if any(n.endswith(_MIXED) for n in names) or not last.class_token:
         raise ValueError(
             "grad_rollout needs self-attention over a class token (ViT/DeiT); this model's "
             "class token does not take part in self-attention (CaiT) or it has none. Use "
             "class_attention(), rollout(...) or gradcam()."
         )
+    layout = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "grad_rollout")[0]
     logits, cache = hm.run_with_cache(x, names=names, grads=True, target=target)
     relevance = None
     for name in names:

@@ -60,7 +60,7 @@ from torch import nn
 
 from .blocks import attention_taps, block_taps
 from .derived import biased_attention_pattern, pooled_query_pattern
-from .families import family_layout
+from .families import FamilyLayout, family_layout
 from .hook_point import HookPoint
 from .taps import Tap
 
@@ -69,9 +69,10 @@ __all__ = ["build_taps"]
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict)
 
 
-def build_taps(model: nn.Module) -> list[Tap]:
-    """All taps of ``model`` in module order (inputs before, outputs after a module's children)."""
-    special = _architecture_taps(model)
+def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap]:
+    """All taps of ``model`` in module order (inputs before, outputs after a module's children);
+    ``layout``: its `family_layout`, where the caller has it already."""
+    special = _architecture_taps(model, layout or family_layout(model))
     inputs: dict[str, list[Tap]] = {}
     outputs: dict[str, list[Tap]] = {}
     derived: dict[str, list[Tap]] = {}  # values computed beside a module's output
@@ -103,10 +104,9 @@ def build_taps(model: nn.Module) -> list[Tap]:
     return taps
 
 
-def _architecture_taps(model: nn.Module) -> list[Tap]:
+def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Tap]:
     """Residual and attention taps of every block of a known family, and the attention maps of
     known attention modules outside blocks (SigLIP's pooling head, CrossViT's fusion)."""
-    layout = family_layout(model)
     if layout is None:
         return _unplaced_patterns(model)
     taps: list[Tap] = list(layout.extra)

@@ -65,11 +65,15 @@ class BlockSite:
 
 @dataclass
 class FamilyLayout:
-    """The blocks of a model and the taps outside them (embedding, final norm, stage outputs)."""
+    """The blocks of a model and the taps outside them (embedding, final norm, stage outputs).
+
+    ``merges_patches``: tokens mix between attention layers only through MLPs and 2 x 2 patch
+    merging between stages (Swin), so rollout can follow them across stages."""
 
     family: str
     blocks: list[BlockSite] = field(default_factory=list)
     extra: list[Tap] = field(default_factory=list)
+    merges_patches: bool = False
 
 
 def _embed(path: str = "patch_embed", **layout) -> Tap:
@@ -156,7 +160,7 @@ def _swin(model: nn.Module) -> FamilyLayout:
     extra.append(
         Tap("hook_final_norm", "norm", shape="B Np C", prefix_tokens=0, grid=grid, **nhwc_to_nlc)
     )
-    return FamilyLayout("swin", blocks, extra)
+    return FamilyLayout("swin", blocks, extra, merges_patches=True)
 
 
 def _pit(model: pit.PoolingVisionTransformer) -> FamilyLayout:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from .adapters import build_taps
 from .attention_mode import unfused_attention
 from .cache import ActivationCache
+from .families import family_layout
 from .layout import TokenLayout, token_layout, validate_input
 from .names import (
     NameSpec,
@@ -71,7 +72,8 @@ class HookedModel:
         if not isinstance(model, nn.Module):
             raise TypeError(f"HookedModel wraps a torch.nn.Module; got {type(model).__name__}.")
         self.model = model
-        self._taps = {tap.name: tap for tap in build_taps(model)}
+        self.family = family_layout(model)  # None for families without an adapter
+        self._taps = {tap.name: tap for tap in build_taps(model, self.family)}
         self._names = list(self._taps)
         self._modules = dict(model.named_modules())
 

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["WindowGeometry", "window_geometry", "window_token_index", "windows_to_grid"]
+__all__ = [
+    "WindowGeometry",
+    "patch_merge_matrix",
+    "window_geometry",
+    "window_token_index",
+    "windows_to_grid",
+]
 
 
 @dataclass(frozen=True)
@@ -93,3 +99,16 @@ def windows_to_grid(pattern: Tensor, grid: tuple[int, int], geometry: WindowGeom
     dense = pattern.new_zeros(batch, heads, patches * patches)
     dense[..., pairs] = values.reshape(batch, heads, -1)
     return dense.view(batch, heads, patches, patches)
+
+
+def patch_merge_matrix(grid: tuple[int, int], dtype=torch.float64) -> Tensor:
+    """(Nm, Np): Swin's 2 x 2 patch merging as token relevance flow, each merged token the mean
+    of the (up to four; fewer at an odd edge, which the model pads with zeros) raster tokens it
+    is built from. The merged grid is ceil(gh / 2) x ceil(gw / 2)."""
+    gh, gw = grid
+    mw = -(-gw // 2)
+    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    merged = ((rows // 2) * mw + cols // 2).flatten()
+    matrix = torch.zeros(-(-gh // 2) * mw, gh * gw, dtype=dtype)
+    matrix[merged, torch.arange(gh * gw)] = 1.0
+    return matrix / matrix.sum(1, keepdim=True)
