@@ -4,6 +4,7 @@ forward, flags restored, hook-name snapshots per family."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -152,17 +153,18 @@ def test_position_bias_separates_content_and_position(key):
     torch.testing.assert_close(cache["blocks.1.attn.hook_pattern"], (content + bias).softmax(-1))
 
 
-def _swin_oracle(block, x_norm):
+def _swin_oracle(block, x_norm, bias=None):
     """Image-space Swin attention of one block from its weights (Liu et al. 2021, Sec. 3.2,
     Eq. 4): token t attends to u iff both fall in the same window of the map cyclically shifted by
     s and in the same region of the shift (the -100 mask); logits q k^T / sqrt(d) + B[dy, dx].
+    Swin V2 (Liu et al. 2022, Sec. 3.2): cos(q, k) times the learned temperature, plus ``bias``,
+    the captured (H, w², w²) position bias, placed by the tokens' places in their window.
 
-    x_norm: (B, gh, gw, C) norm1 output. Returns (B, H, Np, Np) in raster order."""
+    x_norm: (B, gh, gw, C) attention input. Returns (B, H, Np, Np) in raster order."""
     attn = block.attn
     batch, gh, gw, _ = x_norm.shape
     (wh, ww), (sh, sw) = block.window_size, block.shift_size
     q, k = _qk(attn, x_norm.reshape(batch, gh * gw, -1))
-    logits = (q * attn.scale) @ k.transpose(-2, -1)  # raster x raster
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     ys, xs = ((rows - sh) % gh).flatten(), ((cols - sw) % gw).flatten()  # shifted coordinates
 
@@ -172,11 +174,18 @@ def _swin_oracle(block, x_norm):
     same = ((ys[:, None] // wh) == (ys[None] // wh)) & ((xs[:, None] // ww) == (xs[None] // ww))
     same &= region(ys, gh, wh, sh)[:, None] == region(ys, gh, wh, sh)[None]
     same &= region(xs, gw, ww, sw)[:, None] == region(xs, gw, ww, sw)[None]
-    table = attn.relative_position_bias_table.view(2 * wh - 1, 2 * ww - 1, -1)
-    dy, dx = ys[:, None] - ys[None], xs[:, None] - xs[None]
-    bias = table[dy.clamp(-wh + 1, wh - 1) + wh - 1, dx.clamp(-ww + 1, ww - 1) + ww - 1]
-    logits = logits + bias.permute(2, 0, 1)
-    return logits.masked_fill(~same, float("-inf")).softmax(-1)
+    if bias is None:  # Swin: the table, indexed by the offset
+        logits = (q * attn.scale) @ k.transpose(-2, -1)
+        table = attn.relative_position_bias_table.view(2 * wh - 1, 2 * ww - 1, -1)
+        dy, dx = ys[:, None] - ys[None], xs[:, None] - xs[None]
+        placed = table[dy.clamp(-wh + 1, wh - 1) + wh - 1, dx.clamp(-ww + 1, ww - 1) + ww - 1]
+        placed = placed.permute(2, 0, 1)
+    else:  # Swin V2: scaled cosine attention and the captured continuous bias
+        temperature = attn.logit_scale.clamp(max=math.log(100)).exp()
+        logits = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1) * temperature
+        local = (ys % wh) * ww + xs % ww
+        placed = bias[:, local[:, None], local[None]]
+    return (logits + placed).masked_fill(~same, float("-inf")).softmax(-1)
 
 
 @pytest.mark.parametrize("block_index", [0, 1])  # plain and shifted windows
@@ -194,6 +203,63 @@ def test_swin_image_space_maps_equal_an_independent_recompute(block_index):
     assert result.layout.grid == (28, 28) and result.patch_size == (4.0, 4.0)
     stats = result.stats()  # windows bound the distance: at most the window's diagonal
     assert (stats["distance_patches"] <= 6 * 2**0.5).all()
+
+
+def test_swinv2_image_space_maps_equal_cosine_attention_with_its_bias():
+    model, x = family("swin_transformer_v2")
+    hm = vk.HookedModel(model)
+    block = model.layers[0].blocks[1]
+    assert any(block.shift_size)
+    names = ["layers.0.blocks.1.hook_resid_pre", "layers.0.blocks.1.attn.hook_pos_bias"]
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names)
+        result = vk.attention(model, x, layers=1)
+        gh, gw = result.layout.grid
+        stream = cache["layers.0.blocks.1.hook_resid_pre"].view(2, gh, gw, -1)  # post-norm:
+        expected = _swin_oracle(block, stream, cache["layers.0.blocks.1.attn.hook_pos_bias"])
+    torch.testing.assert_close(result.patterns[0], expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("key", "block"), [
+    ("vision_transformer", "blocks.1"),
+    ("pit", "transformers.1.blocks.0"),
+    ("crossvit", "blocks.0.blocks.1.0"),
+    ("naflexvit", "blocks.1"),
+])  # fmt: skip
+def test_vit_attention_maps_recomputed_from_the_block(key, block):
+    """timm's ``Attention`` in ViT, PiT, CrossViT and NaFlexViT blocks: softmax(q k^T / sqrt(d))
+    of the block's normed input, q and k through the block's q/k norms."""
+    model, x = family(key)
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(
+            x, names=[f"{block}.attn.hook_pattern", f"{block}.norm1.hook_out"]
+        )
+        attn = model.get_submodule(f"{block}.attn")
+        q, k = _qk(attn, cache[f"{block}.norm1.hook_out"])
+        expected = ((attn.q_norm(q) * attn.scale) @ attn.k_norm(k).transpose(-2, -1)).softmax(-1)
+    torch.testing.assert_close(cache[f"{block}.attn.hook_pattern"], expected)
+
+
+def test_xcit_channel_maps_are_cross_covariance_attention():
+    """XCiT (El-Nouby et al. 2021, Eq. 3): softmax(k̂^T q̂ τ) over channels, q and k
+    l2-normalized over the tokens: (B, H, C/H, C/H), not a token map."""
+    model, x = family("xcit")
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(
+            x, names=["blocks.0.attn.hook_channel_pattern", "blocks.0.norm1.hook_out"]
+        )
+        attn, tokens = model.blocks[0].attn, cache["blocks.0.norm1.hook_out"]
+        b, n, c = tokens.shape
+        qkv = attn.qkv(tokens).reshape(b, n, 3, attn.num_heads, c // attn.num_heads)
+        q, k, _ = qkv.permute(2, 0, 3, 4, 1)  # (B, H, C/H, N)
+        expected = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        expected = (expected * attn.temperature).softmax(-1)
+    assert expected.shape[-1] == c // attn.num_heads
+    torch.testing.assert_close(cache["blocks.0.attn.hook_channel_pattern"], expected)
+    with pytest.raises(ValueError, match="channel"):
+        vk.attention(model, x)
 
 
 def test_window_index_undoes_the_shift():
