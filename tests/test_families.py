@@ -336,10 +336,14 @@ def test_attention_pool_map_reproduces_the_head():
     ("tiny_vit", "Attention"),
     ("efficientformer", "Attention"),
     ("hieradet_sam2", "MultiScaleAttention"),
+    ("lowformer", "ConvAttention"),
+    ("cpubone", "ConvAttention"),
+    ("shvit", "SHSA"),
 ])  # fmt: skip
 def test_recomputed_maps_reproduce_the_module_output(key, cls):
-    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer and SAM2's Hiera never hand their map to
-    a module; the recomputed map times the values must give the attention module's output."""
+    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone and
+    SHViT never hand their map to a module; the recomputed map times the values must give the
+    attention module's output."""
     model, x = family(key)
     hm = vk.HookedModel(model)
     name = next(
@@ -386,6 +390,22 @@ def _apply_map(key, attn, pattern, args):
         b, n, _ = x.shape
         v = attn.qkv(x).view(b, n, attn.num_heads, -1)[..., 2 * attn.key_dim :].transpose(1, 2)
         return attn.proj((pattern @ v).transpose(1, 2).reshape(b, n, -1))
+    if key in ("lowformer", "cpubone"):
+        height, width = x.shape[-2:]
+        if getattr(attn, "small_kernels", False) and attn.att_stride > 1:
+            s = attn.att_stride
+            x = F.pad(x, (0, (-width) % s, 0, (-height) % s))
+        projected = attn.pwise(attn.conv_proj(x))
+        b, _, h, w = projected.shape
+        qkv = projected.reshape(b, attn.num_heads, -1, h * w).permute(0, 1, 3, 2)
+        v = qkv.chunk(3, dim=3)[2]
+        o = attn.o_proj((pattern @ v).permute(0, 1, 3, 2).reshape(b, attn.o_proj_inpdim, h, w))
+        return attn.upsampling(o)[..., :height, :width]
+    if key == "shvit":
+        x1, x2 = torch.split(x, [attn.pdim, attn.dim - attn.pdim], dim=1)
+        v = torch.split(attn.qkv(attn.pre_norm(x1)), [attn.qk_dim, attn.qk_dim, attn.pdim], 1)[2]
+        x1 = (v.flatten(2) @ pattern[:, 0].transpose(-2, -1)).reshape(x1.shape)
+        return attn.proj(torch.cat([x1, x2], dim=1))
     if key == "hieradet_sam2":
         b, h, w, _ = x.shape
         v = attn.qkv(x).reshape(b, h * w, 3, attn.num_heads, -1)[:, :, 2].transpose(1, 2)

@@ -49,17 +49,25 @@ from __future__ import annotations
 
 from timm.layers import AttentionPoolLatent
 from timm.models import (
+    cpubone,
     crossvit,
     efficientformer,
     efficientformer_v2,
     hieradet_sam2,
     levit,
+    lowformer,
+    shvit,
     tiny_vit,
 )
 from torch import nn
 
 from .blocks import attention_taps, block_taps
-from .derived import biased_attention_pattern, pooled_query_pattern
+from .derived import (
+    biased_attention_pattern,
+    conv_attention_pattern,
+    pooled_query_pattern,
+    single_head_pattern,
+)
 from .families import FamilyLayout, family_layout
 from .hook_point import HookPoint
 from .taps import Tap
@@ -171,6 +179,9 @@ _RECOMPUTED_UNPLACED = {
     tiny_vit.Attention: biased_attention_pattern,
     efficientformer.Attention: biased_attention_pattern,
     hieradet_sam2.MultiScaleAttention: pooled_query_pattern,
+    lowformer.ConvAttention: conv_attention_pattern,
+    cpubone.ConvAttention: conv_attention_pattern,
+    shvit.SHSA: single_head_pattern,
 }
 
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the

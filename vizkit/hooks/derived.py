@@ -15,6 +15,7 @@ from torch import Tensor, nn
 __all__ = [
     "attention_pool_pattern",
     "biased_attention_pattern",
+    "conv_attention_pattern",
     "gpsa_content_pattern",
     "gpsa_gate",
     "gpsa_position_pattern",
@@ -25,6 +26,7 @@ __all__ = [
     "mvit_pattern",
     "pooled_query_pattern",
     "position_bias",
+    "single_head_pattern",
 ]
 
 _SHARED_KWARGS = ("shared_rel_pos_bias", "shared_rel_pos")  # BEiT; relpos ViT, MaxViT
@@ -217,3 +219,25 @@ def pooled_query_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any
         q = q.permute(0, 2, 3, 1).reshape(batch, -1, attn.num_heads, k.shape[-1])
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     return ((q * attn.scale) @ k.transpose(-1, -2)).softmax(-1)
+
+
+def conv_attention_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, n, n): LowFormer's and CPUBone's attention over a strided convolutional
+    projection of the (B, C, h, w) map (n = the projection's h' w')."""
+    x = args[0]
+    if getattr(attn, "small_kernels", False) and getattr(attn, "att_stride", 1) > 1:
+        stride = attn.att_stride  # CPUBone pads odd sizes before projecting, as its forward
+        x = torch.nn.functional.pad(x, (0, (-x.shape[-1]) % stride, 0, (-x.shape[-2]) % stride))
+    projected = attn.pwise(attn.conv_proj(x))
+    batch, _, height, width = projected.shape
+    qkv = projected.reshape(batch, attn.num_heads, attn.num_keys * attn.head_dim, height * width)
+    q, k, _ = qkv.permute(0, 1, 3, 2).chunk(3, dim=3)
+    return ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)
+
+
+def single_head_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, 1, N, N): SHViT's single-head attention over the first ``pdim`` channels of the
+    (B, C, h, w) map."""
+    x1 = attn.pre_norm(args[0][:, : attn.pdim])
+    q, k, _ = torch.split(attn.qkv(x1), [attn.qk_dim, attn.qk_dim, attn.pdim], dim=1)
+    return ((q.flatten(2).transpose(-2, -1) @ k.flatten(2)) * attn.scale).softmax(-1)[:, None]
