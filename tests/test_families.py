@@ -339,11 +339,12 @@ def test_attention_pool_map_reproduces_the_head():
     ("lowformer", "ConvAttention"),
     ("cpubone", "ConvAttention"),
     ("shvit", "SHSA"),
+    ("byoanet", "BottleneckAttn"),
 ])  # fmt: skip
 def test_recomputed_maps_reproduce_the_module_output(key, cls):
-    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone and
-    SHViT never hand their map to a module; the recomputed map times the values must give the
-    attention module's output."""
+    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone, SHViT
+    and BoTNet never hand their map to a module; the recomputed map times the values must give
+    the attention module's output."""
     model, x = family(key)
     hm = vk.HookedModel(model)
     name = next(
@@ -406,6 +407,12 @@ def _apply_map(key, attn, pattern, args):
         v = torch.split(attn.qkv(attn.pre_norm(x1)), [attn.qk_dim, attn.qk_dim, attn.pdim], 1)[2]
         x1 = (v.flatten(2) @ pattern[:, 0].transpose(-2, -1)).reshape(x1.shape)
         return attn.proj(torch.cat([x1, x2], dim=1))
+    if key == "byoanet":
+        b, _, h, w = x.shape
+        v = torch.split(attn.qkv(x), [attn.dim_out_qk, attn.dim_out_qk, attn.dim_out_v], 1)[2]
+        v = v.reshape(b * attn.num_heads, attn.dim_head_v, -1).transpose(-1, -2)
+        out = (pattern.flatten(0, 1) @ v).transpose(-1, -2).reshape(b, attn.dim_out_v, h, w)
+        return attn.pool(out)
     if key == "hieradet_sam2":
         b, h, w, _ = x.shape
         v = attn.qkv(x).reshape(b, h * w, 3, attn.num_heads, -1)[:, :, 2].transpose(1, 2)

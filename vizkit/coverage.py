@@ -50,7 +50,7 @@ _SMALL_VIT = {"depth": 2, "embed_dim": 64, "num_heads": 2}
 # one's mechanism, e.g. window sizes and stage counts, while cutting depth and width)
 FAMILIES: dict[str, Representative] = {
     "beit": Representative("beit_base_patch16_224", 64, {"img_size": 64, **_SMALL_VIT}),
-    "byoanet": Representative("lambda_resnet26t", 64),
+    "byoanet": Representative("botnet26t_256", 128, {"img_size": 128}),
     "byobnet": Representative("test_byobnet", 64),
     "cait": Representative("cait_xxs24_224", 64, {"img_size": 64, **_SMALL_VIT}),
     "coat": Representative("coat_lite_tiny", 64, {"img_size": 64}),
@@ -79,7 +79,7 @@ FAMILIES: dict[str, Representative] = {
     "efficientvit_msra": Representative("efficientvit_m0", 64, {"img_size": 64}),
     "eva": Representative("eva02_tiny_patch14_224", 56, {"img_size": 56, **_SMALL_VIT}),
     "fasternet": Representative("fasternet_t0", 64),
-    "fastvit": Representative("fastvit_t8", 64),
+    "fastvit": Representative("fastvit_sa12", 64),
     "focalnet": Representative("focalnet_tiny_srf", 64),
     "gcvit": Representative("gcvit_xxtiny", 64, {"img_size": 64}),
     "gemma4_vit": Representative("gemma4_vit_167m", 64, {"img_size": 64, "depth": 2}),

@@ -48,6 +48,7 @@ of ``cls_attn_blocks.{j}``.
 from __future__ import annotations
 
 from timm.layers import AttentionPoolLatent
+from timm.layers.bottleneck_attn import BottleneckAttn
 from timm.models import (
     cpubone,
     crossvit,
@@ -64,6 +65,7 @@ from torch import nn
 from .blocks import attention_taps, block_taps
 from .derived import (
     biased_attention_pattern,
+    bottleneck_pattern,
     conv_attention_pattern,
     pooled_query_pattern,
     single_head_pattern,
@@ -182,6 +184,7 @@ _RECOMPUTED_UNPLACED = {
     lowformer.ConvAttention: conv_attention_pattern,
     cpubone.ConvAttention: conv_attention_pattern,
     shvit.SHSA: single_head_pattern,
+    BottleneckAttn: bottleneck_pattern,
 }
 
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the

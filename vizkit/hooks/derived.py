@@ -15,6 +15,7 @@ from torch import Tensor, nn
 __all__ = [
     "attention_pool_pattern",
     "biased_attention_pattern",
+    "bottleneck_pattern",
     "conv_attention_pattern",
     "gpsa_content_pattern",
     "gpsa_gate",
@@ -241,3 +242,18 @@ def single_head_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any)
     x1 = attn.pre_norm(args[0][:, : attn.pdim])
     q, k, _ = torch.split(attn.qkv(x1), [attn.qk_dim, attn.qk_dim, attn.pdim], dim=1)
     return ((q.flatten(2).transpose(-2, -1) @ k.flatten(2)) * attn.scale).softmax(-1)[:, None]
+
+
+def bottleneck_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, N, N): BoTNet's bottleneck self-attention over the (B, C, h, w) map, with its
+    relative-position logits (``pos_embed``, a function of q)."""
+    x = args[0]
+    batch, heads = x.shape[0], attn.num_heads
+    q, k, _ = torch.split(attn.qkv(x), [attn.dim_out_qk, attn.dim_out_qk, attn.dim_out_v], dim=1)
+    q = q.reshape(batch * heads, attn.dim_head_qk, -1).transpose(-1, -2)
+    k = k.reshape(batch * heads, attn.dim_head_qk, -1)
+    if attn.scale_pos_embed:
+        logits = (q @ k + attn.pos_embed(q)) * attn.scale
+    else:
+        logits = (q @ k) * attn.scale + attn.pos_embed(q)
+    return logits.softmax(-1).unflatten(0, (batch, heads))
