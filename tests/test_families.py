@@ -340,11 +340,12 @@ def test_attention_pool_map_reproduces_the_head():
     ("cpubone", "ConvAttention"),
     ("shvit", "SHSA"),
     ("byoanet", "BottleneckAttn"),
+    ("efficientvit_msra", "CascadedGroupAttention"),
 ])  # fmt: skip
 def test_recomputed_maps_reproduce_the_module_output(key, cls):
-    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone, SHViT
-    and BoTNet never hand their map to a module; the recomputed map times the values must give
-    the attention module's output."""
+    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone, SHViT,
+    BoTNet and EfficientViT (MSRA) never hand their map to a module; the recomputed map times the
+    values must give the attention module's output."""
     model, x = family(key)
     hm = vk.HookedModel(model)
     name = next(
@@ -407,6 +408,15 @@ def _apply_map(key, attn, pattern, args):
         v = torch.split(attn.qkv(attn.pre_norm(x1)), [attn.qk_dim, attn.qk_dim, attn.pdim], 1)[2]
         x1 = (v.flatten(2) @ pattern[:, 0].transpose(-2, -1)).reshape(x1.shape)
         return attn.proj(torch.cat([x1, x2], dim=1))
+    if key == "efficientvit_msra":  # the cascade again, with the captured maps
+        b, _, h, w = x.shape
+        groups, feat, outs = x.chunk(len(attn.qkvs), dim=1), None, []
+        for head, qkv in enumerate(attn.qkvs):
+            feat = groups[0] if head == 0 else feat + groups[head]
+            v = qkv(feat).view(b, -1, h, w)[:, 2 * attn.key_dim :].flatten(2)
+            feat = (v @ pattern[:, head].transpose(-2, -1)).view(b, attn.val_dim, h, w)
+            outs.append(feat)
+        return attn.proj(torch.cat(outs, 1))
     if key == "byoanet":
         b, _, h, w = x.shape
         v = torch.split(attn.qkv(x), [attn.dim_out_qk, attn.dim_out_qk, attn.dim_out_v], 1)[2]

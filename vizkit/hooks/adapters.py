@@ -54,6 +54,7 @@ from timm.models import (
     crossvit,
     efficientformer,
     efficientformer_v2,
+    efficientvit_msra,
     hieradet_sam2,
     levit,
     lowformer,
@@ -66,6 +67,7 @@ from .blocks import attention_taps, block_taps
 from .derived import (
     biased_attention_pattern,
     bottleneck_pattern,
+    cascaded_group_pattern,
     conv_attention_pattern,
     pooled_query_pattern,
     single_head_pattern,
@@ -160,7 +162,7 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
             taps.append(Tap(f"{name}.hook_pattern", f"{name}.talking_head2", site="input",
                             kind="unplaced", shape="B H N N"))  # fmt: skip
             continue
-        if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj")):
+        if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj", "query")):
             continue
         site = next(
             (child for child, kind in (("attn_drop", nn.Dropout), ("softmax", nn.Softmax))
@@ -185,6 +187,7 @@ _RECOMPUTED_UNPLACED = {
     cpubone.ConvAttention: conv_attention_pattern,
     shvit.SHSA: single_head_pattern,
     BottleneckAttn: bottleneck_pattern,
+    efficientvit_msra.CascadedGroupAttention: cascaded_group_pattern,
 }
 
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the

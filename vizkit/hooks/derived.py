@@ -16,6 +16,7 @@ __all__ = [
     "attention_pool_pattern",
     "biased_attention_pattern",
     "bottleneck_pattern",
+    "cascaded_group_pattern",
     "conv_attention_pattern",
     "gpsa_content_pattern",
     "gpsa_gate",
@@ -257,3 +258,24 @@ def bottleneck_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) 
     else:
         logits = (q @ k) * attn.scale + attn.pos_embed(q)
     return logits.softmax(-1).unflatten(0, (batch, heads))
+
+
+def cascaded_group_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, N, N): EfficientViT's (MSRA) cascaded group attention, one head per channel group,
+    each head's input adding the previous head's output (Liu et al. 2023, Eq. 1-2)."""
+    x = args[0]
+    batch, _, height, width = x.shape
+    groups, biases = x.chunk(len(attn.qkvs), dim=1), attn.get_attention_biases(x.device)
+    maps, feat = [], groups[0]
+    for head, (qkv, dws) in enumerate(zip(attn.qkvs, attn.dws, strict=True)):
+        feat = feat + groups[head] if head else feat
+        q, k, v = (
+            qkv(feat)
+            .view(batch, -1, height, width)
+            .split([attn.key_dim, attn.key_dim, attn.val_dim], dim=1)
+        )
+        q, k, v = dws(q).flatten(2), k.flatten(2), v.flatten(2)
+        pattern = ((q * attn.scale).transpose(-2, -1) @ k + biases[head]).softmax(-1)
+        feat = (v @ pattern.transpose(-2, -1)).view(batch, attn.val_dim, height, width)
+        maps.append(pattern)
+    return torch.stack(maps, 1)
