@@ -321,7 +321,7 @@ def coverage_markdown(rows: list[CoverageRow]) -> str:
         for name in names:
             status, text = row.results.get(name, ("missing", ""))
             text = text.replace(row.cls, "the model") if row.cls else text
-            text = text[:1].upper() + text[1:]
+            text = "The" + text[3:] if text.startswith("the model") else text
             if status == "works":
                 cells.append("✓")
             else:
