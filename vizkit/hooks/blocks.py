@@ -63,10 +63,10 @@ class ResidualSpec:
     mid: str = "norm2"
 
 
-_PRE_NORM = ResidualSpec()  # x + drop_path1(.. attn(norm1(x))); x + drop_path2(.. mlp(norm2(x)))
-_POST_NORM = ResidualSpec(
-    mid="mlp"
-)  # x + drop_path1(norm1(attn(x))); x + drop_path2(norm2(mlp(x)))
+# x + drop_path1(.. attn(norm1(x))); x + drop_path2(.. mlp(norm2(x)))
+_PRE_NORM = ResidualSpec()
+# x + drop_path1(norm1(attn(x))); x + drop_path2(norm2(mlp(x)))
+_POST_NORM = ResidualSpec(mid="mlp")
 _SHARED_DROP_PATH = ResidualSpec("drop_path", "drop_path", "norm2")
 
 _RESIDUAL_SPECS: dict[type, ResidualSpec] = {
@@ -95,10 +95,15 @@ _TUPLE_BLOCKS = (mvitv2.MultiScaleBlock,)  # forward returns (x, feature grid)
 
 def residual_spec(block: nn.Module) -> ResidualSpec | None:
     """The residual layout of ``block``'s class, or None if vizkit does not know it."""
-    spec = _RESIDUAL_SPECS.get(type(block))
-    if spec is None:  # subclasses of known blocks (e.g. vizkit's) keep the parent's layout
-        spec = next((s for t, s in _RESIDUAL_SPECS.items() if isinstance(block, t)), None)
-    return spec
+    return _by_class(_RESIDUAL_SPECS, block)
+
+
+def _by_class(table: dict, module: nn.Module):
+    """``table``'s entry for the module's class, else for its nearest known base class
+    (subclasses, e.g. vizkit's or a user's, keep the parent's layout)."""
+    if type(module) in table:
+        return table[type(module)]
+    return next((v for t, v in table.items() if isinstance(module, t)), None)
 
 
 def stream_taps(
@@ -246,7 +251,7 @@ def attention_taps(
             taps.append(Tap(f"{path}.hook_pos_bias", path, compute=levit_bias, kind="position",
                             shape="H Nq Nk"))  # fmt: skip
         return taps
-    site = _PATTERN_SITES.get(type(attn))
+    site = _by_class(_PATTERN_SITES, attn)
     if site is None or not hasattr(attn, site.child):
         return []
     taps = [
