@@ -127,6 +127,27 @@ def test_eva_maps_recomputed_with_rope():
     torch.testing.assert_close(cache["blocks.1.attn.hook_pattern"], expected)
 
 
+def test_eva_content_map_is_the_map_without_rope():
+    """``attn.hook_content_pattern``: the same logits with unrotated q and k. Without RoPE the
+    model's own map equals it; with RoPE the two differ."""
+    model, x = family("eva")
+    hm = vk.HookedModel(model)
+    names = [
+        "blocks.1.attn.hook_pattern",
+        "blocks.1.attn.hook_content_pattern",
+        "blocks.1.norm1.hook_out",
+    ]
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=names)
+        attn = model.blocks[1].attn
+        q, k = _qk(attn, cache["blocks.1.norm1.hook_out"])
+        expected = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)
+    torch.testing.assert_close(cache["blocks.1.attn.hook_content_pattern"], expected)
+    assert (cache["blocks.1.attn.hook_pattern"] - expected).abs().max() > 1e-3
+    plain, x = family("eva", use_rot_pos_emb=False)
+    assert not any("content" in n for n in vk.HookedModel(plain).hook_names())
+
+
 @pytest.mark.parametrize("key", ["beit", "vision_transformer_relpos"])
 def test_position_bias_separates_content_and_position(key):
     """softmax(q k^T scale + hook_pos_bias) is the captured map: the bias hook holds exactly the

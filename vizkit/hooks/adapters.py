@@ -16,6 +16,7 @@ hook_embed                         ``patch_embed`` output (NHWC flattened) (B, N
 {block}.hook_resid_pre             the block's input                       (B, N, C)
 {block}.attn.hook_pattern          ``attn.attn_drop`` output, fused off    (B, H, N, N)
 {block}.attn.hook_pos_bias         the relative position bias it adds      (H, N, N)
+{block}.attn.hook_content_pattern  EVA with RoPE: the map unrotated        (B, H, N, N)
 {block}.hook_attn_out              ``drop_path1`` output (after ``ls1``)   (B, N, C)
 {block}.hook_resid_mid             ``norm2`` input (``mlp`` if post-norm)  (B, N, C)
 {block}.hook_mlp_out               ``drop_path2`` output (after ``ls2``)   (B, N, C)
@@ -124,6 +125,7 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
     taps: list[Tap] = list(layout.extra)
     inside: set[str] = set()
     shared = any(getattr(model, a, None) is not None for a in ("rel_pos_bias", "shared_rel_pos"))
+    rotary = getattr(model, "rope", None) is not None
     for site in layout.blocks:
         block = model.get_submodule(site.path)
         taps += block_taps(
@@ -137,7 +139,7 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
             taps += attention_taps(
                 name, module, tokens=site.tokens,
                 prefix_tokens=None if class_stream else site.prefix_tokens,
-                grid=None if class_stream else site.grid, shared_position=shared,
+                grid=None if class_stream else site.grid, shared_position=shared, rotary=rotary,
             )  # fmt: skip
     for name, module in model.named_modules():
         if name and name not in inside and isinstance(module, _OUTSIDE_BLOCKS):

@@ -32,6 +32,7 @@ from torch import nn
 
 from .derived import (
     attention_pool_pattern,
+    eva_content_pattern,
     gpsa_content_pattern,
     gpsa_gate,
     gpsa_position_pattern,
@@ -220,12 +221,13 @@ _SHAPES = {
 
 def attention_taps(
     path: str, attn: nn.Module, *, tokens: str = "N", prefix_tokens: int | None = None,
-    grid: GridFn | None = None, shared_position: bool = False,
+    grid: GridFn | None = None, shared_position: bool = False, rotary: bool = False,
 ) -> list[Tap]:  # fmt: skip
     """The map(s) of attention module ``attn`` at ``path`` (none for unknown classes).
 
     ``tokens``: the axis letter of its tokens ("N", or "Np" where no prefix token takes part);
-    ``shared_position``: the model passes a position bias shared across layers (BEiT).
+    ``shared_position``: the model passes a position bias shared across layers (BEiT);
+    ``rotary``: the model rotates queries and keys (EVA's RoPE): add the unrotated content map.
     """
     if isinstance(attn, cait.TalkingHeadAttn):
         shape = f"B H {tokens} {tokens}"
@@ -270,6 +272,12 @@ def attention_taps(
         taps.append(
             Tap(f"{path}.hook_pos_bias", path, compute=position_bias, kind="position",
                 shape="H Nq Nk" if site.kind == "self" else "H w² w²"),
+        )  # fmt: skip
+    if rotary and isinstance(attn, eva.EvaAttention):  # RoPE's content term, unrotated
+        taps.append(
+            Tap(f"{path}.hook_content_pattern", path, compute=eva_content_pattern,
+                kind="content", shape=f"B H {tokens} {tokens}", prefix_tokens=prefix_tokens,
+                grid=grid),
         )  # fmt: skip
     if isinstance(attn, convit.GPSA):  # the two terms ConViT's gate mixes (d'Ascoli et al. 2021)
         taps += [

@@ -18,6 +18,7 @@ __all__ = [
     "bottleneck_pattern",
     "cascaded_group_pattern",
     "conv_attention_pattern",
+    "eva_content_pattern",
     "gpsa_content_pattern",
     "gpsa_gate",
     "gpsa_position_pattern",
@@ -279,3 +280,27 @@ def cascaded_group_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: A
         feat = (v @ pattern.transpose(-2, -1)).view(batch, attn.val_dim, height, width)
         maps.append(pattern)
     return torch.stack(maps, 1)
+
+
+def eva_content_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
+    """(B, H, N, N): an EVA attention map without its rotary position embedding,
+    softmax(q k^T / sqrt(d)) of the unrotated queries and keys: the content term that RoPE
+    modulates (the captured ``hook_pattern`` has the rotation)."""
+    x = args[0]
+    batch, tokens, _ = x.shape
+    if attn.qkv is not None:
+        bias = None
+        if attn.q_bias is not None:
+            bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
+        elif attn.qkv.bias is not None:
+            bias = attn.qkv.bias
+        qkv = torch.nn.functional.linear(x, attn.qkv.weight, bias)
+        q, k, _ = qkv.reshape(batch, tokens, 3, attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+    else:
+        q, k = (
+            proj(x).reshape(batch, tokens, attn.num_heads, -1).transpose(1, 2)
+            for proj in (attn.q_proj, attn.k_proj)
+        )
+    logits = (attn.q_norm(q) * attn.scale) @ attn.k_norm(k).transpose(-2, -1)
+    mask = kwargs.get("attn_mask")
+    return (logits if mask is None else logits + mask).softmax(-1)

@@ -132,7 +132,7 @@ def _naflexvit(model: naflexvit.NaFlexVit) -> FamilyLayout:
 
 
 def _xcit(model: xcit.Xcit) -> FamilyLayout:
-    grid = _divided(model.patch_embed.patch_size)
+    grid = _divided(model.patch_embed.patch_size, ceil=True)  # stride-2 padded convolutions
     blocks = [  # XCA blocks hold patches only; the class token joins for class attention
         BlockSite(f"blocks.{i}", tokens="Np", prefix_tokens=0, grid=grid)
         for i in range(len(model.blocks))
