@@ -1,4 +1,4 @@
-"""CaiT's testable claims that concern code (notes/paper_cait.md § 5) and the vizkit variants of
+"""CaiT's testable claims that concern code (Touvron et al. 2021) and the vizkit variants of
 what the paper compares: model contract, residual strategies, late class token, Table 3."""
 
 from __future__ import annotations

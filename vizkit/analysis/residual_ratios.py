@@ -1,6 +1,7 @@
 """Residual-norm ratios of CaiT's Fig. 4: how much each residual branch adds to the stream.
 
-For block l with input x_l and x'_l = x_l + diag(λ_l) SA(η(x_l)) (notes/paper_cait.md § 1.10):
+For block l with input x_l and x'_l = x_l + diag(λ_l) SA(η(x_l)) (Touvron et al. 2021, "Going
+deeper with Image Transformers", Sec. 2, Eq. 3-4 and Fig. 4):
 
     r^SA_l  = ‖diag(λ_l)  SA(η(x_l))‖   / ‖x_l‖
     r^FFN_l = ‖diag(λ'_l) FFN(η(x'_l))‖ / ‖x'_l‖
