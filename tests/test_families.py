@@ -571,3 +571,101 @@ def test_report_sections_run_or_say_why(key):
     for expected in ("Attention", "Saliency methods compared", "Residual-norm ratios"):
         assert expected in titles, (expected, skipped)
     assert all(reason for reason in skipped.values())
+
+
+def test_residual_ratios_with_layerscale_on_windows_and_pooling_shortcuts():
+    """MaxxViT (LayerScale, windowed attention): the unscaled branch is the whole partitioned
+    attention over ||x||; MViTv2's pooling blocks: x_l is the pooled, projected shortcut the
+    branch is added to, not the block's larger input."""
+    torch.manual_seed(0)
+    model = timm.create_model("maxxvit_rmlp_nano_rw_256", img_size=128, depths=(1, 1, 1, 1)).eval()
+    x = torch.randn(2, 3, 128, 128)
+    result = vk.residual_ratios(model, x)
+    block, seen = model.stages[0].blocks[0].attn_block, {}
+    handle = block.register_forward_hook(lambda m, a, o: seen.update(x=a[0]))
+    try:
+        with torch.no_grad():
+            model(x)
+            branch = block._partition_attn(block.norm1(seen["x"]))
+    finally:
+        handle.remove()
+    expected = (branch.flatten(1).norm(dim=1) / seen["x"].flatten(1).norm(dim=1)).mean()
+    assert result.layers[0] == "stages.0.blocks.0.attn_block"
+    torch.testing.assert_close(result.attn_unscaled[0], expected.double(), rtol=1e-5, atol=0)
+
+    model, x = family("mvitv2")
+    block, seen = model.stages[1].blocks[0], {}
+    handle = block.register_forward_hook(lambda m, a, o: seen.update(x=a[0], size=a[1]))
+    try:
+        result = vk.residual_ratios(model, x)
+        with torch.no_grad():
+            model(x)
+            normed = block.norm1(seen["x"])
+            shortcut = (
+                seen["x"] if block.shortcut_proj_attn is None else block.shortcut_proj_attn(normed)
+            )
+            shortcut = block._shortcut_pool(shortcut, seen["size"])
+            attn_out = block.attn(normed, seen["size"])[0]
+    finally:
+        handle.remove()
+    expected = (attn_out.flatten(1).norm(dim=1) / shortcut.flatten(1).norm(dim=1)).mean()
+    assert shortcut.shape[1] < seen["x"].shape[1]  # the block pools
+    torch.testing.assert_close(
+        result.attn[result.layers.index("stages.1.blocks.0")], expected.double()
+    )
+
+
+def test_partitioned_activations_have_no_per_image_map():
+    model, x = family("maxxvit")
+    with pytest.raises(ValueError, match="items on its batch axis"):
+        vk.gradcam(model, x, layer="stages.0.blocks.0.attn_block.attn.hook_out")
+    with pytest.raises(ValueError, match="items on its batch axis"):
+        vk.cka_matrix(
+            model,
+            torch.cat([x, x]),
+            layers=["stages.0.blocks.0.attn_block.attn.hook_out"],
+            progress=False,
+        )
+
+
+def test_embedding_and_pooling_layouts():
+    """The patch embedding holds patches only; a MAP head that strips the prefix tokens reads
+    the last block's grid; rollout through it pads the skipped prefix."""
+    model, x = family("deit")
+    layout = vk.HookedModel(model).token_layout(x.shape[-2:], "hook_embed")
+    assert layout.num_prefix_tokens == 0 and not layout.class_token
+    torch.manual_seed(0)
+    naflex = timm.create_model(
+        "naflexvit_base_patch16_map", depth=2, embed_dim=64, num_heads=2
+    ).eval()
+    x = torch.randn(2, 3, 64, 64)
+    assert vk.class_attention(naflex, x).maps.shape == (2, 4, 4)
+    assert vk.rollout(naflex, x).maps.shape == (2, 4, 4)
+
+
+def test_average_pooled_models_explain_the_patches_not_the_class_token():
+    model, x = family("beit")  # global_pool="avg": the head never reads the class token
+    assert model.global_pool == "avg"
+    result = vk.grad_rollout(model, x)
+    hm = vk.HookedModel(model)
+    names = vk.analysis.self_attention_names(hm)
+    _, cache = hm.run_with_cache(x, names=names, grads=True)
+    relevance = None
+    for name in names:
+        weighted = (cache[f"{name}_grad"] * cache[name]).clamp_min(0).mean(1).double()
+        eye = torch.eye(weighted.shape[-1], dtype=weighted.dtype)
+        relevance = eye + weighted if relevance is None else relevance + weighted @ relevance
+    expected = relevance[:, 1:, 1:].mean(1).view(2, 4, 4).float()
+    torch.testing.assert_close(result.maps, expected)
+
+
+def test_crossvit_crop_scale_and_naflex_padding():
+    torch.manual_seed(0)
+    cropped = timm.create_model("crossvit_tiny_240", depth=[[1, 1, 0]] * 2, crop_scale=True).eval()
+    with pytest.raises(ValueError, match="centre 224x224 crop"):
+        vk.class_attention(cropped, torch.randn(2, 3, 240, 240))
+    padded = timm.create_model(
+        "naflexvit_base_patch16_gap", depth=2, embed_dim=64, num_heads=2, dynamic_img_pad=True
+    ).eval()
+    result = vk.attention(padded, torch.randn(1, 3, 72, 72), layers=[1], query=(1, 0))
+    assert result.layout.grid == (5, 5) and result.query == padded.num_prefix_tokens + 5

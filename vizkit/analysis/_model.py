@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
+from ..layers import SoTHead
 
 __all__ = [
     "as_hooked",
@@ -26,6 +27,7 @@ __all__ = [
     "token_pixels",
     "on_model_device",
     "query_index",
+    "reads_class_token",
 ]
 
 _SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
@@ -55,6 +57,14 @@ def on_model_device(hm: HookedModel, x: Tensor) -> Tensor:
         raise TypeError(f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.")
     parameter = next(hm.model.parameters(), None)
     return x if parameter is None else x.to(parameter.device)
+
+
+def reads_class_token(model: nn.Module) -> bool:
+    """Whether the model's head reads the class token alone (timm ``global_pool="token"``, or a
+    vizkit `SoTHead` whose ClassT branch does), rather than pooling every token."""
+    return getattr(model, "global_pool", None) == "token" or isinstance(
+        getattr(model, "head", None), SoTHead
+    )
 
 
 def token_pixels(layout: TokenLayout, image_size: tuple[int, int]) -> tuple[float, float]:

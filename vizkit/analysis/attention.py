@@ -212,6 +212,13 @@ def attention(
 
     def keep(pattern: Tensor, *, name: str) -> None:
         pattern = grid_map(hm, name, pattern, layout)
+        if pattern.shape[-1] != layout.num_tokens:
+            raise ValueError(
+                f"{name} has {pattern.shape[-1]} keys but the token layout says "
+                f"{layout.num_tokens} ({layout.num_prefix_tokens} prefix + {layout.grid[0]}x"
+                f"{layout.grid[1]} patches): vizkit has this model's token grid wrong. Please "
+                "report it; read the map as captured with run_with_cache meanwhile."
+            )
         captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
 
     with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}):

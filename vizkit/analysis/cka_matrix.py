@@ -224,10 +224,17 @@ class LayerKernels:
         kernels: dict[str, Kernel] = {}
 
         def read(activation: Tensor, *, name: str) -> None:
+            if activation.shape[0] != len(images):
+                raise ValueError(
+                    f"{name} has {activation.shape[0]} items on its batch axis for "
+                    f"{len(images)} images (the windows of a partitioned attention?), so it is "
+                    "no per-image representation; choose a block's stream instead."
+                )
             prefix = self.hm.tap(name).prefix_tokens
             if prefix is None and activation.ndim == 3:
                 layout = self.hm.token_layout(size)
-                prefix = layout.num_prefix_tokens if layout is not None else None
+                fits = layout is not None and activation.shape[1] == layout.num_tokens
+                prefix = layout.num_prefix_tokens if fits else None  # else: layout unknown
             if activation.ndim == 4 and self.tokens != "flatten":  # positions need (h, w)
                 shape = self.hm.tap(name).shape
                 if feature_map_format(shape, activation, size) == "NHWC":

@@ -13,8 +13,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target
 from ..hooks.layout import feature_map_format
 from ..hooks.targets import explained_classes
-from ..layers import SoTHead
-from ._model import as_hooked, on_model_device
+from ._model import as_hooked, on_model_device, reads_class_token
 from .saliency_result import SaliencyResult
 
 __all__ = ["default_gradcam_layer", "gradcam"]
@@ -40,10 +39,7 @@ def default_gradcam_layer(hm: HookedModel) -> str:
         if n.endswith(".hook_resid_pre") and hm.tap(n).shape != "B 1 C"  # not a class stream
     ]
     if blocks:
-        reads_class_token = getattr(model, "global_pool", None) == "token" or isinstance(
-            getattr(model, "head", None), SoTHead
-        )
-        token_pooled = reads_class_token and not hasattr(model, "blocks_token_only")
+        token_pooled = reads_class_token(model) and not hasattr(model, "blocks_token_only")
         return f"{blocks[-1]}.hook_resid_{'pre' if token_pooled else 'post'}"
     known = set(hm.hook_names())
     stages = [f"{f['module']}.hook_out" for f in getattr(model, "feature_info", None) or ()]
@@ -85,6 +81,12 @@ def gradcam(
         )
     logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
     act, grad = cache[layer], cache[f"{layer}_grad"]
+    if act.shape[0] != len(x):
+        raise ValueError(
+            f"{layer} has {act.shape[0]} items on its batch axis for {len(x)} images (the "
+            "windows of a partitioned attention?), so it has no per-image map; pass the block's "
+            "stream (<block>.hook_resid_post) instead."
+        )
     layout = None
     if act.ndim == 3:  # tokens (B, N, C)
         layout = hm.token_layout(tuple(x.shape[-2:]), layer)

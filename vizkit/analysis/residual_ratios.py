@@ -33,16 +33,6 @@ __all__ = [
 
 REDUCTIONS = ("sample_fro", "per_token", "batch")
 
-# what each quantity of block p is read from
-_READS = {
-    "x": "{p}.hook_resid_pre",
-    "attn_unscaled": "{p}.attn.hook_out",
-    "attn": "{p}.hook_attn_out",
-    "x_mid": "{p}.hook_resid_mid",
-    "mlp_unscaled": "{p}.mlp.hook_out",
-    "mlp": "{p}.hook_mlp_out",
-}
-
 
 @dataclass
 class GammaStats:
@@ -110,22 +100,20 @@ def residual_ratios(
         raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}.")
     hm = as_hooked(model)
     blocks = prenorm_blocks(hm)
-    squares: dict[str, Tensor] = {}  # name -> (B, N) squared norm of every token
-
-    def record(activation: Tensor, *, name: str) -> None:
-        squares[name] = activation.detach().to(torch.float64).square().sum(-1)
-
+    x = on_model_device(hm, x)
     gamma_attn, gamma_mlp, has_layerscale = layerscale_stats(hm.model, blocks)
-    reads = {p: _reads(hm.model, p) for p in blocks}
-    names = sorted({name for block in reads.values() for name in block.values()})
-    with torch.no_grad(), eval_mode(hm.model), hm.hooks(fwd=dict.fromkeys(names, record)):
-        hm(on_model_device(hm, x))
+    squares: dict[tuple[str, str], Tensor] = {}  # (block, quantity) -> (B, N) squared norms
+    fwd: dict[str, list] = {}
+    for p in blocks:
+        _block_readers(hm, p, len(x), squares, fwd)
+    with torch.no_grad(), eval_mode(hm.model), hm.hooks(fwd=fwd):
+        hm(x)
 
     def series(quantity: str, over: str | None = None) -> Tensor:
         values = []
         for p in blocks:
-            top = squares[reads[p][quantity]]
-            bottom = squares[reads[p][over]] if over else torch.ones_like(top)
+            top = squares[(p, quantity)]
+            bottom = squares[(p, over)] if over else torch.ones_like(top)
             values.append(_reduce(top, bottom, reduction))
         return torch.stack(values).cpu()
 
@@ -145,15 +133,66 @@ def residual_ratios(
     )
 
 
-def _reads(model: nn.Module, block: str) -> dict[str, str]:
-    """Hook name of each quantity of ``block``. A branch without LayerScale is read once: its
-    unscaled value is the scaled one (for Swin, whose ``attn`` output is still in windows)."""
-    scaled = dict(zip(("attn", "mlp"), layerscale_gammas(model, block), strict=True))
-    return {
-        q: (_READS[q.removesuffix("_unscaled")] if scaled.get(q.removesuffix("_unscaled"), 0)
-            is None and q.endswith("_unscaled") else read).format(p=block)
-        for q, read in _READS.items()
-    }  # fmt: skip
+def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict) -> None:
+    """Hooks that fill ``squares[(p, quantity)]`` for block ``p``.
+
+    x_l is what the attention branch is added to: ``hook_resid_mid - hook_attn_out``, which is
+    the block's input except where the block pools or projects its shortcut (MViTv2, Hiera).
+    An unscaled branch is the scaled one divided by its LayerScale λ (exact in eval mode); where
+    λ has zeros it is read from the branch module's output instead."""
+    pending: dict[str, Tensor] = {}  # the attention branch until the mid stream; raw branches
+
+    def tokens(activation: Tensor, name: str) -> Tensor:
+        if activation.shape[0] != batch:
+            raise ValueError(
+                f"{name} has {activation.shape[0]} items on its batch axis for {batch} images "
+                "(a window partition?), so its norms are not per image."
+            )
+        return activation.detach().to(torch.float64).reshape(batch, -1, activation.shape[-1])
+
+    def unscaled(quantity: str, scaled: Tensor, gamma: Tensor | None, name: str) -> Tensor:
+        if gamma is None:
+            return scaled
+        if bool((gamma != 0).all()):
+            return scaled / gamma.to(scaled)
+        raw = pending.pop(f"raw_{quantity}")  # λ has zeros: the branch module's own output
+        if raw.shape != scaled.shape:
+            raise ValueError(
+                f"{name}: LayerScale λ has zeros and the {quantity} module's output "
+                f"{tuple(raw.shape)} is not the branch's {tuple(scaled.shape)}, so the unscaled "
+                "branch cannot be read."
+            )
+        return raw
+
+    def branch(quantity: str, gamma: Tensor | None):
+        def read(activation: Tensor, *, name: str) -> None:
+            a = pending[quantity] = tokens(activation, name)
+            squares[(p, quantity)] = _sq(a)
+            squares[(p, f"{quantity}_unscaled")] = _sq(unscaled(quantity, a, gamma, name))
+
+        return read
+
+    def raw_branch(quantity: str):
+        def read(activation: Tensor, *, name: str) -> None:
+            pending[f"raw_{quantity}"] = tokens(activation, name)
+
+        return read
+
+    def middle(activation: Tensor, *, name: str) -> None:
+        a = tokens(activation, name)
+        squares[(p, "x_mid")] = _sq(a)
+        squares[(p, "x")] = _sq(a - pending["attn"])
+
+    gammas = dict(zip(("attn", "mlp"), layerscale_gammas(hm.model, p), strict=True))
+    for quantity, gamma in gammas.items():
+        if gamma is not None and not bool((gamma != 0).all()):
+            fwd.setdefault(f"{p}.{quantity}.hook_out", []).append(raw_branch(quantity))
+        fwd.setdefault(f"{p}.hook_{quantity}_out", []).append(branch(quantity, gamma))
+    fwd.setdefault(f"{p}.hook_resid_mid", []).append(middle)
+
+
+def _sq(tokens: Tensor) -> Tensor:
+    return tokens.square().sum(-1)
 
 
 def _reduce(top: Tensor, bottom: Tensor, reduction: str) -> Tensor:

@@ -25,6 +25,7 @@ from ._model import (
     grid_map,
     on_model_device,
     pooling_attention_names,
+    reads_class_token,
 )
 from .attention import common_layout, reduce_heads
 from .saliency_result import SaliencyResult
@@ -74,10 +75,11 @@ def _fuse(pattern: Tensor, name: str, head_fusion, allow_non_stochastic: bool) -
     return reduce_heads(pattern, head_fusion, head_dim=1)
 
 
-def _query_rows(joint: Tensor, layout) -> Tensor:
-    """Relevance of the patches for the class token (B, Np), or the mean over patch queries."""
+def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
+    """Relevance of the patches (B, Np) for the class token where the head reads it
+    (``class_row``), else the mean over the patch queries (average-pooled heads)."""
     _, patch_cols = layout.split(joint, dim=-1)
-    if layout.class_token:
+    if class_row and layout.class_token:
         return patch_cols[:, 0]
     return layout.split(patch_cols, dim=1)[1].mean(1)
 
@@ -104,7 +106,8 @@ def rollout(
 
     Returns:
         `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the
-        patches; for models with an attention-pooling head (SigLIP) and no class token, the
+        patches where the head reads the class token (``global_pool="token"``); for models
+        with an attention-pooling head (SigLIP), the
         head's map (latents and heads fused) times the joint attention; otherwise the mean over
         patch queries. Window attention (Swin, Twins) is rolled out in image space; across
         Swin's stages each 2 x 2 patch merging passes the mean of its four tokens' relevance
@@ -143,9 +146,11 @@ def rollout(
         layout = hm.token_layout(tuple(x.shape[-2:]))
     elif pool_names:  # SigLIP: the pooling head's latent reads the tokens last
         pooled = _fuse(cache[pool_names[-1]], pool_names[-1], head_fusion, False).mean(1)
+        skipped = joint.shape[1] - pooled.shape[-1]  # prefix tokens the head does not read
+        pooled = torch.cat([pooled.new_zeros(len(pooled), skipped), pooled], -1)
         relevance = layout.split(pooled.unsqueeze(1) @ joint, dim=-1)[1][:, 0]
     else:
-        relevance = _query_rows(joint, layout)
+        relevance = _query_rows(joint, layout, reads_class_token(hm.model))
     return SaliencyResult(
         maps=layout.to_grid(relevance.float()),
         method="rollout",
@@ -226,7 +231,8 @@ def grad_rollout(
         target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
 
     Returns:
-        `SaliencyResult` (B, gh, gw) with ``targets``.
+        `SaliencyResult` (B, gh, gw) with ``targets``: the class token's row of R where the head
+        reads the class token, else (average-pooled heads) the mean over the patch rows.
     """
     hm = as_hooked(model)
     x = on_model_device(hm, x)
@@ -249,7 +255,7 @@ def grad_rollout(
             else relevance + weighted @ relevance
         )
     return SaliencyResult(
-        maps=layout.to_grid(_query_rows(relevance, layout).float()),
+        maps=layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm.model)).float()),
         method="grad_rollout",
         image_size=tuple(x.shape[-2:]),
         options={"maps": names},

@@ -144,7 +144,11 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
     for name, module in model.named_modules():
         if name and name not in inside and isinstance(module, _OUTSIDE_BLOCKS):
             pooled_prefix = 0 if getattr(model, "pool_include_prefix", True) is False else None
-            taps += attention_taps(name, module, prefix_tokens=pooled_prefix)
+            last = layout.blocks[-1] if layout.blocks else None  # the tokens the head reads
+            taps += attention_taps(
+                name, module, prefix_tokens=pooled_prefix if last is None or pooled_prefix == 0
+                else last.prefix_tokens, grid=last.grid if last is not None else None,
+            )  # fmt: skip
     return taps
 
 

@@ -77,7 +77,8 @@ class FamilyLayout:
 
 
 def _embed(path: str = "patch_embed", **layout) -> Tap:
-    return Tap("hook_embed", path, shape="B Np C", **nhwc_to_nlc, **layout)
+    """The patch embedding's output: patches only, before any prefix token joins."""
+    return Tap("hook_embed", path, shape="B Np C", **nhwc_to_nlc, **{"prefix_tokens": 0, **layout})
 
 
 def _final_norm(model: nn.Module, path: str = "norm", **layout) -> list[Tap]:
@@ -123,7 +124,8 @@ def _naflexvit(model: naflexvit.NaFlexVit) -> FamilyLayout:
     """NaFlexViT on an image batch (B, C, H, W): one (H / ph, W / pw) grid for every image. Its
     NaFlex input (a dict of patches with per-image grids and padding) is refused by
     `vizkit.hooks.validate_input`."""
-    grid = _divided(model.embeds.patch_size[0])
+    pad = getattr(model.embeds, "dynamic_img_pad", False)  # padded up to whole patches
+    grid = _divided(model.embeds.patch_size[0], ceil=pad)
     prefix = model.num_prefix_tokens
     blocks = [
         BlockSite(f"blocks.{i}", prefix_tokens=prefix, grid=grid) for i in range(len(model.blocks))
@@ -194,12 +196,32 @@ def _crossvit(model: crossvit.CrossVit) -> FamilyLayout:
     for m, multi in enumerate(model.blocks):
         for b, branch in enumerate(multi.blocks):
             pe = model.patch_embed[b]
-            grid = _fixed([s // p for s, p in zip(pe.img_size, pe.patch_size, strict=True)])
+            grid = _crossvit_grid(
+                model, b, [s // p for s, p in zip(pe.img_size, pe.patch_size, strict=True)]
+            )
             blocks += [
                 BlockSite(f"blocks.{m}.blocks.{b}.{i}", prefix_tokens=1, grid=grid)
                 for i in range(len(branch))
             ]
     return FamilyLayout("crossvit", blocks, [])
+
+
+def _crossvit_grid(model: crossvit.CrossVit, branch: int, size) -> GridFn:
+    """A branch's fixed grid. The model resizes the image to the branch's size, so the grid
+    covers the whole image, except with ``crop_scale``, where it covers only a centre crop."""
+    fixed = tuple(int(s) for s in size)
+    scaled = tuple(model.img_size_scaled[branch])
+
+    def grid(image_size: tuple[int, int]) -> tuple[int, int]:
+        if model.crop_scale and tuple(image_size) != scaled:
+            raise ValueError(
+                f"CrossViT with crop_scale=True shows branch {branch} only the centre "
+                f"{scaled[0]}x{scaled[1]} crop of a {image_size[0]}x{image_size[1]} image, so its "
+                f"tokens cannot be drawn over the whole image; use {scaled[0]}x{scaled[1]} images."
+            )
+        return fixed
+
+    return grid
 
 
 def _maxvit(model: maxxvit.MaxxVit) -> FamilyLayout:
