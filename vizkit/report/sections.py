@@ -87,7 +87,8 @@ def rollout(r: ReportInputs) -> Section:
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
-                     "(of the mean patch without one) through every layer.", result)  # fmt: skip
+                     "where the head reads it (else of the mean patch, or through an "
+                     "attention-pooling head) through every layer.", result)  # fmt: skip
 
 
 def class_attention(r: ReportInputs) -> Section:
