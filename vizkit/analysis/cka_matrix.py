@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, resolve_names
-from ..hooks.layout import feature_map_format
+from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.names import NameSpec
 from ._model import as_hooked, on_model_device
 from .cka import KERNELS, Kernel, kernel
@@ -224,12 +224,7 @@ class LayerKernels:
         kernels: dict[str, Kernel] = {}
 
         def read(activation: Tensor, *, name: str) -> None:
-            if activation.shape[0] != len(images):
-                raise ValueError(
-                    f"{name} has {activation.shape[0]} items on its batch axis for "
-                    f"{len(images)} images (the windows of a partitioned attention?), so it is "
-                    "no per-image representation; choose a block's stream instead."
-                )
+            require_per_image(name, activation, len(images))
             prefix = self.hm.tap(name).prefix_tokens
             if prefix is None and activation.ndim == 3:
                 layout = self.hm.token_layout(size)

@@ -11,7 +11,7 @@ import warnings
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
-from ..hooks.layout import feature_map_format
+from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.targets import explained_classes
 from ._model import as_hooked, on_model_device, reads_class_token
 from .saliency_result import SaliencyResult
@@ -81,12 +81,7 @@ def gradcam(
         )
     logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
     act, grad = cache[layer], cache[f"{layer}_grad"]
-    if act.shape[0] != len(x):
-        raise ValueError(
-            f"{layer} has {act.shape[0]} items on its batch axis for {len(x)} images (the "
-            "windows of a partitioned attention?), so it has no per-image map; pass the block's "
-            "stream (<block>.hook_resid_post) instead."
-        )
+    require_per_image(layer, act, len(x))
     layout = None
     if act.ndim == 3:  # tokens (B, N, C)
         layout = hm.token_layout(tuple(x.shape[-2:]), layer)

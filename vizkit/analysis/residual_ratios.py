@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
+from ..hooks.layout import require_per_image
 from ._model import as_hooked, eval_mode, on_model_device
 
 __all__ = [
@@ -143,11 +144,7 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
     pending: dict[str, Tensor] = {}  # the attention branch until the mid stream; raw branches
 
     def tokens(activation: Tensor, name: str) -> Tensor:
-        if activation.shape[0] != batch:
-            raise ValueError(
-                f"{name} has {activation.shape[0]} items on its batch axis for {batch} images "
-                "(a window partition?), so its norms are not per image."
-            )
+        require_per_image(name, activation, batch)
         return activation.detach().to(torch.float64).reshape(batch, -1, activation.shape[-1])
 
     def unscaled(quantity: str, scaled: Tensor, gamma: Tensor | None, name: str) -> Tensor:

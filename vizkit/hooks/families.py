@@ -369,11 +369,6 @@ def _halved(base: GridFn, times: int, stride: int = 2) -> GridFn:
     return grid
 
 
-def _fixed(size) -> GridFn:
-    fixed = tuple(int(s) for s in size)
-    return lambda image_size: fixed
-
-
 _FAMILIES: list[tuple[type, Callable[[nn.Module], FamilyLayout]]] = [
     (vit.VisionTransformer, _vit),
     (cait.Cait, _cait),

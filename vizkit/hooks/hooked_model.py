@@ -76,6 +76,7 @@ class HookedModel:
         self._taps = {tap.name: tap for tap in build_taps(model, self.family)}
         self._names = list(self._taps)
         self._modules = dict(model.named_modules())
+        self._class_token = _has_class_token(model)
 
     def __repr__(self) -> str:
         return f"HookedModel({type(self.model).__name__}, {len(self._names)} hook names)"
@@ -105,7 +106,7 @@ class HookedModel:
         if tap is not None and tap.grid is not None:  # a stage of a hierarchical model
             grid = tuple(int(g) for g in tap.grid(tuple(image_size)))
             prefix = tap.prefix_tokens or 0
-            return TokenLayout(prefix, grid, prefix > 0 and _has_class_token(self.model))
+            return TokenLayout(prefix, grid, prefix > 0 and self._class_token)
         prefix = tap.prefix_tokens if tap is not None else None
         if layout is None or prefix is None:
             return layout

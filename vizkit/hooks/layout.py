@@ -7,7 +7,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["TokenLayout", "covers", "feature_map_format", "token_layout", "validate_input"]
+__all__ = [
+    "TokenLayout",
+    "covers",
+    "feature_map_format",
+    "require_per_image",
+    "token_layout",
+    "validate_input",
+]
 
 
 @dataclass(frozen=True)
@@ -173,3 +180,14 @@ def feature_map_format(shape: str, act: Tensor, image_size: tuple[int, int]) -> 
             "Pass a block name (<block>.hook_resid_post) or a stage output (<stage>.hook_out)."
         )
     return fits[0]
+
+
+def require_per_image(name: str, activation: Tensor, batch: int) -> None:
+    """Raise a ValueError if ``activation``'s first axis is not the ``batch`` images, e.g. the
+    windows of a partitioned attention (B·nW, ...), which have no per-image reading."""
+    if activation.shape[0] != batch:
+        raise ValueError(
+            f"{name} has {activation.shape[0]} items on its batch axis for {batch} images (the "
+            "windows of a partitioned attention?), so it has no per-image reading; use the "
+            "block's stream (<block>.hook_resid_post) instead."
+        )
