@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import as_hooked
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
 from ..layers import SoTHead
@@ -18,45 +16,17 @@ __all__ = [
     "applied_attention_names",
     "attention_names",
     "class_attention_names",
-    "eval_mode",
     "float_bytes",
     "grid_map",
     "layer_index",
     "pooling_attention_names",
     "self_attention_names",
     "token_pixels",
-    "on_model_device",
     "query_index",
     "reads_class_token",
 ]
 
 _SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
-
-
-def as_hooked(model: nn.Module | HookedModel) -> HookedModel:
-    """``model`` itself if it is a HookedModel, else a new HookedModel around it."""
-    return model if isinstance(model, HookedModel) else HookedModel(model)
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """``model`` in eval mode (dropout, DropPath off) inside the context; every module's training
-    flag is restored on exit, also after an exception."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield model
-    finally:
-        for module, mode in modes:
-            module.training = mode
-
-
-def on_model_device(hm: HookedModel, x: Tensor) -> Tensor:
-    """The batch on the device of the model's first parameter (or unchanged without any)."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.")
-    parameter = next(hm.model.parameters(), None)
-    return x if parameter is None else x.to(parameter.device)
 
 
 def reads_class_token(model: nn.Module) -> bool:
@@ -188,3 +158,9 @@ def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:
 def float_bytes(x: Tensor) -> int:
     """Bytes per element of the floating dtype activations will have for input ``x``."""
     return torch.finfo(x.dtype).bits // 8 if x.is_floating_point() else 4
+
+
+def on_model_device(hm: HookedModel, x):  # TEMPORARY shim while metrics/cka move to check_images
+    from ..hooks.inputs import check_images
+
+    return check_images(hm.model, x)

@@ -8,6 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,
@@ -16,7 +18,6 @@ from ._model import (
     float_bytes,
     grid_map,
     layer_index,
-    on_model_device,
     query_index,
     token_pixels,
 )
@@ -160,6 +161,7 @@ def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | N
     return len(x) * heads * (1 if query is not None else n) * n * float_bytes(x)
 
 
+@analysis
 def attention(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -193,7 +195,7 @@ def attention(
             above ``max_bytes`` (the message gives its size and how to shrink it).
     """
     hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     if maps not in ("softmax", "applied"):
         raise ValueError(f"maps must be 'softmax' or 'applied'; got {maps!r}.")
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)

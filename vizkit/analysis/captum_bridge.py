@@ -14,8 +14,16 @@ from captum.attr import IntegratedGradients, Occlusion, Saliency
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis
+from ..hooks.inputs import (
+    check_count,
+    check_images,
+    check_number,
+    check_size,
+    check_values_finite,
+)
 from ..hooks.targets import target_indices
-from ._model import as_hooked, on_model_device
+from ._model import as_hooked
 from .saliency_result import SaliencyResult
 
 __all__ = ["integrated_gradients", "occlusion", "saliency"]
@@ -26,7 +34,7 @@ def _prepare(
 ) -> tuple[HookedModel, Tensor, Callable, Tensor | None]:
     """HookedModel, batch on its device, captum forward function, and captum target (B,)."""
     hm = as_hooked(model)
-    x = on_model_device(hm, x).detach().requires_grad_(True)  # captum differentiates x
+    x = check_images(hm.model, x).detach().requires_grad_(True)  # captum differentiates x
     if callable(target) and not isinstance(target, Tensor):
         return hm, x, lambda inputs: target(hm.model(inputs)), None
     with torch.no_grad():
@@ -50,6 +58,7 @@ def _result(attributions: Tensor, method: str, reduce: str, targets, options: di
     )
 
 
+@analysis
 def integrated_gradients(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -60,7 +69,10 @@ def integrated_gradients(
 ) -> SaliencyResult:
     """captum IntegratedGradients; maps (B, H, W) are the attributions summed over channels
     (signed). ``baseline``: a value or a (B, C, H, W) tensor, in the model's normalized space."""
+    n_steps = check_count("n_steps", n_steps)
+    internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = _prepare(model, x, target)
+    baseline = _check_baseline(baseline, x)
     attributions = IntegratedGradients(forward).attribute(
         x,
         baselines=baseline,
@@ -72,6 +84,7 @@ def integrated_gradients(
     return _result(attributions, "integrated_gradients", "sum", targets, options)
 
 
+@analysis
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
     (B, H, W)."""
@@ -80,6 +93,7 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     return _result(attributions, "saliency", "abs_max", targets, {})
 
 
+@analysis
 def occlusion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -98,13 +112,15 @@ def occlusion(
         internal_batch_size: occluded images per forward (captum's ``perturbations_per_eval``
             is this divided by the batch size).
     """
+    internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = _prepare(model, x, target)
+    baseline = check_number("baseline", baseline)
+    image_size = tuple(x.shape[-2:])
     if window is None:
         pe = getattr(hm.model, "patch_embed", None)
-        window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in x.shape[-2:])
-    window = (window, window) if isinstance(window, int) else tuple(window)
-    stride = window if stride is None else stride
-    stride = (stride, stride) if isinstance(stride, int) else tuple(stride)
+        window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in image_size)
+    window = check_size("window", window, image_size)
+    stride = check_size("stride", window if stride is None else stride, image_size)
     attributions = Occlusion(forward).attribute(
         x,
         sliding_window_shapes=(x.shape[1], *window),
@@ -115,6 +131,21 @@ def occlusion(
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
     return _result(attributions, "occlusion", "mean", targets, options)
+
+
+def _check_baseline(baseline: float | Tensor, x: Tensor) -> float | Tensor:
+    """A finite number, or a finite tensor that broadcasts to the batch ``x`` (B, C, H, W)."""
+    if not isinstance(baseline, Tensor):
+        return check_number("baseline", baseline)
+    check_values_finite("baseline", baseline)
+    try:
+        torch.broadcast_shapes(baseline.shape, x.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"baseline of shape {tuple(baseline.shape)} does not broadcast to the batch "
+            f"{tuple(x.shape)}; pass a number, a (C, 1, 1) tensor or one of the batch's shape."
+        ) from None
+    return baseline.to(device=x.device, dtype=x.dtype)
 
 
 def _describe(baseline: float | Tensor) -> float | str:

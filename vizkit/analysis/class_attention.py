@@ -6,10 +6,11 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from ._model import (
     as_hooked,
     class_attention_names,
-    on_model_device,
     pooling_attention_names,
     self_attention_names,
 )
@@ -20,6 +21,7 @@ __all__ = ["class_attention", "modulated_gray"]
 _GRAY = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma
 
 
+@analysis
 def class_attention(
     model: nn.Module | HookedModel, x: Tensor, layer: int | None = None
 ) -> SaliencyResult:
@@ -43,7 +45,7 @@ def class_attention(
             rollout() or gradcam()), or a layer out of range.
     """
     hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     image_size = tuple(x.shape[-2:])
     names, stage, default = _class_rows(hm, image_size)
     layer = default if layer is None else layer

@@ -13,6 +13,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from ..hooks import HookedModel
+from ..hooks.contract import analysis, as_hooked
+from ..hooks.inputs import check_count, check_images
+
 __all__ = ["crop_ratio_accuracy", "crop_ratio_view"]
 
 
@@ -44,9 +48,10 @@ def crop_ratio_view(
     return (view - mean_t) / std_t
 
 
+@analysis
 @torch.no_grad()
 def crop_ratio_accuracy(
-    model: nn.Module,
+    model: nn.Module | HookedModel,
     data: Dataset,
     ratios: Sequence[float],
     mean: Sequence[float] | None = None,
@@ -56,24 +61,19 @@ def crop_ratio_accuracy(
 ) -> dict[float, float]:
     """Top-1 accuracy of ``model`` on ``data`` (items (image, label, ...), normalized) at each
     test-time crop ratio. ``mean``/``std`` default to the model's ``pretrained_cfg``."""
-    cfg = getattr(model, "pretrained_cfg", {}) or {}
+    hm = as_hooked(model)
+    check_count("batch_size", batch_size)
+    cfg = getattr(hm.model, "pretrained_cfg", {}) or {}
     mean, std = mean or cfg.get("mean"), std or cfg.get("std")
     if mean is None or std is None:
         raise ValueError("Pass mean and std: the model has no pretrained_cfg to read them from.")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     correct = dict.fromkeys(ratios, 0)
     count = 0
-    try:
-        for images, labels, *_ in tqdm(
-            DataLoader(data, batch_size=batch_size), disable=not progress
-        ):
-            images, labels = images.to(device), labels.to(device)
-            for ratio in ratios:
-                logits = model(crop_ratio_view(images, ratio, mean, std))
-                correct[ratio] += (logits.argmax(-1) == labels).sum().item()
-            count += len(labels)
-    finally:
-        model.train(was_training)
+    for images, labels, *_ in tqdm(DataLoader(data, batch_size=batch_size), disable=not progress):
+        images = check_images(hm.model, images)
+        labels = labels.to(images.device)
+        for ratio in ratios:
+            logits = hm.model(crop_ratio_view(images, ratio, mean, std))
+            correct[ratio] += (logits.argmax(-1) == labels).sum().item()
+        count += len(labels)
     return {ratio: hits / count for ratio, hits in correct.items()}

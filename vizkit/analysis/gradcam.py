@@ -11,9 +11,11 @@ import warnings
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.targets import explained_classes
-from ._model import as_hooked, on_model_device, reads_class_token
+from ._model import as_hooked, reads_class_token
 from .saliency_result import SaliencyResult
 
 __all__ = ["default_gradcam_layer", "gradcam"]
@@ -52,6 +54,7 @@ def default_gradcam_layer(hm: HookedModel) -> str:
     )
 
 
+@analysis
 def gradcam(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -71,7 +74,7 @@ def gradcam(
         for feature maps.
     """
     hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     layer = default_gradcam_layer(hm) if layer is None else layer
     if (hm.tap(layer).shape or "").startswith("B H"):
         raise ValueError(

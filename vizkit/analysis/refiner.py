@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
-from ._model import as_hooked, on_model_device
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
+from ._model import as_hooked
 
 __all__ = [
     "RefinerStages",
@@ -115,6 +117,7 @@ def refined_blocks(model: nn.Module) -> list[int]:
     return [i for i, block in enumerate(blocks) if getattr(block.attn, "refiner", None)]
 
 
+@analysis
 def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> RefinerStages:
     """Capture the stages of block ``layer``'s refiner for the batch ``x`` (B, C, H, W).
 
@@ -130,7 +133,7 @@ def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> Ref
         )
     names = {stage: f"blocks.{layer}.attn.{leaf}" for stage, leaf in _STAGES.items()}
     with torch.no_grad():
-        _, cache = hm.run_with_cache(on_model_device(hm, x), names=list(names.values()))
+        _, cache = hm.run_with_cache(check_images(hm.model, x), names=list(names.values()))
     refiner = hm.model.blocks[layer].attn.refiner
     kernels = getattr(refiner, "weight", None)
     return RefinerStages(

@@ -18,8 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from ..hooks.layout import require_per_image
-from ._model import as_hooked, eval_mode, on_model_device
+from ._model import as_hooked
 
 __all__ = [
     "REDUCTIONS",
@@ -86,6 +88,7 @@ class ResidualRatios:
         return out
 
 
+@analysis
 def residual_ratios(
     model: nn.Module | HookedModel, x: Tensor, reduction: str = "sample_fro"
 ) -> ResidualRatios:
@@ -101,13 +104,13 @@ def residual_ratios(
         raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}.")
     hm = as_hooked(model)
     blocks = prenorm_blocks(hm)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     gamma_attn, gamma_mlp, has_layerscale = layerscale_stats(hm.model, blocks)
     squares: dict[tuple[str, str], Tensor] = {}  # (block, quantity) -> (B, N) squared norms
     fwd: dict[str, list] = {}
     for p in blocks:
         _block_readers(hm, p, len(x), squares, fwd)
-    with torch.no_grad(), eval_mode(hm.model), hm.hooks(fwd=fwd):
+    with torch.no_grad(), hm.hooks(fwd=fwd):
         hm(x)
 
     def series(quantity: str, over: str | None = None) -> Tensor:

@@ -16,6 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
 from ._model import (
@@ -23,7 +25,6 @@ from ._model import (
     as_hooked,
     class_attention_names,
     grid_map,
-    on_model_device,
     pooling_attention_names,
     reads_class_token,
 )
@@ -84,6 +85,7 @@ def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
     return layout.split(patch_cols, dim=1)[1].mean(1)
 
 
+@analysis
 def rollout(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -124,7 +126,7 @@ def rollout(
     if not 0 <= discard_ratio < 1:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
     hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     names = applied_attention_names(hm)
     layouts = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "rollout")
     layout = layouts[0]
@@ -221,6 +223,7 @@ def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion)
     return r[:, 1:]
 
 
+@analysis
 def grad_rollout(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None
 ) -> SaliencyResult:
@@ -235,7 +238,7 @@ def grad_rollout(
         reads the class token, else (average-pooled heads) the mean over the patch rows.
     """
     hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(hm.model, x)
     names = applied_attention_names(hm)
     last = hm.token_layout(tuple(x.shape[-2:]), names[-1])
     if any(n.endswith(_MIXED) for n in names) or not last.class_token:

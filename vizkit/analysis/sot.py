@@ -13,10 +13,12 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_images
 from ..hooks.targets import target_indices
 from ..layers import MGCrP, SoTHead
 from ..layers.svpn import SVPN_EPS
-from ._model import as_hooked, eval_mode, on_model_device
+from ._model import as_hooked
 from .gradcam import gradcam
 from .saliency_result import SaliencyResult
 
@@ -81,6 +83,7 @@ class HeadAnatomy:
         return self.singular_values / (lam[..., :1].pow(1.0 - alpha) + SVPN_EPS)
 
 
+@analysis
 def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
     """Run a batch (B, C, H, W) and collect `HeadAnatomy` (eval mode, no gradients)."""
     hm = as_hooked(model)
@@ -91,8 +94,8 @@ def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
     branches = {"classt": "head.hook_classt_logits", "wordt": "head.hook_wordt_logits"}
     present = {k: v for k, v in branches.items() if head.has_branch(k)}
     names += list(present.values())
-    with eval_mode(hm.model), torch.no_grad():
-        logits, cache = hm.run_with_cache(on_model_device(hm, x), names=names)
+    with torch.no_grad():
+        logits, cache = hm.run_with_cache(check_images(hm.model, x), names=names)
         _, lam = pool.normalize(cache["head.pool.hook_cov"])
     return HeadAnatomy(
         tokens=cache["head.hook_tokens"], cov=cache["head.pool.hook_cov"],
@@ -111,6 +114,7 @@ def branch(model: nn.Module | HookedModel, name: str) -> Iterator[nn.Module]:
         yield model
 
 
+@analysis
 def branch_gradcam(
     model: nn.Module | HookedModel, x: Tensor, name: str, target: Target = None
 ) -> SaliencyResult:
@@ -126,6 +130,7 @@ def branch_gradcam(
     return result
 
 
+@analysis
 def wordt_token_map(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None
 ) -> SaliencyResult:
@@ -134,8 +139,8 @@ def wordt_token_map(
     ``extras["contributions"]`` holds all classes (B, q, C) and ``extras["bias"]`` (C,)."""
     hm = as_hooked(model)
     head = sot_head(hm)
-    with eval_mode(hm.model), torch.no_grad():
-        logits, cache = hm.run_with_cache(on_model_device(hm, x), names="head.hook_tokens")
+    with torch.no_grad():
+        logits, cache = hm.run_with_cache(check_images(hm.model, x), names="head.hook_tokens")
         contributions = head.wordt_contributions(cache["head.hook_tokens"])
     classes = target_indices(logits, target)
     chosen = contributions.gather(2, classes[:, None, None].expand(-1, contributions.shape[1], 1))
@@ -175,6 +180,7 @@ class BranchPredictions:
         return self.correct(which).float().mean().item()
 
 
+@analysis
 def branch_predictions(
     model: nn.Module | HookedModel, data: Dataset, batch_size: int = 500
 ) -> BranchPredictions:
@@ -185,9 +191,9 @@ def branch_predictions(
     names = [f"head.hook_{b}_logits" for b in ("classt", "wordt")
              if isinstance(head, SoTHead) and head.has_branch(b)]  # fmt: skip
     parts: dict[str, list[Tensor]] = {"labels": [], "logits": [], "classt": [], "wordt": []}
-    with eval_mode(hm.model), torch.no_grad():
+    with torch.no_grad():
         for images, labels, *_ in DataLoader(data, batch_size=batch_size):
-            x = on_model_device(hm, images)
+            x = check_images(hm.model, images)
             if names:
                 logits, cache = hm.run_with_cache(x, names=names, device="cpu")
             else:

@@ -17,7 +17,9 @@ from .adapters import build_taps
 from .attention_mode import unfused_attention
 from .cache import ActivationCache
 from .families import family_layout
-from .layout import TokenLayout, token_layout, validate_input
+from .guard import exclusive, tracking_forward
+from .inputs import check_images, unwrap_model
+from .layout import TokenLayout, token_layout
 from .names import (
     NameSpec,
     explicit_names,
@@ -26,7 +28,7 @@ from .names import (
     unknown_name_error,
 )
 from .taps import Tap
-from .targets import Target, target_score
+from .targets import Target, class_indices, target_score
 
 __all__ = ["HookedModel", "HookFn"]
 
@@ -71,19 +73,21 @@ class HookedModel:
     def __init__(self, model: nn.Module) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"HookedModel wraps a torch.nn.Module; got {type(model).__name__}.")
-        self.model = model
+        self.model = model = unwrap_model(model)
         self.family = family_layout(model)  # None for families without an adapter
         self._taps = {tap.name: tap for tap in build_taps(model, self.family)}
         self._names = list(self._taps)
         self._modules = dict(model.named_modules())
         self._class_token = _has_class_token(model)
+        self._warned_training = False
 
     def __repr__(self) -> str:
         return f"HookedModel({type(self.model).__name__}, {len(self._names)} hook names)"
 
     def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
-        validate_input(self.model, x)
-        return self.model(x, *args, **kwargs)
+        """The model's output on ``x`` (checked by `vizkit.hooks.inputs.check_images`)."""
+        with exclusive(self.model):
+            return self.model(check_images(self.model, x), *args, **kwargs)
 
     def hook_names(self) -> list[str]:
         """Canonical names of this model, in module order (see `vizkit.hooks.adapters`)."""
@@ -174,7 +178,11 @@ class HookedModel:
             RuntimeError: a requested hook did not fire.
             ValueError: wrong input shape, or a target out of range.
         """
-        validate_input(self.model, x)
+        x = check_images(self.model, x)
+        if target is not None and not grads:
+            raise ValueError("target= chooses the score to differentiate; pass grads=True with it.")
+        if grads and target is not None and not callable(target):
+            class_indices(target, len(x))  # types and count, before the forward
         chosen = resolve_names(names, self._names)
         derived = [n for n in chosen if self._taps[n].compute is not None]
         if grads and derived:
@@ -225,8 +233,10 @@ class HookedModel:
         taps = [self._taps[n] for n in self._names if n in wanted]
         training = [(m, m.training) for m in self.model.modules()]
         counters: Counter = Counter()
-        with ExitStack() as stack:
+        with exclusive(self.model), ExitStack() as stack:
+            self._warn_if_random()
             try:
+                stack.enter_context(tracking_forward(self.model))
                 unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse}
                 stack.enter_context(unfused_attention(unfuse))
                 for tap in taps:
@@ -322,10 +332,31 @@ class HookedModel:
                 run.versions[tap.name] = kept._version
         if tap.name in run.keep_for_grad:
             run.used[tap.name] = used
+        if not used.requires_grad or (
+            tap.name not in run.keep_for_grad and tap.name not in run.bwd
+        ):
+            return used
         for fn in run.bwd.get(tap.name, ()):
-            if used.requires_grad:
-                used.register_hook(_gradient_hook(fn, tap))
-        return used
+            used.register_hook(_gradient_hook(fn, tap))
+        # The forward goes on with a copy, so a later in-place op (``x += shortcut``, ``relu_``)
+        # rewrites the copy and the gradient read at ``used`` is that of the value as the model
+        # used it, not of the rewritten tensor.
+        return used.clone()
+
+    def _warn_if_random(self) -> None:
+        """Warn once if the model's training mode makes results random or updates buffers."""
+        if self._warned_training or not self.model.training:
+            return
+        stochastic = training_effects(self.model)
+        if stochastic:
+            self._warned_training = True
+            warnings.warn(
+                f"{type(self.model).__name__} is in training mode, so {', '.join(stochastic)} "
+                "act in this forward: activations and gradients are random or depend on the "
+                "batch. Call model.eval() first, or use the vizkit analyses, which run the model "
+                "in eval mode and restore its mode after.",
+                stacklevel=5,
+            )
 
     def _check_captures(self, run: _Run) -> None:
         """Warn about names that fired twice; raise if a capture was later changed in place."""
@@ -357,6 +388,22 @@ class HookedModel:
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device) if run.device is not None else grad
         return result
+
+
+def training_effects(model: nn.Module) -> list[str]:
+    """What train mode changes in ``model``'s forward: active dropout or drop-path (random
+    outputs) and BatchNorm (batch statistics, running statistics updated)."""
+    kinds = {}
+    for module in model.modules():
+        if not module.training:
+            continue
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            kinds["dropout"] = True
+        elif getattr(module, "drop_prob", 0) > 0:  # timm DropPath, DropBlock
+            kinds["drop-path"] = True
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            kinds["BatchNorm"] = True
+    return list(kinds)
 
 
 def _has_class_token(model: nn.Module) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Target", "explained_classes", "target_indices", "target_score"]
+__all__ = ["Target", "class_indices", "explained_classes", "target_indices", "target_score"]
 
 Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | None
 
@@ -50,20 +52,45 @@ def target_indices(output: Tensor, target: Target) -> Tensor:
     batch, classes = output.shape
     if target is None:
         return output.argmax(dim=-1)
-    if isinstance(target, (bool, str)) or not isinstance(target, (int, Sequence, Tensor)):
-        raise TypeError(f"target must be an int, B ints, a callable or None; got {target!r}.")
-    index = torch.as_tensor(target, device=output.device).long().reshape(-1)
-    if index.numel() == 1:
-        index = index.expand(batch)
-    if index.numel() != batch:
-        raise ValueError(
-            f"Got {index.numel()} targets for a batch of {batch}; give one int "
-            "for all samples or one per sample."
-        )
+    index = class_indices(target, batch).to(output.device)
     bad = index[(index < 0) | (index >= classes)]
     if bad.numel():
         raise ValueError(
             f"Target class {bad[0].item()} is out of range: the model has "
             f"{classes} classes (valid: 0..{classes - 1})."
+        )
+    return index
+
+
+def class_indices(target: Target, batch: int) -> Tensor:
+    """(B,) int64 class indices from an int (numpy integers too) for every sample, or B of them
+    (a list, tuple, integer tensor or array). Float, bool and str targets are refused: a class
+    index is never rounded."""
+    valid = "an int class index, B of them (list, tuple, integer tensor or array), a callable on "
+    valid += "the output, or None for each sample's argmax"
+    if isinstance(target, np.ndarray) or isinstance(target, np.generic):
+        target = torch.from_numpy(np.asarray(target))
+    if isinstance(target, Tensor):
+        if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+            raise TypeError(
+                f"target must be {valid}; got a {target.dtype} tensor. Class indices are "
+                "integers: pass target.long() if the values are whole numbers."
+            )
+        index = target.reshape(-1).long()
+    elif isinstance(target, numbers.Integral) and not isinstance(target, bool):
+        index = torch.tensor([int(target)])
+    elif isinstance(target, Sequence) and not isinstance(target, str):
+        wrong = [t for t in target if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+        if wrong:
+            raise TypeError(f"target must be {valid}; got {wrong[0]!r} in {list(target)!r}.")
+        index = torch.tensor([int(t) for t in target], dtype=torch.long)
+    else:
+        raise TypeError(f"target must be {valid}; got {target!r} ({type(target).__name__}).")
+    if index.numel() == 1:
+        return index.expand(batch)
+    if index.numel() != batch:
+        raise ValueError(
+            f"Got {index.numel()} targets for a batch of {batch}; give one int "
+            "for all samples or one per sample."
         )
     return index

@@ -1,4 +1,4 @@
-"""What every explorer shares: input checks, a figure widget that is replaced in place, a
+"""What every explorer shares: a figure widget that is replaced in place, a
 per-image cache, and a static fallback."""
 
 from __future__ import annotations
@@ -9,21 +9,8 @@ from collections.abc import Callable, Hashable
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
-from torch import Tensor, nn
 
-from ..hooks import validate_input
-
-__all__ = ["Explorer", "check_images"]
-
-
-def check_images(model: nn.Module, images: Tensor) -> Tensor:
-    """``images`` as a (B, C, H, W) batch the model takes, with B >= 1; else a clear error."""
-    if not isinstance(images, Tensor):
-        raise TypeError(f"images must be a tensor (B, C, H, W); got {type(images).__name__}.")
-    if images.ndim == 4 and len(images) == 0:
-        raise ValueError("images is empty: pass at least one image (B >= 1).")
-    validate_input(model, images)
-    return images
+__all__ = ["Explorer"]
 
 
 class Explorer(ABC):

@@ -11,11 +11,12 @@ from torch import Tensor, nn
 from .. import analysis
 from ..analysis.attention import reduce_heads
 from ..hooks import HookedModel
+from ..hooks.inputs import check_images
 from ..viz import display_images
 from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish
 from ..viz.attention import default_query
 from ..viz.overlay import heatmap_on_image
-from ._base import Explorer, check_images
+from ._base import Explorer
 
 __all__ = ["AttentionExplorer"]
 

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor
 
 from ..analysis import residual_ratios
+from ..hooks.inputs import check_images
 from ..models.cait_variants import residual_vit
 from ..viz._style import finish
-from ._base import Explorer, check_images
+from ._base import Explorer
 
 __all__ = ["LayerScaleExplorer"]
 

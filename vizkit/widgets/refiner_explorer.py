@@ -8,8 +8,9 @@ import plotly.graph_objects as go
 from torch import Tensor, nn
 
 from ..analysis.refiner import RefinerStages, refined_blocks, refiner_stages
+from ..hooks.inputs import check_images
 from ..viz import refiner_stages_figure
-from ._base import Explorer, check_images
+from ._base import Explorer
 
 __all__ = ["RefinerExplorer"]
 

@@ -8,9 +8,10 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch import Tensor, nn
 
+from ..hooks.inputs import check_images
 from ..metrics import compare_saliency
 from ..viz import display_images, saliency_side_by_side
-from ._base import Explorer, check_images
+from ._base import Explorer
 
 __all__ = ["SaliencyComparer"]
 

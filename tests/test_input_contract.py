@@ -1,0 +1,277 @@
+"""The input contract (`vizkit.hooks.inputs`, `vizkit.hooks.contract`): every public analysis
+refuses a bad batch, target or option with a clear error and leaves the model as it was; wrapped
+and train-mode models give the eval-mode answer; two threads never mix results."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import vizkit as vk
+
+from conftest import build
+
+
+def _vit() -> nn.Module:
+    torch.manual_seed(0)
+    return vk.create_model("test_vit", num_classes=5, img_size=32).eval()
+
+
+def _batch(b: int = 2, size: int = 32) -> torch.Tensor:
+    return torch.randn(b, 3, size, size, generator=torch.Generator().manual_seed(1))
+
+
+# name -> fn(model, x, **options): every public analysis that runs a model on a batch
+ANALYSES = {
+    "attention": lambda m, x, **k: vk.attention(m, x, **k),
+    "rollout": lambda m, x, **k: vk.rollout(m, x, **k),
+    "grad_rollout": lambda m, x, **k: vk.grad_rollout(m, x, **k),
+    "gradcam": lambda m, x, **k: vk.gradcam(m, x, **k),
+    "saliency": lambda m, x, **k: vk.saliency(m, x, **k),
+    "integrated_gradients": lambda m, x, **k: vk.integrated_gradients(m, x, **{"n_steps": 4, **k}),
+    "occlusion": lambda m, x, **k: vk.occlusion(m, x, **k),
+    "residual_ratios": lambda m, x, **k: vk.residual_ratios(m, x, **k),
+    "cka_matrix": lambda m, x, **k: vk.cka_matrix(m, x, layers=[0, 1], **k),
+    "deletion": lambda m, x, **k: vk.metrics.deletion(
+        m, x, torch.rand(len(x), 4, 4, generator=torch.Generator().manual_seed(0)), steps=4, **k
+    ),
+}
+GRADIENT_ANALYSES = ["grad_rollout", "gradcam", "saliency", "integrated_gradients", "occlusion"]
+
+BAD_BATCHES = {
+    "no batch axis": (torch.randn(3, 32, 32), ValueError, "unsqueeze"),
+    "empty batch": (torch.randn(0, 3, 32, 32), ValueError, "empty"),
+    "uint8 images": (torch.zeros(2, 3, 32, 32, dtype=torch.uint8), TypeError, "floating-point"),
+    "NaN pixel": (_batch().index_put_((torch.tensor([1]),), torch.tensor(float("nan"))),
+                  ValueError, r"NaN values \(samples \[1\]"),  # fmt: skip
+    "Inf pixel": (_batch().clamp(max=float("inf")).mul(torch.tensor([1.0, float("inf")])
+                  .view(2, 1, 1, 1)), ValueError, "Inf"),  # fmt: skip
+    "numpy array": (_batch().numpy(), TypeError, "torch.from_numpy"),
+    "one channel": (torch.randn(2, 1, 32, 32), ValueError, "3-channel"),
+    "not a patch multiple": (torch.randn(2, 3, 30, 32), ValueError, "multiple of the patch"),
+}
+
+
+def _state(model: nn.Module) -> tuple:
+    """Everything a call must leave as it was: hooks, fused flags, modes, parameter grads."""
+    return (
+        [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+         for m in model.modules()],  # fmt: skip
+        [getattr(m, "fused_attn", None) for m in model.modules()],
+        [m.training for m in model.modules()],
+        [p.grad for p in model.parameters()],
+    )
+
+
+@pytest.mark.parametrize("batch", list(BAD_BATCHES))
+@pytest.mark.parametrize("analysis", list(ANALYSES))
+def test_bad_batches_are_refused(analysis, batch):
+    model = _vit().train()
+    before = _state(model)
+    x, error, phrase = BAD_BATCHES[batch]
+    with pytest.raises(error, match=phrase):
+        ANALYSES[analysis](model, x)
+    assert _state(model) == before
+
+
+BAD_TARGETS = {
+    "float": (0.9, TypeError, r"got 0\.9"),
+    "whole float": (3.0, TypeError, "target must be"),
+    "float list": ([0.9, 1.7], TypeError, r"got 0\.9 in"),
+    "float tensor": (torch.tensor([1.0, 2.0]), TypeError, r"target\.long\(\)"),
+    "bool": (True, TypeError, "target must be"),
+    "too many": ([1, 2, 3], ValueError, "3 targets for a batch of 2"),
+    "out of range": (5, ValueError, r"valid: 0\.\.4"),
+    "string": ("cat", TypeError, "target must be"),
+}
+
+
+@pytest.mark.parametrize("target", list(BAD_TARGETS))
+@pytest.mark.parametrize("analysis", GRADIENT_ANALYSES)
+def test_bad_targets_are_refused(analysis, target):
+    model = _vit()
+    value, error, phrase = BAD_TARGETS[target]
+    before = _state(model)
+    with pytest.raises(error, match=phrase):
+        ANALYSES[analysis](model, _batch(), target=value)
+    assert _state(model) == before
+
+
+@pytest.mark.parametrize("target", [np.int64(3), np.array([3, 1]), torch.tensor([3, 1]), (3, 1)])
+def test_integer_targets_of_every_kind(target):
+    model, x = _vit(), _batch()
+    expected = vk.gradcam(model, x, target=[3, 1] if np.ndim(target) else 3).maps
+    torch.testing.assert_close(vk.gradcam(model, x, target=target).maps, expected)
+
+
+BAD_OPTIONS = [
+    ("integrated_gradients", {"n_steps": 0}, ValueError, r"n_steps must be an int >= 1; got 0"),
+    ("integrated_gradients", {"internal_batch_size": 0}, ValueError, "internal_batch_size"),
+    ("integrated_gradients", {"baseline": float("nan")}, ValueError, "baseline"),
+    ("integrated_gradients", {"baseline": torch.zeros(5, 5)}, ValueError, "does not broadcast"),
+    ("occlusion", {"window": 40}, ValueError, r"up to the image size 32x32"),
+    ("occlusion", {"window": 0}, ValueError, "window"),
+    ("occlusion", {"stride": (2, 2, 2)}, TypeError, "stride"),
+    ("rollout", {"discard_ratio": 1.0}, ValueError, r"discard_ratio must be in \[0, 1\)"),
+    ("rollout", {"head_fusion": "median"}, ValueError, "'mean', 'max', 'min'"),
+    ("attention", {"layers": 7}, (ValueError, IndexError), "7"),
+    ("attention", {"maps": "raw"}, ValueError, "'softmax' or 'applied'"),
+    ("attention", {"max_bytes": 0}, ValueError, "max_bytes"),
+    ("cka_matrix", {"batch_size": 0}, ValueError, "batch_size"),
+    ("cka_matrix", {"bandwidth": -1.0, "kernel": "rbf"}, ValueError, "bandwidth"),
+    ("deletion", {"batch_size": 0}, ValueError, "batch_size"),
+]
+
+
+@pytest.mark.parametrize("analysis, options, error, phrase", BAD_OPTIONS)
+def test_bad_options_are_refused(analysis, options, error, phrase):
+    model = _vit()
+    before = _state(model)
+    with pytest.raises(error, match=phrase):
+        ANALYSES[analysis](model, _batch(), **options)
+    assert _state(model) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_other_float_dtypes_are_cast_to_the_model_dtype(dtype):
+    model, x = _vit(), _batch()
+    expected = vk.attention(model, x).patterns
+    torch.testing.assert_close(vk.attention(model, x.to(dtype)).patterns, expected, atol=2e-3, rtol=0)
+
+
+@pytest.mark.parametrize("analysis", list(ANALYSES))
+def test_train_mode_gives_the_eval_answer_and_is_restored(analysis):
+    """A dropout model in train mode (as timm creates it): every analysis runs in eval mode."""
+    torch.manual_seed(0)
+    model = vk.create_model(
+        "test_vit", num_classes=5, img_size=32, drop_rate=0.5, attn_drop_rate=0.5,
+        proj_drop_rate=0.5, drop_path_rate=0.5,
+    )  # fmt: skip
+    model.blocks[0].norm1.eval()  # a module in its own mode must keep it
+    x = _batch()
+    before = _state(model)
+    first = ANALYSES[analysis](model, x)
+    assert _state(model) == before
+    expected = ANALYSES[analysis](model.eval(), x)
+    tensors = [n for n, v in vars(first).items() if isinstance(v, torch.Tensor)]
+    assert tensors
+    for name in tensors:
+        torch.testing.assert_close(getattr(first, name), getattr(expected, name))
+
+
+def test_attention_rows_sum_to_one_in_train_mode():
+    model = vk.create_model("test_vit", img_size=32, attn_drop_rate=0.5).train()
+    sums = vk.attention(model, _batch()).patterns.sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+
+
+def test_hooked_model_warns_once_about_train_mode():
+    hm = vk.HookedModel(vk.create_model("test_vit", img_size=32, attn_drop_rate=0.1).train())
+    with pytest.warns(UserWarning, match="training mode, so dropout act"):
+        hm.run_with_cache(_batch(), names="blocks.0.attn.hook_pattern")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hm.run_with_cache(_batch(), names="blocks.0.attn.hook_pattern")
+
+
+@pytest.mark.parametrize(
+    "wrap", [torch.compile, nn.DataParallel], ids=["torch.compile", "DataParallel"]
+)
+def test_wrapped_models_are_unwrapped(wrap):
+    model, x = _vit(), _batch()
+    expected = vk.attention(model, x).patterns
+    wrapped = wrap(model)
+    torch.testing.assert_close(vk.attention(wrapped, x).patterns, expected)
+    torch.testing.assert_close(vk.gradcam(wrapped, x).maps, vk.gradcam(model, x).maps)
+    assert vk.HookedModel(wrapped).model is model
+
+
+def test_two_threads_never_mix_results():
+    model = _vit()
+    inputs = [_batch(1) * (i + 1) for i in range(2)]
+    expected = [vk.attention(model, x).patterns for x in inputs]
+    expected_cam = [vk.gradcam(model, x).maps for x in inputs]
+    before = _state(model)
+    failures: list = []
+
+    def work(i: int) -> None:
+        for _ in range(15):
+            if not torch.equal(vk.attention(model, inputs[i]).patterns, expected[i]):
+                failures.append(("attention", i))
+            if not torch.equal(vk.gradcam(model, inputs[i]).maps, expected_cam[i]):
+                failures.append(("gradcam", i))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert _state(model) == before
+
+
+def test_an_analysis_inside_the_models_own_forward_is_refused():
+    model, x = _vit(), _batch()
+    hm = vk.HookedModel(model)
+    before = _state(model)
+
+    def nested(act, *, name):
+        vk.attention(model, x)
+
+    with pytest.raises(RuntimeError, match="from inside its own forward"):
+        with hm.hooks(fwd={"blocks.0.hook_resid_pre": nested}):
+            hm(x)
+    assert _state(model) == before
+    with hm.hooks(fwd={"blocks.0.attn.hook_pattern": lambda a, name: None}):
+        vk.attention(hm, x)  # an analysis inside a hooks context (not a forward) is fine
+
+
+def _hand_gradcam(model: nn.Module, x: torch.Tensor, target: int) -> tuple:
+    """Grad-CAM at the last block's bn2 of a timm ResNet, computed without hooks or in-place
+    ops: the block and the head written out (timm BasicBlock: bn2, += shortcut, ReLU)."""
+    block = model.layer4[-1]
+    with torch.no_grad():
+        stem = model.forward_features(x)  # only to check the written-out path below
+        h = model.maxpool(model.act1(model.bn1(model.conv1(x))))
+        h = model.layer3(model.layer2(model.layer1(h)))
+        block_input = model.layer4[0](h)
+    a = block.bn2(block.conv2(F.relu(block.bn1(block.conv1(block_input))))).requires_grad_(True)
+    out = F.relu(a + block_input)
+    torch.testing.assert_close(out, stem)
+    score = model.forward_head(out)[:, target].sum()
+    (grad,) = torch.autograd.grad(score, a)
+    cam = (grad.mean((2, 3), keepdim=True) * a).sum(1).clamp_min(0)
+    return cam.detach(), grad
+
+
+def test_gradients_of_tensors_later_changed_in_place():
+    """bn2's output is rewritten by ``x += shortcut; relu_()``; the gradient and Grad-CAM are
+    those of the value bn2 gave."""
+    torch.manual_seed(0)
+    model = vk.create_model("resnet18", num_classes=5).eval()
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    layer = "layer4.1.bn2.hook_out"
+    cam, grad = _hand_gradcam(model, x, target=3)
+    torch.testing.assert_close(vk.gradcam(model, x, target=3, layer=layer).maps, cam)
+    _, cache = vk.HookedModel(model).run_with_cache(x, names=layer, grads=True, target=3)
+    torch.testing.assert_close(cache[f"{layer}_grad"], grad)
+
+
+def test_target_without_grads_is_refused():
+    with pytest.raises(ValueError, match="grads=True"):
+        vk.HookedModel(_vit()).run_with_cache(_batch(), names="hook_embed", target=1)
+
+
+def test_class_attention_and_shipped_models_follow_the_contract():
+    model, x = build("cait")
+    with pytest.raises(ValueError, match="NaN"):
+        vk.class_attention(model, x * float("nan"))
+    assert vk.class_attention(model.train(), x).maps.isfinite().all()
+    assert model.training

@@ -1,0 +1,60 @@
+"""How every analysis, metric and explorer runs a model: the model unwrapped and wrapped in a
+`HookedModel`, held for one call at a time, in eval mode.
+
+The eval-mode policy: an analysis runs the model with every module in eval mode (dropout and
+drop-path off, BatchNorm on its running statistics), whatever mode it was given in, and restores
+each module's training flag afterwards, also after an exception. A timm model is created in train
+mode; its attention maps, Grad-CAM and CKA would otherwise be random. `HookedModel`'s own
+``hooks`` and ``run_with_cache`` run the model as it is (they are the tool for studying a model in
+training) and warn once when that mode makes results random or changes BatchNorm statistics.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from torch import nn
+
+from .guard import exclusive
+from .hooked_model import HookedModel
+from .inputs import unwrap_model
+
+__all__ = ["analysis", "as_hooked", "eval_mode"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def as_hooked(model: nn.Module | HookedModel) -> HookedModel:
+    """``model`` itself if it is a HookedModel, else a HookedModel around the unwrapped model."""
+    return model if isinstance(model, HookedModel) else HookedModel(unwrap_model(model))
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode inside the context; every module's training flag is restored on
+    exit, also after an exception."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def analysis(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
+    unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
+    mode."""
+
+    @functools.wraps(fn)
+    def run(model: nn.Module | HookedModel, *args: P.args, **kwargs: P.kwargs) -> R:
+        hm = as_hooked(model)
+        with exclusive(hm.model), eval_mode(hm.model):
+            return fn(hm, *args, **kwargs)
+
+    return run

@@ -1,0 +1,149 @@
+"""The input contract, in one place: the model (wrappers unwrapped), the image batch (rank,
+channels, size, dtype, empty, NaN/Inf) and numeric options (range-checked).
+
+Every analysis, metric and explorer applies these checks before any work, so a bad input gives
+one clear error naming what was wrong, what is valid and how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor, nn
+
+from .layout import validate_input
+
+__all__ = [
+    "check_count",
+    "check_images",
+    "check_number",
+    "check_size",
+    "check_values_finite",
+    "unwrap_model",
+]
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The module that computes: ``torch.compile``'s ``_orig_mod``, ``DataParallel`` and
+    ``DistributedDataParallel``'s ``.module`` (nested wrappers too). vizkit runs the unwrapped
+    module on one device: hooks and compiled graphs do not mix."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"Expected a torch.nn.Module; got {type(model).__name__}.")
+    while True:
+        if isinstance(getattr(model, "_orig_mod", None), nn.Module):  # torch.compile
+            model = model._orig_mod
+        elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        else:
+            return model
+
+
+def _floating_dtype(model: nn.Module) -> torch.dtype | None:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+
+def _device(model: nn.Module) -> torch.device | None:
+    parameter = next(model.parameters(), None)
+    return None if parameter is None else parameter.device
+
+
+def check_images(model: nn.Module, x: Tensor) -> Tensor:
+    """``x`` as an image batch the model takes: on the model's device, in its floating dtype.
+
+    Args:
+        model: the (unwrapped) model.
+        x: (B, C, H, W) floating images, B >= 1, every value finite.
+
+    Returns:
+        ``x`` moved to the model's device and cast to its parameters' floating dtype (a float64
+        or float16 batch into a float32 model is cast, as ``model.to(dtype)`` users expect).
+
+    Raises:
+        TypeError: not a tensor, or integer / bool / complex images (not normalized).
+        ValueError: wrong rank, channels or size (see `validate_input`), an empty batch, or
+            NaN / Inf values (the samples are named).
+    """
+    model = unwrap_model(model)
+    if not isinstance(x, Tensor):
+        hint = " Convert with torch.from_numpy(x)." if type(x).__module__ == "numpy" else ""
+        raise TypeError(
+            f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.{hint}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"Expected floating-point images normalized as the model was trained; got dtype "
+            f"{x.dtype}. Convert with x.float() / 255 and normalize with the model's mean and "
+            "std (timm.data.resolve_data_config(model=model))."
+        )
+    validate_input(model, x)
+    if len(x) == 0:
+        raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
+    check_values_finite("images", x)
+    dtype, device = _floating_dtype(model), _device(model)
+    return x.to(device=device or x.device, dtype=dtype or x.dtype)
+
+
+def check_values_finite(what: str, values: Tensor) -> None:
+    """Raise a ValueError naming the samples (first axis) of ``values`` that hold NaN or Inf."""
+    finite = torch.isfinite(values.detach())
+    if bool(finite.all()):
+        return
+    bad = (~finite).flatten(1).any(1) if values.ndim > 1 else ~finite
+    samples = bad.nonzero()[:, 0].tolist()
+    kinds = " and ".join(
+        k for k, test in (("NaN", torch.isnan), ("Inf", torch.isinf)) if bool(test(values).any())
+    )
+    raise ValueError(
+        f"{what} hold {kinds} values (samples {samples[:10]}{' ...' if len(samples) > 10 else ''}"
+        f"); vizkit computes nothing on non-finite inputs. Check the data pipeline (division by "
+        "a zero std, an overflow in float16) or drop those samples."
+    )
+
+
+def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an int in [minimum, maximum]; a TypeError/ValueError naming ``name`` and the
+    valid range otherwise (bools and non-integral floats are refused)."""
+    valid = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {valid}; got {value!r} ({type(value).__name__}).")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {valid}; got {value}.")
+    return value
+
+
+def check_number(
+    name: str,
+    value: object,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite float in the interval from ``low`` to ``high`` (open ends where
+    asked); a TypeError/ValueError naming ``name`` and the valid interval otherwise."""
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in {interval}; got {value!r}.")
+    value = float(value)
+    below = value <= low if low_open else value < low
+    above = value >= high if high_open else value > high
+    if math.isnan(value) or below or above:
+        raise ValueError(f"{name} must be a number in {interval}; got {value}.")
+    return value
+
+
+def check_size(name: str, value: object, image_size: tuple[int, int]) -> tuple[int, int]:
+    """``value`` (an int or (h, w)) as a window of at least 1 pixel that fits in ``image_size``."""
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    valid = f"an int or (h, w) from 1 up to the image size {image_size[0]}x{image_size[1]}"
+    if len(pair) != 2 or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair
+    ):
+        raise TypeError(f"{name} must be {valid}; got {value!r}.")
+    if not (1 <= pair[0] <= image_size[0] and 1 <= pair[1] <= image_size[1]):
+        raise ValueError(f"{name} must be {valid}; got {value!r}.")
+    return int(pair[0]), int(pair[1])
