@@ -36,7 +36,7 @@ ANALYSES = {
     "integrated_gradients": lambda m, x, **k: vk.integrated_gradients(m, x, **{"n_steps": 4, **k}),
     "occlusion": lambda m, x, **k: vk.occlusion(m, x, **k),
     "residual_ratios": lambda m, x, **k: vk.residual_ratios(m, x, **k),
-    "cka_matrix": lambda m, x, **k: vk.cka_matrix(m, x, layers=[0, 1], **k),
+    "cka_matrix": lambda m, x, **k: vk.cka_matrix(m, x, unbiased=False, progress=False, **k),
     "deletion": lambda m, x, **k: vk.metrics.deletion(
         m, x, torch.rand(len(x), 4, 4, generator=torch.Generator().manual_seed(0)), steps=4, **k
     ),
@@ -44,14 +44,20 @@ ANALYSES = {
 GRADIENT_ANALYSES = ["grad_rollout", "gradcam", "saliency", "integrated_gradients", "occlusion"]
 
 BAD_BATCHES = {
-    "no batch axis": (torch.randn(3, 32, 32), ValueError, "unsqueeze"),
+    "no batch axis": (torch.randn(3, 32, 32), ValueError, "unsqueeze|data must be images"),
     "empty batch": (torch.randn(0, 3, 32, 32), ValueError, "empty"),
     "uint8 images": (torch.zeros(2, 3, 32, 32, dtype=torch.uint8), TypeError, "floating-point"),
-    "NaN pixel": (_batch().index_put_((torch.tensor([1]),), torch.tensor(float("nan"))),
-                  ValueError, r"NaN values \(samples \[1\]"),  # fmt: skip
-    "Inf pixel": (_batch().clamp(max=float("inf")).mul(torch.tensor([1.0, float("inf")])
-                  .view(2, 1, 1, 1)), ValueError, "Inf"),  # fmt: skip
-    "numpy array": (_batch().numpy(), TypeError, "torch.from_numpy"),
+    "NaN pixel": (
+        _batch().index_put_((torch.tensor([1]),), torch.tensor(float("nan"))),
+        ValueError,
+        r"NaN values \(samples \[1\]",
+    ),  # fmt: skip
+    "Inf pixel": (
+        _batch().clamp(max=float("inf")).mul(torch.tensor([1.0, float("inf")]).view(2, 1, 1, 1)),
+        ValueError,
+        "Inf",
+    ),  # fmt: skip
+    "numpy array": (_batch().numpy(), TypeError, "torch.from_numpy|got ndarray"),
     "one channel": (torch.randn(2, 1, 32, 32), ValueError, "3-channel"),
     "not a patch multiple": (torch.randn(2, 3, 30, 32), ValueError, "multiple of the patch"),
 }
@@ -60,8 +66,10 @@ BAD_BATCHES = {
 def _state(model: nn.Module) -> tuple:
     """Everything a call must leave as it was: hooks, fused flags, modes, parameter grads."""
     return (
-        [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
-         for m in model.modules()],  # fmt: skip
+        [
+            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+            for m in model.modules()
+        ],  # fmt: skip
         [getattr(m, "fused_attn", None) for m in model.modules()],
         [m.training for m in model.modules()],
         [p.grad for p in model.parameters()],
@@ -141,7 +149,9 @@ def test_bad_options_are_refused(analysis, options, error, phrase):
 def test_other_float_dtypes_are_cast_to_the_model_dtype(dtype):
     model, x = _vit(), _batch()
     expected = vk.attention(model, x).patterns
-    torch.testing.assert_close(vk.attention(model, x.to(dtype)).patterns, expected, atol=2e-3, rtol=0)
+    torch.testing.assert_close(
+        vk.attention(model, x.to(dtype)).patterns, expected, atol=2e-3, rtol=0
+    )
 
 
 @pytest.mark.parametrize("analysis", list(ANALYSES))

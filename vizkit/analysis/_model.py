@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import as_hooked
+from ..hooks.inputs import check_indices
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
 from ..layers import SoTHead
@@ -63,17 +64,7 @@ def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> l
         )
     if layers is None:
         return names
-    chosen = [layers] if isinstance(layers, int) else list(layers)
-    if not chosen:
-        raise ValueError("layers is empty; pass None for all layers or some layer indices.")
-    depth = len(names)
-    for layer in chosen:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not -depth <= layer < depth:
-            raise ValueError(
-                f"Layer {layer!r} does not exist: the model has {depth} attention layers "
-                f"(valid: 0..{depth - 1} or -{depth}..-1)."
-            )
-    return [names[layer % depth] for layer in chosen]
+    return [names[i] for i in check_indices("layers", layers, len(names), "attention layers")]
 
 
 def self_attention_names(hm: HookedModel) -> list[str]:

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_images, check_values_finite
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,
@@ -221,6 +221,7 @@ def attention(
                 f"{layout.grid[1]} patches): vizkit has this model's token grid wrong. Please "
                 "report it; read the map as captured with run_with_cache meanwhile."
             )
+        check_values_finite(f"The attention maps of {name}", pattern)
         captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
 
     with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}):

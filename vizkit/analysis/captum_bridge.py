@@ -43,6 +43,7 @@ def _prepare(
 
 
 def _result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
+    check_values_finite(f"The {method} attributions", attributions)
     if reduce == "sum":
         maps = attributions.sum(1)
     elif reduce == "abs_max":

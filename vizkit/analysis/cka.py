@@ -1,19 +1,34 @@
-"""Centered kernel alignment (Kornblith et al. 2019) of two feature matrices.
+"""Centered kernel alignment (Kornblith et al. 2019, "Similarity of Neural Network
+Representations Revisited") of two feature matrices.
 
 Each representation of n examples becomes a kernel: the linear Gram matrix ``K = X Xᵀ`` or an RBF
 Gram matrix. HSIC between two kernels is estimated either by the biased statistic
-``tr(HKHL) / (n-1)²`` or by the unbiased U-statistic of Song et al. 2012, the estimator the
-minibatch CKA of Nguyen et al. 2021 averages over batches. CKA normalizes HSIC:
+``tr(HKHL) / (n-1)²`` or by the unbiased U-statistic of Song et al. 2012 (Eq. 5), the estimator
+the minibatch CKA of Nguyen et al. 2021 ("Do Wide and Deep Networks Learn the Same Things?")
+averages over batches. CKA normalizes HSIC:
 ``HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L))``.
 
-A linear kernel is kept as the centered features when they are narrower than the number of
-examples (then ``tr(KL) = ||Xᵀ Y||_F²`` costs n·p² instead of n²·p), otherwise as the Gram matrix
-of the raw features (both estimators are invariant to a shared offset, so centering in feature
-space, a full pass over n·p values, is left out). Everything is computed in float64.
+Every kernel is built from centered features: the mean of each feature over the n examples is
+subtracted first (``H X`` with the centering matrix ``H = I - 11ᵀ/n`` of Kornblith et al.
+2019's HSIC). Both estimators are invariant to a shared offset in exact arithmetic, but a
+Gram matrix of raw features with a large offset (a bias) holds the offset's squared norm in every
+entry, and the HSIC formulas then cancel it away, losing the signal to rounding. Centering first
+keeps CKA of ``x + c`` equal to CKA of ``x`` to rounding. A linear kernel is kept as the centered
+features when they are narrower than the number of examples (then ``tr(KL) = ||Xᵀ Y||_F²``
+costs n·p² instead of n²·p), otherwise as their Gram matrix ``X Xᵀ``; an RBF kernel takes its
+pairwise distances from the centered features too (distances are offset-invariant, but their
+matrix-product form is not numerically).
+
+Features that are constant across the examples, up to the rounding of that centering (a
+tolerance relative to each feature's own magnitude, so tiny-scale features are not mistaken for
+constant ones), are set to exactly 0; a representation whose every feature is constant makes
+CKA undefined (0/0), and `cka` says so. NaN or Inf features are refused with the
+representation's name. Everything is computed in float64.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +42,8 @@ KERNELS = ("linear", "rbf")
 @dataclass
 class Kernel:
     """One representation's kernel on one batch of n examples: the centered features X (n, p),
-    whose Gram matrix is X Xᵀ, or the Gram matrix (n, n) itself."""
+    whose Gram matrix is X Xᵀ, or the Gram matrix (n, n) itself (of centered features; build
+    kernels with `kernel`)."""
 
     features: Tensor | None = None
     gram: Tensor | None = None
@@ -60,34 +76,81 @@ class Kernel:
         return (self.features.T @ other.features).square().sum()
 
 
-def kernel(x: Tensor, kind: str = "linear", bandwidth: float = 1.0) -> Kernel:
-    """The kernel of features ``x`` (n, p) in float64.
+def kernel(
+    x: Tensor, kind: str = "linear", bandwidth: float = 1.0, *, name: str = "features"
+) -> Kernel:
+    """The kernel of features ``x`` (n, p) in float64, built from the centered features.
 
     Args:
         x: n examples of p features (any float dtype, any device).
         kind: "linear" or "rbf" (Gaussian, ``exp(-d² / (2 σ²))``).
         bandwidth: for "rbf", σ as a multiple of the median pairwise distance of this batch.
+        name: what ``x`` is (a layer's name), for error messages.
+
+    Raises:
+        ValueError: ``x`` holds NaN or Inf values; for "rbf", the median pairwise distance is 0.
     """
     if kind not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}; got {kind!r}.")
-    x = x.detach().to(torch.float64)
-    n, p = x.shape
+    centered, constant = _center(x, name)
+    n, p = centered.shape
     if kind == "linear" and p < n:
-        centered = x - x.mean(0, keepdim=True)
-        return Kernel(features=centered, constant=_negligible(centered, x))
-    if kind == "linear":  # HSIC is unchanged by a shared offset, so the Gram needs no centering
-        gram = x @ x.T  # all entries equal if and only if all examples are equal
-        return Kernel(gram=gram, constant=_negligible(gram - gram[0, 0], gram))
-    squared = torch.cdist(x, x).square()
-    off_diagonal = squared[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
+        return Kernel(features=centered, constant=constant)
+    if kind == "linear":
+        return Kernel(gram=centered @ centered.T, constant=constant)
+    squared = torch.cdist(centered, centered).square()
+    off_diagonal = squared[~torch.eye(n, dtype=torch.bool, device=squared.device)]
     median = _median(off_diagonal)
     if median <= 0:
         raise ValueError(
-            "RBF kernel: the median pairwise distance is 0 (more than half of the examples "
-            "have identical features), so the median-heuristic bandwidth is undefined. Use "
-            "kernel='linear' or a batch with distinct examples."
+            f"RBF kernel of {name}: the median pairwise distance is 0 (more than half of the "
+            "examples have identical features), so the median-heuristic bandwidth is undefined. "
+            "Use kernel='linear' or a batch with distinct examples."
         )
-    return Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)))
+    return Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)), constant=constant)
+
+
+def _center(x: Tensor, name: str = "features") -> tuple[Tensor, bool]:
+    """``x`` (n, p) in float64 with each feature's mean over the n examples subtracted, and
+    whether every feature is constant across the examples.
+
+    A feature counts as constant when what centering leaves of it is within the rounding of the
+    centering itself: ``max |x_j - mean(x_j)| <= n · eps · max |x_j|`` (eps of float64; the
+    bound on the rounding error of a mean of n equal values). The threshold is relative to the
+    feature's own magnitude, so features at any scale (``x * 1e-13``) keep their variance, and
+    constant features are set to exactly 0 rather than to rounding noise.
+
+    Raises:
+        ValueError: ``x`` holds NaN or Inf values (the message names ``name`` and counts them).
+    """
+    if x.ndim != 2:
+        raise ValueError(f"{name}: expected features (n examples, p); got {tuple(x.shape)}.")
+    source = x.dtype
+    x = x.detach().to(torch.float64)
+    n = len(x)
+    centered = x - x.mean(0, keepdim=True)
+    spread = centered.abs().amax(0) if n else centered.new_zeros(x.shape[1])
+    magnitude = x.abs().amax(0) if n else spread
+    flat = spread <= n * torch.finfo(torch.float64).eps * magnitude  # (p,) constant features
+    nan, inf, constant = torch.stack(
+        [x.isnan().sum(), x.isinf().sum(), flat.all().to(torch.int64)]
+    ).tolist()
+    if nan or inf:
+        raise ValueError(
+            f"{name} has {nan} NaN and {inf} Inf values (of {x.numel()}, {n} examples x "
+            f"{x.shape[1]} features): CKA of non-finite features is undefined. Check the model "
+            "and its inputs (e.g. an overflow in reduced precision)."
+        )
+    if not constant and source in (torch.float32, torch.float16, torch.bfloat16):
+        rounding = spread <= 4 * torch.finfo(source).eps * magnitude
+        if bool(rounding.all()):
+            warnings.warn(
+                f"{name} varies across the {n} examples only at the rounding level of "
+                f"{source} (relative spread <= 4 eps per feature): its CKA measures rounding "
+                "noise. Choose an earlier layer or check that the model is trained.",
+                stacklevel=4,
+            )
+    return centered.masked_fill(flat, 0.0), bool(constant)
 
 
 def _median(values: Tensor) -> Tensor:
@@ -141,9 +204,19 @@ def cka_from_hsic(hsic: Tensor, names: list[str], split: int | None = None) -> T
     ``split`` the block of the first ``split`` representations against the rest.
 
     Raises:
-        ValueError: a representation's self-HSIC is not positive (constant features, or an
-            unbiased estimate from too few examples).
+        ValueError: HSIC is NaN or Inf for some representation (non-finite features, or
+            features so large that their kernel overflows float64); a representation's
+            self-HSIC is not positive (constant features, or an unbiased estimate from too few
+            examples).
     """
+    finite = torch.isfinite(hsic)
+    if not finite.all():
+        broken = [name for name, ok in zip(names, finite.all(1).tolist(), strict=True) if not ok]
+        raise ValueError(
+            f"HSIC involving {broken} is NaN or Inf: their kernels hold non-finite values "
+            "(NaN/Inf features, or features so large that their kernel overflows float64). "
+            "Check these layers, or rescale their features."
+        )
     self_hsic = hsic.diagonal()
     bad = {
         name: value for name, value in zip(names, self_hsic.tolist(), strict=True) if not value > 0
@@ -173,6 +246,9 @@ def cka(
 
     Returns:
         CKA in [0, 1] for the biased estimator (the unbiased one can be slightly outside).
+
+    Raises:
+        ValueError: x or y holds NaN or Inf values, or is constant across the examples.
     """
     for name, value in (("x", x), ("y", y)):
         if not isinstance(value, Tensor) or value.ndim < 2:
@@ -182,26 +258,22 @@ def cka(
             f"x has {len(x)} examples and y has {len(y)}: CKA compares two representations of "
             "the same examples, so the first dimensions must match."
         )
-    x, y = x.flatten(1), y.flatten(1)
-    for name, value in (("x", x), ("y", y)):
-        if _is_constant(value):
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
+    kernels = []
+    for name, value in (("x", x.flatten(1)), ("y", y.flatten(1))):
+        centered, constant = _center(value, name)
+        if constant:
             raise ValueError(
                 f"{name} has zero variance (every example has the same features), so CKA is "
                 "undefined (0/0); check that the representation depends on the input."
             )
-    kernels = [_kernel(x, kernel, bandwidth), _kernel(y, kernel, bandwidth)]
+        # CKA is invariant to scaling either representation (the RBF bandwidth follows the
+        # median distance): unit magnitude keeps HSIC, a 4th power of the features, in range
+        centered = centered / centered.abs().max()
+        kernels.append(_kernel(centered, kernel, bandwidth, name=name))
     hsic = hsic_matrix(kernels, unbiased)
     return cka_from_hsic(hsic, ["x", "y"], split=1).item()
 
 
 _kernel = kernel  # `cka` takes a parameter named kernel
-
-
-def _negligible(deviation: Tensor, reference: Tensor) -> bool:
-    """Whether ``deviation`` is rounding noise next to ``reference``."""
-    return bool(deviation.abs().max() <= 1e-12 * reference.abs().max().clamp(min=1.0))
-
-
-def _is_constant(x: Tensor) -> bool:
-    x = x.detach().to(torch.float64)
-    return _negligible(x - x.mean(0, keepdim=True), x)

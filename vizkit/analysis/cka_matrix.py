@@ -13,9 +13,10 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, resolve_names
+from ..hooks.contract import analysis, as_hooked, held
+from ..hooks.inputs import check_count, check_images, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.names import NameSpec
-from ._model import as_hooked, on_model_device
 from .cka import KERNELS, Kernel, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
 from .representations import TOKEN_MODES, default_representation_layers, token_features
@@ -77,6 +78,7 @@ class FeatureEvolution:
         return self.cka.layers_a
 
 
+@analysis
 def cka_matrix(
     model: nn.Module | HookedModel,
     data: Data,
@@ -100,7 +102,7 @@ def cka_matrix(
     the accumulators are summed across processes, so all of them return the full-data matrix.
 
     Args:
-        model: the model of the rows (its train/eval mode is used as it is).
+        model: the model of the rows (run in eval mode, as every analysis).
         data: a DataLoader or any iterable of image batches (B, C, H, W) or of tuples whose first
             item is the batch; a map-style Dataset of (image, label, ...) items or one tensor
             (B, C, H, W), either split into batches of ``batch_size``.
@@ -124,6 +126,8 @@ def cka_matrix(
         raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
+    bandwidth = check_number("bandwidth", bandwidth, 0, low_open=True)
+    batch_size = check_count("batch_size", batch_size)
     hm_a = as_hooked(model)
     names_a = _layer_names(hm_a, layers)
     if model_b is None:
@@ -141,17 +145,18 @@ def cka_matrix(
         keys = names_a + [f"model_b:{n}" for n in names_b]
         rows, cols = names_a, keys[len(names_a) :]
     accumulator = MinibatchCKA(keys, unbiased)
-    for images in _batches(data, batch_size, progress):
-        kernels: list[Kernel] = []
-        for reader in readers:
-            kernels += reader(images)
-        _check_examples(kernels, keys, tokens)
-        if unbiased and kernels[0].n < 4:
-            raise ValueError(
-                f"A batch of {kernels[0].n} examples: the unbiased estimator needs >= 4 per "
-                "batch. Use a larger batch size, drop_last=True, or unbiased=False."
-            )
-        accumulator.update(kernels)
+    with held(readers[-1].hm.model):  # model_b too: eval mode, one thread at a time
+        for images in _batches(data, batch_size, progress):
+            kernels: list[Kernel] = []
+            for reader in readers:
+                kernels += reader(images)
+            _check_examples(kernels, keys, tokens)
+            if unbiased and kernels[0].n < 4:
+                raise ValueError(
+                    f"A batch of {kernels[0].n} examples: the unbiased estimator needs >= 4 per "
+                    "batch. Use a larger batch size, drop_last=True, or unbiased=False."
+                )
+            accumulator.update(kernels)
     parameter = next(hm_a.model.parameters(), None)  # where the reduction runs (nccl: the GPU)
     accumulator.all_reduce(parameter.device if parameter is not None else None)
     full = accumulator.cka()
@@ -219,7 +224,7 @@ class LayerKernels:
         self.tokens, self.kind, self.bandwidth = tokens, kind, bandwidth
 
     def __call__(self, images: Tensor) -> list[Kernel]:
-        images = on_model_device(self.hm, images)
+        images = check_images(self.hm.model, images)
         size = tuple(images.shape[-2:])
         kernels: dict[str, Kernel] = {}
 
@@ -234,8 +239,13 @@ class LayerKernels:
                 shape = self.hm.tap(name).shape
                 if feature_map_format(shape, activation, size) == "NHWC":
                     activation = activation.permute(0, 3, 1, 2)
-            features = token_features(activation, self.tokens, prefix)
-            kernels[name] = kernel(features, self.kind, self.bandwidth)
+            class_token = None
+            if self.tokens == "cls" and activation.ndim == 3:
+                layout = self.hm.token_layout(size, name)
+                class_token = layout.class_token if layout is not None else None
+            features = token_features(activation, self.tokens, prefix, class_token)
+            label = f"layer {name!r} of {type(self.hm.model).__name__}"
+            kernels[name] = kernel(features, self.kind, self.bandwidth, name=label)
 
         with torch.inference_mode(), self.hm.hooks(fwd=dict.fromkeys(self.names, read)):
             self.hm(images)
@@ -252,8 +262,6 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
     if isinstance(data, Tensor):
         if data.ndim != 4:
             raise ValueError(f"data must be images (B, C, H, W); got {tuple(data.shape)}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}.")
         data, total = data.split(batch_size), math.ceil(len(data) / batch_size)
     elif isinstance(data, Dataset):  # items (image, label, ...): batch them
         data = DataLoader(data, batch_size=batch_size)

@@ -1,5 +1,11 @@
-"""Minibatch CKA (Nguyen, Raghu & Kornblith 2021): HSIC of every pair of representations is
-estimated on each batch and averaged over batches; CKA is read out from the averages.
+"""Minibatch CKA (Nguyen, Raghu & Kornblith 2021, "Do Wide and Deep Networks Learn the Same
+Things?"): HSIC of every pair of representations is estimated on each batch and averaged over
+batches; CKA is read out from the averages.
+
+Each batch's kernels come from that batch's features centered over the batch (`kernel`). The
+unbiased estimator (Song et al. 2012, Eq. 5) is invariant to an offset of the features within
+each batch in exact arithmetic, so per-batch centering changes no term of the average; it only
+keeps a large offset (a bias) from drowning the estimate in rounding error.
 
 The state is one (M, M) float64 matrix and two counters, whatever the number of examples, and
 it sums across processes with ``torch.distributed`` (gloo on CPU, nccl on GPU): processes that
@@ -24,7 +30,8 @@ def distributed_world() -> int:
 
 
 class MinibatchCKA:
-    """Running mean of per-batch HSIC matrices of the representations ``names``.
+    """Running mean of per-batch HSIC matrices of the representations ``names``; the kernels
+    passed to `update` are those `kernel` builds from each batch's features.
 
     Example:
         >>> acc = MinibatchCKA(["a", "b"])

@@ -42,7 +42,9 @@ def default_representation_layers(hm: HookedModel) -> list[str]:
     )
 
 
-def token_features(activation: Tensor, tokens: str, prefix_tokens: int | None) -> Tensor:
+def token_features(
+    activation: Tensor, tokens: str, prefix_tokens: int | None, class_token: bool | None = None
+) -> Tensor:
     """The examples' features (n, p) of one activation for CKA.
 
     Args:
@@ -52,6 +54,10 @@ def token_features(activation: Tensor, tokens: str, prefix_tokens: int | None) -
             (spatial mean of a feature map); "tokens": (B·N, C), every token is an example.
         prefix_tokens: class/register tokens before the patches of a (B, N, C) activation (None:
             not a token sequence of known layout).
+        class_token: whether prefix token 0 is a class token (`TokenLayout.class_token`); False
+            for a model whose prefix holds only register tokens, so that "cls" is refused rather
+            than reading a register. None: not known (a prefix token is taken as the class
+            token).
     """
     if tokens not in TOKEN_MODES:
         raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
@@ -74,6 +80,12 @@ def token_features(activation: Tensor, tokens: str, prefix_tokens: int | None) -
             raise ValueError(
                 "tokens='cls' but this activation has no class token (CaiT's self-attention "
                 "stage holds patches only). Use 'mean_patches' or 'flatten'."
+            )
+        if class_token is False:
+            raise ValueError(
+                f"tokens='cls' but this model has no class token: its {prefix} prefix token(s) "
+                "are register (or other non-class) tokens, and token 0 is not a summary of the "
+                "image. Use tokens='mean_patches' (the mean over patch tokens) or 'flatten'."
             )
         return activation[:, 0]
     if tokens == "mean_patches":

@@ -22,7 +22,7 @@ from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
 
-__all__ = ["analysis", "as_hooked", "eval_mode"]
+__all__ = ["analysis", "as_hooked", "eval_mode", "held"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,6 +46,13 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             module.training = mode
 
 
+@contextmanager
+def held(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` held by this thread (`vizkit.hooks.guard.exclusive`) and in eval mode."""
+    with exclusive(model), eval_mode(model):
+        yield model
+
+
 def analysis(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
     unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
@@ -54,7 +61,7 @@ def analysis(fn: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(fn)
     def run(model: nn.Module | HookedModel, *args: P.args, **kwargs: P.kwargs) -> R:
         hm = as_hooked(model)
-        with exclusive(hm.model), eval_mode(hm.model):
+        with held(hm.model):
             return fn(hm, *args, **kwargs)
 
     return run

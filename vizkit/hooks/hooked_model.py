@@ -18,7 +18,7 @@ from .attention_mode import unfused_attention
 from .cache import ActivationCache
 from .families import family_layout
 from .guard import exclusive, tracking_forward
-from .inputs import check_images, unwrap_model
+from .inputs import check_device, check_images, unwrap_model
 from .layout import TokenLayout, token_layout
 from .names import (
     NameSpec,
@@ -95,6 +95,11 @@ class HookedModel:
 
     def tap(self, name: str) -> Tap:
         """Where ``name`` is read from and its documented shape."""
+        if not isinstance(name, str):
+            raise TypeError(
+                f"Expected a hook name such as 'blocks.3.hook_resid_pre' (hook_names() lists "
+                f"them); got {name!r} ({type(name).__name__})."
+            )
         resolved = resolve_negative_indices(name, self._names)
         if resolved not in self._taps:
             raise unknown_name_error(resolved, self._names)
@@ -179,6 +184,7 @@ class HookedModel:
             ValueError: wrong input shape, or a target out of range.
         """
         x = check_images(self.model, x)
+        device = None if device is None else check_device(device)
         if target is not None and not grads:
             raise ValueError("target= chooses the score to differentiate; pass grads=True with it.")
         if grads and target is not None and not callable(target):

@@ -17,7 +17,9 @@ from .layout import validate_input
 
 __all__ = [
     "check_count",
+    "check_device",
     "check_images",
+    "check_indices",
     "check_number",
     "check_size",
     "check_values_finite",
@@ -85,6 +87,26 @@ def check_images(model: nn.Module, x: Tensor) -> Tensor:
     return x.to(device=device or x.device, dtype=dtype or x.dtype)
 
 
+def check_device(device: object) -> torch.device:
+    """``device`` as a torch.device that exists on this machine; a ValueError listing the devices
+    that do otherwise."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{device!r} is not a device; use e.g. 'cpu' or 'cuda:0'.") from None
+    available = ["cpu"]
+    for kind in ("cuda", "mps", "xpu"):
+        backend = getattr(torch, kind, None)
+        if backend is not None and backend.is_available():
+            count = backend.device_count() if hasattr(backend, "device_count") else 1
+            available += [kind, *(f"{kind}:{i}" for i in range(count))]
+    index = 0 if device.index is None else device.index
+    exists = device.type == "cpu" or f"{device.type}:{index}" in available
+    if not exists:
+        raise ValueError(f"Device {str(device)!r} does not exist here; available: {available}.")
+    return device
+
+
 def check_values_finite(what: str, values: Tensor) -> None:
     """Raise a ValueError naming the samples (first axis) of ``values`` that hold NaN or Inf."""
     finite = torch.isfinite(values.detach())
@@ -134,6 +156,23 @@ def check_number(
     if math.isnan(value) or below or above:
         raise ValueError(f"{name} must be a number in {interval}; got {value}.")
     return value
+
+
+def check_indices(name: str, value: object, count: int, what: str) -> list[int]:
+    """``value`` (an int, negative from the end, or a non-empty list of them) as indices in
+    [0, count); a TypeError/ValueError naming ``name``, ``what`` there are and the valid range."""
+    valid = f"the model has {count} {what} (valid: 0..{count - 1} or -{count}..-1)"
+    chosen = [value] if isinstance(value, numbers.Integral) else value
+    if isinstance(chosen, (str, bytes)) or not isinstance(chosen, (list, tuple, range)):
+        raise TypeError(f"{name} must be an int or a list of ints; got {value!r}; {valid}.")
+    if not chosen:
+        raise ValueError(f"{name} is empty; pass None for all {what} or some indices.")
+    for index in chosen:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"{name} must be an int or a list of ints; got {index!r}; {valid}.")
+        if not -count <= index < count:
+            raise ValueError(f"{name}: index {index} does not exist; {valid}.")
+    return [int(i) % count for i in chosen]
 
 
 def check_size(name: str, value: object, image_size: tuple[int, int]) -> tuple[int, int]:

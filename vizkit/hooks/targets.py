@@ -29,8 +29,15 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         score = target(output)
         if not isinstance(score, Tensor):
             raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
-        return score.sum()
-    return output.gather(1, target_indices(output, target)[:, None]).sum()
+    else:
+        score = output.gather(1, target_indices(output, target)[:, None])
+    if not bool(torch.isfinite(score).all()):
+        raise ValueError(
+            "The target score is NaN or Inf, so its gradient means nothing: the model's output "
+            "(or the callable target) is not finite on this batch. Check the weights and the "
+            "input's normalization (float16 overflow?)."
+        )
+    return score.sum()
 
 
 def explained_classes(output: Tensor, target: Target) -> Tensor | None:

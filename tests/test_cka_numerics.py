@@ -1,0 +1,270 @@
+"""CKA numerics: offsets (a layer's bias) and scales must not change the value, non-finite
+features are refused by name, constant features are told apart from tiny ones, and
+tokens='cls' is refused on a model without a class token.
+
+The reference is written here from the definitions, not from vizkit: linear CKA of Kornblith
+et al. 2019 ("Similarity of Neural Network Representations Revisited"),
+``HSIC(K, L) = tr(K H L H) / (n-1)²`` with the explicit centering matrix ``H = I - 11ᵀ/n``, and
+the unbiased HSIC of Song et al. 2012 (Eq. 5) on the Gram matrices of ``H X``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+import vizkit as vk
+from vizkit.analysis import cka_matrix
+from vizkit.analysis.cka import Kernel, kernel
+from vizkit.analysis.minibatch_cka import MinibatchCKA
+
+# --- reference ------------------------------------------------------------------------------
+
+
+def ref_hsic(k, g, unbiased):
+    n = len(k)
+    h = np.eye(n) - np.ones((n, n)) / n
+    if not unbiased:
+        return np.trace(k @ h @ g @ h) / (n - 1) ** 2
+    k, g, one = k - np.diag(np.diag(k)), g - np.diag(np.diag(g)), np.ones(n)
+    return (
+        np.trace(k @ g)
+        + (one @ k @ one) * (one @ g @ one) / ((n - 1) * (n - 2))
+        - 2 / (n - 2) * one @ k @ g @ one
+    ) / (n * (n - 3))
+
+
+def ref_gram(x):
+    """Linear Gram matrix of the features centered by the explicit centering matrix H."""
+    n = len(x)
+    centered = (np.eye(n) - np.ones((n, n)) / n) @ x
+    return centered @ centered.T
+
+
+def ref_cka(x, y, unbiased=False):
+    k, g = ref_gram(x), ref_gram(y)
+    return ref_hsic(k, g, unbiased) / np.sqrt(ref_hsic(k, k, unbiased) * ref_hsic(g, g, unbiased))
+
+
+def pair(n, p, seed=0):
+    """Two related representations of n examples: x (n, p) and a noisy function of it."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, p))
+    y = np.tanh(x @ rng.normal(size=(p, 24)) / np.sqrt(p)) + 0.5 * rng.normal(size=(n, 24))
+    return x, y
+
+
+SHAPES = {"wide": (20, 60), "narrow": (80, 6)}  # n < p: Gram form; n > p: feature form
+
+
+def value(x, y, kind="linear", unbiased=False):
+    return vk.cka(torch.from_numpy(x), torch.from_numpy(y), kind, unbiased)
+
+
+# --- offsets and scales ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("unbiased", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "rbf"])
+@pytest.mark.parametrize("offset", [1e3, 1e4, 1e6])
+def test_an_offset_does_not_change_cka(shape, unbiased, kind, offset):
+    x, y = pair(*SHAPES[shape])
+    base = value(x, y, kind, unbiased)
+    assert value(x + offset, y, kind, unbiased) == pytest.approx(base, abs=1e-9)
+    assert value(x, y - offset, kind, unbiased) == pytest.approx(base, abs=1e-9)
+    # a bias: a different offset per feature, on both representations
+    rng = np.random.default_rng(1)
+    bias_x = offset * (1 + rng.random(x.shape[1]))
+    bias_y = -offset * (1 + rng.random(y.shape[1]))
+    assert value(x + bias_x, y + bias_y, kind, unbiased) == pytest.approx(base, abs=1e-9)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("unbiased", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "rbf"])
+@pytest.mark.parametrize("scale", [1e-150, 1e-13, 1e8, 1e150])
+def test_a_scale_does_not_change_cka(shape, unbiased, kind, scale):
+    x, y = pair(*SHAPES[shape])
+    base = value(x, y, kind, unbiased)
+    assert value(x * scale, y, kind, unbiased) == pytest.approx(base, abs=1e-9)
+    assert value(x * scale, y / scale, kind, unbiased) == pytest.approx(base, abs=1e-9)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("unbiased", [False, True])
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_linear_cka_equals_the_reference(shape, unbiased, offset):
+    x, y = pair(*SHAPES[shape], seed=2)
+    expected = ref_cka(x, y, unbiased)
+    assert 0.05 < abs(expected) < 0.95  # not a degenerate case
+    assert value(x + offset, y, unbiased=unbiased) == pytest.approx(expected, abs=1e-9)
+    assert ref_cka(x + offset, y, unbiased) == pytest.approx(expected, abs=1e-9)
+
+
+# --- constant, tiny and non-finite features -------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("level", [0.0, 3.7, 1e6 + 0.1, 1e-300])
+def test_truly_constant_features_are_refused(shape, level):
+    n, p = SHAPES[shape]
+    x, y = pair(n, p)
+    constant = np.full((n, p), level)
+    with pytest.raises(ValueError, match="zero variance"):
+        value(constant, y)
+    row = np.random.default_rng(3).normal(size=p) * 1e6  # every example the same features
+    with pytest.raises(ValueError, match="zero variance"):
+        value(x, np.broadcast_to(row, (n, p)).copy())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_constant_features_next_to_varying_ones_are_ignored(shape):
+    x, y = pair(*SHAPES[shape])
+    n = len(x)
+    padded = np.concatenate([x, np.full((n, 3), 1e6 + 0.1), np.full((n, 2), -7.0)], axis=1)
+    for unbiased in (False, True):
+        base = value(x, y, unbiased=unbiased)
+        assert value(padded, y, unbiased=unbiased) == pytest.approx(base, abs=1e-12)
+
+
+def test_tiny_features_are_not_called_constant():
+    x, y = pair(*SHAPES["wide"])
+    assert value(x * 1e-13, y) == pytest.approx(value(x, y), abs=1e-12)
+    k = kernel(torch.from_numpy(x * 1e-13))
+    assert not k.constant
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_non_finite_features_are_refused_by_name(bad, shape):
+    x, y = pair(*SHAPES[shape])
+    broken = torch.from_numpy(y.copy())
+    broken[2, 1] = bad
+    broken[5, 0] = bad
+    what = "2 NaN and 0 Inf" if bad != bad else "0 NaN and 2 Inf"
+    with pytest.raises(ValueError, match=f"y has {what} values"):
+        vk.cka(torch.from_numpy(x), broken)
+    with pytest.raises(ValueError, match=f"x has {what} values"):
+        vk.cka(broken, torch.from_numpy(x), "rbf", unbiased=True)
+    with pytest.raises(ValueError, match=f"block 3 has {what} values"):
+        kernel(broken, name="block 3")
+
+
+def test_non_finite_hsic_is_refused_not_returned():
+    # a Gram matrix built by hand, past `kernel`: the readout still refuses NaN
+    acc = MinibatchCKA(["a", "b"])
+    good = kernel(torch.randn(8, 3, dtype=torch.float64))
+    bad = Kernel(gram=torch.full((8, 8), float("nan"), dtype=torch.float64))
+    acc.update([good, bad])
+    with pytest.raises(ValueError, match=r"HSIC involving \['a', 'b'\] is NaN or Inf"):
+        acc.cka()
+
+
+# --- minibatch ------------------------------------------------------------------------------
+
+
+def minibatch(batches, unbiased=True):
+    acc = MinibatchCKA(["x", "y"], unbiased)
+    for xb, yb in batches:
+        acc.update([kernel(torch.from_numpy(xb)), kernel(torch.from_numpy(yb))])
+    return acc
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("offset", [1e3, 1e4, 1e6])
+def test_minibatch_cka_is_offset_invariant_and_equals_the_reference(shape, offset):
+    n, p = SHAPES[shape]
+    x, y = pair(4 * n, p, seed=4)
+    batches = list(zip(np.split(x, 4), np.split(y, 4), strict=True))
+    base = minibatch(batches)
+    # the mean over batches of the reference's unbiased HSIC
+    hsic = np.mean(
+        [
+            [[ref_hsic(ref_gram(a), ref_gram(b), True) for b in (xb, yb)] for a in (xb, yb)]
+            for xb, yb in batches
+        ],
+        axis=0,
+    )
+    expected = hsic[0, 1] / np.sqrt(hsic[0, 0] * hsic[1, 1])
+    assert base.cka()[0, 1].item() == pytest.approx(expected, abs=1e-9)
+    shifted = minibatch([(xb + offset, yb - offset) for xb, yb in batches])
+    torch.testing.assert_close(shifted.hsic(), base.hsic(), rtol=1e-9, atol=0)
+    assert shifted.cka()[0, 1].item() == pytest.approx(expected, abs=1e-9)
+    # the unbiased estimate is offset-invariant per batch: a different offset in every batch
+    drifting = minibatch([(xb + i * offset, yb) for i, (xb, yb) in enumerate(batches)])
+    assert drifting.cka()[0, 1].item() == pytest.approx(expected, abs=1e-9)
+
+
+def test_minibatch_refuses_a_representation_constant_in_every_batch():
+    x, y = pair(32, 6)
+    batches = [
+        (xb, np.full_like(yb, 1e6 + 0.1))
+        for xb, yb in zip(np.split(x, 4), np.split(y, 4), strict=True)
+    ]
+    with pytest.raises(ValueError, match="constant across the examples"):
+        minibatch(batches).cka()
+
+
+# --- cka_matrix -----------------------------------------------------------------------------
+
+
+def tiny_vit(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    options = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5)
+    return timm.create_model("vit_tiny_patch16_224", **{**options, **kwargs}).eval()
+
+
+def images(n=8, seed=1):
+    return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+
+
+def test_cls_is_refused_on_a_model_with_registers_and_no_class_token():
+    model = tiny_vit(class_token=False, reg_tokens=4, global_pool="avg")
+    assert vk.HookedModel(model).token_layout((32, 32)).num_prefix_tokens == 4
+    with pytest.raises(ValueError, match="this model has no class token.*mean_patches"):
+        cka_matrix(model, images(), tokens="cls", progress=False)
+    pooled = cka_matrix(model, images(), tokens="mean_patches", progress=False)
+    assert torch.isfinite(pooled.matrix).all()
+
+
+def test_cls_still_reads_the_class_token_next_to_registers():
+    model, x = tiny_vit(reg_tokens=2), images()
+    result = cka_matrix(model, x, tokens="cls", unbiased=False, progress=False)
+    _, cache = vk.HookedModel(model).run_with_cache(x, names="blocks.*.hook_resid_post")
+    a, b = (cache[f"blocks.{i}.hook_resid_post"][:, 0] for i in (0, 1))
+    assert result.matrix[0, 1].item() == pytest.approx(vk.cka(a, b), abs=1e-9)
+
+
+def test_cka_matrix_of_a_layer_with_a_large_bias():
+    # float64, so that the model itself does not round the biased activations
+    model, x = tiny_vit().double(), images(16).double()
+    biased = tiny_vit().double()
+    with torch.no_grad():
+        biased.blocks[0].mlp.fc2.bias += 1e4  # carried by the residual stream to the output
+    expected = cka_matrix(model, x, batch_size=8, progress=False).matrix
+    got = cka_matrix(biased, x, batch_size=8, progress=False).matrix
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-9)
+
+
+def test_cka_matrix_names_the_layer_with_nan():
+    model = tiny_vit()
+    with torch.no_grad():
+        model.blocks[1].mlp.fc2.bias[3] = float("nan")
+    with pytest.raises(ValueError, match=r"layer 'blocks.1.hook_resid_post' .* has \d+ NaN"):
+        cka_matrix(model, images(), progress=False)
+
+
+def test_features_that_vary_only_at_float32_rounding_warn():
+    base = torch.full((8, 16), 3.0)
+    noise = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+    x = (base + noise * 3e-7).float()  # steps of one float32 ulp around 3
+    with pytest.warns(UserWarning, match="rounding level of torch.float32"):
+        kernel(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel(base + noise)
