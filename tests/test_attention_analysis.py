@@ -140,7 +140,7 @@ def test_reduce_heads_options():
     p = torch.rand(2, 3, 4, 5)
     torch.testing.assert_close(vk.analysis.reduce_heads(p, "min"), p.amin(1))
     torch.testing.assert_close(vk.analysis.reduce_heads(p, 2), p[:, 2])
-    with pytest.raises(ValueError, match="Head 7 does not exist"):
+    with pytest.raises(ValueError, match="head: index 7 does not exist"):
         vk.analysis.reduce_heads(p, 7)
     with pytest.raises(ValueError, match="'mean', 'max', 'min'"):
         vk.analysis.reduce_heads(p, "median")

@@ -68,9 +68,15 @@ def test_image_folder(tmp_path):
     Image.new("L", (64, 64), 128).save(tmp_path / "a.jpg")
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    with pytest.warns(UserWarning, match="broken.png, notes.txt"):
+    Image.new("RGB", (64, 64)).save(tmp_path / "cut.jpg")
+    (tmp_path / "cut.jpg").write_bytes((tmp_path / "cut.jpg").read_bytes()[:300])
+    with pytest.warns(
+        UserWarning,
+        match=r"broken.png \(.*\); cut.jpg \(Truncated.*notes.txt \(not an image\)",
+    ):
         folder = ImageFolder(tmp_path, model)
     assert [f.name for f in folder.files] == ["a.jpg", "b.png"]
+    assert [f.name for f in ImageFolder(tmp_path, model, limit=1).files] == ["a.jpg"]
     image, name = folder[1]
     assert image.shape == (3, 160, 160) and name == "b.png"
     config = timm.data.resolve_data_config({}, model=model)

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build
 from torch import nn
 
 import vizkit as vk
-
-from conftest import build
 
 
 def _vit() -> nn.Module:
@@ -128,7 +127,7 @@ BAD_OPTIONS = [
     ("rollout", {"discard_ratio": 1.0}, ValueError, r"discard_ratio must be in \[0, 1\)"),
     ("rollout", {"head_fusion": "median"}, ValueError, "'mean', 'max', 'min'"),
     ("attention", {"layers": 7}, (ValueError, IndexError), "7"),
-    ("attention", {"maps": "raw"}, ValueError, "'softmax' or 'applied'"),
+    ("attention", {"maps": "raw"}, ValueError, "'softmax', 'applied'"),
     ("attention", {"max_bytes": 0}, ValueError, "max_bytes"),
     ("cka_matrix", {"batch_size": 0}, ValueError, "batch_size"),
     ("cka_matrix", {"bandwidth": -1.0, "kernel": "rbf"}, ValueError, "bandwidth"),
@@ -285,3 +284,24 @@ def test_class_attention_and_shipped_models_follow_the_contract():
         vk.class_attention(model, x * float("nan"))
     assert vk.class_attention(model.train(), x).maps.isfinite().all()
     assert model.training
+
+
+class _DictOutput(nn.Module):
+    """A model whose forward returns a dict (as some detection or HF-style wrappers do)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> dict:
+        return {"logits": self.inner(x)}
+
+
+def test_a_model_returning_a_dict_needs_a_callable_target():
+    torch.manual_seed(0)
+    model, x = _DictOutput(vk.create_model("resnet18", num_classes=5).eval()), _batch()
+    with pytest.raises(ValueError, match="returned dict. Pass a callable target"):
+        vk.gradcam(model, x, layer="inner.layer4.hook_out")
+    cam = vk.gradcam(model, x, layer="inner.layer4.hook_out", target=lambda o: o["logits"][:, 1])
+    expected = vk.gradcam(model.inner, x, layer="layer4.hook_out", target=1)
+    torch.testing.assert_close(cam.maps, expected.maps)

@@ -129,8 +129,9 @@ def test_shape_mismatches_are_clear(shapes):
         vk.metrics.energy_in_mask(torch.rand(len(masks), 7, 8), masks)
     with pytest.raises(ValueError, match="do not tile"):
         vk.metrics.deletion(model, x, torch.rand(len(x), 5, 5))
-    with pytest.raises(ValueError, match="bool"):
-        vk.metrics.pointing_game(torch.rand(len(masks), 8, 8), masks.float())
+    with pytest.raises(ValueError, match="bool or hold only 0 and 1"):
+        vk.metrics.pointing_game(torch.rand(len(masks), 8, 8), masks.float() * 0.5)
+    vk.metrics.pointing_game(torch.rand(len(masks), 8, 8), masks.float())  # 0/1 is fine
     with pytest.raises(ValueError, match="Expected 16 saliency maps"):
         vk.metrics.deletion(model, x, torch.rand(3, 8, 8))
     with pytest.raises(ValueError, match="level must be"):

@@ -89,7 +89,6 @@ def test_image_folder_and_checkpoint_path(tmp_path):
     [
         (["--model", "no_such_model"], "neither a zoo model"),
         (["--data", "/no/such/folder"], "neither 'shapes', 'digits' nor an existing"),
-        (["--n", "0"], "at least 1"),
         (["--n", "500"], "holds 64 images"),
         (["--model", "README.safetensors"], "needs the file and its card"),
     ],
@@ -108,8 +107,10 @@ def test_empty_folder_and_unreadable_images_exit_with_one_line(tmp_path, capsys)
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "photo.png").write_bytes(b"\x89PNG not really")
-    with pytest.warns(UserWarning, match="photo.png"):
-        assert main(["report", "--data", str(broken), "--out", str(tmp_path / "b")]) == 2
+    assert main(["report", "--data", str(broken), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no readable image" in err and "photo.png (not an image)" in err
+    assert "\n" not in err
 
 
 def test_masked_model_report_shows_its_learned_masks(tmp_path):

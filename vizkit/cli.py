@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from timm.data import resolve_data_config
@@ -20,6 +23,7 @@ from .analysis.cka import KERNELS
 from .analysis.representations import TOKEN_MODES
 from .datasets import digit_images, load_sample
 from .hooks import HookedModel
+from .hooks.inputs import check_device
 
 __all__ = ["main"]
 
@@ -66,13 +70,12 @@ def _sample_batch(model, card: dict, batch: int) -> tuple:
     return images, f"{batch} scikit-learn digits, resized to {height}x{width}"
 
 
-def info(
-    model_name: str, batch: int, pretrained: bool, checkpoint: str | None, all_names: bool
-) -> int:
+def info(args: argparse.Namespace) -> int:
     """Load a zoo or timm model, capture every attention map on a sample batch, print names,
     shapes and a per-layer attention-entropy table."""
-    model, card = zoo.load(model_name, pretrained=pretrained, checkpoint=checkpoint)
-    images, source = _sample_batch(model, card, batch)
+    model, card = zoo.load(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint)
+    images, source = _sample_batch(model, card, args.batch)
+    model, images = model.to(args.device), images.to(args.device)
     hm = HookedModel(model)
     params = sum(p.numel() for p in model.parameters()) / 1e6
     if "test_accuracy" in card:
@@ -81,7 +84,7 @@ def info(
         weights = "random weights: expect near-uniform attention"
     else:
         weights = card["weights"]
-    print(f"model   {model_name} ({params:.1f}M parameters, {weights})")
+    print(f"model   {args.model} ({params:.1f}M parameters, {weights})")
     print(f"input   {source}, shape {tuple(images.shape)}")
     layout = hm.token_layout(tuple(images.shape[-2:]))
     if layout is not None:
@@ -92,10 +95,10 @@ def info(
 
     names = hm.hook_names()
     generic = [n for n in names if n.endswith(".hook_out")]
-    shown = names if all_names else [n for n in names if n not in generic]
+    shown = names if args.all_names else [n for n in names if n not in generic]
     print(
         f"\n{len(names)} hook names ({len(generic)} '<module>.hook_out' "
-        f"{'included' if all_names else 'not listed; --all-names lists them'}):"
+        f"{'included' if args.all_names else 'not listed; --all-names lists them'}):"
     )
     for family, (indices, shape) in _collapse_indices(shown, hm).items():
         print(f"  {family.replace('{}', _index_range(indices)):<48} {shape}")
@@ -124,11 +127,12 @@ def info(
     return 0
 
 
-def train_recipe(recipe: str, epochs: int | None) -> int:
-    """Train a recipe into the zoo folder and print its card's headline."""
+def train_recipe(recipe: str, epochs: int | None, force: bool) -> int:
+    """Train a recipe into the zoo folder (replacing a model there only with ``force``) and
+    print its card's headline."""
     from .train.recipes import run_recipe
 
-    card = run_recipe(recipe, epochs=epochs)
+    card = run_recipe(recipe, epochs=epochs, overwrite=force)
     print(
         f"{card['name']}: test accuracy {card['test_accuracy']:.4f}, "
         f"{card['parameters'] / 1e6:.2f}M parameters, {card['training_seconds'] / 60:.1f} min"
@@ -146,7 +150,9 @@ def cka_command(args: argparse.Namespace) -> int:
 
     world, rank = _init_distributed()
     try:
-        device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
+        device = args.device or (
+            f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
+        )
         model, card = zoo.load(args.model)
         model_b = zoo.load(args.model_b)[0].to(device) if args.model_b else None
         images = _cka_images(model, card, args.data, args.samples)
@@ -204,7 +210,7 @@ def report_command(args: argparse.Namespace) -> int:
     from .report import build_report
 
     start = time.perf_counter()
-    page = build_report(args.model, args.data, args.n, args.out, args.checkpoint)
+    page = build_report(args.model, args.data, args.n, args.out, args.checkpoint, args.device)
     print(f"wrote {page.resolve()} in {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -227,46 +233,105 @@ def zoo_list() -> int:
     return 0
 
 
-def coverage_command(out: str, families: list[str] | None) -> int:
+def coverage_command(out: Path, families: list[str] | None) -> int:
     """Run the coverage walk and write its Markdown table to ``out``."""
     from .coverage import coverage_markdown, run_coverage
 
     rows = run_coverage(families)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(coverage_markdown(rows))
+    out.write_text(coverage_markdown(rows))
     errors = [(r.family, n) for r in rows for n, (s, _) in r.results.items() if s == "error"]
-    print(f"wrote {path} ({len(rows)} families; {len(errors)} errors)")
+    print(f"wrote {out} ({len(rows)} families; {len(errors)} errors)")
     return 1 if errors else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, ``vizkit <cmd>: error: ...``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    value = int(text) if text.strip().isdecimal() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1; got {text!r}")
+    return value
+
+
+def _device(text: str) -> str:
+    """argparse type: a device this machine has (cpu, cuda, cuda:N, mps)."""
+    try:
+        check_device(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _output_file(text: str) -> Path:
+    """argparse type: a file to write (replaced if there) in an existing, writable folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; pass a file name in it")
+    _check_writable(path.parent, text)
+    return path
+
+
+def _output_folder(text: str) -> Path:
+    """argparse type: a folder to write into (made if absent) in an existing, writable one."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text} is a file; pass a folder (the report is <folder>/index.html)"
+        )
+    _check_writable(path if path.is_dir() else path.parent, text)
+    return path
+
+
+def _check_writable(folder: Path, text: str) -> None:
+    """``folder`` (where ``--out text`` goes) exists and can be written."""
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: there is no folder {folder}; create it or pick another path"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text}: the folder {folder} is not writable; pick another path"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vizkit", description=__doc__)
+    parser = _Parser(prog="vizkit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"vizkit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("info", help="hook names, attention shapes and entropy of a model")
     p.add_argument(
         "--model", default=DEFAULT_MODEL, help=f"zoo or timm name (default {DEFAULT_MODEL})"
     )
-    p.add_argument("--batch", type=int, default=4, help="number of sample images (default 4)")
+    p.add_argument("--batch", type=_positive_int, default=4, help="sample images (default 4)")
     p.add_argument("--pretrained", action="store_true", help="load timm's pretrained weights")
     p.add_argument("--checkpoint", help="local checkpoint file to load")
     p.add_argument("--all-names", action="store_true", help="also list every '.hook_out' name")
+    p.add_argument("--device", type=_device, default="cpu", help="default %(default)s")
     t = commands.add_parser("train", help="train a recipe; writes checkpoint and card to models/")
     t.add_argument("recipe", help="a shipped recipe name (e.g. vit_tiny_shapes) or a JSON path")
-    t.add_argument("--epochs", type=int, help="override the recipe's epochs (shortened runs)")
+    t.add_argument(
+        "--epochs", type=_positive_int, help="override the recipe's epochs (shortened runs)"
+    )
+    t.add_argument("--force", action="store_true", help="replace the model if the zoo has it")
     c = commands.add_parser(
         "cka", help="layer x layer CKA of a model or two (runs under torchrun too)"
     )
     c.add_argument("--model", default=DEFAULT_MODEL, help="zoo or timm name")
     c.add_argument("--model-b", help="second model (columns); default: --model against itself")
     c.add_argument("--data", choices=["shapes", "digits"], help="default: the model's data")
-    c.add_argument("--samples", type=int, default=512, help="test images (default 512)")
-    c.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
+    c.add_argument("--samples", type=_positive_int, default=512, help="test images (default 512)")
+    c.add_argument("--batch-size", type=_positive_int, default=32, help="minibatch (default 32)")
     c.add_argument("--tokens", default="flatten", choices=TOKEN_MODES, help="default flatten")
     c.add_argument("--kernel", default="linear", choices=KERNELS, help="default linear")
     c.add_argument("--biased", action="store_true", help="biased HSIC per batch")
-    c.add_argument("--out", help="write the result as JSON")
+    c.add_argument("--out", type=_output_file, help="write the result as JSON")
+    c.add_argument("--device", type=_device, help="default: cuda:$LOCAL_RANK if any, else cpu")
     r = commands.add_parser("report", help="one HTML page with every analysis of a model")
     r.add_argument(
         "--model", default=DEFAULT_MODEL,
@@ -274,41 +339,59 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     r.add_argument("--checkpoint", help="your .safetensors weights for a timm --model")
     r.add_argument("--data", help="shapes, digits or an image folder (default: the model's data)")
-    r.add_argument("--n", type=int, default=8, help="images to analyse (default 8)")
-    r.add_argument("--out", default="report", help="output folder (default report/)")
+    r.add_argument("--n", type=_positive_int, default=8, help="images to analyse (default 8)")
+    r.add_argument(
+        "--out", type=_output_folder, default="report", help="output folder (default report/)"
+    )
+    r.add_argument("--device", type=_device, default="cpu", help="default %(default)s")
     v = commands.add_parser(
         "coverage", help="which analysis works on which timm family (writes docs/coverage.md)"
     )
-    v.add_argument("--out", default="docs/coverage.md", help="default %(default)s")
+    v.add_argument(
+        "--out", type=_output_file, default="docs/coverage.md", help="default %(default)s"
+    )
     v.add_argument("--family", action="append", help="only these timm modules (repeatable)")
     z = commands.add_parser("zoo", help="the shipped models")
     z.add_argument("action", choices=["list"])
     return parser
 
 
+def _show_warning(command: str, message: Warning | str, *_: object) -> None:
+    """`warnings.showwarning` of the command: one line on stderr."""
+    print(f"vizkit {command}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; a user's mistake (bad option, file, model, recipe) is one line on stderr
+    and exit status 2."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "train":
-            return train_recipe(args.recipe, args.epochs)
-        if args.command == "zoo":
-            return zoo_list()
-        if args.command == "cka":
-            return cka_command(args)
-        if args.command == "report":
-            return report_command(args)
-        if args.command == "coverage":
-            return coverage_command(args.out, args.family)
-        return info(args.model, args.batch, args.pretrained, args.checkpoint, args.all_names)
-    except (ValueError, KeyError, TypeError, RuntimeError, FileNotFoundError) as err:
+        with warnings.catch_warnings():
+            warnings.showwarning = functools.partial(_show_warning, args.command)
+            return _run(args)
+    except (ValueError, KeyError, TypeError, RuntimeError, OSError) as err:
         hint = ""
         if getattr(args, "pretrained", False) and "Hub" in str(err):
             hint = (
                 " (pretrained weights come from the Hugging Face Hub; offline, pass --checkpoint)"
             )
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"vizkit {args.command}: {message}{hint}", file=sys.stderr)
+        print(f"vizkit {args.command}: error: {message}{hint}", file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "train":
+        return train_recipe(args.recipe, args.epochs, args.force)
+    if args.command == "zoo":
+        return zoo_list()
+    if args.command == "cka":
+        return cka_command(args)
+    if args.command == "report":
+        return report_command(args)
+    if args.command == "coverage":
+        return coverage_command(args.out, args.family)
+    return info(args)
 
 
 if __name__ == "__main__":

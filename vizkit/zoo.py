@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import timm
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
 __all__ = ["accuracy_over_seeds", "card", "list", "load", "models_dir", "path", "sha256"]
-
-_PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".ckpt", ".tar"}
 
 
 def models_dir() -> Path:
@@ -49,7 +48,30 @@ def path(name: str) -> Path:
 def card(name: str) -> dict:
     """The model card of zoo model ``name``."""
     _known(name)
-    return json.loads((models_dir() / f"{name}.json").read_text())
+    return _read_card(models_dir() / f"{name}.json")
+
+
+def _read_card(file: Path, required: Iterable[str] = ()) -> dict:
+    """The JSON object in card ``file``, holding every key of ``required``.
+
+    Raises:
+        ValueError: broken JSON, not an object, or a required key missing (names the file).
+    """
+    try:
+        info = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"Model card {file} is not valid JSON ({error}); restore it or retrain the model."
+        ) from None
+    if not isinstance(info, dict):
+        raise ValueError(f"Model card {file} holds a JSON {type(info).__name__}, not an object.")
+    missing = [key for key in required if info.get(key) is None]
+    if missing:
+        raise ValueError(
+            f"Model card {file} lacks {', '.join(missing)}; `vizkit train` writes complete "
+            "cards: restore it or retrain the model."
+        )
+    return info
 
 
 def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict:
@@ -89,7 +111,8 @@ def sha256(file: str | Path) -> str:
 
 
 def _read_weights(file: Path, expected_sha256: str | None) -> dict:
-    if file.suffix in _PICKLE_SUFFIXES or file.suffix != ".safetensors":
+    """The tensors of safetensors ``file``, checked against ``expected_sha256`` when given."""
+    if file.suffix != ".safetensors":
         raise ValueError(
             f"Refusing {file.name}: vizkit loads .safetensors only and never "
             "unpickles a file. Convert it once, where you trust it: "
@@ -97,14 +120,52 @@ def _read_weights(file: Path, expected_sha256: str | None) -> dict:
         )
     if not file.is_file():
         raise FileNotFoundError(f"No checkpoint at {file}.")
+    try:
+        weights = load_file(str(file))
+    except SafetensorError as error:
+        raise ValueError(
+            f"{file} is not a readable safetensors file ({error}): it is truncated or not "
+            "safetensors. Copy it again, or save it with safetensors.torch.save_file."
+        ) from None
     actual = sha256(file) if expected_sha256 is not None else None
     if actual != expected_sha256:
         raise ValueError(
-            f"{file.name} does not match the sha256 in its card (expected "
+            f"{file} does not match the sha256 in its card (expected "
             f"{expected_sha256[:12]}..., got {actual[:12]}...): the file was "
-            "changed or damaged. Restore it (git checkout models/) or retrain."
+            "changed or damaged. Restore it (a shipped model: git checkout models/) or retrain."
         )
-    return load_file(str(file))
+    return weights
+
+
+def _load_weights(model: nn.Module, weights: dict, file: Path, architecture: str) -> None:
+    """Load ``weights`` (from ``file``) into ``model``, or name the keys and shapes that do not
+    match it."""
+    expected = model.state_dict()
+    shapes = [
+        f"{key} {tuple(weights[key].shape)} in the file, {tuple(expected[key].shape)} in the model"
+        for key in sorted(expected.keys() & weights.keys())
+        if weights[key].shape != expected[key].shape
+    ]
+    problems = [
+        _some("missing", sorted(expected.keys() - weights.keys())),
+        _some("unexpected", sorted(weights.keys() - expected.keys())),
+        _some("shape mismatch", shapes),
+    ]
+    problems = [p for p in problems if p]
+    if problems:
+        raise ValueError(
+            f"{file} does not fit {architecture} ({'; '.join(problems)}): it holds weights "
+            "of another architecture or other kwargs. Pass the model it was saved from."
+        )
+    model.load_state_dict(weights)
+
+
+def _some(label: str, items: builtins.list[str], shown: int = 3) -> str:
+    """``label: a, b, c (+ 4 more)``, or "" for no items."""
+    if not items:
+        return ""
+    more = f" (+ {len(items) - shown} more)" if len(items) > shown else ""
+    return f"{label}: {', '.join(items[:shown])}{more}"
 
 
 def load(
@@ -113,25 +174,23 @@ def load(
     """Build a model and load its weights; return ``(model in eval mode, card)``.
 
     Args:
-        name: a zoo name (``vit_tiny_shapes``), or a timm architecture with ``checkpoint`` (your
-            own .safetensors file) or ``pretrained=True`` (timm's weights, from the local cache
-            when offline).
+        name: a zoo name (``vit_tiny_shapes``), a zoo-style checkpoint path (``x.safetensors``
+            with its card ``x.json`` beside it), or a timm architecture with ``checkpoint`` (your
+            own .safetensors file, sha256-checked when a card is beside it) or
+            ``pretrained=True`` (timm's weights, from the local cache when offline).
         kwargs: architecture kwargs for a timm name (``num_classes``, ``img_size``, ...).
 
     Raises:
-        KeyError: an unknown name; ValueError: a tampered or non-safetensors checkpoint.
+        KeyError: an unknown name. FileNotFoundError: no such checkpoint or card. ValueError: a
+        tampered, truncated or non-safetensors checkpoint, one of another architecture, or a
+        broken card; each names the file.
     """
-    if name in list():
+    shipped = name in list()
+    if shipped or name.endswith(".safetensors"):
         if checkpoint is not None or pretrained or kwargs:
             raise ValueError(f"{name!r} is a zoo model: its card fixes weights and architecture.")
-        info = card(name)
-        model = timm.create_model(
-            info["architecture"],
-            **info["kwargs"],
-            pretrained_cfg_overlay=info.get("pretrained_cfg", {}),
-        )
-        model.load_state_dict(_read_weights(path(name), info["sha256"]))
-        return model.eval(), info
+        model, info = _load_carded(path(name) if shipped else Path(name))
+        return model, info if shipped else {**info, "weights": name}
     if not timm.is_model(name):
         raise KeyError(
             f"{name!r} is neither a zoo model ({', '.join(list()) or 'none'}) nor a "
@@ -142,6 +201,28 @@ def load(
     if pretrained:
         info["weights"] = "timm pretrained"
     if checkpoint is not None:
-        model.load_state_dict(_read_weights(Path(checkpoint), None))
+        file = Path(checkpoint)
+        beside = file.with_suffix(".json")
+        expected = _read_card(beside, ["sha256"])["sha256"] if beside.is_file() else None
+        _load_weights(model, _read_weights(file, expected), file, name)
         info["weights"] = str(checkpoint)
+    return model.eval(), info
+
+
+def _load_carded(file: Path) -> tuple[nn.Module, dict]:
+    """The model in checkpoint ``file`` as its card ``<stem>.json`` beside it describes."""
+    card_file = file.with_suffix(".json")
+    if not file.is_file() or not card_file.is_file():
+        raise FileNotFoundError(
+            f"{file}: a checkpoint path needs the file and its card {card_file.name} "
+            f"(architecture, kwargs, sha256) beside it; or pass --model <timm name> "
+            f"--checkpoint {file}."
+        )
+    info = _read_card(card_file, ["architecture", "kwargs", "sha256"])
+    model = timm.create_model(
+        info["architecture"],
+        **info["kwargs"],
+        pretrained_cfg_overlay=info.get("pretrained_cfg", {}),
+    )
+    _load_weights(model, _read_weights(file, info["sha256"]), file, info["architecture"])
     return model.eval(), info

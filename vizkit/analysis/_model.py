@@ -149,9 +149,3 @@ def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:
 def float_bytes(x: Tensor) -> int:
     """Bytes per element of the floating dtype activations will have for input ``x``."""
     return torch.finfo(x.dtype).bits // 8 if x.is_floating_point() else 4
-
-
-def on_model_device(hm: HookedModel, x):  # TEMPORARY shim while metrics/cka move to check_images
-    from ..hooks.inputs import check_images
-
-    return check_images(hm.model, x)

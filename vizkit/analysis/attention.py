@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -9,7 +10,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_images, check_values_finite
+from ..hooks.inputs import check_choice, check_images, check_indices, check_values_finite
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,
@@ -37,11 +38,9 @@ HeadReduction = str | int
 
 def reduce_heads(pattern: Tensor, how: HeadReduction = "mean", head_dim: int = -3) -> Tensor:
     """Fuse the head axis: ``"mean"``, ``"max"``, ``"min"`` or one head's index."""
-    if isinstance(how, int) and not isinstance(how, bool):
-        heads = pattern.shape[head_dim]
-        if not -heads <= how < heads:
-            raise ValueError(f"Head {how} does not exist; valid: 0..{heads - 1}.")
-        return pattern.select(head_dim, how)
+    if isinstance(how, numbers.Integral):
+        (head,) = check_indices("head", how, pattern.shape[head_dim], "heads")
+        return pattern.select(head_dim, head)
     if how == "mean":
         return pattern.mean(head_dim)
     if how in ("max", "min"):
@@ -196,8 +195,7 @@ def attention(
     """
     hm = as_hooked(model)
     x = check_images(hm.model, x)
-    if maps not in ("softmax", "applied"):
-        raise ValueError(f"maps must be 'softmax' or 'applied'; got {maps!r}.")
+    check_choice("maps", maps, ("softmax", "applied"))
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
     image_size = tuple(x.shape[-2:])
     layout = common_layout(hm, names, image_size)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..hooks.inputs import check_choice
+
 __all__ = ["KERNELS", "Kernel", "cka", "cka_from_hsic", "hsic_matrix", "kernel"]
 
 KERNELS = ("linear", "rbf")
@@ -258,8 +260,7 @@ def cka(
             f"x has {len(x)} examples and y has {len(y)}: CKA compares two representations of "
             "the same examples, so the first dimensions must match."
         )
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
+    check_choice("kernel", kernel, KERNELS)
     kernels = []
     for name, value in (("x", x.flatten(1)), ("y", y.flatten(1))):
         centered, constant = _center(value, name)

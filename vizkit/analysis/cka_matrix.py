@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, resolve_names
 from ..hooks.contract import analysis, as_hooked, held
-from ..hooks.inputs import check_count, check_images, check_number
+from ..hooks.inputs import check_choice, check_count, check_images, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.names import NameSpec
 from .cka import KERNELS, Kernel, kernel
@@ -122,10 +122,8 @@ def cka_matrix(
     Returns:
         CKAResult with the (La, Lb) matrix.
     """
-    if tokens not in TOKEN_MODES:
-        raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}.")
+    check_choice("tokens", tokens, TOKEN_MODES)
+    check_choice("kernel", kernel, KERNELS)
     bandwidth = check_number("bandwidth", bandwidth, 0, low_open=True)
     batch_size = check_count("batch_size", batch_size)
     hm_a = as_hooked(model)

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_images, check_indices
 from ._model import (
     as_hooked,
     class_attention_names,
@@ -48,16 +48,8 @@ def class_attention(
     x = check_images(hm.model, x)
     image_size = tuple(x.shape[-2:])
     names, stage, default = _class_rows(hm, image_size)
-    layer = default if layer is None else layer
-    if (
-        isinstance(layer, bool)
-        or not isinstance(layer, int)
-        or not -len(names) <= layer < len(names)
-    ):
-        raise ValueError(
-            f"layer {layer!r} is out of range: the model has {len(names)} {stage} layers "
-            f"(valid: 0..{len(names) - 1} or negative from the end)."
-        )
+    (layer,) = check_indices("layer", default if layer is None else layer, len(names),
+                             f"{stage} layers")  # fmt: skip
     name = names[layer]
     layout = hm.token_layout(image_size, name)
     with torch.no_grad():
@@ -69,7 +61,7 @@ def class_attention(
         maps=per_head.mean(1),
         method="class_attention",
         image_size=image_size,
-        options={"layer": layer % len(names), "name": name, "stage": stage},
+        options={"layer": layer, "name": name, "stage": stage},
         layout=layout,
         targets=logits.argmax(-1) if logits.ndim == 2 else None,
         extras={

@@ -108,7 +108,7 @@ def gradcam(
             f"All gradients at {layer} are zero for samples {dead.nonzero()[:, 0].tolist()}: "
             "the target does not depend on this activation (after the last block only the "
             "class token reaches a token-pooling head). Choose an earlier layer.",
-            stacklevel=2,
+            stacklevel=3,  # the caller of the `analysis` wrapper
         )
     return SaliencyResult(
         maps=maps.float(),

@@ -8,6 +8,7 @@ import re
 from torch import Tensor
 
 from ..hooks import HookedModel
+from ..hooks.inputs import check_choice
 
 __all__ = ["TOKEN_MODES", "default_representation_layers", "token_features"]
 
@@ -59,8 +60,7 @@ def token_features(
             than reading a register. None: not known (a prefix token is taken as the class
             token).
     """
-    if tokens not in TOKEN_MODES:
-        raise ValueError(f"tokens must be one of {TOKEN_MODES}; got {tokens!r}.")
+    check_choice("tokens", tokens, TOKEN_MODES)
     if tokens == "flatten":
         return activation.flatten(1)
     if activation.ndim == 4:  # (B, C, H, W): positions are the tokens, there is no prefix

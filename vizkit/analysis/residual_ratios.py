@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_choice, check_images
 from ..hooks.layout import require_per_image
 from ._model import as_hooked
 
@@ -100,8 +100,7 @@ def residual_ratios(
         x: image batch (B, C, H, W).
         reduction: "sample_fro" (default), "per_token" or "batch" (see `ResidualRatios`).
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}.")
+    check_choice("reduction", reduction, REDUCTIONS)
     hm = as_hooked(model)
     blocks = prenorm_blocks(hm)
     x = check_images(hm.model, x)

@@ -9,24 +9,70 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..hooks import TokenLayout
+from ..hooks.inputs import check_count, check_values_finite
 from ..hooks.layout import covers
 
-__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending"]
+__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending", "saliency_maps"]
 
 
-def check_maps_fit(maps: Tensor, batch: int, image_size: tuple[int, int]) -> None:
-    """Raise a ValueError unless ``maps`` is (batch, h, w) with h, w dividing the image size."""
-    if maps.ndim != 3 or len(maps) != batch:
+def check_maps_fit(
+    maps: Tensor, batch: int, image_size: tuple[int, int], of: str = "images"
+) -> None:
+    """Raise unless ``maps`` is a real (batch, h, w) tensor, batch >= 1, with h and w dividing
+    ``image_size`` (H, W) of the ``of`` ("images" or "masks") they are scored against."""
+    if not isinstance(maps, Tensor):
+        raise TypeError(
+            f"Expected saliency maps as a tensor (B, h, w) or a SaliencyResult; got "
+            f"{type(maps).__name__}. Convert arrays with torch.from_numpy(maps)."
+        )
+    if maps.is_complex():
+        raise TypeError(f"Saliency maps must be real; got dtype {maps.dtype}. Pass maps.abs().")
+    if maps.ndim != 3:
+        hint = {2: " Add the batch axis: maps[None].", 4: " Drop the channel axis: maps[:, 0]."}
         raise ValueError(
-            f"Expected {batch} saliency maps (B={batch}, h, w) for the images; got "
-            f"{tuple(maps.shape)}."
+            f"Expected saliency maps of shape (B, h, w); got {tuple(maps.shape)}."
+            + hint.get(maps.ndim, "")
+        )
+    if len(maps) == 0:
+        raise ValueError(f"The saliency maps are empty (shape {tuple(maps.shape)}); pass B >= 1.")
+    if len(maps) != batch:
+        raise ValueError(
+            f"Expected {batch} saliency maps (B={batch}, h, w) for the {of}; got "
+            f"{tuple(maps.shape)}. Pass one map per image, in the order of the {of}."
         )
     (h, w), (height, width) = maps.shape[-2:], image_size
     if height % h or width % w:
         raise ValueError(
-            f"Saliency maps of {h}x{w} do not tile the {height}x{width} images; pass maps at "
+            f"Saliency maps of {h}x{w} do not tile the {height}x{width} {of}; pass maps at "
             "the image size, the patch grid or another divisor of the image size."
         )
+
+
+def saliency_maps(
+    saliency: SaliencyResult | Tensor, batch: int, image_size: tuple[int, int], of: str = "images"
+) -> Tensor:
+    """The maps (B, h, w) of ``saliency``, checked for scoring against ``batch`` ``of`` ("images"
+    or "masks") of ``image_size`` (H, W): shapes as in `check_maps_fit`, a SaliencyResult's
+    ``image_size`` equal to (H, W), and every value finite (NaN / Inf samples are named)."""
+    if isinstance(saliency, SaliencyResult):
+        _check_result_size(saliency, image_size, of)
+        saliency = saliency.maps
+    check_maps_fit(saliency, batch, image_size, of)
+    check_values_finite("The saliency maps", saliency)
+    return saliency
+
+
+def _check_result_size(result: SaliencyResult, image_size: tuple[int, int], of: str) -> None:
+    """Raise a ValueError unless ``result`` was computed for images of ``image_size`` (H, W)."""
+    if tuple(result.image_size) == tuple(image_size):
+        return
+    (h, w), (height, width) = result.image_size, image_size
+    fix = "pass the images they were computed for" if of == "images" else "pass masks that size"
+    raise ValueError(
+        f"These {result.method} maps were computed for {h}x{w} images "
+        f"(SaliencyResult.image_size) but the {of} given are {height}x{width}; {fix}, or "
+        "recompute the maps for these images."
+    )
 
 
 def rank_descending(values: Tensor) -> Tensor:
@@ -66,8 +112,14 @@ class SaliencyResult:
     extras: dict[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.maps, Tensor):
+            raise TypeError(f"maps must be a tensor (B, h, w); got {type(self.maps).__name__}.")
+        if not isinstance(self.image_size, (tuple, list)) or len(self.image_size) != 2:
+            raise ValueError(f"image_size must be (H, W); got {self.image_size!r}.")
+        self.image_size = tuple(check_count("image_size", s) for s in self.image_size)
         if self.maps.ndim != 3:
             raise ValueError(f"maps must be (B, h, w); got shape {tuple(self.maps.shape)}.")
+        check_values_finite("The saliency maps", self.maps)  # no method hands on NaN maps
         (h, w), (height, width) = self.maps.shape[-2:], self.image_size
         if not covers(h, w, self.image_size):
             raise ValueError(

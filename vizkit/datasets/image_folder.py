@@ -10,21 +10,36 @@ from timm.data import create_transform, resolve_data_config
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-__all__ = ["ImageFolder"]
+__all__ = ["ImageFolder", "read_image"]
+
+# what PIL raises for a file that is no image, a truncated one, or a decompression bomb
+_UNREADABLE = (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
+
+
+def read_image(file: Path) -> Image.Image:
+    """The whole image in ``file`` as RGB, decoded (a truncated file raises OSError; an image
+    above PIL's pixel limit, a decompression bomb, raises too)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with Image.open(file) as image:
+            return image.convert("RGB")
 
 
 class ImageFolder(Dataset):
-    """Every readable image directly in ``path`` (sorted by name), resized, cropped and
-    normalized as ``model``'s pretrained config prescribes (timm's eval transform).
+    """The readable images directly in ``path`` (sorted by name; the first ``limit`` of them if
+    given), resized, cropped and normalized as ``model``'s pretrained config prescribes (timm's
+    eval transform).
 
-    Files that are not images or cannot be decoded are skipped with one warning naming them.
-    Items are ``(image (3, H, W) float32, file name)``.
+    Every file is decoded once here, so files that are not images, truncated files and
+    decompression bombs are skipped with one warning naming each and why. Items are
+    ``(image (3, H, W) float32, file name)``.
 
     Raises:
-        ValueError: the folder holds no readable image. FileNotFoundError: no such folder.
+        ValueError: the folder holds no readable image (the skipped files are named).
+        FileNotFoundError: no such folder.
     """
 
-    def __init__(self, path: str | Path, model: nn.Module):
+    def __init__(self, path: str | Path, model: nn.Module, limit: int | None = None):
         folder = Path(path)
         if not folder.is_dir():
             raise FileNotFoundError(f"No folder at {folder}.")
@@ -32,27 +47,22 @@ class ImageFolder(Dataset):
         self.files: list[Path] = []
         skipped: list[str] = []
         for file in sorted(p for p in folder.iterdir() if p.is_file()):
+            if len(self.files) == limit:
+                break
             try:
-                with Image.open(file) as image:
-                    image.verify()
+                read_image(file)
                 self.files.append(file)
-            except (UnidentifiedImageError, OSError, SyntaxError):
-                skipped.append(file.name)
-        if skipped:
-            warnings.warn(
-                f"Skipped {len(skipped)} file(s) that are not readable images: "
-                f"{', '.join(skipped)}",
-                stacklevel=2,
-            )
+            except _UNREADABLE as error:
+                why = "not an image" if isinstance(error, UnidentifiedImageError) else error
+                skipped.append(f"{file.name} ({why})")
         if not self.files:
-            raise ValueError(
-                f"{folder} holds no readable image (png, jpg, ...); "
-                f"{len(skipped)} other file(s) skipped."
-            )
+            detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
+            raise ValueError(f"{folder} holds no readable image (png, jpg, ...){detail}.")
+        if skipped:
+            warnings.warn(f"skipped unreadable file(s): {'; '.join(skipped)}", stacklevel=2)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[Tensor, str]:
-        with Image.open(self.files[i]) as image:
-            return self.transform(image.convert("RGB")), self.files[i].name
+        return self.transform(read_image(self.files[i])), self.files[i].name

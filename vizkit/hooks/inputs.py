@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 from .layout import validate_input
 
 __all__ = [
+    "check_choice",
     "check_count",
     "check_device",
     "check_images",
@@ -101,7 +103,7 @@ def check_device(device: object) -> torch.device:
             count = backend.device_count() if hasattr(backend, "device_count") else 1
             available += [kind, *(f"{kind}:{i}" for i in range(count))]
     index = 0 if device.index is None else device.index
-    exists = device.type == "cpu" or f"{device.type}:{index}" in available
+    exists = device.type in ("cpu", "meta") or f"{device.type}:{index}" in available
     if not exists:
         raise ValueError(f"Device {str(device)!r} does not exist here; available: {available}.")
     return device
@@ -122,6 +124,13 @@ def check_values_finite(what: str, values: Tensor) -> None:
         f"); vizkit computes nothing on non-finite inputs. Check the data pipeline (division by "
         "a zero std, an overflow in float16) or drop those samples."
     )
+
+
+def check_choice(name: str, value: object, options: Sequence[str]) -> str:
+    """``value`` if it is one of the string ``options``; else a ValueError listing them."""
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}.")
+    return value
 
 
 def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:

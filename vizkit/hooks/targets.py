@@ -30,7 +30,8 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         if not isinstance(score, Tensor):
             raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
     else:
-        score = output.gather(1, target_indices(output, target)[:, None])
+        index = target_indices(output, target)  # checks that output is (B, K) logits
+        score = output.gather(1, index[:, None])
     if not bool(torch.isfinite(score).all()):
         raise ValueError(
             "The target score is NaN or Inf, so its gradient means nothing: the model's output "

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hooks.hook_point import HookPoint
+from ..hooks.inputs import check_choice
 
 __all__ = ["CONSTRAINTS", "MODES", "AttentionRefiner"]
 
@@ -27,11 +28,6 @@ CONSTRAINTS = {
     "spatial": "k x k over each query's keys laid out on the patch grid; prefix keys pass through",
     "rowcol": "a 1 x k conv along keys plus a k x 1 conv along queries, summed",
 }
-
-
-def _check_choice(name: str, value: object, valid) -> None:
-    if value not in valid:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}; got {value!r}.")
 
 
 class AttentionRefiner(nn.Module):
@@ -63,9 +59,9 @@ class AttentionRefiner(nn.Module):
         init: str = "default",
     ) -> None:
         super().__init__()
-        _check_choice("mode", mode, MODES)
-        _check_choice("constraint", constraint, tuple(CONSTRAINTS))
-        _check_choice("init", init, ("default", "identity"))
+        check_choice("mode", mode, MODES)
+        check_choice("constraint", constraint, tuple(CONSTRAINTS))
+        check_choice("init", init, ("default", "identity"))
         if isinstance(expansion, bool) or not isinstance(expansion, int) or expansion < 1:
             raise ValueError(
                 f"expansion must be an integer >= 1 (H' = rH maps); got {expansion!r}."

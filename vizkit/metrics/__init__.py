@@ -3,6 +3,7 @@
 from .compare import METHODS as METHODS
 from .compare import SaliencyTable as SaliencyTable
 from .compare import compare_saliency as compare_saliency
+from .compare import random_saliency as random_saliency
 from .faithfulness import CurveResult as CurveResult
 from .faithfulness import deletion as deletion
 from .faithfulness import insertion as insertion
@@ -19,5 +20,6 @@ __all__ = [
     "energy_in_mask",
     "insertion",
     "pointing_game",
+    "random_saliency",
     "top_iou",
 ]

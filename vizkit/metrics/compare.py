@@ -12,23 +12,35 @@ import torch
 from torch import Tensor, nn
 
 from .. import analysis
-from ..analysis._model import as_hooked, on_model_device
-from ..analysis.saliency_result import SaliencyResult
-from ..hooks import HookedModel
-from ..hooks.targets import target_indices
-from .faithfulness import deletion, insertion
-from .localization import energy_in_mask, pointing_game, top_iou
+from ..analysis.saliency_result import SaliencyResult, saliency_maps
+from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis as analysis_contract
+from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.targets import explained_classes, target_indices
+from .faithfulness import LEVELS, curve_steps, deletion, insertion, unit_count
+from .localization import check_masks, energy_in_mask, pointing_game, top_iou
 
 __all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency"]
 
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
 
 
-def random_saliency(hm: HookedModel, x: Tensor, target: Tensor, seed: int = 0) -> SaliencyResult:
-    """Uniform noise maps (B, H, W): the chance level every method should beat."""
+@analysis_contract
+def random_saliency(
+    model: nn.Module | HookedModel, x: Tensor, target: Target = None, seed: int = 0
+) -> SaliencyResult:
+    """Uniform noise maps (B, H, W) for images x (B, C, H, W): the chance level every method
+    should beat. ``target`` is only recorded (validated against the model's logits); ``seed``
+    is an int in [0, 2**64 - 1]."""
+    x = check_images(model.model, x)
+    seed = check_count("seed", seed, 0, 2**64 - 1)
+    targets = None
+    if target is not None:
+        with torch.no_grad():
+            targets = explained_classes(model.model(x), target)
     generator = torch.Generator().manual_seed(seed)
     maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
-    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=target)
+    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)
 
 
 METHODS: dict[str, Method] = {
@@ -75,8 +87,12 @@ class SaliencyTable:
     results: dict[str, SaliencyResult] = field(default_factory=dict)
 
     def best(self, metric: str) -> str:
-        """The method with the best value of ``metric``."""
-        column = self.values[:, self.metrics.index(metric)]
+        """The method with the best value of ``metric`` (one of ``metrics``)."""
+        column = self.values[:, self.metrics.index(check_choice("metric", metric, self.metrics))]
+        if bool(column.isnan().all()):
+            raise ValueError(
+                f"No method has a {metric} score (every method was skipped; see notes)."
+            )
         column = column if METRICS[metric] else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
 
@@ -95,60 +111,141 @@ class SaliencyTable:
         return self.to_markdown()
 
 
+@analysis_contract
 def compare_saliency(
     model: nn.Module | HookedModel,
     x: Tensor,
     methods: Sequence[str | tuple[str, Method]] = ("rollout", "gradcam", "random"),
     masks: Tensor | None = None,
-    target: int | Sequence[int] | Tensor | None = None,
+    target: Target = None,
     level: str = "patch",
-    steps: int = 64,
+    steps: int | None = None,
 ) -> SaliencyTable:
     """Score saliency methods on one batch: deletion and insertion AUC, and with ``masks``
-    (B, H, W) bool the pointing game, energy in the mask and IoU of the top region.
+    the pointing game, energy in the mask and IoU of the top region.
 
     Args:
-        methods: names from `METHODS` or ``(name, fn(hm, x, targets) -> SaliencyResult)``.
+        model: any model (wrappers unwrapped), run in eval mode, its training flags restored.
+        x: (B, C, H, W) images, B >= 1, finite.
+        methods: distinct names from `METHODS` or ``(name, fn(hm, x, targets) ->
+            SaliencyResult)``; at least one.
+        masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
         target: the class every method explains (default: the model's prediction).
         level: unit of the deletion/insertion curves, "patch" or "pixel".
-        steps: points of each deletion/insertion curve (fewer: faster, coarser AUC).
+        steps: points of each deletion/insertion curve, in [1, units]; None: min(64, units).
 
-    A method that raises ValueError for this model (e.g. class attention without a class
-    token) gets a NaN row and a warning; the reason is kept in ``notes``.
+    Every input is checked before any method runs. A method that raises ValueError for this
+    model (e.g. class attention without a class token), or whose maps do not fit the images or
+    hold NaN / Inf, gets a NaN row and a warning; the reason is kept in ``notes``.
     """
-    hm = as_hooked(model)
-    x = on_model_device(hm, x)
+    x = check_images(model.model, x)
+    chosen = _resolve(methods)
+    check_choice("level", level, LEVELS)
+    steps = curve_steps(steps, unit_count(model.model, tuple(x.shape[-2:]), level), level)
+    if masks is not None:
+        masks = _masks_for(masks, x)
     with torch.no_grad():
-        targets = target_indices(hm(x), target)
+        targets = target_indices(model.model(x), target)
     metrics = ["deletion_auc", "insertion_auc"]
     if masks is not None:
         metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
-    names, per_image, seconds, notes, results = [], [], [], {}, {}
-    for method in methods:
-        name, fn = (method, _lookup(method)) if isinstance(method, str) else method
-        names.append(name)
+    per_image, seconds, notes, results = [], [], {}, {}
+    for name, fn in chosen:
         start = time.perf_counter()
         try:
-            result = fn(hm, x, targets)
+            result = _run_method(name, fn, model, x, targets)
         except ValueError as error:
-            warnings.warn(f"compare_saliency: {name} skipped: {error}", stacklevel=2)
+            warnings.warn(f"compare_saliency: {name} skipped: {error}", stacklevel=3)
             notes[name] = str(error)
             per_image.append(torch.full((len(metrics), len(x)), math.nan))
             seconds.append(math.nan)
             continue
         seconds.append(time.perf_counter() - start)
         results[name] = result
-        scores = {
-            "deletion_auc": deletion(hm, x, result, targets, level=level, steps=steps).auc,
-            "insertion_auc": insertion(hm, x, result, targets, level=level, steps=steps).auc,
-        }
-        if masks is not None:
-            scores["pointing_game"] = pointing_game(result, masks)
-            scores["energy_in_mask"] = energy_in_mask(result, masks)
-            scores["mask_iou"] = top_iou(result, masks)
+        scores = _scores(model, x, result, targets, masks, level, steps)
         per_image.append(torch.stack([scores[m].float().cpu() for m in metrics]))
     per_image = torch.stack(per_image)  # (methods, metrics, B)
+    names = [name for name, _ in chosen]
     return SaliencyTable(names, metrics, per_image.mean(-1), seconds, notes, per_image, results)
+
+
+def _run_method(
+    name: str, fn: Method, hm: HookedModel, x: Tensor, targets: Tensor
+) -> SaliencyResult:
+    """The maps of method ``name`` for images x (B, C, H, W), checked to fit them and be finite."""
+    result = fn(hm, x, targets)
+    if not isinstance(result, SaliencyResult):
+        raise TypeError(
+            f"Saliency method {name!r} returned {type(result).__name__}; a method must return "
+            "a SaliencyResult (see vizkit.analysis.SaliencyResult)."
+        )
+    saliency_maps(result, len(x), tuple(x.shape[-2:]))
+    return result
+
+
+def _scores(
+    hm: HookedModel,
+    x: Tensor,
+    result: SaliencyResult,
+    targets: Tensor,
+    masks: Tensor | None,
+    level: str,
+    steps: int,
+) -> dict[str, Tensor]:
+    """Each metric's (B,) scores of ``result`` on images x (B, C, H, W) and masks (B, H, W)."""
+    scores = {
+        "deletion_auc": deletion(hm, x, result, targets, level=level, steps=steps).auc,
+        "insertion_auc": insertion(hm, x, result, targets, level=level, steps=steps).auc,
+    }
+    if masks is not None:
+        scores["pointing_game"] = pointing_game(result, masks)
+        scores["energy_in_mask"] = energy_in_mask(result, masks)
+        scores["mask_iou"] = top_iou(result, masks)
+    return scores
+
+
+def _masks_for(masks: Tensor, x: Tensor) -> Tensor:
+    """``masks`` checked (`check_masks`) as bool (B, H, W) matching images x (B, C, H, W)."""
+    masks = check_masks(masks)
+    expected = (len(x), *x.shape[-2:])
+    if tuple(masks.shape) != expected:
+        raise ValueError(
+            f"masks must be (B, H, W) = {expected} to match the images; got "
+            f"{tuple(masks.shape)}. Pass one mask per image, at the images' size."
+        )
+    return masks.to(x.device)
+
+
+def _resolve(methods: Sequence[str | tuple[str, Method]]) -> list[tuple[str, Method]]:
+    """(name, fn) of each method: names looked up in `METHODS`; distinct names, at least one."""
+    if isinstance(methods, str) or not isinstance(methods, Sequence):
+        raise TypeError(
+            f"methods must be a list of names or (name, fn) pairs; got {methods!r}. For one "
+            "method pass a list, e.g. methods=['gradcam']."
+        )
+    if not methods:
+        raise ValueError(f"methods is empty; pass at least one of {', '.join(METHODS)}.")
+    chosen = [(m, _lookup(m)) if isinstance(m, str) else _pair(m) for m in methods]
+    names = [name for name, _ in chosen]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"Method names must be distinct; {repeated} appear more than once.")
+    return chosen
+
+
+def _pair(method: object) -> tuple[str, Method]:
+    """A custom ``(name, fn)`` method, checked."""
+    if (
+        not isinstance(method, tuple)
+        or len(method) != 2
+        or not isinstance(method[0], str)
+        or not callable(method[1])
+    ):
+        raise TypeError(
+            f"A method must be a name from METHODS or a (name, fn(hm, x, targets) -> "
+            f"SaliencyResult) pair; got {method!r}."
+        )
+    return method
 
 
 def _cell(value: float, digits: int) -> str:

@@ -3,6 +3,11 @@
 Deletion replaces the most salient units first with a baseline and tracks the target class's
 probability (a faithful map makes it fall fast: low AUC is good); insertion starts from the
 baseline and reveals the most salient units first (high AUC is good). Units are patches or pixels.
+
+Both run the model under the analysis contract (`vizkit.hooks.contract.analysis`: wrappers
+unwrapped, eval mode, its training flags restored) and refuse what would give a wrong curve: bad
+images (`vizkit.hooks.inputs.check_images`), maps that do not fit them or hold NaN / Inf
+(`vizkit.analysis.saliency_result.saliency_maps`), and options out of range.
 """
 
 from __future__ import annotations
@@ -14,14 +19,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..analysis._model import as_hooked, on_model_device
-from ..analysis.saliency_result import SaliencyResult, check_maps_fit, rank_descending
+from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
 from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis
+from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import target_indices
 
-__all__ = ["BASELINES", "CurveResult", "baseline_images", "deletion", "insertion"]
+__all__ = [
+    "BASELINES",
+    "LEVELS",
+    "CurveResult",
+    "baseline_images",
+    "curve_steps",
+    "deletion",
+    "insertion",
+    "unit_count",
+]
 
 BASELINES = ("blur", "mean", "zero")
+LEVELS = ("patch", "pixel")
+DEFAULT_STEPS = 64  # points of a curve when steps=None (fewer where there are fewer units)
 
 
 @dataclass
@@ -45,45 +62,72 @@ class CurveResult:
     options: dict = field(default_factory=dict)
 
 
+def curve_steps(steps: int | None, units: int, level: str) -> int:
+    """The number of steps of a curve over ``units`` units: ``steps`` in [1, units], or
+    min(64, units) for None."""
+    if steps is None:
+        return min(DEFAULT_STEPS, units)
+    steps = check_count("steps", steps, 1)
+    if steps > units:
+        more = " or level='pixel' for one unit per pixel" if level == "patch" else ""
+        raise ValueError(
+            f"steps={steps} is more than the {units} {level} units of these images (a curve "
+            f"removes at least one unit per step). Pass steps <= {units}, steps=None for "
+            f"min({DEFAULT_STEPS}, units){more}."
+        )
+    return steps
+
+
 def baseline_images(x: Tensor, kind: str) -> Tensor:
     """What removed units are replaced with, (B, C, H, W), in ``x``'s (normalized) space:
     ``"zero"`` zeros (the normalization mean colour), ``"mean"`` each image's channel means,
     ``"blur"`` a Gaussian blur with sigma = side / 16 (RISE's insertion start)."""
+    check_choice("baseline", kind, BASELINES)
     if kind == "zero":
         return torch.zeros_like(x)
     if kind == "mean":
         return x.mean((2, 3), keepdim=True).expand_as(x)
-    if kind == "blur":
-        sigma = max(x.shape[-2:]) / 16
-        radius = max(1, min(math.ceil(3 * sigma), min(x.shape[-2:]) - 1))
-        t = torch.arange(-radius, radius + 1, dtype=x.dtype, device=x.device)
-        kernel = torch.exp(-(t**2) / (2 * sigma**2))
-        kernel = kernel / kernel.sum()
-        channels = x.shape[1]
-        rows = kernel.view(1, 1, -1, 1).expand(channels, 1, -1, 1)
-        out = F.conv2d(F.pad(x, (0, 0, radius, radius), mode="reflect"), rows, groups=channels)
-        cols = kernel.view(1, 1, 1, -1).expand(channels, 1, 1, -1)
-        return F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="reflect"), cols, groups=channels)
-    raise ValueError(f"baseline must be one of {BASELINES}; got {kind!r}.")
+    sigma = max(x.shape[-2:]) / 16
+    radius = max(1, min(math.ceil(3 * sigma), min(x.shape[-2:]) - 1))
+    t = torch.arange(-radius, radius + 1, dtype=x.dtype, device=x.device)
+    kernel = torch.exp(-(t**2) / (2 * sigma**2))
+    kernel = kernel / kernel.sum()
+    channels = x.shape[1]
+    rows = kernel.view(1, 1, -1, 1).expand(channels, 1, -1, 1)
+    out = F.conv2d(F.pad(x, (0, 0, radius, radius), mode="reflect"), rows, groups=channels)
+    cols = kernel.view(1, 1, 1, -1).expand(channels, 1, 1, -1)
+    return F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="reflect"), cols, groups=channels)
 
 
-def _unit_size(hm: HookedModel, x: Tensor, level: str) -> tuple[int, int]:
-    if level == "pixel":
+def _unit_size(model: nn.Module, image_size: tuple[int, int], level: str) -> tuple[int, int]:
+    """(rows, cols) of pixels per unit: 1 x 1 pixels, the model's patches, or for models
+    without a patch embedding (CNNs) the cells of an 8 x 8 grid."""
+    if check_choice("level", level, LEVELS) == "pixel":
         return 1, 1
-    if level != "patch":
-        raise ValueError(f"level must be 'patch' or 'pixel'; got {level!r}.")
-    pe = getattr(hm.model, "patch_embed", None)
+    pe = getattr(model, "patch_embed", None)
     if pe is not None:
         return tuple(int(p) for p in pe.patch_size)
-    return tuple(max(1, s // 8) for s in x.shape[-2:])  # CNNs: an 8 x 8 grid of cells
+    return tuple(max(1, s // 8) for s in image_size)
+
+
+def unit_count(model: nn.Module, image_size: tuple[int, int], level: str) -> int:
+    """Units of an (H, W) image at ``level`` ("patch" or "pixel") for ``model``."""
+    unit = _unit_size(model, image_size, level)
+    _check_tiles(image_size, unit, level)
+    return (image_size[0] // unit[0]) * (image_size[1] // unit[1])
+
+
+def _check_tiles(image_size: tuple[int, int], unit: tuple[int, int], level: str) -> None:
+    if image_size[0] % unit[0] or image_size[1] % unit[1]:
+        raise ValueError(
+            f"Image size {image_size} is not a multiple of the {level} unit size {unit}; "
+            "resize the images to a multiple of it or use level='pixel'."
+        )
 
 
 def _unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, int]) -> Tensor:
-    """Saliency per unit (B, gh, gw): maps upsampled to pixels, averaged over each unit."""
-    h, w = image_size
-    if h % unit[0] or w % unit[1]:
-        raise ValueError(f"Image size {image_size} is not a multiple of the unit size {unit}.")
-    grid = (h // unit[0], w // unit[1])
+    """Saliency per unit (B, gh, gw): maps (B, h, w) upsampled to pixels, averaged per unit."""
+    grid = (image_size[0] // unit[0], image_size[1] // unit[1])
     if tuple(maps.shape[-2:]) == grid:
         return maps.float()
     pixels = F.interpolate(maps[:, None].float(), size=image_size, mode="bilinear")
@@ -92,42 +136,31 @@ def _unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, i
 
 def _curve(
     kind: str,
-    model: nn.Module | HookedModel,
+    hm: HookedModel,
     x: Tensor,
     saliency: SaliencyResult | Tensor,
     target: Target,
     level: str,
     baseline: str,
-    steps: int,
+    steps: int | None,
     batch_size: int,
 ) -> CurveResult:
-    hm = as_hooked(model)
-    x = on_model_device(hm, x)
-    maps = saliency.maps if isinstance(saliency, SaliencyResult) else saliency
-    check_maps_fit(maps, len(x), tuple(x.shape[-2:]))
-    unit = _unit_size(hm, x, level)
-    cells = _unit_saliency(maps.to(x.device), tuple(x.shape[-2:]), unit)  # (B, gh, gw)
+    """The curve of ``kind`` for images x (B, C, H, W) and maps (B, h, w), checked first."""
+    x = check_images(hm.model, x)
+    check_choice("baseline", baseline, BASELINES)
+    batch_size = check_count("batch_size", batch_size, 1)
+    image_size = tuple(x.shape[-2:])
+    unit = _unit_size(hm.model, image_size, level)
+    _check_tiles(image_size, unit, level)
+    maps = saliency_maps(saliency, len(x), image_size)
+    cells = _unit_saliency(maps.to(x.device), image_size, unit)  # (B, gh, gw)
     units = cells[0].numel()
-    steps = min(steps, units)
+    steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
-    rank = rank_descending(cells.flatten(1))
-    base = baseline_images(x, baseline)
     with torch.no_grad():
-        logits = hm(x)
-        targets = target_indices(logits, target)
-        scores = torch.empty(len(x), steps + 1, device=x.device)
-        pairs = [(b, k) for b in range(len(x)) for k in range(steps + 1)]
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start : start + batch_size]
-            b = torch.tensor([p[0] for p in chunk], device=x.device)
-            k = torch.tensor([p[1] for p in chunk])
-            chosen = rank[b] < counts[k].to(x.device)[:, None]  # (n, units) first units
-            mask = chosen.view(-1, 1, *cells.shape[-2:]).float()
-            mask = mask.repeat_interleave(unit[0], -2).repeat_interleave(unit[1], -1)
-            source, fill = (base[b], x[b]) if kind == "insertion" else (x[b], base[b])
-            images = source * (1 - mask) + fill * mask
-            probs = hm(images).softmax(-1)
-            scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
+        targets = _scored_classes(hm.model(x), target, saliency)
+        base = baseline_images(x, baseline)
+        scores = _scores(kind, hm.model, x, base, cells, unit, counts, targets, batch_size)
     fractions = (counts.float() / units).to(x.device)
     return CurveResult(
         kind=kind,
@@ -139,6 +172,56 @@ def _curve(
     )
 
 
+def _scored_classes(logits: Tensor, target: Target, saliency: SaliencyResult | Tensor) -> Tensor:
+    """(B,) the classes to score: ``target``, else the classes a `SaliencyResult` explains, else
+    the argmax. A target that differs from the classes the maps explain is refused."""
+    if callable(target) and not isinstance(target, Tensor):
+        raise TypeError(
+            "deletion and insertion score a class's probability, so target must be class indices "
+            "(an int or B ints) or None; a callable target is not supported here."
+        )
+    explained = saliency.targets if isinstance(saliency, SaliencyResult) else None
+    targets = target_indices(logits, explained if target is None else target)
+    if explained is not None and not torch.equal(targets.cpu(), explained.cpu()):
+        raise ValueError(
+            f"target {targets.tolist()} differs from the classes the saliency maps explain "
+            f"({explained.tolist()}); scoring maps against another class is meaningless. Pass "
+            "target=None, or compute the maps for that target."
+        )
+    return targets
+
+
+def _scores(
+    kind: str,
+    model: nn.Module,
+    x: Tensor,
+    base: Tensor,
+    cells: Tensor,
+    unit: tuple[int, int],
+    counts: Tensor,
+    targets: Tensor,
+    batch_size: int,
+) -> Tensor:
+    """(B, S + 1) probability of ``targets`` (B,) with the first ``counts`` (S + 1,) units by
+    ``cells`` (B, gh, gw) taken from ``base`` (deletion) or from ``x`` (insertion), both
+    (B, C, H, W); ``batch_size`` perturbed images per forward."""
+    rank = rank_descending(cells.flatten(1))
+    scores = torch.empty(len(x), len(counts), device=x.device)
+    pairs = [(b, k) for b in range(len(x)) for k in range(len(counts))]
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        b = torch.tensor([p[0] for p in chunk], device=x.device)
+        k = torch.tensor([p[1] for p in chunk])
+        chosen = rank[b] < counts[k].to(x.device)[:, None]  # (n, units) first units
+        mask = chosen.view(-1, 1, *cells.shape[-2:]).to(x.dtype)
+        mask = mask.repeat_interleave(unit[0], -2).repeat_interleave(unit[1], -1)
+        source, fill = (base[b], x[b]) if kind == "insertion" else (x[b], base[b])
+        probs = model(source * (1 - mask) + fill * mask).float().softmax(-1)
+        scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
+    return scores
+
+
+@analysis
 def deletion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -146,22 +229,30 @@ def deletion(
     target: Target = None,
     level: str = "patch",
     baseline: str = "zero",
-    steps: int = 64,
+    steps: int | None = None,
     batch_size: int = 256,
 ) -> CurveResult:
     """Deletion curve: remove the most salient units first (lower AUC = more faithful).
 
     Args:
-        saliency: a `SaliencyResult` or maps (B, h, w) at any resolution.
+        model: any model (``torch.compile`` / ``DataParallel`` wrappers are unwrapped); run in
+            eval mode, its training flags restored after.
+        x: (B, C, H, W) images, B >= 1, finite.
+        saliency: a `SaliencyResult` for these images or maps (B, h, w), h and w dividing H and
+            W, every value finite.
         target: class scored: int, B ints or None (argmax of the clean image).
         level: "patch" (the model's patches; CNNs: an 8 x 8 grid) or "pixel".
         baseline: "zero", "mean" or "blur" (see `baseline_images`).
-        steps: number of removal steps (at most the number of units).
-        batch_size: perturbed images per forward pass.
+        steps: number of removal steps, in [1, units]; None: min(64, units).
+        batch_size: perturbed images per forward pass, >= 1.
+
+    Raises:
+        TypeError / ValueError: any input above out of its range; the message says which.
     """
     return _curve("deletion", model, x, saliency, target, level, baseline, steps, batch_size)
 
 
+@analysis
 def insertion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -169,9 +260,9 @@ def insertion(
     target: Target = None,
     level: str = "patch",
     baseline: str = "blur",
-    steps: int = 64,
+    steps: int | None = None,
     batch_size: int = 256,
 ) -> CurveResult:
     """Insertion curve: reveal the most salient units first, starting from ``baseline``
-    (higher AUC = more faithful). Arguments as in `deletion`."""
+    (higher AUC = more faithful). Arguments and errors as in `deletion`."""
     return _curve("insertion", model, x, saliency, target, level, baseline, steps, batch_size)

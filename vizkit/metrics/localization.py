@@ -1,7 +1,8 @@
 """Localization against ground-truth object masks (e.g. the Shapes data).
 
 Each metric upsamples the saliency maps to the mask's pixels (bilinear) and returns one value per
-image (B,).
+image (B,). Masks are boolean (or 0/1) (B, H, W), each with at least one object pixel; maps with
+NaN / Inf values are refused (see `vizkit.analysis.saliency_result.saliency_maps`).
 """
 
 from __future__ import annotations
@@ -10,27 +11,81 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..analysis.saliency_result import SaliencyResult, check_maps_fit, rank_descending
+from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
+from ..hooks.inputs import check_count, check_number, check_values_finite
 
-__all__ = ["energy_in_mask", "pixel_maps", "pointing_game", "top_iou"]
+__all__ = ["check_masks", "energy_in_mask", "pixel_maps", "pointing_game", "top_iou"]
+
+
+def check_masks(masks: Tensor) -> Tensor:
+    """``masks`` (B, H, W) as bool, after checking them: a bool or 0/1 (integer or float) tensor,
+    B >= 1, an object pixel in every mask (the scores are undefined without one)."""
+    if not isinstance(masks, Tensor):
+        raise TypeError(
+            f"Expected object masks as a bool tensor (B, H, W); got {type(masks).__name__}. "
+            "Convert arrays with torch.from_numpy(masks)."
+        )
+    if masks.ndim != 3:
+        hint = {2: " Add the batch axis: masks[None].", 4: " Drop the channel axis: masks[:, 0]."}
+        raise ValueError(
+            f"Expected object masks of shape (B, H, W); got {tuple(masks.shape)}."
+            + hint.get(masks.ndim, "")
+        )
+    if len(masks) == 0:
+        raise ValueError(f"The masks are empty (shape {tuple(masks.shape)}); pass B >= 1 masks.")
+    if masks.dtype != torch.bool:
+        masks = _binary(masks)
+    _check_objects(masks)
+    return masks
+
+
+def _binary(masks: Tensor) -> Tensor:
+    """0/1 masks (B, H, W) of any real dtype as bool."""
+    if masks.is_complex():
+        raise TypeError(f"masks must be bool or 0/1; got dtype {masks.dtype}.")
+    check_values_finite("The masks", masks)
+    other = ((masks != 0) & (masks != 1)).flatten(1).any(1)
+    if bool(other.any()):
+        samples = other.nonzero()[:, 0].tolist()
+        raise ValueError(
+            f"masks must be bool or hold only 0 and 1; the {masks.dtype} masks of samples "
+            f"{samples[:10]} hold other values. Threshold soft masks, e.g. masks > 0.5."
+        )
+    return masks.bool()
+
+
+def _check_objects(masks: Tensor) -> None:
+    """Raise a ValueError naming the masks (B, H, W) bool without any object pixel."""
+    empty = ~masks.flatten(1).any(1)
+    if bool(empty.any()):
+        samples = empty.nonzero()[:, 0].tolist()
+        raise ValueError(
+            f"The masks of samples {samples[:10]} have no object pixel: the pointing game, "
+            "energy in the mask and IoU are undefined without an object. Drop those samples."
+        )
+
+
+def _maps_and_masks(saliency: SaliencyResult | Tensor, masks: Tensor) -> tuple[Tensor, Tensor]:
+    """Checked masks (B, H, W) bool and the saliency resized to them, (B, H, W) float32."""
+    masks = check_masks(masks)
+    size = tuple(masks.shape[-2:])
+    maps = saliency_maps(saliency, len(masks), size, of="masks").float().to(masks.device)
+    if tuple(maps.shape[-2:]) != size:
+        maps = F.interpolate(maps[:, None], size=size, mode="bilinear")[:, 0]
+    return maps, masks
 
 
 def pixel_maps(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
-    """Saliency (B, h, w) resized to the masks (B, H, W), float32, after checking the shapes."""
-    maps = saliency.maps if isinstance(saliency, SaliencyResult) else saliency
-    if masks.ndim != 3 or masks.dtype != torch.bool:
-        raise ValueError(f"masks must be bool (B, H, W); got {masks.dtype} {tuple(masks.shape)}.")
-    check_maps_fit(maps, len(masks), tuple(masks.shape[-2:]))
-    maps = maps.float().to(masks.device)
-    if tuple(maps.shape[-2:]) == tuple(masks.shape[-2:]):
-        return maps
-    return F.interpolate(maps[:, None], size=tuple(masks.shape[-2:]), mode="bilinear")[:, 0]
+    """Saliency (B, h, w) resized to the masks (B, H, W), float32, after checking both (see
+    `check_masks` and `vizkit.analysis.saliency_result.saliency_maps`)."""
+    return _maps_and_masks(saliency, masks)[0]
 
 
 def pointing_game(saliency: SaliencyResult | Tensor, masks: Tensor, tolerance: int = 0) -> Tensor:
     """Hit (1.0) when the most salient pixel lies on the object, or within ``tolerance`` pixels
-    of it (Zhang et al. 2018 use 15 px at 224); else 0.0. (B,)"""
-    maps = pixel_maps(saliency, masks)
+    (an int >= 0) of it (Zhang et al. 2018 use 15 px at 224); else 0.0. (B,)"""
+    tolerance = check_count("tolerance", tolerance, 0)
+    maps, masks = _maps_and_masks(saliency, masks)
     target = masks.float()[:, None]
     if tolerance:
         target = F.max_pool2d(target, 2 * tolerance + 1, stride=1, padding=tolerance)
@@ -41,7 +96,8 @@ def pointing_game(saliency: SaliencyResult | Tensor, masks: Tensor, tolerance: i
 def energy_in_mask(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
     """Share of the positive saliency that falls on the object (energy-based pointing game,
     Wang et al. 2020, Score-CAM). (B,); 0 for a map without positive values."""
-    maps = pixel_maps(saliency, masks).clamp_min(0)
+    maps, masks = _maps_and_masks(saliency, masks)
+    maps = maps.clamp_min(0)
     inside = (maps * masks).flatten(1).sum(1)
     return inside / maps.flatten(1).sum(1).clamp_min(1e-12)
 
@@ -55,15 +111,15 @@ def top_iou(
         fraction: share of pixels kept, in (0, 1]; None uses each mask's own area share, so a
             perfect map scores 1.
     """
-    maps = pixel_maps(saliency, masks).flatten(1)
-    flat_masks = masks.flatten(1)
+    if fraction is not None:
+        fraction = check_number("fraction", fraction, 0, 1, low_open=True)
+    maps, masks = _maps_and_masks(saliency, masks)
+    maps, flat_masks = maps.flatten(1), masks.flatten(1)
     if fraction is None:
-        counts = flat_masks.sum(1).clamp_min(1)
-    elif 0 < fraction <= 1:
-        counts = torch.full((len(maps),), max(1, round(fraction * maps.shape[1])))
+        counts = flat_masks.sum(1)
     else:
-        raise ValueError(f"fraction must be in (0, 1] or None; got {fraction}.")
+        counts = torch.full((len(maps),), max(1, round(fraction * maps.shape[1])))
     top = rank_descending(maps) < counts.to(maps.device)[:, None]
     intersection = (top & flat_masks).sum(1).float()
-    union = (top | flat_masks).sum(1).float().clamp_min(1)
+    union = (top | flat_masks).sum(1).float()
     return intersection / union

@@ -19,6 +19,7 @@ def build_report(
     n: int = 8,
     out: str | Path = "report",
     checkpoint: str | None = None,
+    device: str = "cpu",
     progress: bool = True,
 ) -> Path:
     """Run every section of `SECTIONS` that applies to the model on ``n`` images of ``data``
@@ -28,8 +29,9 @@ def build_report(
         model: a zoo name, a timm name (with ``checkpoint``: your .safetensors) or a zoo-style
             checkpoint path with its card beside it.
         data: "shapes", "digits" or an image folder (default: the zoo model's data).
+        device: where the model runs.
     """
-    inputs = load_inputs(model, data, n, checkpoint)
+    inputs = load_inputs(model, data, n, checkpoint, device)
     sections: list[Section] = []
     skipped: dict[str, str] = {}
     for name, build in tqdm(SECTIONS.items(), desc="report", disable=not progress):

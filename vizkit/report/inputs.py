@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +15,6 @@ from ..datasets import SHAPE_CLASSES, ImageFolder, digit_images, load_sample
 __all__ = ["ReportInputs", "load_inputs"]
 
 DEFAULT_MODEL = "vit_tiny_shapes"
-
-
 @dataclass
 class ReportInputs:
     """Model and images of a report.
@@ -40,13 +37,19 @@ class ReportInputs:
 
 
 def load_inputs(
-    model: str = DEFAULT_MODEL, data: str | None = None, n: int = 8, checkpoint: str | None = None
+    model: str = DEFAULT_MODEL,
+    data: str | None = None,
+    n: int = 8,
+    checkpoint: str | None = None,
+    device: str = "cpu",
 ) -> ReportInputs:
-    """Load the model and ``n`` images of ``data`` ("shapes", "digits" or an image folder;
-    default: the zoo model's data set, else digits)."""
+    """Load the model onto ``device`` and ``n`` images of ``data`` ("shapes", "digits" or an
+    image folder; default: the zoo model's data set, else digits). Images stay on the CPU: the
+    analyses move them to the model."""
     if n < 1:
         raise ValueError(f"--n must be at least 1; got {n}.")
-    net, card = _load_model(model, checkpoint)
+    net, card = zoo.load(model, checkpoint=checkpoint)
+    net = net.to(device)
     data = data or card.get("data", {}).get("name", "digits")
     classes = card.get("classes")
     if data == "shapes":
@@ -66,33 +69,11 @@ def load_inputs(
             labels[:n], None, classes, images,
         )  # fmt: skip
     folder = Path(data)
-    if not folder.exists():
+    if not folder.is_dir():
         raise FileNotFoundError(
             f"--data {data!r} is neither 'shapes', 'digits' nor an existing image folder."
         )
-    files = ImageFolder(folder, net)
-    count = min(n, len(files))
-    images = torch.stack([files[i][0] for i in range(count)])
-    return ReportInputs(model, net, card, images, f"{count} images from {folder}", classes=classes)
-
-
-def _load_model(model: str, checkpoint: str | None) -> tuple[nn.Module, dict]:
-    """A zoo name, a timm name (with ``checkpoint``), or a .safetensors path with its card
-    (``<stem>.json``, as the zoo writes them) beside it."""
-    path = Path(model)
-    if path.suffix == ".safetensors":
-        card_file = path.with_suffix(".json")
-        if not path.is_file() or not card_file.is_file():
-            raise FileNotFoundError(
-                f"{model}: a checkpoint path needs the file and its card {card_file.name} "
-                "(architecture, kwargs) beside it; or pass --model <timm name> --checkpoint "
-                f"{model}."
-            )
-        card = json.loads(card_file.read_text())
-        kwargs = {
-            **card.get("kwargs", {}),
-            "pretrained_cfg_overlay": card.get("pretrained_cfg", {}),
-        }
-        net, _ = zoo.load(card["architecture"], checkpoint=path, **kwargs)
-        return net, {**card, "weights": str(path)}
-    return zoo.load(model, checkpoint=checkpoint)
+    found = ImageFolder(folder, net, limit=n)  # skips unreadable files with a warning
+    images = torch.stack([image for image, _ in found])
+    source = f"{len(images)} images from {folder}"
+    return ReportInputs(model, net, card, images, source, classes=classes)

@@ -57,7 +57,7 @@ def summary(r: ReportInputs) -> Section:
 
 def predictions(r: ReportInputs) -> Section:
     with torch.no_grad():
-        probabilities = r.model(r.images).softmax(-1)
+        probabilities = HookedModel(r.model)(r.images).softmax(-1)
     figure = viz.predictions_figure(
         viz.display_images(r.images, r.model), probabilities, r.labels, r.classes
     )

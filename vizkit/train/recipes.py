@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import timm
@@ -29,8 +31,9 @@ __all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_model
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
-_FIELDS = {"name", "architecture", "kwargs", "data", "train"}
-_OPTIONAL = {"init", "track"}
+_FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
+_OPTIONAL = {"init": list, "track": list}
+_JSON_NAMES = {str: "string", dict: "object", list: "list"}
 
 
 def recipe_names() -> list[str]:
@@ -38,7 +41,12 @@ def recipe_names() -> list[str]:
 
 
 def load_recipe(recipe: str | Path) -> dict:
-    """A recipe by zoo name (``vit_tiny_shapes``) or by path to a JSON file, validated."""
+    """A recipe by zoo name (``vit_tiny_shapes``) or by path to a JSON file, validated.
+
+    Raises:
+        FileNotFoundError: no such recipe. ValueError: broken JSON, a missing, unknown or
+        mistyped key; each names the file and the key.
+    """
     file = Path(recipe)
     if not file.suffix:
         file = RECIPES_DIR / f"{recipe}.json"
@@ -47,28 +55,53 @@ def load_recipe(recipe: str | Path) -> dict:
             f"No recipe {recipe!r}. Shipped: {', '.join(recipe_names())}; or "
             "pass the path of a JSON recipe."
         )
-    spec = json.loads(file.read_text())
-    missing, extra = _FIELDS - set(spec), set(spec) - _FIELDS - _OPTIONAL
+    try:
+        spec = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"Recipe {file} is not valid JSON: {error}.") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"Recipe {file} holds a JSON {type(spec).__name__}, not an object.")
+    missing, extra = _FIELDS.keys() - spec.keys(), spec.keys() - _FIELDS.keys() - _OPTIONAL.keys()
     if missing or extra:
         raise ValueError(
-            f"Recipe {file.name}: missing {sorted(missing)}, unknown {sorted(extra)}; "
+            f"Recipe {file}: missing {sorted(missing)}, unknown {sorted(extra)}; "
             f"a recipe has {sorted(_FIELDS)} and optionally {sorted(_OPTIONAL)}."
         )
-    unknown_inits = set(spec.get("init", [])) - set(INITS)
-    if unknown_inits:
+    for key, kind in {**_FIELDS, **_OPTIONAL}.items():
+        if key in spec and not isinstance(spec[key], kind):
+            raise ValueError(
+                f"Recipe {file}: {key} must be a JSON {_JSON_NAMES[kind]}; got {spec[key]!r}."
+            )
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", spec["name"]) or spec["name"].startswith("."):
         raise ValueError(
-            f"Recipe {file.name}: unknown init {sorted(unknown_inits)}; known: {sorted(INITS)}."
+            f"Recipe {file}: name {spec['name']!r} must be a plain file name (letters, digits, "
+            "'_', '-', '.'): it names the checkpoint written into the zoo folder."
         )
-    unknown_trackers = set(spec.get("track", [])) - set(TRACKERS)
-    if unknown_trackers:
-        raise ValueError(
-            f"Recipe {file.name}: unknown track {sorted(unknown_trackers)}; known: "
-            f"{sorted(TRACKERS)}."
-        )
+    _check_names(spec, "init", INITS, file)
+    _check_names(spec, "track", TRACKERS, file)
     if spec["data"] not in DATASETS:
-        raise ValueError(f"Recipe {file.name}: data must be one of {list(DATASETS)}.")
-    TrainConfig(**spec["train"])  # unknown training fields fail here, before any work
+        raise ValueError(f"Recipe {file}: data must be one of {list(DATASETS)}.")
+    _check_train(spec["train"], file)
     return spec
+
+
+def _check_names(spec: dict, key: str, known: dict, file: Path) -> None:
+    """Every entry of the optional list ``spec[key]`` is a name in ``known``."""
+    unknown = [x for x in spec.get(key, []) if not (isinstance(x, str) and x in known)]
+    if unknown:
+        raise ValueError(f"Recipe {file}: unknown {key} {unknown}; known: {sorted(known)}.")
+
+
+def _check_train(train: dict, file: Path) -> None:
+    """``train`` holds fields of `TrainConfig` only, each of the right type and range."""
+    known = [f.name for f in fields(TrainConfig)]
+    unknown = sorted(train.keys() - set(known))
+    if unknown:
+        raise ValueError(f"Recipe {file}: unknown train {unknown}; known: {known}.")
+    try:
+        TrainConfig(**train)
+    except ValueError as error:
+        raise ValueError(f"Recipe {file}: train.{error}") from None
 
 
 def run_recipe(
@@ -76,11 +109,24 @@ def run_recipe(
     out_dir: Path | None = None,
     epochs: int | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict:
     """Train a recipe and write ``<name>.safetensors`` and ``<name>.json`` into ``out_dir``
-    (default: the zoo folder). ``epochs`` shortens the run (for tests). Returns the card."""
+    (default: the zoo folder). ``epochs`` shortens the run (for tests). Returns the card.
+
+    Raises:
+        FileExistsError: the model is in ``out_dir`` already and ``overwrite`` is False (checked
+        before training).
+    """
     spec = load_recipe(recipe)
-    config = TrainConfig(**{**spec["train"], **({"epochs": epochs} if epochs else {})})
+    config = TrainConfig(**{**spec["train"], **({"epochs": epochs} if epochs is not None else {})})
+    out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
+    existing = [f for f in _model_files(out_dir, spec["name"]) if f.exists()]
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{existing[0]} exists: training {spec['name']} would overwrite it. Pass --force "
+            "(overwrite=True) to replace it, or set VIZKIT_MODELS to another folder."
+        )
     dataset = DATASETS[spec["data"]]
     train_data, test_data = dataset("train"), dataset("test")
     torch.manual_seed(config.seed)
@@ -94,9 +140,8 @@ def run_recipe(
     )
     seconds = time.perf_counter() - start
 
-    out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    weights = out_dir / f"{spec['name']}.safetensors"
+    weights, card_file = _model_files(out_dir, spec["name"])
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
     image_size = test_data[0][0].shape
     card = {
@@ -123,9 +168,14 @@ def run_recipe(
         "sha256": zoo.sha256(weights),
         "history": history,
     }
-    (out_dir / f"{spec['name']}.json").write_text(json.dumps(card, indent=1) + "\n")
+    card_file.write_text(json.dumps(card, indent=1) + "\n")
     write_models_readme(out_dir)
     return card
+
+
+def _model_files(folder: Path, name: str) -> tuple[Path, Path]:
+    """The checkpoint and the card of zoo model ``name`` in ``folder``."""
+    return folder / f"{name}.safetensors", folder / f"{name}.json"
 
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import get_args, get_type_hints
 
 import torch
 import torch.nn.functional as F
@@ -39,8 +40,30 @@ class TrainConfig:
     threads: int | None = None  # torch.set_num_threads for the run; None leaves it as it is
     eval_batch_size: int = 500
 
+    def __post_init__(self) -> None:
+        """Refuse a field of the wrong type or below its minimum (recipes are hand-written)."""
+        hints = get_type_hints(type(self))
+        for f in fields(self):
+            _check_field(f.name, getattr(self, f.name), hints[f.name])
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+_COUNTS = {"epochs", "batch_size", "eval_batch_size", "threads"}  # >= 1; other numbers >= 0
+
+
+def _check_field(name: str, value: object, hint: type) -> None:
+    """``value`` is of type ``hint`` (an int is a float; a bool is not an int) and in range."""
+    allowed = get_args(hint) or (hint,)
+    if float in allowed:
+        allowed = (*allowed, int)
+    if type(value) not in allowed:
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+        raise ValueError(f"{name} must be {names}; got {value!r}.")
+    low = 1 if name in _COUNTS else 0
+    if type(value) in (int, float) and value < low:
+        raise ValueError(f"{name} must be >= {low}; got {value!r}.")
 
 
 def _augment(images: Tensor, flip: bool, generator: torch.Generator) -> Tensor:
