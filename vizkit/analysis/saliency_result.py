@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..hooks import TokenLayout
-from ..hooks.inputs import check_count, check_values_finite
+from ..hooks.inputs import check_count, check_maps, check_values_finite
 from ..hooks.layout import covers
 
 __all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending", "saliency_maps"]
@@ -20,21 +20,7 @@ def check_maps_fit(
 ) -> None:
     """Raise unless ``maps`` is a real (batch, h, w) tensor, batch >= 1, with h and w dividing
     ``image_size`` (H, W) of the ``of`` ("images" or "masks") they are scored against."""
-    if not isinstance(maps, Tensor):
-        raise TypeError(
-            f"Expected saliency maps as a tensor (B, h, w) or a SaliencyResult; got "
-            f"{type(maps).__name__}. Convert arrays with torch.from_numpy(maps)."
-        )
-    if maps.is_complex():
-        raise TypeError(f"Saliency maps must be real; got dtype {maps.dtype}. Pass maps.abs().")
-    if maps.ndim != 3:
-        hint = {2: " Add the batch axis: maps[None].", 4: " Drop the channel axis: maps[:, 0]."}
-        raise ValueError(
-            f"Expected saliency maps of shape (B, h, w); got {tuple(maps.shape)}."
-            + hint.get(maps.ndim, "")
-        )
-    if len(maps) == 0:
-        raise ValueError(f"The saliency maps are empty (shape {tuple(maps.shape)}); pass B >= 1.")
+    check_maps("saliency maps", maps)
     if len(maps) != batch:
         raise ValueError(
             f"Expected {batch} saliency maps (B={batch}, h, w) for the {of}; got "

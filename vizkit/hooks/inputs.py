@@ -22,6 +22,7 @@ __all__ = [
     "check_device",
     "check_images",
     "check_indices",
+    "check_maps",
     "check_number",
     "check_size",
     "check_values_finite",
@@ -107,6 +108,30 @@ def check_device(device: object) -> torch.device:
     if not exists:
         raise ValueError(f"Device {str(device)!r} does not exist here; available: {available}.")
     return device
+
+
+def check_maps(what: str, value: object, axes: str = "(B, h, w)", variable: str = "maps") -> Tensor:
+    """``value`` as a non-empty real tensor of one map per image, ``axes`` (B, h, w); a
+    TypeError/ValueError naming ``what`` ("saliency maps", "masks") and the fix, written for
+    the argument ``variable``, otherwise."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"Expected {what} as a tensor {axes}; got {type(value).__name__}. Convert arrays "
+            "with torch.from_numpy."
+        )
+    if value.is_complex():
+        raise TypeError(f"{what} must be real; got dtype {value.dtype}. Pass .abs().")
+    if value.ndim != 3:
+        hint = {
+            2: f" Add the batch axis: {variable}[None].",
+            4: f" Drop the channel axis: {variable}[:, 0].",
+        }
+        raise ValueError(
+            f"Expected {what} of shape {axes}; got {tuple(value.shape)}." + hint.get(value.ndim, "")
+        )
+    if len(value) == 0:
+        raise ValueError(f"The {what} are empty (shape {tuple(value.shape)}); pass B >= 1.")
+    return value
 
 
 def check_values_finite(what: str, values: Tensor) -> None:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
-from ..hooks.inputs import check_count, check_number, check_values_finite
+from ..hooks.inputs import check_count, check_maps, check_number, check_values_finite
 
 __all__ = ["check_masks", "energy_in_mask", "pixel_maps", "pointing_game", "top_iou"]
 
@@ -20,19 +20,7 @@ __all__ = ["check_masks", "energy_in_mask", "pixel_maps", "pointing_game", "top_
 def check_masks(masks: Tensor) -> Tensor:
     """``masks`` (B, H, W) as bool, after checking them: a bool or 0/1 (integer or float) tensor,
     B >= 1, an object pixel in every mask (the scores are undefined without one)."""
-    if not isinstance(masks, Tensor):
-        raise TypeError(
-            f"Expected object masks as a bool tensor (B, H, W); got {type(masks).__name__}. "
-            "Convert arrays with torch.from_numpy(masks)."
-        )
-    if masks.ndim != 3:
-        hint = {2: " Add the batch axis: masks[None].", 4: " Drop the channel axis: masks[:, 0]."}
-        raise ValueError(
-            f"Expected object masks of shape (B, H, W); got {tuple(masks.shape)}."
-            + hint.get(masks.ndim, "")
-        )
-    if len(masks) == 0:
-        raise ValueError(f"The masks are empty (shape {tuple(masks.shape)}); pass B >= 1 masks.")
+    check_maps("object masks", masks, "(B, H, W)", "masks")
     if masks.dtype != torch.bool:
         masks = _binary(masks)
     _check_objects(masks)
@@ -41,8 +29,6 @@ def check_masks(masks: Tensor) -> Tensor:
 
 def _binary(masks: Tensor) -> Tensor:
     """0/1 masks (B, H, W) of any real dtype as bool."""
-    if masks.is_complex():
-        raise TypeError(f"masks must be bool or 0/1; got dtype {masks.dtype}.")
     check_values_finite("The masks", masks)
     other = ((masks != 0) & (masks != 1)).flatten(1).any(1)
     if bool(other.any()):
