@@ -120,6 +120,8 @@ BAD_OPTIONS = [
     ("integrated_gradients", {"n_steps": 0}, ValueError, r"n_steps must be an int >= 1; got 0"),
     ("integrated_gradients", {"internal_batch_size": 0}, ValueError, "internal_batch_size"),
     ("integrated_gradients", {"baseline": float("nan")}, ValueError, "baseline"),
+    ("integrated_gradients", {"baseline": float("inf")}, ValueError, "baseline"),
+    ("occlusion", {"baseline": float("-inf")}, ValueError, "baseline"),
     ("integrated_gradients", {"baseline": torch.zeros(5, 5)}, ValueError, "does not broadcast"),
     ("occlusion", {"window": 40}, ValueError, r"up to the image size 32x32"),
     ("occlusion", {"window": 0}, ValueError, "window"),
@@ -128,7 +130,7 @@ BAD_OPTIONS = [
     ("rollout", {"head_fusion": "median"}, ValueError, "'mean', 'max', 'min'"),
     ("attention", {"layers": 7}, (ValueError, IndexError), "7"),
     ("attention", {"maps": "raw"}, ValueError, "'softmax', 'applied'"),
-    ("attention", {"max_bytes": 0}, ValueError, "max_bytes"),
+    ("attention", {"max_bytes": 0}, ValueError, "max_bytes must be an int >= 1"),
     ("cka_matrix", {"batch_size": 0}, ValueError, "batch_size"),
     ("cka_matrix", {"bandwidth": -1.0, "kernel": "rbf"}, ValueError, "bandwidth"),
     ("deletion", {"batch_size": 0}, ValueError, "batch_size"),
@@ -305,3 +307,59 @@ def test_a_model_returning_a_dict_needs_a_callable_target():
     cam = vk.gradcam(model, x, layer="inner.layer4.hook_out", target=lambda o: o["logits"][:, 1])
     expected = vk.gradcam(model.inner, x, layer="layer4.hook_out", target=1)
     torch.testing.assert_close(cam.maps, expected.maps)
+
+
+def test_threads_restore_training_flags_they_did_not_set():
+    """One thread's analysis (eval inside) and another's run_with_cache on a train-mode model:
+    each snapshots the flags only once it holds the model, so train mode survives."""
+    model = vk.create_model("test_vit", num_classes=5, img_size=32)  # train mode
+    hm, x = vk.HookedModel(model), _batch()
+
+    def analyses() -> None:
+        for _ in range(10):
+            vk.gradcam(model, x)
+
+    def captures() -> None:
+        for _ in range(10):
+            hm.run_with_cache(x, names="blocks.0.hook_resid_pre")
+
+    threads = [threading.Thread(target=f) for f in (analyses, captures)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(m.training for m in model.modules())
+
+
+def test_images_that_overflow_the_model_dtype_are_refused():
+    hm = vk.HookedModel(_vit())
+    with pytest.raises(ValueError, match="overflow the model's torch.float32"):
+        hm(torch.full((1, 3, 32, 32), 1e39, dtype=torch.float64))
+    with pytest.raises(ValueError, match="meta tensors"):
+        hm(torch.empty(1, 3, 32, 32, device="meta"))
+
+
+def test_gradients_and_inference_mode():
+    model, x = _vit(), _batch()
+    expected = vk.gradcam(model, x).maps
+    with torch.inference_mode():
+        frozen = x.clone()
+        with pytest.raises(RuntimeError, match="outside it"):
+            vk.gradcam(model, x)
+    torch.testing.assert_close(vk.gradcam(model, frozen).maps, expected)  # an inference tensor
+
+
+def test_constant_saliency_maps_are_not_scored():
+    masks = torch.zeros(2, 32, 32, dtype=torch.bool)
+    masks[:, 4:9, 4:9] = True
+    maps = torch.rand(2, 4, 4)
+    maps[1] = 0.0
+    with pytest.raises(ValueError, match=r"samples \[1\] are constant"):
+        vk.metrics.pointing_game(maps, masks)
+
+
+def test_cka_refuses_batches_of_different_image_sizes():
+    model = vk.create_model("test_vit", img_size=32, dynamic_img_size=True).eval()
+    data = [torch.randn(4, 3, 32, 32), torch.randn(4, 3, 48, 48)]
+    with pytest.raises(ValueError, match=r"\(3, 48, 48\) after batches of \(3, 32, 32\)"):
+        vk.cka_matrix(model, data, progress=False)

@@ -260,6 +260,9 @@ def run_coverage(families: list[str] | None = None, progress: bool = True) -> li
     """Run every analysis of `ANALYSES` on each family's representative (random weights, four
     random images, eval mode). A ValueError or TypeError is a refusal; anything else (or a map
     that cannot cover the image) is an error."""
+    unknown = sorted(set(families or ()) - set(timm_families()))
+    if unknown:
+        raise ValueError(f"No timm model module {unknown}; known: {', '.join(timm_families())}.")
     rows = []
     for family in tqdm(families or timm_families(), desc="coverage", disable=not progress):
         rows.append(_run_family(family))

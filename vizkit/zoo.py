@@ -169,7 +169,11 @@ def _some(label: str, items: builtins.list[str], shown: int = 3) -> str:
 
 
 def load(
-    name: str, *, checkpoint: str | Path | None = None, pretrained: bool = False, **kwargs: Any
+    name: str | Path,
+    *,
+    checkpoint: str | Path | None = None,
+    pretrained: bool = False,
+    **kwargs: Any,
 ) -> tuple[nn.Module, dict]:
     """Build a model and load its weights; return ``(model in eval mode, card)``.
 
@@ -185,6 +189,12 @@ def load(
         tampered, truncated or non-safetensors checkpoint, one of another architecture, or a
         broken card; each names the file.
     """
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"name must be a zoo name, a timm name or a .safetensors path; got {name!r}."
+        )
     shipped = name in list()
     if shipped or name.endswith(".safetensors"):
         if checkpoint is not None or pretrained or kwargs:

@@ -10,7 +10,13 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_choice, check_images, check_indices, check_values_finite
+from ..hooks.inputs import (
+    check_choice,
+    check_count,
+    check_images,
+    check_indices,
+    check_values_finite,
+)
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,
@@ -196,6 +202,7 @@ def attention(
     hm = as_hooked(model)
     x = check_images(hm.model, x)
     check_choice("maps", maps, ("softmax", "applied"))
+    max_bytes = check_count("max_bytes", max_bytes)
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
     image_size = tuple(x.shape[-2:])
     layout = common_layout(hm, names, image_size)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..hooks.inputs import check_choice
+from ..hooks.inputs import check_choice, check_number
 
 __all__ = ["KERNELS", "Kernel", "cka", "cka_from_hsic", "hsic_matrix", "kernel"]
 
@@ -253,8 +253,17 @@ def cka(
         ValueError: x or y holds NaN or Inf values, or is constant across the examples.
     """
     for name, value in (("x", x), ("y", y)):
-        if not isinstance(value, Tensor) or value.ndim < 2:
-            raise ValueError(f"{name} must be a tensor (n examples, features); got {value!r}.")
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{name} must be a tensor (n examples, features); got {type(value).__name__} "
+                "(convert arrays with torch.from_numpy)."
+            )
+        if value.ndim < 2 or len(value) < 2:
+            raise ValueError(
+                f"{name} must be (n examples, features) with n >= 2; got shape "
+                f"{tuple(value.shape)}."
+            )
+    bandwidth = check_number("bandwidth", bandwidth, 0, low_open=True)
     if len(x) != len(y):
         raise ValueError(
             f"x has {len(x)} examples and y has {len(y)}: CKA compares two representations of "

@@ -267,12 +267,21 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
     else:
         total = len(data) if hasattr(data, "__len__") else None
     show = progress and (distributed_world() == 1 or torch.distributed.get_rank() == 0)
+    first_size = None
     for item in tqdm(data, total=total, desc="CKA", disable=not show, leave=False):
         images = item[0] if isinstance(item, (list, tuple)) else item
         if not isinstance(images, Tensor) or images.ndim != 4:
             raise TypeError(
                 "Each batch must be an image tensor (B, C, H, W) or a tuple/list whose first "
                 f"item is one; got {_describe(images)}. Pass a Dataset, a DataLoader or a tensor."
+            )
+        first_size = images.shape[1:] if first_size is None else first_size
+        if images.shape[1:] != first_size:
+            raise ValueError(
+                f"A batch of images {tuple(images.shape[1:])} after batches of "
+                f"{tuple(first_size)}: "
+                "CKA averages one representation over batches, so every image must have the "
+                "same size. Resize the data to one size."
             )
         yield images
 

@@ -39,12 +39,22 @@ def saliency_maps(
 ) -> Tensor:
     """The maps (B, h, w) of ``saliency``, checked for scoring against ``batch`` ``of`` ("images"
     or "masks") of ``image_size`` (H, W): shapes as in `check_maps_fit`, a SaliencyResult's
-    ``image_size`` equal to (H, W), and every value finite (NaN / Inf samples are named)."""
+    ``image_size`` equal to (H, W), every value finite (NaN / Inf samples are named), and no map
+    constant."""
     if isinstance(saliency, SaliencyResult):
         _check_result_size(saliency, image_size, of)
         saliency = saliency.maps
     check_maps_fit(saliency, batch, image_size, of)
     check_values_finite("The saliency maps", saliency)
+    values = saliency.flatten(1)
+    flat = (values == values[:, :1]).all(1)
+    if bool(flat.any()):
+        raise ValueError(
+            f"The saliency maps of samples {flat.nonzero()[:, 0].tolist()[:10]} are constant: "
+            "they rank no pixel above another, so any score would grade an arbitrary order "
+            "(a Grad-CAM of a layer the target does not depend on is all zeros). Choose "
+            "another layer or method, or drop those samples."
+        )
     return saliency
 
 

@@ -204,8 +204,13 @@ class HookedModel:
             device=device,
             explicit=explicit,
         )
+        if grads and torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                "Gradients cannot be taken inside torch.inference_mode(); call this outside it."
+            )
         if grads:
-            x = x.detach().requires_grad_(True)  # so frozen models still give activation grads
+            x = x.detach().clone() if x.is_inference() else x.detach()
+            x = x.requires_grad_(True)  # so frozen models still give activation grads
         with self._attached(run), torch.enable_grad() if grads else nullcontext():
             output = self.model(x, **forward_kwargs)
             chosen = _require_fired(chosen, run.fired, explicit, run.non_tensor)
@@ -237,9 +242,9 @@ class HookedModel:
     def _attached(self, run: _Run) -> Iterator[None]:
         wanted = run.names()
         taps = [self._taps[n] for n in self._names if n in wanted]
-        training = [(m, m.training) for m in self.model.modules()]
         counters: Counter = Counter()
         with exclusive(self.model), ExitStack() as stack:
+            training = [(m, m.training) for m in self.model.modules()]  # once the model is ours
             self._warn_if_random()
             try:
                 stack.enter_context(tracking_forward(self.model))
@@ -285,7 +290,7 @@ class HookedModel:
                     return used
                 items = list(output)
                 items[tap.item] = used
-                return type(output)(items)
+                return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)
 
             return module.register_forward_hook(forward_hook)
 

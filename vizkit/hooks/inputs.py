@@ -85,9 +85,17 @@ def check_images(model: nn.Module, x: Tensor) -> Tensor:
     validate_input(model, x)
     if len(x) == 0:
         raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
+    if x.is_meta:
+        raise ValueError("The images are meta tensors (no data); pass real images.")
     check_values_finite("images", x)
     dtype, device = _floating_dtype(model), _device(model)
-    return x.to(device=device or x.device, dtype=dtype or x.dtype)
+    cast = x.to(device=device or x.device, dtype=dtype or x.dtype)
+    if cast.dtype != x.dtype and not bool(torch.isfinite(cast).all()):
+        raise ValueError(
+            f"The {x.dtype} images overflow the model's {cast.dtype} (largest magnitude "
+            f"{x.abs().max().item():.3g}); normalize them as the model was trained."
+        )
+    return cast
 
 
 def check_device(device: object) -> torch.device:
@@ -187,7 +195,7 @@ def check_number(
     value = float(value)
     below = value <= low if low_open else value < low
     above = value >= high if high_open else value > high
-    if math.isnan(value) or below or above:
+    if not math.isfinite(value) or below or above:
         raise ValueError(f"{name} must be a number in {interval}; got {value}.")
     return value
 
