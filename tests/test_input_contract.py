@@ -363,3 +363,21 @@ def test_cka_refuses_batches_of_different_image_sizes():
     data = [torch.randn(4, 3, 32, 32), torch.randn(4, 3, 48, 48)]
     with pytest.raises(ValueError, match=r"\(3, 48, 48\) after batches of \(3, 32, 32\)"):
         vk.cka_matrix(model, data, progress=False)
+
+
+@pytest.mark.parametrize(
+    "make, error, phrase",
+    [
+        (lambda: vk.widgets.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3,)), ValueError,
+         "at least 2 values"),
+        (lambda: vk.widgets.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3, -1.0)), ValueError,
+         r"eps must be a number in \(0"),
+        (lambda: vk.widgets.HistoryExplorer("card.json"), TypeError, "history must be"),
+        (lambda: vk.widgets.AttentionExplorer(_vit(), _batch(), mean=[0.5, 0.5], std=[1, 1, 1]),
+         ValueError, "one value per channel"),
+        (lambda: vk.widgets.AttentionExplorer(_vit(), _batch()[:0]), ValueError, "empty"),
+    ],
+)  # fmt: skip
+def test_explorers_check_their_inputs(make, error, phrase):
+    with pytest.raises(error, match=phrase):
+        make()

@@ -47,6 +47,11 @@ def display_images(
         cfg = getattr(model, "pretrained_cfg", None) or {}
         mean, std = cfg.get("mean"), cfg.get("std")
     if mean is not None and std is not None:
+        if len(mean) != x.shape[1] or len(std) != x.shape[1]:
+            raise ValueError(
+                f"mean and std need one value per channel ({x.shape[1]}); got mean={mean}, "
+                f"std={std}."
+            )
         x = x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
     else:
         low = x.amin(dim=(1, 2, 3), keepdim=True)

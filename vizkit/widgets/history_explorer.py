@@ -79,6 +79,11 @@ class HistoryExplorer(Explorer):
         super().__init__()
         if isinstance(history, dict):
             history = history.get("history", [])
+        if isinstance(history, str) or not all(isinstance(r, dict) for r in history):
+            raise TypeError(
+                "history must be a model card (dict) or its 'history': a list of one dict per "
+                f"epoch; got {type(history).__name__}."
+            )
         if not history:
             raise ValueError(
                 "The history is empty: pass a card's 'history' (one record per epoch)."

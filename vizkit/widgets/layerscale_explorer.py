@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ..analysis import residual_ratios
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_count, check_images, check_number
 from ..models.cait_variants import residual_vit
 from ..viz._style import finish
 from ._base import Explorer
@@ -32,7 +32,10 @@ class LayerScaleExplorer(Explorer):
 
     def __init__(self, images: Tensor, depth: int = 12, eps: Sequence[float] = EPS) -> None:
         super().__init__()
-        self.depth = depth
+        self.depth = check_count("depth", depth)
+        if len(eps) < 2:
+            raise ValueError(f"eps must hold at least 2 values for the slider; got {eps!r}.")
+        eps = [check_number("eps", e, 0, low_open=True) for e in eps]
         self.images = check_images(residual_vit(depth=depth), images)
         self.eps = widgets.SelectionSlider(
             options=[(f"{e:g}", e) for e in eps], value=eps[-2], description="ε"
