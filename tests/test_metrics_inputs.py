@@ -449,3 +449,24 @@ def test_data_parallel_models_are_unwrapped(inputs):
     expected = compare_saliency(model, x, ["rollout", "random"], masks=masks, steps=4)
     np.testing.assert_allclose(table.values.numpy(), expected.values.numpy(), rtol=1e-5)
     assert vk.metrics.random_saliency is random_saliency
+
+
+def test_compare_leaves_constant_maps_out_of_the_means():
+    """A method whose map is constant for one image is scored on the others; that image's
+    scores are NaN and the means are over the scored images."""
+    torch.manual_seed(0)
+    model = vk.create_model("test_vit", num_classes=5, img_size=32).eval()
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    masks = torch.zeros(3, 32, 32, dtype=torch.bool)
+    masks[:, 8:20, 8:20] = True
+
+    def partly_flat(hm, images, targets):
+        maps = torch.rand(len(images), 4, 4, generator=torch.Generator().manual_seed(1))
+        maps[1] = 0.0
+        return SaliencyResult(maps, "partly_flat", tuple(images.shape[-2:]), targets=targets)
+
+    with pytest.warns(UserWarning, match=r"samples \[1\] have constant maps"):
+        table = vk.compare_saliency(model, x, [("flat", partly_flat)], masks=masks, steps=4)
+    scores = table.per_image[0]  # (metrics, B)
+    assert scores[:, 1].isnan().all() and not scores[:, [0, 2]].isnan().any()
+    torch.testing.assert_close(table.values[0], scores[:, [0, 2]].mean(-1))

@@ -12,7 +12,14 @@ from ..hooks import TokenLayout
 from ..hooks.inputs import check_count, check_maps, check_values_finite
 from ..hooks.layout import covers
 
-__all__ = ["SaliencyResult", "check_maps_fit", "min_max", "rank_descending", "saliency_maps"]
+__all__ = [
+    "SaliencyResult",
+    "check_maps_fit",
+    "constant_maps",
+    "min_max",
+    "rank_descending",
+    "saliency_maps",
+]
 
 
 def check_maps_fit(
@@ -35,20 +42,23 @@ def check_maps_fit(
 
 
 def saliency_maps(
-    saliency: SaliencyResult | Tensor, batch: int, image_size: tuple[int, int], of: str = "images"
+    saliency: SaliencyResult | Tensor,
+    batch: int,
+    image_size: tuple[int, int],
+    of: str = "images",
+    allow_constant: bool = False,
 ) -> Tensor:
     """The maps (B, h, w) of ``saliency``, checked for scoring against ``batch`` ``of`` ("images"
     or "masks") of ``image_size`` (H, W): shapes as in `check_maps_fit`, a SaliencyResult's
     ``image_size`` equal to (H, W), every value finite (NaN / Inf samples are named), and no map
-    constant."""
+    constant (unless ``allow_constant``: the caller leaves those samples out)."""
     if isinstance(saliency, SaliencyResult):
         _check_result_size(saliency, image_size, of)
         saliency = saliency.maps
     check_maps_fit(saliency, batch, image_size, of)
     check_values_finite("The saliency maps", saliency)
-    values = saliency.flatten(1)
-    flat = (values == values[:, :1]).all(1)
-    if bool(flat.any()):
+    flat = constant_maps(saliency)
+    if not allow_constant and bool(flat.any()):
         raise ValueError(
             f"The saliency maps of samples {flat.nonzero()[:, 0].tolist()[:10]} are constant: "
             "they rank no pixel above another, so any score would grade an arbitrary order "
@@ -56,6 +66,12 @@ def saliency_maps(
             "another layer or method, or drop those samples."
         )
     return saliency
+
+
+def constant_maps(maps: Tensor) -> Tensor:
+    """(B,) bool: which of the maps (B, h, w) are constant (rank no pixel above another)."""
+    values = maps.flatten(1)
+    return (values == values[:, :1]).all(1)
 
 
 def _check_result_size(result: SaliencyResult, image_size: tuple[int, int], of: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import analysis
-from ..analysis.saliency_result import SaliencyResult, saliency_maps
+from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis as analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
@@ -73,7 +74,7 @@ class SaliencyTable:
         metrics: column names (see `METRICS` for which direction is better).
         values: (methods, metrics); NaN where a method does not apply to the model.
         seconds: time each method took to compute its maps.
-        notes: why a method was skipped.
+        notes: why a method was skipped, or which samples it left unscored.
         per_image: (methods, metrics, B) the scores of each image (NaN where skipped).
         results: the maps of each method that ran, by name.
     """
@@ -162,11 +163,47 @@ def compare_saliency(
             continue
         seconds.append(time.perf_counter() - start)
         results[name] = result
-        scores = _scores(model, x, result, targets, masks, level, steps)
-        per_image.append(torch.stack([scores[m].float().cpu() for m in metrics]))
+        flat = constant_maps(result.maps).cpu()
+        if bool(flat.any()):
+            samples = flat.nonzero()[:, 0].tolist()
+            notes[name] = (
+                f"samples {samples} have constant maps (no pixel ranked above another): "
+                "not scored, left out of the means"
+            )
+            warnings.warn(f"compare_saliency: {name}: {notes[name]}.", stacklevel=3)
+        scored = _ranked_scores(model, x, result, targets, masks, flat, metrics, level, steps)
+        per_image.append(scored)
     per_image = torch.stack(per_image)  # (methods, metrics, B)
     names = [name for name, _ in chosen]
-    return SaliencyTable(names, metrics, per_image.mean(-1), seconds, notes, per_image, results)
+    means = per_image.nanmean(-1)
+    return SaliencyTable(names, metrics, means, seconds, notes, per_image, results)
+
+
+def _ranked_scores(
+    hm: HookedModel,
+    x: Tensor,
+    result: SaliencyResult,
+    targets: Tensor,
+    masks: Tensor | None,
+    flat: Tensor,
+    metrics: list[str],
+    level: str,
+    steps: int,
+) -> Tensor:
+    """(metrics, B) scores of ``result``; NaN for the samples whose maps are constant (``flat``,
+    (B,) bool), which rank nothing."""
+    scored = torch.full((len(metrics), len(x)), math.nan)
+    rows = (~flat).nonzero()[:, 0]
+    if not len(rows):
+        return scored
+
+    def pick(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[rows.to(t.device)]
+
+    kept = dataclasses.replace(result, maps=pick(result.maps), targets=pick(result.targets))
+    scores = _scores(hm, pick(x), kept, pick(targets), pick(masks), level, steps)
+    scored[:, rows] = torch.stack([scores[m].float().cpu() for m in metrics])
+    return scored
 
 
 def _run_method(
@@ -179,7 +216,7 @@ def _run_method(
             f"Saliency method {name!r} returned {type(result).__name__}; a method must return "
             "a SaliencyResult (see vizkit.analysis.SaliencyResult)."
         )
-    saliency_maps(result, len(x), tuple(x.shape[-2:]))
+    saliency_maps(result, len(x), tuple(x.shape[-2:]), allow_constant=True)
     return result
 
 

@@ -108,7 +108,7 @@ def saliency(r: ReportInputs) -> Section:
     table = _quiet(lambda: compare_saliency(r.model, r.images, methods, masks=r.masks))
     images = viz.display_images(r.images, r.model)
     shown = min(2, len(r.images))
-    skipped = "".join(f" Skipped {name}: {note}" for name, note in table.notes.items())
+    skipped = "".join(f" {name}: {note}." for name, note in table.notes.items())
     return Section(
         "Saliency methods compared",
         "Grad-CAM, integrated gradients and the attention-based maps side by side, scored by "
