@@ -381,3 +381,9 @@ def test_cka_refuses_batches_of_different_image_sizes():
 def test_explorers_check_their_inputs(make, error, phrase):
     with pytest.raises(error, match=phrase):
         make()
+
+
+@pytest.mark.parametrize("size", [32, (-16, 16), (32.0, 32), (32, 32, 3)])
+def test_token_layout_refuses_sizes_that_are_not_two_positive_ints(size):
+    with pytest.raises(ValueError, match=r"image_size must be \(H, W\)"):
+        vk.token_layout(_vit(), size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -71,6 +72,9 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout |
     The grid comes from ``patch_embed`` (``dynamic_feat_size`` for dynamic-size models), the
     prefix count from ``model.num_prefix_tokens``; nothing assumes 14x14 or one class token.
     """
+    size = tuple(image_size) if isinstance(image_size, (tuple, list, torch.Size)) else None
+    if size is None or len(size) != 2 or not all(_positive_int(s) for s in size):
+        raise ValueError(f"image_size must be (H, W), two positive ints; got {image_size!r}.")
     pe = _patch_embed(model)
     if pe is None:
         return None
@@ -83,6 +87,10 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout |
     prefix = int(getattr(model, "num_prefix_tokens", 0))
     has_class_token = prefix > 0 and getattr(model, "cls_token", None) is not None
     return TokenLayout(prefix, (int(grid[0]), int(grid[1])), has_class_token)
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
 
 
 def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
