@@ -470,3 +470,14 @@ def test_compare_leaves_constant_maps_out_of_the_means():
     scores = table.per_image[0]  # (metrics, B)
     assert scores[:, 1].isnan().all() and not scores[:, [0, 2]].isnan().any()
     torch.testing.assert_close(table.values[0], scores[:, [0, 2]].mean(-1))
+
+
+def test_energy_in_mask_scores_constant_maps_and_ranking_scores_refuse_them():
+    masks = torch.zeros(2, 32, 32, dtype=torch.bool)
+    masks[:, :8, :16] = True  # an eighth of the image
+    flat = torch.ones(2, 4, 4)
+    torch.testing.assert_close(energy_in_mask(flat, masks), torch.full((2,), 0.125))
+    torch.testing.assert_close(energy_in_mask(flat * 0, masks), torch.zeros(2))
+    for score in (pointing_game, top_iou):
+        with pytest.raises(ValueError, match="are constant"):
+            score(flat, masks)

@@ -51,11 +51,15 @@ def _check_objects(masks: Tensor) -> None:
         )
 
 
-def _maps_and_masks(saliency: SaliencyResult | Tensor, masks: Tensor) -> tuple[Tensor, Tensor]:
-    """Checked masks (B, H, W) bool and the saliency resized to them, (B, H, W) float32."""
+def _maps_and_masks(
+    saliency: SaliencyResult | Tensor, masks: Tensor, ranks: bool = True
+) -> tuple[Tensor, Tensor]:
+    """Checked masks (B, H, W) bool and the saliency resized to them, (B, H, W) float32.
+    ``ranks``: the score ranks pixels, so constant maps are refused."""
     masks = check_masks(masks)
     size = tuple(masks.shape[-2:])
-    maps = saliency_maps(saliency, len(masks), size, of="masks").float().to(masks.device)
+    maps = saliency_maps(saliency, len(masks), size, of="masks", allow_constant=not ranks)
+    maps = maps.float().to(masks.device)
     if tuple(maps.shape[-2:]) != size:
         maps = F.interpolate(maps[:, None], size=size, mode="bilinear")[:, 0]
     return maps, masks
@@ -64,7 +68,7 @@ def _maps_and_masks(saliency: SaliencyResult | Tensor, masks: Tensor) -> tuple[T
 def pixel_maps(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
     """Saliency (B, h, w) resized to the masks (B, H, W), float32, after checking both (see
     `check_masks` and `vizkit.analysis.saliency_result.saliency_maps`)."""
-    return _maps_and_masks(saliency, masks)[0]
+    return _maps_and_masks(saliency, masks, ranks=False)[0]
 
 
 def pointing_game(saliency: SaliencyResult | Tensor, masks: Tensor, tolerance: int = 0) -> Tensor:
@@ -81,8 +85,9 @@ def pointing_game(saliency: SaliencyResult | Tensor, masks: Tensor, tolerance: i
 
 def energy_in_mask(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
     """Share of the positive saliency that falls on the object (energy-based pointing game,
-    Wang et al. 2020, Score-CAM). (B,); 0 for a map without positive values."""
-    maps, masks = _maps_and_masks(saliency, masks)
+    Wang et al. 2020, Score-CAM). (B,); 0 for a map without positive values (constant maps
+    are scored: the share needs no ranking)."""
+    maps, masks = _maps_and_masks(saliency, masks, ranks=False)
     maps = maps.clamp_min(0)
     inside = (maps * masks).flatten(1).sum(1)
     return inside / maps.flatten(1).sum(1).clamp_min(1e-12)
