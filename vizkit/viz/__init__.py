@@ -24,6 +24,7 @@ from .refiner import attention_matrices as attention_matrices
 from .refiner import crop_ratio_curves as crop_ratio_curves
 from .refiner import refiner_stages_figure as refiner_stages_figure
 from .refiner import refiner_weights_figure as refiner_weights_figure
+from .renderer import use_exportable_figures as use_exportable_figures
 from .representations import cka_heatmap as cka_heatmap
 from .representations import feature_evolution_curves as feature_evolution_curves
 from .representations import layerscale_heatmap as layerscale_heatmap
@@ -76,4 +77,5 @@ __all__ = [
     "talking_heads_matrices",
     "epoch_accuracy_curves",
     "training_curves",
+    "use_exportable_figures",
 ]
