@@ -48,6 +48,8 @@ def test_default_report_is_self_contained_with_every_vit_section(tmp_path):
         assert f"<h2>{title}</h2>" in page
     assert "Learned attention masks" not in page.split("Not applicable")[0]
     assert "pointing_game" in page  # the Shapes sample has object masks
+    assert "4 blocks, width 128, 4 heads; patch 4x4 at 32x32" in page  # the real config
+    assert "(no LayerScale)" in page and "with LayerScale" not in page  # vit_tiny has none
 
 
 def test_cait_report_has_class_attention_and_layerscale(tmp_path):

@@ -65,6 +65,24 @@ def test_residual_ratio_curves_shade_epochs(vit_and_images):
     assert sum(map(int, first[4:-1].split(","))) > sum(map(int, last[4:-1].split(",")))  # darker
 
 
+def test_residual_ratio_curves_say_what_the_models_have(vit_and_images, cait):
+    """Titles and axis come from the results: no "with LayerScale" for a model without it, no
+    class-attention note without a class-attention stage, and labelled models in a comparison."""
+    model, images, *_ = vit_and_images
+    plain = vk.residual_ratios(model, images)  # vit_tiny_shapes: no LayerScale
+    fig = viz.residual_ratio_curves(plain)
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["self-attention branch (no LayerScale)", "FFN branch (no LayerScale)"]
+    assert fig.layout.xaxis2.title.text == "block"
+    cait_model, x = cait
+    scaled = vk.residual_ratios(cait_model, x)
+    assert "with LayerScale" in viz.residual_ratio_curves(scaled).layout.annotations[0].text
+    assert "class-attention" in viz.residual_ratio_curves(scaled).layout.xaxis2.title.text
+    compared = viz.residual_ratio_curves({"ViT": plain, "CaiT": scaled})
+    assert [t.name for t in compared.data if t.showlegend] == ["ViT", "CaiT"]
+    assert "where the model has it" in compared.layout.annotations[0].text
+
+
 def test_layerscale_heatmap_is_the_gammas(cait):
     model, _ = cait
     fig = viz.layerscale_heatmap(model)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 import torch
+from torch import nn
 
 from .. import analysis, viz
 from ..hooks import HookedModel
@@ -39,7 +40,7 @@ def summary(r: ReportInputs) -> Section:
     layout = hm.token_layout(tuple(r.images.shape[-2:]))
     rows = {
         "model": r.name,
-        "architecture": r.card.get("architecture", type(r.model).__name__),
+        "architecture": _architecture(r.model, r.card),
         "parameters": f"{params / 1e6:.2f}M",
         "weights": r.card.get("weights", "vizkit zoo (sha256 checked)"),
         "input": f"{r.source}, shape {tuple(r.images.shape)}",
@@ -53,6 +54,25 @@ def summary(r: ReportInputs) -> Section:
         rows["test accuracy"] = f"{r.card['test_accuracy']:.2%} on {r.card['data']['name']}"
         rows["training"] = f"{r.card['training_seconds'] / 60:.1f} min, {r.card['trained_on']}"
     return Section("Model", "What was analysed.", html=_table(rows))
+
+
+def _architecture(model: nn.Module, card: dict) -> str:
+    """What the model really is: its class, the timm name it was built from with the kwargs that
+    changed it, and (for ViT-like models) depth, width, heads and patch size read off the model."""
+    name = card.get("architecture")
+    kwargs = card.get("kwargs") or {}
+    built = f"{name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})" if kwargs else name
+    parts = [type(model).__name__ + (f" = timm {built}" if name else "")]
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, nn.Sequential | nn.ModuleList) and hasattr(model, "embed_dim"):
+        heads = getattr(getattr(blocks[0], "attn", None), "num_heads", None)
+        head_text = f", {heads} heads" if heads else ""
+        parts.append(f"{len(blocks)} blocks, width {model.embed_dim}{head_text}")
+    pe = getattr(model, "patch_embed", None)
+    if pe is not None and getattr(pe, "patch_size", None) is not None:
+        (ph, pw), size = pe.patch_size, getattr(pe, "img_size", None)
+        parts.append(f"patch {ph}x{pw}" + (f" at {size[0]}x{size[1]}" if size else ""))
+    return "; ".join(parts)
 
 
 def predictions(r: ReportInputs) -> Section:
@@ -144,13 +164,16 @@ def residual_ratios(r: ReportInputs) -> Section:
         result = analysis.residual_ratios(r.model, r.images)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
-    figures = [viz.residual_ratio_curves(result), viz.residual_ratio_curves(result, scaled=False)]
-    if any(result.has_layerscale):
+    figures = [viz.residual_ratio_curves(result)]
+    layerscale = any(result.has_layerscale)
+    if layerscale:
+        figures.append(viz.residual_ratio_curves(result, scaled=False))
         figures.append(viz.layerscale_heatmap(r.model))
+    which = "with and without LayerScale's λ" if layerscale else "(the model has no LayerScale)"
     return Section(
         "Residual-norm ratios",
         "How much each residual branch adds to the stream entering it, ‖branch‖ / ‖x‖ per "
-        "image (CaiT Fig. 4), with and without LayerScale's diag(λ).",
+        f"image (CaiT Fig. 4), {which}.",
         figures,
     )
 

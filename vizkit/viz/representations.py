@@ -77,40 +77,66 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
 
 
 def residual_ratio_curves(
-    ratios: ResidualRatios | Sequence[ResidualRatios | dict], scaled: bool = True
+    ratios: ResidualRatios | Sequence[ResidualRatios | dict] | Mapping[str, ResidualRatios | dict],
+    scaled: bool = True,
 ) -> go.Figure:
     """CaiT Fig. 4: ||branch|| / ||stream entering it|| per layer, self-attention (top) and FFN
-    (bottom); one curve per epoch, darker = later, from a result or a tracked history's
-    ``residual_ratios`` entries."""
-    series = [ratios] if isinstance(ratios, (ResidualRatios, dict)) else list(ratios)
+    (bottom).
+
+    Args:
+        ratios: one result; a sequence of them, one per epoch (a tracked history's
+            ``residual_ratios`` entries: one curve per epoch, darker = later); or a mapping
+            ``{label: result}`` to compare models (one colour each, labelled).
+        scaled: the branch as added (after LayerScale's diag(λ), where the model has it), or
+            without λ (the same curve for a model without LayerScale).
+    """
+    if isinstance(ratios, Mapping) and not _is_ratios_dict(ratios):
+        labels, series = list(ratios), list(ratios.values())
+        colors = [palette(i) for i in range(len(series))]
+    else:
+        series = [ratios] if isinstance(ratios, (ResidualRatios, dict)) else list(ratios)
+        labels = [f"epoch {i + 1}" for i in range(len(series))] if len(series) > 1 else ["ratio"]
+        colors = epoch_shades(len(series))
     if not series:
         raise ValueError("No residual ratios to plot.")
     series = [r.to_dict() if isinstance(r, ResidualRatios) else r for r in series]
     suffix = "" if scaled else "_unscaled"
-    what = "with LayerScale" if scaled else "without LayerScale (unscaled)"
+    what = _layerscale_words(series, scaled)
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-        subplot_titles=[f"self-attention branch, {what}", f"FFN branch, {what}"],
+        subplot_titles=[f"self-attention branch{what}", f"FFN branch{what}"],
     )  # fmt: skip
-    colors = epoch_shades(len(series))
-    for i, entry in enumerate(series):
-        label = f"epoch {i + 1}" if len(series) > 1 else "ratio"
+    for label, color, entry in zip(labels, colors, series, strict=True):
         for row, key in ((1, "attn"), (2, "mlp")):
             fig.add_trace(
                 go.Scatter(
                     x=entry["layers"], y=entry[key + suffix],
                     mode="lines+markers", name=label, legendgroup=label, showlegend=row == 1,
-                    line={"color": colors[i]},
+                    line={"color": color},
                     hovertemplate="%{x}: %{y:.3g}<extra>" + label + "</extra>",
                 ),
                 row=row, col=1,
             )  # fmt: skip
-    fig.update_xaxes(
-        title_text="block (blocks_token_only: CaiT's class-attention stage)", row=2, col=1
-    )
+    class_stage = any("token_only" in layer for entry in series for layer in entry["layers"])
+    axis = "block (blocks_token_only: the class-attention stage)" if class_stage else "block"
+    fig.update_xaxes(title_text=axis, row=2, col=1)
     fig.update_yaxes(title_text="‖branch‖ / ‖x‖")
     reduction = series[-1].get("reduction", "")
     return finish(fig, f"Residual-norm ratios per layer (CaiT Fig. 4; reduction {reduction})", 560)
+
+
+def _is_ratios_dict(value: Mapping) -> bool:
+    """Whether ``value`` is one result as a dict (``ResidualRatios.to_dict``), not labels."""
+    return "layers" in value and "attn" in value
+
+
+def _layerscale_words(series: list[dict], scaled: bool) -> str:
+    """What the curves show about LayerScale, from the results themselves."""
+    flags = [any(entry.get("has_layerscale") or ()) for entry in series]
+    if not any(flags):
+        return " (no LayerScale)"
+    mixed = "" if all(flags) else " where the model has it"
+    return f", with LayerScale{mixed}" if scaled else ", without LayerScale's λ (unscaled)"
 
 
 def layerscale_heatmap(model: nn.Module) -> go.Figure:
