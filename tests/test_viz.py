@@ -44,6 +44,24 @@ def test_attention_grid_holds_every_layer_and_head(vit_and_images):
         viz.attention_grid(result, image=9)
 
 
+def test_attention_grid_colour_scales_and_square_cells(vit_and_images):
+    model, images, *_ = vit_and_images
+    result = vk.attention(model, images)
+    rows = result.row("cls")[:, 0].float()
+    robust = viz.attention_grid(result, scale="robust")
+    assert robust.layout.coloraxis.cmax == pytest.approx(rows.quantile(0.99).item())
+    assert viz.attention_grid(result, scale="shared").layout.coloraxis.cmax == pytest.approx(
+        rows.max().item()
+    )
+    per_panel = viz.attention_grid(result, scale="per_panel")
+    assert all(np.nanmax(t.z) == pytest.approx(1.0) for t in per_panel.data)
+    for i, trace in enumerate(robust.data):  # every panel's y axis follows its own x axis
+        axis = robust.layout["yaxis" + trace.yaxis[1:]]
+        assert axis.scaleanchor == trace.xaxis, f"panel {i}"
+    with pytest.raises(ValueError, match="scale must be one of"):
+        viz.attention_grid(result, scale="log")
+
+
 def test_saliency_figures_use_cividis_and_show_scores(vit_and_images):
     model, images, _, masks = vit_and_images
     table = vk.compare_saliency(model, images, ["rollout", "random"], masks=masks, steps=8)

@@ -168,7 +168,7 @@ def cka_matrix(
         "batches": accumulator.batches,
         "processes": distributed_world(),
         "model_a": type(hm_a.model).__name__,
-        "model_b": type(readers[-1].hm.model).__name__,
+        "model_b": type(readers[-1].hm.model).__name__ if model_b is not None else None,
     }
     return CKAResult(full[row][:, col].cpu(), names_a, names_b, options)
 

@@ -74,9 +74,22 @@ def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
-        margin={"l": 50, "r": 20, "t": 70, "b": 40},
+        margin={"l": 50, "r": 20, "t": 95 if "<br>" in title else 70, "b": 40},
         **({"height": height} if height else {}),
     )
+    return fig
+
+
+def square_cells(fig: go.Figure) -> go.Figure:
+    """Square cells in every subplot holding a map (heatmap or image): each such y axis is
+    scaled to the x axis of its own subplot (``update_yaxes(scaleanchor="x")`` would tie every
+    panel to the first one's x axis)."""
+    for trace in fig.data:
+        if not isinstance(trace, go.Heatmap | go.Image):
+            continue
+        x, y = trace.xaxis or "x", trace.yaxis or "y"
+        fig.layout["yaxis" + y[1:]].update(scaleanchor=x, constrain="domain")
+        fig.layout["xaxis" + x[1:]].update(constrain="domain")
     return fig
 
 

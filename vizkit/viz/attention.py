@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult
-from ._style import ATTENTION_SCALE, finish
+from ..hooks.inputs import check_choice
+from ._style import ATTENTION_SCALE, finish, min_max_scaled, square_cells
 from .overlay import heatmap_on_image, opacity_slider
 
 __all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
@@ -25,21 +27,34 @@ def _query_label(query) -> str:
     return "the class token" if query == "cls" else f"patch {query}"
 
 
+COLOUR_SCALES = ("robust", "shared", "per_panel")
+
+
 def attention_grid(
-    result: AttentionResult, image: int = 0, query: str | tuple[int, int] | None = None
+    result: AttentionResult,
+    image: int = 0,
+    query: str | tuple[int, int] | None = None,
+    scale: str = "robust",
 ) -> go.Figure:
-    """Layers x heads small multiples of one query's attention over the patch grid, on one
-    colour scale shared by all panels.
+    """Layers x heads small multiples of one query's attention over the patch grid.
 
     Args:
         result: from `vizkit.attention`.
         image: index in the batch.
         query: "cls", a patch (row, col) or a token index (default: `default_query`).
+        scale: "robust" (default): one colour scale for all panels from 0 to the 99th
+            percentile of the weights, so one large weight does not flatten every other panel
+            (larger weights saturate); "shared": 0 to the maximum; "per_panel": each panel
+            min-max scaled on its own (compare shapes, not strengths).
     """
     _check_image(result, image)
+    check_choice("scale", scale, COLOUR_SCALES)
     query = default_query(result) if query is None else query
-    rows = result.row(query)[:, image]  # (L, H, gh, gw)
+    rows = result.row(query)[:, image].float().cpu()  # (L, H, gh, gw)
     depth, heads = rows.shape[:2]
+    if scale == "per_panel":
+        rows = torch.stack([torch.stack([min_max_scaled(m) for m in layer]) for layer in rows])
+    top = rows.quantile(0.99).item() if scale == "robust" else rows.max().item()
     fig = make_subplots(
         rows=depth,
         cols=heads,
@@ -53,19 +68,33 @@ def attention_grid(
         for h in range(heads):
             fig.add_trace(
                 go.Heatmap(
-                    z=rows[i, h].float().cpu().numpy(),
+                    z=rows[i, h].numpy(),
                     coloraxis="coloraxis",
                     hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>",
                 ),
                 row=i + 1,
                 col=h + 1,
             )
-    fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=None)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    square_cells(fig)
     fig.update_xaxes(showticklabels=False)
-    fig.update_layout(coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "weight"}})
+    bar = {
+        "robust": "weight<br>(99th pct)",
+        "shared": "weight",
+        "per_panel": "min-max<br>per panel",
+    }
+    fig.update_layout(
+        coloraxis={"colorscale": ATTENTION_SCALE, "cmin": 0, "cmax": max(top, 1e-12),
+                   "colorbar": {"title": bar[scale]}}
+    )  # fmt: skip
+    how = {
+        "robust": f"one colour scale, 0 to the 99th percentile {top:.3g}, max {rows.max():.3g}",
+        "shared": "one colour scale",
+        "per_panel": "each panel min-max scaled",
+    }[scale]
     title = (
-        f"Attention of {_query_label(query)} over the patches (post-softmax row, one colour "
-        f"scale), image {image}: layers x heads"
+        f"Attention of {_query_label(query)} over the patches, image {image}: layers x heads"
+        f"<br><sup>post-softmax row; {how}</sup>"
     )
     return finish(fig, title, height=max(300, 170 * depth + 80))
 
@@ -97,7 +126,8 @@ def query_attention(
             type="rect", x0=c * pw - 0.5, x1=(c + 1) * pw - 0.5, y0=r * ph - 0.5,
             y1=(r + 1) * ph - 0.5, line={"color": "red", "width": 2},
         )  # fmt: skip
-    fig.update_yaxes(autorange="reversed", scaleanchor="x")
+    fig.update_yaxes(autorange="reversed")
+    square_cells(fig)
     opacity_slider(fig)
     title = (
         f"Attention of {_query_label(query)} at layer {result.layers[layer]} ({heads} over "

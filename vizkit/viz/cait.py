@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..analysis import SaliencyResult
-from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, min_max_scaled
+from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, min_max_scaled, square_cells
 
 __all__ = ["class_attention_heads", "fig7_gallery", "talking_heads_matrices"]
 
@@ -42,7 +42,8 @@ def class_attention_heads(
             )  # fmt: skip
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
-    fig.update_layout(coloraxis={"colorscale": ATTENTION_SCALE, "showscale": False})
+    square_cells(fig)
+    fig.update_layout(coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "min-max"}})
     return finish(
         fig, f"Class attention per head, image {image} (CaiT Fig. 6)", 170 * len(layers) + 90
     )
@@ -71,7 +72,8 @@ def fig7_gallery(
         fig.add_trace(go.Heatmap(z=maps[i].numpy(), coloraxis="coloraxis"),
                       row=i // columns + 1, col=i % columns + 1)  # fmt: skip
     fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor="x")
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    square_cells(fig)
     fig.update_annotations(font_size=11)
     fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     title = (

@@ -13,7 +13,7 @@ from torch import nn
 from ..analysis import CKAResult, FeatureEvolution, ResidualRatios
 from ..analysis._model import as_hooked
 from ..analysis.residual_ratios import layerscale_gammas, prenorm_blocks
-from ._style import CKA_SCALE, epoch_shades, finish, palette
+from ._style import CKA_SCALE, epoch_shades, finish, palette, square_cells
 
 __all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
 
@@ -39,10 +39,16 @@ def cka_heatmap(result: CKAResult, title: str | None = None) -> go.Figure:
         )
     )
     fig.update_yaxes(autorange="reversed")
+    square_cells(fig)
     estimator = "unbiased" if o.get("unbiased") else "biased"
+    models = (
+        f"{o.get('model_a')} (rows) vs {o.get('model_b')} (columns)"
+        if o.get("model_b")
+        else f"{o.get('model_a')}, its layers against each other"
+    )
     default = (
         f"{o.get('kernel', 'linear')} CKA ({estimator} HSIC, tokens {o.get('tokens')}, "
-        f"{o.get('examples')} images): {o.get('model_a')} vs {o.get('model_b')}"
+        f"{o.get('examples')} images): {models}"
     )
     return finish(fig, title or default, 520)
 
