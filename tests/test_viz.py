@@ -70,6 +70,10 @@ def test_saliency_figures_use_cividis_and_show_scores(vit_and_images):
     titles = [a.text for a in fig.layout.annotations]
     assert any(t.startswith("<b>rollout</b>") and "point" in t for t in titles)
     assert fig.layout.sliders[0].currentvalue.prefix == "map opacity "
+    opacity = fig.layout.sliders[0].steps[fig.layout.sliders[0].active].args[0]["opacity"][0]
+    assert all(t.opacity == opacity for t in fig.data if isinstance(t, go.Heatmap))
+    page = table._repr_html_()  # JupyterLab shows the table, not a pipe table
+    assert page.startswith("<table") and "deletion_auc ↓" in page and "<td>rollout</td>" in page
 
 
 def test_residual_ratio_curves_shade_epochs(vit_and_images):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 import time
 import warnings
@@ -110,6 +111,20 @@ class SaliencyTable:
 
     def __str__(self) -> str:
         return self.to_markdown()
+
+    def _repr_html_(self) -> str:
+        """The table as HTML (JupyterLab, the report): arrows say which direction is better;
+        the notes follow as a caption."""
+        arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows, "seconds"])
+        rows = ""
+        for i, method in enumerate(self.methods):
+            values = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 3)]
+            cells = "".join(f"<td>{v}</td>" for v in values)
+            rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
+        notes = "; ".join(f"{name}: {note}" for name, note in self.notes.items())
+        caption = f"<caption>{html.escape(notes)}</caption>" if notes else ""
+        return f"<table class='scores'>{caption}<tr>{head}</tr>{rows}</table>"
 
 
 @analysis_contract

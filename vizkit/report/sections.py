@@ -128,15 +128,15 @@ def saliency(r: ReportInputs) -> Section:
     table = _quiet(lambda: compare_saliency(r.model, r.images, methods, masks=r.masks))
     images = viz.display_images(r.images, r.model)
     shown = min(2, len(r.images))
-    skipped = "".join(f" {name}: {note}." for name, note in table.notes.items())
     return Section(
         "Saliency methods compared",
         "Grad-CAM, integrated gradients and the attention-based maps side by side, scored by "
         "deletion and insertion AUC (patch level) and, where the data has object masks, by the "
         "pointing game, the energy in the mask and the IoU of a mask-sized top region; the "
-        f"table holds means over the {len(r.images)} images.{skipped}",
+        f"table holds means over the {len(r.images)} images (its caption names what was left "
+        "out).",
         [viz.saliency_side_by_side(table, images, i) for i in range(shown)],
-        html=_scores_table(table),
+        html=table._repr_html_(),
     )
 
 
@@ -226,17 +226,6 @@ def _table(rows: dict[str, str]) -> str:
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows.items()
     )
     return f"<table class='summary'>{cells}</table>"
-
-
-def _scores_table(table) -> str:
-    arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in table.metrics]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows, "seconds"])
-    rows = ""
-    for i, method in enumerate(table.methods):
-        values = [*table.values[i].tolist(), table.seconds[i]]
-        cells = "".join(f"<td>{'n/a' if v != v else f'{v:.3f}'}</td>" for v in values)
-        rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
-    return f"<table class='scores'><tr>{head}</tr>{rows}</table>"
 
 
 def masks(r: ReportInputs) -> Section:

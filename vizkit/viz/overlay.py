@@ -12,7 +12,9 @@ from torch import Tensor
 
 from ._style import SALIENCY_SCALE, min_max_scaled
 
-__all__ = ["heatmap_on_image", "opacity_slider", "overlay_grid", "upsample_map"]
+__all__ = ["OPACITY", "heatmap_on_image", "opacity_slider", "overlay_grid", "upsample_map"]
+
+OPACITY = 0.6  # of a map over its image; a step of the opacity slider, which starts there
 
 
 def upsample_map(values: Tensor, size: tuple[int, int]) -> np.ndarray:
@@ -27,7 +29,7 @@ def heatmap_on_image(
     image: np.ndarray,
     values: Tensor,
     *,
-    opacity: float = 0.55,
+    opacity: float = OPACITY,
     colorscale: str = SALIENCY_SCALE,
     name: str = "",
     colorbar: bool = True,
@@ -52,7 +54,7 @@ def heatmap_on_image(
     return [go.Image(z=image, hoverinfo="skip"), go.Heatmap(**heat)]
 
 
-def opacity_slider(fig: go.Figure, active: float = 0.55) -> go.Figure:
+def opacity_slider(fig: go.Figure, active: float = OPACITY) -> go.Figure:
     """Add a slider that sets the opacity of every heatmap of ``fig`` (works in static HTML)."""
     heatmaps = [i for i, t in enumerate(fig.data) if isinstance(t, go.Heatmap)]
     steps = [
@@ -61,7 +63,7 @@ def opacity_slider(fig: go.Figure, active: float = 0.55) -> go.Figure:
             "method": "restyle",
             "args": [{"opacity": [o] * len(heatmaps)}, heatmaps],
         }
-        for o in np.linspace(0, 1, 11)
+        for o in (i / 10 for i in range(11))
     ]
     active_step = round(active * 10)
     fig.update_layout(
