@@ -21,7 +21,9 @@ nav a { margin-right: 1em; } .note { color: #666; } .figure { margin: 1em 0; }
 table { border-collapse: collapse; margin: 0.5em 0; } th, td { padding: 0.25em 0.8em;
   border-bottom: 1px solid #eee; text-align: left; } td { font-variant-numeric: tabular-nums; }
 table.scores { display: block; overflow-x: auto; max-width: 100%; }
-caption { caption-side: bottom; text-align: left; color: #666; padding-top: 0.4em; }
+table.scores th, table.scores td { padding: 0.25em 0.5em; }
+caption { caption-side: bottom; text-align: left; color: #666; padding-top: 0.4em;
+  max-width: calc(100vw - 5em); position: sticky; left: 0; }
 """
 
 

@@ -52,8 +52,9 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
         text=legend, x=0, y=-0.08, xref="paper", yref="paper", showarrow=False, font_size=11,
         xanchor="left",
     )  # fmt: skip
-    finish(fig, f"Saliency methods on image {image} (maps min-max scaled)", 460)
-    fig.update_layout(margin={"t": 120})
+    finish(fig, f"Saliency methods on image {image} (maps min-max scaled)", 480)
+    fig.update_layout(margin={"t": 135})
+    fig.update_annotations(font_size=10)
     return fig
 
 
@@ -85,7 +86,7 @@ def _scores(table: SaliencyTable, method: str, image: int) -> str:
         for m, v in zip(table.metrics, values, strict=True)
         if not math.isnan(v)
     ]
-    return " · ".join(cells[:2]) + ("<br>" + " · ".join(cells[2:]) if cells[2:] else "")
+    return "<br>".join(" · ".join(cells[i : i + 2]) for i in range(0, len(cells), 2))  # narrow
 
 
 def _scaled(result: SaliencyResult, image: int):
