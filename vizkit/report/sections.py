@@ -210,7 +210,7 @@ def _attention(r: ReportInputs) -> analysis.AttentionResult:
 
 def _overlays(r: ReportInputs, title: str, text: str, result) -> Section:
     images = viz.display_images(r.images, r.model)
-    return Section(title, text, [viz.saliency_row(result, images, count=4)])
+    return Section(title, text, [viz.saliency_row(result, images, count=4, classes=r.classes)])
 
 
 def _quiet(fn: Callable):

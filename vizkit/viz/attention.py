@@ -169,6 +169,9 @@ def attention_stats_figure(result: AttentionResult) -> go.Figure:
             row=1, col=col,
         )  # fmt: skip
     fig.update_xaxes(title_text="layer")
+    units = {"entropy": "entropy / log N", "distance_pixels": "pixels", "locality": "share"}
+    for col, (key, _) in enumerate(wanted, start=1):
+        fig.update_yaxes(title_text=units[key], row=1, col=col)
     images = result.patterns.shape[1]
     return finish(
         fig, f"Attention statistics per layer ({images} images; band: min-max over heads)", 380

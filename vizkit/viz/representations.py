@@ -79,6 +79,8 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
                 row=1, col=col,
             )  # fmt: skip
     fig.update_xaxes(title_text="normalized depth k / L")
+    fig.update_yaxes(title_text="F_k", row=1, col=1)
+    fig.update_yaxes(title_text="CKA", row=1, col=2)
     return finish(fig, "Feature evolution over depth (Refiner, Fig. 2/4)", 420)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -58,16 +59,28 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
     return fig
 
 
-def saliency_row(result: SaliencyResult, images: np.ndarray, count: int = 4) -> go.Figure:
-    """One method's maps on the first ``count`` images, side by side (min-max scaled)."""
+def saliency_row(
+    result: SaliencyResult,
+    images: np.ndarray,
+    count: int = 4,
+    classes: Sequence[str] | None = None,
+) -> go.Figure:
+    """One method's maps on the first ``count`` images, side by side (min-max scaled); each
+    title names the class explained (by name with ``classes``, e.g. a model card's)."""
     _check(result, images, 0)
     shown = range(min(count, len(images)))
-    titles = [
-        f"image {i}" + ("" if result.targets is None else f", class {int(result.targets[i])}")
-        for i in shown
-    ]
+    titles = [f"image {i}" + _explained(result, i, classes) for i in shown]
     fig = _overlay_row([images[i] for i in shown], [result.maps[i] for i in shown], titles)
     return finish(fig, f"{result.method} saliency (min-max scaled per map)", 400)
+
+
+def _explained(result: SaliencyResult, image: int, classes: Sequence[str] | None) -> str:
+    """ ", explains <class>" for a result with targets, else ""."""
+    if result.targets is None:
+        return ""
+    index = int(result.targets[image])
+    name = classes[index] if classes is not None and index < len(classes) else f"class {index}"
+    return f", explains {name}"
 
 
 def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.Figure:

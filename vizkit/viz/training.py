@@ -36,6 +36,8 @@ def training_curves(history: Sequence[dict], title: str = "Training history") ->
                     row=1, col=col,
                 )  # fmt: skip
     fig.update_xaxes(title_text="epoch", dtick=1)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", tickformat=".0%", row=1, col=2)
     return finish(fig, title, 380)
 
 
