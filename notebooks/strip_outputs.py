@@ -1,4 +1,5 @@
-"""Strip notebook outputs except those of `# NBVAL_CHECK_OUTPUT` cells (nbval compares those).
+"""Strip notebook outputs except those of cells tagged `nbval-check-output` (nbval compares
+those); cell metadata other than the nbval tags is dropped.
 
 Usage: python notebooks/strip_outputs.py notebooks/*.ipynb   (also run by `make strip`)
 """
@@ -9,7 +10,7 @@ import sys
 
 import nbformat
 
-CHECK = "# NBVAL_CHECK_OUTPUT"
+CHECK = "nbval-check-output"  # nbval's cell tags: nbval-check-output, nbval-ignore-output, ...
 
 
 def strip(path: str) -> None:
@@ -17,10 +18,11 @@ def strip(path: str) -> None:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        if CHECK not in cell.source:  # nbval needs a check cell's count: "unrun" cells fail
+        tags = [t for t in cell.metadata.get("tags", []) if t.startswith("nbval-")]
+        if CHECK not in tags:  # nbval needs a check cell's count: "unrun" cells fail
             cell.outputs = []
             cell.execution_count = None
-        cell.metadata = {}
+        cell.metadata = {"tags": tags} if tags else {}
     nb.metadata.pop("widgets", None)
     nbformat.write(nb, path)
 
