@@ -115,6 +115,6 @@ def step_slider(fig: go.Figure, labels: Sequence[str], per_step: int, active: in
     ]  # fmt: skip
     for t, trace in enumerate(fig.data):
         trace.visible = t // per_step == active
-    fig.update_layout(sliders=[{"active": active, "steps": steps,
+    fig.update_layout(sliders=[{"active": active, "steps": steps, "pad": {"t": 55},
                                 "currentvalue": {"prefix": prefix}}])  # fmt: skip
-    return fig
+    return fig  # pad: the slider's label sits below the x-axis title, not on it

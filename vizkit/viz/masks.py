@@ -105,18 +105,28 @@ def mask_layers_figure(
 
 
 def radial_profiles_figure(
-    masks: Mapping[str, Tensor], grid: tuple[int, int], title: str = "Mask against distance"
+    masks: Mapping[str, Tensor] | Mapping[str, Mapping[str, Tensor]],
+    grid: tuple[int, int],
+    title: str = "Mask against distance",
 ) -> go.Figure:
     """The mean mask value at each patch distance, one curve per label (``masks``: label ->
-    (Np, Np) or (Hm, Np, Np), heads averaged)."""
-    fig = go.Figure()
-    for i, (label, mask) in enumerate(masks.items()):
-        distance, profile = radial_profile(mask, grid)
-        values = profile.reshape(-1, len(distance)).mean(0)
-        fig.add_trace(go.Scatter(x=distance.tolist(), y=values.tolist(), mode="lines+markers",
-                                 name=label, line={"color": palette(i)}))  # fmt: skip
+    (Np, Np) or (Hm, Np, Np), heads averaged). A mapping of such mappings (e.g. ``{"ELM-ViT":
+    {...}, "GMM-ViT": {...}}``) gives one panel per group, each with its own y axis, so masks of
+    different scales are not flattened against each other."""
+    groups = masks if all(isinstance(v, Mapping) for v in masks.values()) else {"": masks}
+    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=[g for g in groups if g] or None,
+                        horizontal_spacing=0.08)  # fmt: skip
+    shown: set[str] = set()  # one legend entry per label, shared by the panels
+    for col, group in enumerate(groups.values(), start=1):
+        for i, (label, mask) in enumerate(group.items()):
+            distance, profile = radial_profile(mask, grid)
+            values = profile.reshape(-1, len(distance)).mean(0)
+            fig.add_trace(go.Scatter(x=distance.tolist(), y=values.tolist(), mode="lines+markers",
+                                     name=label, line={"color": palette(i)}, legendgroup=label,
+                                     showlegend=label not in shown), row=1, col=col)  # fmt: skip
+            shown.add(label)
+        fig.update_yaxes(title_text="mean mask value", row=1, col=col)
     fig.update_xaxes(title_text="distance between patches")
-    fig.update_yaxes(title_text="mean mask value")
     return finish(fig, title, 380)
 
 
@@ -171,7 +181,7 @@ def gmm_parameters_figure(history: Sequence[dict], title: str = "") -> go.Figure
     labels = [str(record["epoch"]) for record in epochs]
     step_slider(fig, labels, len(epochs[0]["masks"]), len(epochs) - 1, "epoch ")
     fig.add_hline(y=0, line_dash="dot")
-    fig.update_xaxes(title_text="|sigma| (patches)", type="log")
+    fig.update_xaxes(title_text="|sigma| (patches)", type="log", dtick="D2")  # 1, 2, 5, 10, ...
     fig.update_yaxes(title_text="alpha")
     return finish(fig, title or "GMM kernels per layer over training", 480)
 
@@ -199,7 +209,9 @@ def accuracy_vs_kernels_figure(
                       secondary_y=True)  # fmt: skip
         fig.update_yaxes(title_text="paper top-1 (%)", secondary_y=True)
     fig.update_xaxes(title_text="kernels K (0: no mask)", dtick=1)
-    fig.update_yaxes(title_text="our test accuracy", secondary_y=False)
+    fig.update_yaxes(title_text="our test top-1 (%)", tickformat=".1%", secondary_y=False)
+    if paper:
+        fig.update_yaxes(tickformat=".1f", secondary_y=True)  # the paper's percent, as printed
     return finish(fig, title or "Accuracy against the number of Gaussians (GMM Fig. 6)", 400)
 
 

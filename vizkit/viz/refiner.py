@@ -155,7 +155,7 @@ def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Fi
                        text=[f"seed {s}" for s in r["seeds"]])
         )  # fmt: skip
     low = min(min(r["accuracies"]) for r in results.values())
-    fig.update_yaxes(title_text="test accuracy", range=[max(0, low - 0.05), None])
+    fig.update_yaxes(title_text="test top-1", tickformat=".0%", range=[max(0, low - 0.05), None])
     return finish(fig, title, 380)
 
 
