@@ -126,9 +126,6 @@ return prompts.length > 0 && /\\[\\d+\\]/.test(prompts[prompts.length - 1].textC
 
 
 def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
     browser.get(f"{jupyterlab}/lab/tree/{NOTEBOOK.name}")
     wait_for(
         lambda: browser.execute_script(
@@ -143,6 +140,25 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     before = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 30, "the AttentionExplorer")
     browser.save_screenshot(str(tmp_path / "explorer_before.png"))
     assert "layer 3" in before  # the last layer is shown first
+    assert "layer 2" in move_layer_slider_left(browser, before)
+    browser.save_screenshot(str(tmp_path / "explorer_after.png"))
+
+    # a reload while the kernel runs: the saved output points at the widget, which comes back
+    # from the kernel's state drawn (before the fix: 0 traces), and its sliders still redraw it
+    browser.execute_script("return window.jupyterapp.commands.execute('docmanager:save')")
+    time.sleep(3)
+    browser.refresh()
+    reloaded = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 90, "the reloaded explorer")
+    browser.save_screenshot(str(tmp_path / "explorer_reloaded.png"))
+    assert "layer 2" in reloaded
+    assert "layer 1" in move_layer_slider_left(browser, reloaded)
+
+
+def move_layer_slider_left(browser, before: str) -> str:
+    """Press the left arrow on the explorer's layer slider; the figure's new state."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
     boxes = [
         b for b in browser.find_elements(By.CSS_SELECTOR, ".widget-vbox")
         if b.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
@@ -150,12 +166,11 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     ]  # fmt: skip
     layer_slider = boxes[0].find_elements(By.CSS_SELECTOR, ".widget-slider")[1]  # image, layer
     handle = layer_slider.find_element(By.CSS_SELECTOR, ".noUi-handle")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
     handle.click()
     handle.send_keys(Keys.ARROW_LEFT)
-    after = wait_for(
+    return wait_for(
         lambda: (s := browser.execute_script(EXPLORER_STATE)) != before and s,
         60,
         "the figure to change after moving the layer slider",
     )
-    browser.save_screenshot(str(tmp_path / "explorer_after.png"))
-    assert "layer 2" in after

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipywidgets
+import numpy as np
+import plotly.graph_objects as go
 import pytest
 import timm
 import torch
@@ -51,8 +54,50 @@ def test_attention_explorer_controls_and_cache(shapes_vit):
     assert explorer.computed == 5
     explorer._clicked(explorer.figure.data[1], Points(point_inds=[0], xs=[30], ys=[5]), None)
     assert explorer.query == (1, 7)  # 32 px, 8x8 grid: y 5 -> row 1, x 30 -> column 7
-    assert "patch (1, 7)" in explorer.figure.layout.title.text
-    assert explorer.static().data[1].z.shape == (32, 32)
+    assert "patch (row 1, col 7)" in explorer.figure.layout.title.text
+    heatmap = explorer.static().data[1]
+    assert heatmap.z.shape == (8, 8)  # one cell per patch, spanning its 4x4 pixels
+    assert (heatmap.x0, heatmap.dx, heatmap.y0, heatmap.dy) == (1.5, 4, 1.5, 4)
+    assert heatmap.customdata[1, 7].tolist() == [1, 7]  # hover names the patch, not the pixel
+    assert "patch (row %{customdata[0]}, col %{customdata[1]})" in heatmap.hovertemplate
+    (outline,) = explorer.figure.layout.shapes  # the query patch, in pixels
+    assert (outline.x0, outline.x1, outline.y0, outline.y1) == (27.5, 31.5, 3.5, 7.5)
+
+
+def test_attention_explorer_disables_controls_that_do_not_apply(shapes_vit):
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    assert not explorer.layer.disabled and not explorer.head.disabled
+    for view in ("rollout", "class attention"):
+        explorer.view.value = view
+        assert explorer.layer.disabled and explorer.head.disabled and not explorer.image.disabled
+        assert "do not apply" in explorer.figure.layout.title.text
+        assert not explorer.figure.layout.shapes  # no query in these views
+    explorer.view.value = "query row"
+    assert not explorer.layer.disabled and not explorer.head.disabled
+
+
+def test_explorer_state_is_what_a_reloaded_page_draws(shapes_vit):
+    """A view opened later (a browser reload while the kernel runs) draws the widget's synced
+    state; it must be the current figure, not the empty one the widget was created with."""
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    explorer.layer.value = 1
+    state = explorer.figure.get_state()
+    assert len(state["_widget_data"]) == len(explorer.figure.data) == 2
+    assert np.array_equal(state["_widget_data"][1]["z"], explorer.figure.data[1].z)
+    assert "layer 1" in state["_widget_layout"]["title"]["text"]
+
+
+def test_explorer_controls_sit_on_a_full_width_grid(shapes_vit):
+    model, images, _ = shapes_vit
+    box = AttentionExplorer(model, images[:2]).widget
+    grid, figure = box.children
+    assert isinstance(grid, ipywidgets.GridBox) and isinstance(figure, go.FigureWidget)
+    assert "repeat(2" in grid.layout.grid_template_columns
+    assert all(control.layout.width == "auto" for control in grid.children)  # fill the cell
+    view = next(c for c in grid.children if isinstance(c, ipywidgets.ToggleButtons))
+    assert view.layout.grid_area.endswith("/ -1")  # the view buttons have a row of their own
 
 
 def test_attention_explorer_on_cait_starts_on_a_patch(cait):

@@ -93,7 +93,7 @@ def attention(r: ReportInputs) -> Section:
         "layer (of a hierarchical model: of its last stage) and head of image 0, the same "
         "query's head-averaged row over the image, and per-layer statistics over all images.",
         [
-            viz.attention_grid(result),
+            viz.attention_grid(result, images=images),
             viz.query_attention(result, images),
             viz.attention_stats_figure(result),
         ],

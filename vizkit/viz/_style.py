@@ -17,6 +17,7 @@ __all__ = [
     "display_images",
     "epoch_shades",
     "finish",
+    "map_axes",
     "min_max_scaled",
     "palette",
     "step_slider",
@@ -91,6 +92,14 @@ def square_cells(fig: go.Figure) -> go.Figure:
         fig.layout["yaxis" + y[1:]].update(scaleanchor=x, constrain="domain")
         fig.layout["xaxis" + x[1:]].update(constrain="domain")
     return fig
+
+
+def map_axes(fig: go.Figure) -> go.Figure:
+    """Axes of maps and images: row 0 at the top, no tick labels (the hover names the cell),
+    square cells in every subplot."""
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    return square_cells(fig)
 
 
 def min_max_scaled(values: Tensor) -> Tensor:

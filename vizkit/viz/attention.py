@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult
 from ..hooks.inputs import check_choice
-from ._style import ATTENTION_SCALE, finish, min_max_scaled, square_cells
+from ._style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 from .overlay import heatmap_on_image, opacity_slider
 
 __all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
@@ -23,8 +23,22 @@ def default_query(result: AttentionResult) -> str | tuple[int, int]:
     return (gh // 2, gw // 2)
 
 
-def _query_label(query) -> str:
-    return "the class token" if query == "cls" else f"patch {query}"
+def query_label(query: str | tuple[int, int]) -> str:
+    """ "the class token" or "patch (row r, col c)", as the maps' hover names patches."""
+    return "the class token" if query == "cls" else f"patch (row {query[0]}, col {query[1]})"
+
+
+def outline_patch(fig: go.Figure, patch: tuple[int, int], grid: tuple[int, int],
+                  size: tuple[int, int], **subplot) -> go.Figure:  # fmt: skip
+    """Outline ``patch`` (row, col) of a ``grid`` (gh, gw) over an image of ``size`` (H, W)
+    whose pixels are the axes (the query of an attention row); ``subplot``: its row and col."""
+    (gh, gw), (height, width), (r, c) = grid, size, patch
+    ph, pw = height / gh, width / gw
+    fig.add_shape(
+        type="rect", x0=c * pw - 0.5, x1=(c + 1) * pw - 0.5, y0=r * ph - 0.5,
+        y1=(r + 1) * ph - 0.5, line={"color": "red", "width": 2}, **subplot,
+    )  # fmt: skip
+    return fig
 
 
 COLOUR_SCALES = ("robust", "shared", "per_panel")
@@ -35,8 +49,10 @@ def attention_grid(
     image: int = 0,
     query: str | tuple[int, int] | None = None,
     scale: str = "robust",
+    images: np.ndarray | None = None,
 ) -> go.Figure:
-    """Layers x heads small multiples of one query's attention over the patch grid.
+    """Layers x heads small multiples of one query's attention over the patch grid, the image
+    beside them (the query patch outlined) when ``images`` are given.
 
     Args:
         result: from `vizkit.attention`.
@@ -46,6 +62,7 @@ def attention_grid(
             percentile of the weights, so one large weight does not flatten every other panel
             (larger weights saturate); "shared": 0 to the maximum; "per_panel": each panel
             min-max scaled on its own (compare shapes, not strengths).
+        images: display images (B, H, W, 3) uint8 (`display_images`), or None for the maps only.
     """
     _check_image(result, image)
     check_choice("scale", scale, COLOUR_SCALES)
@@ -55,29 +72,32 @@ def attention_grid(
     if scale == "per_panel":
         rows = torch.stack([torch.stack([min_max_scaled(m) for m in layer]) for layer in rows])
     top = rows.quantile(0.99).item() if scale == "robust" else rows.max().item()
+    beside = 0 if images is None else 1  # the image's column
+    specs = [[{"rowspan": depth}] * beside + [{}] * heads]
+    specs += [[None] * beside + [{}] * heads for _ in range(depth - 1)]
     fig = make_subplots(
-        rows=depth,
-        cols=heads,
-        subplot_titles=[
-            f"layer {layer} · head {h}" for layer in result.layers for h in range(heads)
-        ],
-        horizontal_spacing=0.02,
-        vertical_spacing=0.06 / max(1, depth / 4),
-    )
+        rows=depth, cols=beside + heads, specs=specs,
+        column_titles=["image"] * beside + [f"head {h}" for h in range(heads)],
+        row_titles=[f"layer {layer}" for layer in result.layers],
+        horizontal_spacing=0.02, vertical_spacing=0.04 / max(1, depth / 4),
+    )  # fmt: skip
+    if images is not None:
+        fig.add_trace(go.Image(z=images[image], hoverinfo="skip"), row=1, col=1)
+        if isinstance(query, tuple):
+            outline_patch(fig, query, result.layout.grid, images.shape[1:3], row=1, col=1)
+        fig.update_yaxes(constraintoward="top", row=1, col=1)
     for i in range(depth):
         for h in range(heads):
             fig.add_trace(
                 go.Heatmap(
                     z=rows[i, h].numpy(),
                     coloraxis="coloraxis",
-                    hovertemplate="row %{y}, col %{x}: %{z:.3f}<extra></extra>",
+                    hovertemplate="patch (row %{y}, col %{x}): %{z:.3f}<extra></extra>",
                 ),
                 row=i + 1,
-                col=h + 1,
+                col=beside + h + 1,
             )
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    square_cells(fig)
-    fig.update_xaxes(showticklabels=False)
+    map_axes(fig)
     bar = {
         "robust": "weight<br>(99th pct)",
         "shared": "weight",
@@ -85,7 +105,8 @@ def attention_grid(
     }
     fig.update_layout(
         coloraxis={"colorscale": ATTENTION_SCALE, "cmin": 0, "cmax": max(top, 1e-12),
-                   "colorbar": {"title": bar[scale]}}
+                   "colorbar": {"title": bar[scale], "x": 1.06}},
+        margin={"r": 110},
     )  # fmt: skip
     how = {
         "robust": f"one colour scale, 0 to the 99th percentile {top:.3g}, max {rows.max():.3g}",
@@ -93,10 +114,10 @@ def attention_grid(
         "per_panel": "each panel min-max scaled",
     }[scale]
     title = (
-        f"Attention of {_query_label(query)} over the patches, image {image}: layers x heads"
+        f"Attention of {query_label(query)} over the patches, image {image}: layers x heads"
         f"<br><sup>post-softmax row; {how}</sup>"
     )
-    return finish(fig, title, height=max(300, 170 * depth + 80))
+    return finish(fig, title, height=max(300, 150 * depth + 110))
 
 
 def query_attention(
@@ -119,18 +140,11 @@ def query_attention(
     row = result.row(query, heads=heads)[layer, image]  # (gh, gw)
     fig = go.Figure(heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE))
     if isinstance(query, tuple):
-        (gh, gw), (height, width) = result.layout.grid, images.shape[1:3]
-        ph, pw = height / gh, width / gw
-        r, c = query
-        fig.add_shape(
-            type="rect", x0=c * pw - 0.5, x1=(c + 1) * pw - 0.5, y0=r * ph - 0.5,
-            y1=(r + 1) * ph - 0.5, line={"color": "red", "width": 2},
-        )  # fmt: skip
-    fig.update_yaxes(autorange="reversed")
-    square_cells(fig)
+        outline_patch(fig, query, result.layout.grid, images.shape[1:3])
+    map_axes(fig)
     opacity_slider(fig)
     title = (
-        f"Attention of {_query_label(query)} at layer {result.layers[layer]} ({heads} over "
+        f"Attention of {query_label(query)} at layer {result.layers[layer]} ({heads} over "
         f"heads), image {image}"
     )
     return finish(fig, title, height=460)

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..analysis import SaliencyResult
-from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, min_max_scaled, square_cells
+from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes, min_max_scaled
 
 __all__ = ["class_attention_heads", "fig7_gallery", "talking_heads_matrices"]
 
@@ -40,9 +40,7 @@ def class_attention_heads(
                            coloraxis="coloraxis"),
                 row=j + 1, col=h + 2,
             )  # fmt: skip
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "min-max"}})
     return finish(
         fig, f"Class attention per head, image {image} (CaiT Fig. 6)", 170 * len(layers) + 90
@@ -71,9 +69,7 @@ def fig7_gallery(
     for i in range(count):
         fig.add_trace(go.Heatmap(z=maps[i].numpy(), coloraxis="coloraxis"),
                       row=i // columns + 1, col=i % columns + 1)  # fmt: skip
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     fig.update_annotations(font_size=11)
     fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     title = (
@@ -96,8 +92,7 @@ def talking_heads_matrices(model: nn.Module) -> go.Figure:
         for row, mix in ((1, attn.proj_l), (2, attn.proj_w)):
             weight = mix.weight.detach().float().cpu().numpy()
             fig.add_trace(go.Heatmap(z=weight, coloraxis="coloraxis"), row=row, col=col)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    map_axes(fig)
     fig.update_layout(
         coloraxis={"colorscale": "RdBu_r", "cmid": 0, "colorbar": {"title": "weight"}}
     )

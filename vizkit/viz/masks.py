@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, finish, palette, square_cells, step_slider
+from ._style import MASK_SCALE, finish, map_axes, palette, step_slider
 from .overlay import overlay_grid
 
 __all__ = [
@@ -96,9 +96,7 @@ def mask_layers_figure(
         fig.add_trace(go.Heatmap(z=z.numpy(), coloraxis="coloraxis"), row=1, col=col)
         fig.add_trace(go.Heatmap(z=folded_mask(z, grid).numpy(), coloraxis="coloraxis"),
                       row=2, col=col)  # fmt: skip
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0,
                                  "colorbar": {"title": "z-score"}})  # fmt: skip
     return finish(fig, title, 560)
@@ -256,8 +254,6 @@ def mask_evolution_figure(
                           row=1, col=h + 1)  # fmt: skip
     step_slider(fig, [str(e) for e in epochs], heads, len(epochs) - 1, "epoch ")
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     default = f"The mask row of query patch ({r}, {c}) over training"
     return finish(fig, title or default, 360)

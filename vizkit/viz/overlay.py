@@ -6,23 +6,28 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch.nn.functional as F
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ._style import SALIENCY_SCALE, min_max_scaled
+from ._style import SALIENCY_SCALE, map_axes, min_max_scaled
 
-__all__ = ["OPACITY", "heatmap_on_image", "opacity_slider", "overlay_grid", "upsample_map"]
+__all__ = ["OPACITY", "heatmap_on_image", "opacity_slider", "map_placement", "overlay_grid"]
 
 OPACITY = 0.6  # of a map over its image; a step of the opacity slider, which starts there
 
 
-def upsample_map(values: Tensor, size: tuple[int, int]) -> np.ndarray:
-    """A (h, w) map resized (nearest: patch maps stay patches) to (H, W), as numpy."""
-    values = values.detach().float().cpu()
-    if tuple(values.shape) != tuple(size):
-        values = F.interpolate(values[None, None], size=size, mode="nearest")[0, 0]
-    return values.numpy()
+def map_placement(values: np.ndarray, height: int, width: int) -> tuple[dict, str]:
+    """Where a (h, w) map lies over an (height, width) image whose pixels are the axes, and
+    what its hover names: a pixel map as it is; a coarser map (patches, feature-map cells)
+    drawn at its own resolution, each cell spanning its pixels and hovering as
+    "patch (row r, col c)"."""
+    rows, cols = values.shape
+    if (rows, cols) == (height, width):
+        return {}, "pixel (x %{x}, y %{y})"
+    dy, dx = height / rows, width / cols
+    index = np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), axis=-1)
+    place = {"x0": (dx - 1) / 2, "dx": dx, "y0": (dy - 1) / 2, "dy": dy, "customdata": index}
+    return place, "patch (row %{customdata[0]}, col %{customdata[1]})"
 
 
 def heatmap_on_image(
@@ -36,14 +41,17 @@ def heatmap_on_image(
     coloraxis: str | None = None,
     zrange: tuple[float, float] | None = None,
 ) -> list[go.BaseTraceType]:
-    """Traces of one image (H, W, 3 uint8) with a map (h, w) over it (pixels as the axes)."""
+    """Traces of one image (H, W, 3 uint8) with a map (h, w) over it, pixels as the axes; the
+    map keeps its own resolution (one cell per patch) and hovers in its own coordinates."""
     height, width = image.shape[:2]
-    z = upsample_map(values, (height, width))
+    z = values.detach().float().cpu().numpy()
+    place, where = map_placement(z, height, width)
     heat = {
         "z": z,
         "opacity": opacity,
         "name": name,
-        "hovertemplate": "x %{x}, y %{y}: %{z:.3g}<extra>" + name + "</extra>",
+        "hovertemplate": where + ": %{z:.3g}<extra>" + name + "</extra>",
+        **place,
     }
     if coloraxis:
         heat["coloraxis"] = coloraxis
@@ -93,7 +101,6 @@ def overlay_grid(cells: Sequence[Sequence[tuple[np.ndarray, Tensor | None]]], **
                 traces = heatmap_on_image(image, min_max_scaled(values), coloraxis="coloraxis")
             for trace in traces:
                 fig.add_trace(trace, row=r, col=c)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     return fig

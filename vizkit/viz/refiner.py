@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ..analysis import AttentionResult, RefinerStages
-from ._style import ATTENTION_SCALE, MASK_SCALE, finish, palette
+from ._style import ATTENTION_SCALE, MASK_SCALE, finish, map_axes, palette
 
 __all__ = [
     "accuracy_over_seeds_figure",
@@ -48,8 +48,7 @@ def refiner_stages_figure(stages: RefinerStages, image: int = 0) -> go.Figure:
         maps = stages.maps[stage][image]
         for col in range(maps.shape[0]):
             fig.add_trace(_signed_heatmap(maps[col]), row=row, col=col + 1)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(
         fig, f"Block {stages.layer}: the refiner stage by stage, image {image} (Refiner Fig. 3)",
@@ -68,8 +67,7 @@ def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
     for col, matrix in enumerate(matrices, start=1):
         if matrix is not None:
             fig.add_trace(_signed_heatmap(matrix), row=1, col=col)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(fig, f"Block {stages.layer}: learned refiner weights", 260)
 
@@ -91,8 +89,7 @@ def attention_matrices(
             matrix = result.heads()[result.layers.index(layer), image]
             axis = "coloraxis2" if result.maps == "applied" else "coloraxis"
             fig.add_trace(_signed_heatmap(matrix, axis), row=row, col=col)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    map_axes(fig)
     fig.update_layout(
         coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"x": 1.02, "len": 0.45, "y": 0.8}},
         coloraxis2={"colorscale": MASK_SCALE, "cmid": 0,

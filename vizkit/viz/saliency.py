@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
-from ._style import finish, min_max_scaled, square_cells
+from ._style import finish, map_axes, min_max_scaled
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 
 __all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
@@ -28,8 +28,7 @@ def saliency_overlay(result: SaliencyResult, images: np.ndarray, image: int = 0)
     """One method's map of one image over it (cividis, min-max per map)."""
     _check(result, images, image)
     fig = go.Figure(heatmap_on_image(images[image], _scaled(result, image), name=result.method))
-    fig.update_yaxes(autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     opacity_slider(fig)
     target = "" if result.targets is None else f", explaining class {int(result.targets[image])}"
     return finish(fig, f"{result.method} saliency (min-max scaled), image {image}{target}", 460)

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.saliency_result import SaliencyResult
 from ..analysis.sot import HeadAnatomy
-from ._style import MASK_SCALE, finish, palette, square_cells, step_slider
+from ._style import MASK_SCALE, finish, map_axes, palette, step_slider
 from .overlay import opacity_slider, overlay_grid
 
 __all__ = ["branch_logits_figure", "cross_covariance_figure", "maps_grid", "svpn_spectrum_figure"]
@@ -34,9 +34,7 @@ def cross_covariance_figure(anatomy: HeadAnatomy, image: int = 0) -> go.Figure:
     fig = make_subplots(rows=1, cols=len(cov), subplot_titles=titles, horizontal_spacing=0.02)
     for i, q in enumerate(cov):
         fig.add_trace(go.Heatmap(z=q.numpy(), coloraxis="coloraxis"), row=1, col=i + 1)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_yaxes(showticklabels=False, autorange="reversed")
-    square_cells(fig)
+    map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(fig, f"Per-head cross-covariance Q_i = (1/q) W_i Z Z^T R_i^T, image {image}", 300)
 

@@ -13,8 +13,8 @@ from ..analysis.attention import reduce_heads
 from ..hooks import HookedModel
 from ..hooks.inputs import check_images
 from ..viz import display_images
-from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish
-from ..viz.attention import default_query
+from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes
+from ..viz.attention import default_query, outline_patch, query_label
 from ..viz.overlay import heatmap_on_image
 from ._base import Explorer
 
@@ -89,21 +89,28 @@ class AttentionExplorer(Explorer):
         i, view = self.image.value, self.view.value
         if view == "query row":
             result = self._attention(i, self.layer.value)
-            rows = result.row(self._query_on(result.layout))[0, 0]  # (H, gh, gw)
+            query = self._query_on(result.layout)
+            rows = result.row(query)[0, 0]  # (H, gh, gw)
             head = self.head.value
             values = rows[head] if isinstance(head, int) else reduce_heads(rows, head, head_dim=0)
-            query = self._query_on(result.layout)
-            who = "the class token" if query == "cls" else f"patch {query}"
-            layer = result.layers[0]
-            title = f"Attention of {who} at layer {layer}, head {head} (click a patch)"
+            title = (
+                f"Attention of {query_label(query)} at layer {result.layers[0]}, head {head}"
+                "<br><sup>click a patch to make it the query</sup>"
+            )
             scale = ATTENTION_SCALE
         else:
             saliency = self._saliency(view, i)
             values, scale = saliency.maps[0], SALIENCY_SCALE
-            title = f"{view} of image {i}"
-        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, opacity=0.6))
-        fig.update_yaxes(autorange="reversed", scaleanchor="x")
-        return finish(fig, title, 480)
+            title = f"{view} of image {i}<br><sup>layer and head do not apply</sup>"
+        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale))
+        if view == "query row" and query != "cls":
+            outline_patch(fig, query, result.layout.grid, self.display.shape[1:3])
+        map_axes(fig)
+        fig.update_layout(width=620)  # the colour bar beside the square map
+        return finish(fig, title, 520)
+
+    def _inapplicable(self) -> set[widgets.Widget]:
+        return set() if self.view.value == "query row" else {self.layer, self.head}
 
     def _saliency(self, view: str, image: int):
         x = self.images[image : image + 1]
