@@ -1,18 +1,314 @@
-"""Figure lint over every report section of the shipped ViT, CaiT and ResNet: each figure has a
-title, square cells for square maps and image overlays (in every subplot, not only the first),
-a colour bar wherever colour carries a value, axis titles on curves, and no label that
-contradicts the model (LayerScale where there is none)."""
+"""Figure lint over every public figure builder, every explorer and every report section of the
+core zoo and of one model per paper. Each figure has a title; square maps have square cells in
+every subplot (not only the first); colour carries a value only with a colour bar; curves and
+bars have axis titles; accuracy reads in percent; class names, not numbers, where the data has
+names; and no label contradicts the model (LayerScale where there is none)."""
 
 from __future__ import annotations
 
+import re
+from functools import cache
+
 import plotly.graph_objects as go
 import pytest
+import torch
 
+import vizkit as vk
+from vizkit.analysis import masks as mk
+from vizkit.analysis import sot
+from vizkit.analysis.residual_ratios import layerscale_gammas
 from vizkit.report.inputs import load_inputs
 from vizkit.report.sections import SECTIONS, NotApplicable
 
+GRID = (8, 8)  # the Shapes models' patch grid (32 px, patch 4)
 
-def report_figures(model: str) -> list[tuple[str, go.Figure]]:
+
+def faults(fig: go.Figure) -> list[str]:
+    """What is wrong with ``fig`` by the rules above (empty: nothing)."""
+    found = []
+    if not (fig.layout.title.text or "").strip():
+        found.append("no title")
+    with_image = {(t.xaxis or "x", t.yaxis or "y") for t in fig.data if isinstance(t, go.Image)}
+    for trace in fig.data:  # plotly keeps an image's pixels square (and a map laid over it)
+        x, y = trace.xaxis or "x", trace.yaxis or "y"
+        if _is_square_map(trace) and (x, y) not in with_image:
+            if fig.layout["yaxis" + y[1:]].scaleanchor != x:
+                found.append(f"cells not square on {y}")
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    shared = [t for t in heatmaps if t.coloraxis]
+    own = [t for t in heatmaps if not t.coloraxis]
+    if shared and fig.layout.coloraxis.showscale is False:
+        found.append("no colour bar")
+    if own and all(t.showscale is False for t in own):
+        found.append("no colour bar")
+    axes = {k: fig.layout[k] for k in fig.layout if re.fullmatch(r"[xy]axis\d*", k)}
+    on_maps = {(t.xaxis, t.yaxis) for t in fig.data if isinstance(t, go.Heatmap | go.Image)}
+    plots = [t for t in fig.data if isinstance(t, go.Bar | go.Scatter)
+             and (t.xaxis, t.yaxis) not in on_maps]  # not a marker drawn on a map  # fmt: skip
+    lines = [t for t in plots if isinstance(t, go.Scatter) and t.mode != "markers"]
+    if plots:
+        if not any(a.title.text for k, a in axes.items() if k.startswith("y")):
+            found.append("curves or bars without a y-axis title")
+    if lines and not any(a.title.text for k, a in axes.items() if k.startswith("x")):
+        found.append("curves without an x-axis title")
+    for key, axis in axes.items():
+        title = (axis.title.text or "").lower()
+        if "accuracy" in title and "%" not in title and "%" not in (axis.tickformat or ""):
+            found.append(f"{key} shows accuracy, not in percent")
+    named = [t for t in lines if t.showlegend is not False]
+    if len(named) > 1 and any(not t.name for t in named):
+        found.append("several curves, some without a legend name")
+    for text in _texts(fig):
+        if re.search(r"\bclass \d+\b", text):
+            found.append(f"a class number where the data has names: {text!r}")
+    return found
+
+
+def _is_square_map(trace) -> bool:
+    """A heatmap whose grid is square (a patch map, a CKA matrix, a mask)."""
+    if not isinstance(trace, go.Heatmap) or trace.z is None:
+        return False
+    rows = len(trace.z)
+    return rows > 1 and rows == len(trace.z[0])
+
+
+def _texts(fig: go.Figure) -> list[str]:
+    axes = [fig.layout[k].title.text for k in fig.layout if re.fullmatch(r"[xy]axis\d*", k)]
+    notes = [a.text for a in fig.layout.annotations or ()]
+    return [t for t in [fig.layout.title.text, *axes, *notes] if t]
+
+
+# ---- inputs: the committed sample and shipped models, loaded once ----------------------------
+
+
+@cache
+def sample():
+    images, labels, masks = vk.datasets.load_sample()
+    return images[:4], labels[:4], masks[:4]
+
+
+@cache
+def zoo(name: str):
+    return vk.zoo.load(name)
+
+
+def model(name: str):
+    return zoo(name)[0]
+
+
+def history(name: str) -> list[dict]:
+    return zoo(name)[1]["history"]
+
+
+VIT = "vit_tiny_shapes"
+DEEP = ("vit_deep_shapes", "vit_deep_layerscale_shapes")  # without and with LayerScale
+
+
+def shown(name: str = "vit_tiny_shapes"):
+    return vk.viz.display_images(sample()[0], zoo(name)[0])
+
+
+def classes(name: str = "vit_tiny_shapes") -> list[str]:
+    return zoo(name)[1]["classes"]
+
+
+@cache
+def vit_attention():
+    return vk.attention(zoo("vit_tiny_shapes")[0], sample()[0])
+
+
+@cache
+def elm_masks():
+    return {n: m[0] for n, m in mk.learned_masks(zoo("masks_elm_s0")[0]).items()}
+
+
+@cache
+def refiner_stages():
+    return vk.analysis.refiner_stages(zoo("refined_vit_shapes")[0], sample()[0], layer=3)
+
+
+@cache
+def evolution():
+    return vk.feature_evolution(zoo("vit_tiny_shapes")[0], sample()[0], progress=False)
+
+
+@cache
+def anatomy():
+    return sot.head_anatomy(zoo("sot_sum_s0")[0], sample()[0])
+
+
+@cache
+def gradcam():
+    images, labels, _ = sample()
+    return vk.gradcam(zoo("vit_tiny_shapes")[0], images, target=labels)
+
+
+def probabilities(name: str = "vit_tiny_shapes"):
+    with torch.no_grad():
+        return zoo(name)[0](sample()[0]).softmax(-1)
+
+
+def fig7():
+    model = zoo("cait_tiny_shapes")[0]
+    images = sample()[0]
+    cfg = model.pretrained_cfg
+    gray = vk.analysis.modulated_gray(
+        vk.class_attention(model, images), images, cfg["mean"], cfg["std"]
+    )
+    return vk.viz.fig7_gallery(gray, probabilities("cait_tiny_shapes"), classes("cait_tiny_shapes"))
+
+
+def gaussian_fit():
+    name, mask = next(iter(elm_masks().items()))
+    fit = mk.fit_gaussian_mixture(mask, GRID, num_kernels=2, restarts=1)
+    return vk.viz.gaussian_fit_figure(mask, fit, GRID, f"ELM-ViT {name}: two Gaussians fitted")
+
+
+def compare_table():
+    images, labels, masks = sample()
+    model = zoo("vit_tiny_shapes")[0]
+    return vk.metrics.compare_saliency(
+        model, images, methods=["rollout", "gradcam"], masks=masks, target=labels
+    )
+
+
+BUILDERS = {
+    "attention_grid": lambda: [
+        vk.viz.attention_grid(vit_attention(), images=shown()),
+        vk.viz.attention_grid(vit_attention(), query=(2, 3), scale="per_panel"),
+    ],
+    "query_attention": lambda: vk.viz.query_attention(vit_attention(), shown(), query=(2, 3)),
+    "attention_stats_figure": lambda: vk.viz.attention_stats_figure(vit_attention()),
+    "class_attention_heads": lambda: vk.viz.class_attention_heads(
+        [vk.class_attention(zoo("cait_tiny_shapes")[0], sample()[0], layer=j) for j in (0, 1)],
+        shown("cait_tiny_shapes"),
+    ),
+    "fig7_gallery": fig7,
+    "talking_heads_matrices": lambda: vk.viz.talking_heads_matrices(zoo("cait_tiny_shapes")[0]),
+    "layerscale_heatmap": lambda: vk.viz.layerscale_heatmap(zoo("cait_tiny_shapes")[0]),
+    "residual_ratio_curves": lambda: [
+        vk.viz.residual_ratio_curves(
+            [h["residual_ratios"] for h in zoo("vit_deep_shapes")[1]["history"]]
+        ),
+        vk.viz.residual_ratio_curves(
+            {
+                n: vk.residual_ratios(zoo(n)[0], sample()[0])
+                for n in ("vit_deep_shapes", "vit_deep_layerscale_shapes")
+            }
+        ),
+    ],  # fmt: skip
+    "cka_heatmap": lambda: vk.viz.cka_heatmap(evolution().cka),
+    "feature_evolution_curves": lambda: vk.viz.feature_evolution_curves({"ViT": evolution()}),
+    "predictions_figure": lambda: vk.viz.predictions_figure(
+        shown(), probabilities(), sample()[1], classes()
+    ),
+    "saliency_overlay": lambda: vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
+    "saliency_row": lambda: vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
+    "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(compare_table(), shown()),
+    "mask_figure": lambda: vk.viz.mask_figure(next(iter(elm_masks().values())), GRID, (3, 3)),
+    "mask_layers_figure": lambda: vk.viz.mask_layers_figure(elm_masks(), GRID, "ELM masks"),
+    "radial_profiles_figure": lambda: vk.viz.radial_profiles_figure(
+        {"ELM": elm_masks()}, GRID, "Mean mask value against distance"
+    ),
+    "gaussian_fit_figure": gaussian_fit,
+    "gmm_parameters_figure": lambda: vk.viz.gmm_parameters_figure(
+        zoo("masks_gmm_k3_s0")[1]["history"], "GMM kernels per epoch"
+    ),
+    "mask_evolution_figure": lambda: vk.viz.mask_evolution_figure(
+        mk.gmm_masks_over_training(zoo("masks_gmm_k3_s0")[1]["history"], GRID)["blocks.0.attn"],
+        GRID,
+    ),
+    "received_attention_figure": lambda: vk.viz.received_attention_figure(
+        shown(), {"ViT": vit_attention().received()[-1]}, count=2
+    ),
+    "accuracy_vs_kernels_figure": lambda: vk.viz.accuracy_vs_kernels_figure(
+        {k: vk.zoo.accuracy_over_seeds(f"masks_gmm_k{k}") for k in (1, 3, 5)},
+        {1: 75.54, 3: 77.12, 5: 77.81},
+    ),
+    "accuracy_over_seeds_figure": lambda: vk.viz.accuracy_over_seeds_figure(
+        {"ELM": vk.zoo.accuracy_over_seeds("masks_elm")}, "Test accuracy over 3 seeds"
+    ),
+    "refiner_stages_figure": lambda: vk.viz.refiner_stages_figure(refiner_stages()),
+    "refiner_weights_figure": lambda: vk.viz.refiner_weights_figure(refiner_stages()),
+    "attention_matrices": lambda: vk.viz.attention_matrices(
+        {
+            "ViT": vit_attention(),
+            "Refined-ViT": vk.attention(zoo("refined_vit_shapes")[0], sample()[0]),
+        },
+        layers=[0, 2],
+    ),  # fmt: skip
+    "attention_depth_curves": lambda: vk.viz.attention_depth_curves(
+        {"ViT": vit_attention().stats()}
+    ),
+    "crop_ratio_curves": lambda: vk.viz.crop_ratio_curves(
+        {
+            "ViT": vk.analysis.crop_ratio_accuracy(
+                zoo("vit_tiny_shapes")[0],
+                vk.datasets.Shapes("test", n=16),
+                (0.8, 1.0),
+                progress=False,
+            )
+        }
+    ),  # fmt: skip
+    "cross_covariance_figure": lambda: vk.viz.cross_covariance_figure(anatomy()),
+    "svpn_spectrum_figure": lambda: vk.viz.svpn_spectrum_figure(anatomy()),
+    "branch_logits_figure": lambda: vk.viz.branch_logits_figure(
+        anatomy(), classes=vk.datasets.SHAPE_CLASSES
+    ),
+    "maps_grid": lambda: vk.viz.maps_grid(shown(), {"Grad-CAM": gradcam()}, [0, 1]),
+    "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
+    "epoch_accuracy_curves": lambda: vk.viz.epoch_accuracy_curves(
+        {"ViT": zoo("vit_tiny_shapes")[1]["history"]}, "Test accuracy per epoch"
+    ),
+}
+NOT_FIGURES = {"display_images", "folded_mask", "heatmap_on_image", "use_exportable_figures"}
+
+EXPLORERS = {
+    "AttentionExplorer": lambda: vk.widgets.AttentionExplorer(model(VIT), sample()[0]),
+    "CKAExplorer": lambda: vk.widgets.CKAExplorer({"ViT": evolution()}),
+    "HistoryExplorer": lambda: vk.widgets.HistoryExplorer(zoo("vit_tiny_shapes")[1]),
+    "LayerScaleExplorer": lambda: vk.widgets.LayerScaleExplorer(sample()[0], 4, (0.1, 1.0)),
+    "RefinerExplorer": lambda: vk.widgets.RefinerExplorer(model("refined_vit_shapes"), sample()[0]),
+    "SaliencyComparer": lambda: vk.widgets.SaliencyComparer(
+        zoo("vit_tiny_shapes")[0], sample()[0], sample()[2], methods=["rollout"]
+    ),
+}  # fmt: skip
+
+
+def test_every_public_figure_builder_and_explorer_is_linted():
+    builders = set(vk.viz.__all__) - NOT_FIGURES
+    assert builders == set(BUILDERS), "add the new builder to BUILDERS"
+    explorers = {n for n in vk.widgets.__all__ if n[0].isupper()}
+    assert explorers == set(EXPLORERS), "add the new explorer to EXPLORERS"
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_builder_lint(name):
+    built = BUILDERS[name]()
+    for fig in built if isinstance(built, list) else [built]:
+        assert faults(fig) == []
+
+
+@pytest.mark.parametrize("name", sorted(EXPLORERS))
+def test_explorer_lint(name):
+    explorer = EXPLORERS[name]()
+    assert faults(explorer.static()) == []
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+REPORTED = ["vit_tiny_shapes", "cait_tiny_shapes", "resnet_tiny_shapes", "vit_tiny_digits",
+            "refined_vit_shapes", "masks_gmm_k3_s0", "sot_sum_s0"]  # fmt: skip
+
+
+def _gammas(model):
+    """Each block's LayerScale gammas (None where the block has none)."""
+    blocks = [n for n, _ in model.named_modules() if re.fullmatch(r"blocks(_token_only)?\.\d+", n)]
+    return [g for n in blocks for g in layerscale_gammas(model, n)]
+
+
+@cache
+def report_figures(model: str) -> tuple[tuple[str, go.Figure], ...]:
     inputs = load_inputs(model, n=2)
     figures = []
     for name, build in SECTIONS.items():
@@ -21,47 +317,47 @@ def report_figures(model: str) -> list[tuple[str, go.Figure]]:
         except NotApplicable:
             continue
         figures += [(f"{name}[{i}]", fig) for i, fig in enumerate(section.figures)]
-    return figures
+    return tuple(figures)
 
 
-FIGURES = {model: report_figures(model) for model in ("vit_tiny_shapes", "cait_tiny_shapes")}
-ALL = [(m, name, fig) for m, figures in FIGURES.items() for name, fig in figures]
-
-
-def _is_square_map(trace) -> bool:
-    """An image, or a heatmap whose grid is square (a patch map, a CKA matrix)."""
-    if isinstance(trace, go.Image):
-        return True
-    if not isinstance(trace, go.Heatmap) or trace.z is None:
-        return False
-    rows = len(trace.z)
-    return rows > 1 and rows == len(trace.z[0])
-
-
-@pytest.mark.parametrize("model, name, fig", ALL, ids=[f"{m}-{n}" for m, n, _ in ALL])
-def test_report_figure_lint(model, name, fig):
-    assert (fig.layout.title.text or "").strip(), "no title"
-    with_image = {(t.xaxis or "x", t.yaxis or "y") for t in fig.data if isinstance(t, go.Image)}
-    for trace in fig.data:  # plotly keeps an image's pixels square (and a map laid over it)
-        x, y = trace.xaxis or "x", trace.yaxis or "y"
-        if _is_square_map(trace) and (x, y) not in with_image:
-            assert fig.layout["yaxis" + y[1:]].scaleanchor == x, f"cells not square on {y}"
-    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
-    if heatmaps:
-        shared = [t for t in heatmaps if t.coloraxis]
-        own = [t for t in heatmaps if not t.coloraxis]
-        assert not shared or fig.layout.coloraxis.showscale is not False, "no colour bar"
-        assert not own or any(t.showscale is not False for t in own), "no colour bar"
-    if any(isinstance(t, go.Scatter) and t.mode != "markers" for t in fig.data):
-        x_titles = [fig.layout[k].title.text for k in fig.layout if k.startswith("xaxis")]
-        y_titles = [fig.layout[k].title.text for k in fig.layout if k.startswith("yaxis")]
-        assert any(x_titles) and any(y_titles), "a curve without axis titles"
-    if model == "vit_tiny_shapes":  # no LayerScale in this model
-        texts = [fig.layout.title.text] + [a.text for a in fig.layout.annotations or ()]
-        assert not any("with LayerScale" in (t or "") for t in texts)
+@pytest.mark.parametrize("model", REPORTED)
+def test_report_lint(model):
+    layerscale = any(gamma is not None for gamma in _gammas(zoo(model)[0]))
+    found = {}
+    for name, fig in report_figures(model):
+        problems = faults(fig)
+        if not layerscale and any("with LayerScale" in t for t in _texts(fig)):
+            problems.append("'with LayerScale' for a model without it")
+        if problems:
+            found[name] = problems
+    assert found == {}
 
 
 def test_the_lint_sees_every_kind_of_section():
-    names = {name.split("[")[0] for _, name, _ in ALL}
+    names = {n.split("[")[0] for m in ("vit_tiny_shapes", "cait_tiny_shapes")
+             for n, _ in report_figures(m)}  # fmt: skip
     assert {"predictions", "attention", "rollout", "saliency", "representations"} <= names
     assert "residual_ratios" in names and "class_attention" in names
+    assert "masks" in {n.split("[")[0] for n, _ in report_figures("masks_gmm_k3_s0")}
+
+
+@pytest.mark.parametrize(
+    "broken, fault",
+    [
+        (lambda f: f.update_layout(title_text=""), "no title"),
+        (lambda f: f.update_yaxes(scaleanchor=None), "cells not square"),
+        (lambda f: f.update_traces(showscale=False), "no colour bar"),
+    ],
+)
+def test_the_lint_catches_what_it_names(broken, fault):
+    fig = vk.viz.cka_heatmap(evolution().cka)
+    assert faults(fig) == []
+    assert any(fault in f for f in faults(broken(fig)))
+    curves = vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"])
+    assert any("y-axis" in f for f in faults(curves.update_yaxes(title_text=None)))
+    named = go.Figure([go.Scatter(y=[1, 2], name="a"), go.Scatter(y=[2, 1])])
+    named.update_layout(title_text="t", xaxis_title="x", yaxis_title="accuracy")
+    assert "several curves, some without a legend name" in faults(named)
+    assert "yaxis shows accuracy, not in percent" in faults(named)
+    numbered = go.Figure(layout={"title": {"text": "Grad-CAM, explains class 7"}})
+    assert any("class number" in f for f in faults(numbered))

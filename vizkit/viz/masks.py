@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, finish, map_axes, palette, step_slider
+from ._style import MASK_SCALE, finish, map_axes, palette, square_cells, step_slider
 from .overlay import overlay_grid
 
 __all__ = [
@@ -62,6 +62,7 @@ def mask_figure(
         row=1, col=2,
     )  # fmt: skip
     fig.update_yaxes(autorange="reversed")
+    square_cells(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(fig, title or "Learned attention mask", 430)
 

@@ -121,8 +121,7 @@ def attention_depth_curves(
     unknown = set(keys) - set(DEPTH_STATS)
     if unknown:
         raise ValueError(f"Unknown statistics {sorted(unknown)}; known: {list(DEPTH_STATS)}.")
-    titles = [DEPTH_STATS[k] for k in keys]
-    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=titles)
+    fig = make_subplots(rows=1, cols=len(keys), horizontal_spacing=0.08)
     for i, (label, values) in enumerate(stats.items()):
         for col, key in enumerate(keys, start=1):
             per_layer = values[key].float().mean((1, 2)).cpu()
@@ -132,6 +131,8 @@ def attention_depth_curves(
                 row=1, col=col,
             )  # fmt: skip
     fig.update_xaxes(title_text="block")
+    for col, key in enumerate(keys, start=1):
+        fig.update_yaxes(title_text=DEPTH_STATS[key], row=1, col=col)
     return finish(fig, title, 380)
 
 
@@ -166,5 +167,5 @@ def crop_ratio_curves(results: Mapping[str, Mapping[float, float]]) -> go.Figure
         )  # fmt: skip
     fig.add_vline(x=1.0, line_dash="dot")
     fig.update_xaxes(title_text="crop ratio (< 1: centre crop, > 1: zero padding)")
-    fig.update_yaxes(title_text="test accuracy")
+    fig.update_yaxes(title_text="test accuracy", tickformat=".0%")
     return finish(fig, "Receptive Field Calibration (Refiner Table 5)", 380)

@@ -24,14 +24,20 @@ _SHORT = {
 }
 
 
-def saliency_overlay(result: SaliencyResult, images: np.ndarray, image: int = 0) -> go.Figure:
-    """One method's map of one image over it (cividis, min-max per map)."""
+def saliency_overlay(
+    result: SaliencyResult,
+    images: np.ndarray,
+    image: int = 0,
+    classes: Sequence[str] | None = None,
+) -> go.Figure:
+    """One method's map of one image over it (cividis, min-max per map); the title names the
+    class explained (by name with ``classes``, e.g. a model card's)."""
     _check(result, images, image)
     fig = go.Figure(heatmap_on_image(images[image], _scaled(result, image), name=result.method))
     map_axes(fig)
     opacity_slider(fig)
-    target = "" if result.targets is None else f", explaining class {int(result.targets[image])}"
-    return finish(fig, f"{result.method} saliency (min-max scaled), image {image}{target}", 460)
+    title = f"{result.method} saliency (min-max scaled), image {image}"
+    return finish(fig, title + _explained(result, image, classes), 460)
 
 
 def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int = 0) -> go.Figure:

@@ -53,5 +53,5 @@ def epoch_accuracy_curves(
             name=label, mode="lines+markers", line={"color": palette(i)},
         ))  # fmt: skip
     fig.update_xaxes(title_text="epoch", dtick=1)
-    fig.update_yaxes(title_text="test accuracy")
+    fig.update_yaxes(title_text="test accuracy", tickformat=".0%")
     return finish(fig, title, 380)

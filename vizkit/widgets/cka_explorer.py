@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import CKAResult, FeatureEvolution
 from ..viz import cka_heatmap
-from ..viz._style import finish
+from ..viz._style import finish, square_cells
 from ._base import Explorer
 
 __all__ = ["CKAExplorer"]
@@ -59,7 +59,9 @@ class CKAExplorer(Explorer):
                 row=1, col=2,
             )  # fmt: skip
         fig.update_yaxes(autorange="reversed", row=1, col=1)
+        square_cells(fig)
         fig.update_xaxes(title_text="normalized depth k / L", row=1, col=2)
+        fig.update_yaxes(title_text="F_k (feature evolution)", row=1, col=2)
         return finish(fig, f"CKA explorer: {chosen}", 520)
 
 

@@ -111,6 +111,7 @@ class HistoryExplorer(Explorer):
                                marker={"size": 14, "color": "black"}, name=f"epoch {chosen}")
                 )  # fmt: skip
             fig.update_xaxes(title_text="epoch", dtick=1)
+            fig.update_yaxes(title_text=name, tickformat=".0%" if "accuracy" in name else None)
             return finish(fig, f"{name} per epoch", 420)
         shades = epoch_shades(len(series))
         for e, entry in enumerate(series):
@@ -125,4 +126,5 @@ class HistoryExplorer(Explorer):
             )  # fmt: skip
         missing = "" if series[chosen - 1] is not None else f" (not recorded at epoch {chosen})"
         fig.update_xaxes(title_text="layer")
+        fig.update_yaxes(title_text=name)
         return finish(fig, f"{name} per layer, epoch {chosen} in black{missing}", 420)
