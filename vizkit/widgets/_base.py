@@ -74,9 +74,11 @@ class Explorer(ABC):
         return widgets.VBox([grid, self.figure])
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        """The widget where the frontend renders widgets (JupyterLab 4); elsewhere a line that
-        says so and how to get the static figure."""
+        """The widget where the frontend renders widgets (JupyterLab 4); elsewhere the current
+        view as a static figure (HTML: an export with ``store_widget_state=False``, readers
+        without widgets) and a line that says what this is."""
         bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/html"] = self.static().to_html(include_plotlyjs=False, full_html=False)
         bundle["text/plain"] = (
             f"{type(self).__name__}: an interactive explorer (needs a widget-enabled frontend "
             "such as JupyterLab 4); .static() returns the current view as a plotly figure."
