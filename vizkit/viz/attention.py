@@ -138,7 +138,9 @@ def query_attention(
     _check_image(result, image)
     query = default_query(result) if query is None else query
     row = result.row(query, heads=heads)[layer, image]  # (gh, gw)
-    fig = go.Figure(heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE))
+    fig = go.Figure(
+        heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE, value="weight")
+    )
     if isinstance(query, tuple):
         outline_patch(fig, query, result.layout.grid, images.shape[1:3])
     map_axes(fig)
@@ -160,19 +162,19 @@ def attention_stats_figure(result: AttentionResult) -> go.Figure:
     """Per-layer attention statistics averaged over images and heads, with the spread over
     heads (min to max) as a band: normalized entropy, mean attention distance, locality."""
     stats = result.stats()
-    wanted = [
-        ("entropy", "normalized entropy (1 = uniform)"),
-        ("distance_pixels", "mean attention distance (pixels)"),
-        ("locality", "attention mass within 1 patch"),
-    ]
-    wanted = [(k, label) for k, label in wanted if k in stats]
-    fig = make_subplots(rows=1, cols=len(wanted), subplot_titles=[label for _, label in wanted])
-    for col, (key, _) in enumerate(wanted, start=1):
+    wanted = {
+        "entropy": "entropy / log N (1 = uniform)",
+        "distance_pixels": "mean distance (pixels)",
+        "locality": "mass within 1 patch",
+    }
+    wanted = {k: label for k, label in wanted.items() if k in stats}
+    fig = make_subplots(rows=1, cols=len(wanted), horizontal_spacing=0.1)
+    for col, (key, label) in enumerate(wanted.items(), start=1):
         per_head = stats[key].float().mean(1).cpu()  # (L, H)
         x = [str(layer) for layer in result.layers]
         band = per_head.max(1).values.tolist() + per_head.min(1).values.tolist()[::-1]
         fig.add_trace(
-            go.Scatter(x=x + x[::-1], y=band,
+            go.Scatter(x=x + x[::-1], y=band, mode="lines",
                        fill="toself", line={"width": 0}, fillcolor="rgba(31,119,180,0.2)",
                        name="head range", showlegend=col == 1, hoverinfo="skip"),
             row=1, col=col,
@@ -182,10 +184,8 @@ def attention_stats_figure(result: AttentionResult) -> go.Figure:
                        line={"color": "#1f77b4"}, showlegend=col == 1),
             row=1, col=col,
         )  # fmt: skip
+        fig.update_yaxes(title_text=label, row=1, col=col)
     fig.update_xaxes(title_text="layer")
-    units = {"entropy": "entropy / log N", "distance_pixels": "pixels", "locality": "share"}
-    for col, (key, _) in enumerate(wanted, start=1):
-        fig.update_yaxes(title_text=units[key], row=1, col=col)
     images = result.patterns.shape[1]
     return finish(
         fig, f"Attention statistics per layer ({images} images; band: min-max over heads)", 380

@@ -40,9 +40,11 @@ def heatmap_on_image(
     colorbar: bool = True,
     coloraxis: str | None = None,
     zrange: tuple[float, float] | None = None,
+    value: str = "",
 ) -> list[go.BaseTraceType]:
     """Traces of one image (H, W, 3 uint8) with a map (h, w) over it, pixels as the axes; the
-    map keeps its own resolution (one cell per patch) and hovers in its own coordinates."""
+    map keeps its own resolution (one cell per patch) and hovers in its own coordinates.
+    ``value`` names what the map holds (the colour bar's title)."""
     height, width = image.shape[:2]
     z = values.detach().float().cpu().numpy()
     place, where = map_placement(z, height, width)
@@ -56,7 +58,7 @@ def heatmap_on_image(
     if coloraxis:
         heat["coloraxis"] = coloraxis
     else:
-        heat.update(colorscale=colorscale, showscale=colorbar)
+        heat.update(colorscale=colorscale, showscale=colorbar, colorbar={"title": value})
         if zrange is not None:
             heat.update(zmin=zrange[0], zmax=zrange[1])
     return [go.Image(z=image, hoverinfo="skip"), go.Heatmap(**heat)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
@@ -22,11 +23,11 @@ __all__ = [
     "refiner_weights_figure",
 ]
 
-_STAGE_TITLES = {
+_STAGE_TITLES = {  # row labels; the title says what each stage is
     "softmax": "softmax A",
-    "expanded": "expanded W_A A",
-    "local": "head-wise k x k conv",
-    "refined": "reduced (applied)",
+    "expanded": "expanded",
+    "local": "convolved",
+    "refined": "reduced",
 }
 
 
@@ -44,16 +45,25 @@ def refiner_stages_figure(stages: RefinerStages, image: int = 0) -> go.Figure:
         rows=4, cols=columns, horizontal_spacing=0.01, vertical_spacing=0.05,
         row_titles=list(_STAGE_TITLES.values()),
     )  # fmt: skip
+    values = []
     for row, stage in enumerate(_STAGE_TITLES, start=1):
         maps = stages.maps[stage][image]
+        values.append(maps.detach().float().abs().flatten())
         for col in range(maps.shape[0]):
             fig.add_trace(_signed_heatmap(maps[col]), row=row, col=col + 1)
     map_axes(fig)
-    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
-    return finish(
-        fig, f"Block {stages.layer}: the refiner stage by stage, image {image} (Refiner Fig. 3)",
-        130 * 4 + 100,
+    top = max(torch.quantile(torch.cat(values), 0.99).item(), 1e-12)
+    fig.update_layout(
+        coloraxis={"colorscale": MASK_SCALE, "cmin": -top, "cmax": top,
+                   "colorbar": {"title": "weight", "x": 1.06}},
+        margin={"r": 110},
     )  # fmt: skip
+    title = (
+        f"Block {stages.layer}: the refiner stage by stage, image {image} (Refiner Fig. 3)<br><sup>"
+        "rows: softmax maps A per head, expanded by W_A, each convolved by its k x k kernel, "
+        f"reduced by W_R (the maps applied); colour ±{top:.3g} (99th percentile of |weight|)</sup>"
+    )
+    return finish(fig, title, 130 * 4 + 120)
 
 
 def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
@@ -61,15 +71,30 @@ def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
     if stages.kernels is None:
         raise ValueError("This refiner has row/column kernels (constraint='rowcol'), not k x k.")
     count = len(stages.kernels)
-    titles = ["W_A"] + [f"kernel {i}" for i in range(count)] + ["W_R"]
-    fig = make_subplots(rows=1, cols=count + 2, subplot_titles=titles, horizontal_spacing=0.01)
-    matrices = [stages.expand, *stages.kernels, stages.reduce]
-    for col, matrix in enumerate(matrices, start=1):
+    cols = max(count, 6)
+    expanded, heads = stages.expand.shape if stages.expand is not None else (count, count)
+    first = [{"colspan": 2}, None, {"colspan": 4}, None, None, None] + [None] * (cols - 6)
+    second = [{}] * count + [None] * (cols - count)
+    titles = [f"W_A: {heads} heads to {expanded} maps", f"W_R: {expanded} maps to {heads} heads"]
+    fig = make_subplots(
+        rows=2,
+        cols=cols,
+        specs=[first, second],
+        row_heights=[0.55, 0.45],
+        subplot_titles=titles + [f"kernel {i}" for i in range(count)],
+        horizontal_spacing=0.01,
+        vertical_spacing=0.12,
+    )  # fmt: skip (the mixing matrices above, one k x k kernel per expanded map below)
+    for col, matrix in ((1, stages.expand), (3, stages.reduce)):
         if matrix is not None:
             fig.add_trace(_signed_heatmap(matrix), row=1, col=col)
+    for col, kernel in enumerate(stages.kernels, start=1):
+        fig.add_trace(_signed_heatmap(kernel), row=2, col=col)
     map_axes(fig)
-    fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
-    return finish(fig, f"Block {stages.layer}: learned refiner weights", 260)
+    fig.update_layout(
+        coloraxis={"colorscale": MASK_SCALE, "cmid": 0, "colorbar": {"title": "weight"}}
+    )
+    return finish(fig, f"Block {stages.layer}: learned refiner weights", 480)
 
 
 def attention_matrices(

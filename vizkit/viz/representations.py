@@ -104,7 +104,7 @@ def residual_ratio_curves(
     else:
         series = [ratios] if isinstance(ratios, (ResidualRatios, dict)) else list(ratios)
         labels = [f"epoch {i + 1}" for i in range(len(series))] if len(series) > 1 else ["ratio"]
-        colors = epoch_shades(len(series))
+        colors = epoch_shades(len(series)) if len(series) > 1 else [palette(0)]
     if not series:
         raise ValueError("No residual ratios to plot.")
     series = [r.to_dict() if isinstance(r, ResidualRatios) else r for r in series]
@@ -129,6 +129,7 @@ def residual_ratio_curves(
     axis = "block (blocks_token_only: the class-attention stage)" if class_stage else "block"
     fig.update_xaxes(title_text=axis, row=2, col=1)
     fig.update_yaxes(title_text="‖branch‖ / ‖x‖")
+    fig.update_layout(showlegend=len(series) > 1)  # one curve: nothing to tell apart
     reduction = series[-1].get("reduction", "")
     return finish(fig, f"Residual-norm ratios per layer (CaiT Fig. 4; reduction {reduction})", 560)
 
@@ -155,8 +156,12 @@ def layerscale_heatmap(model: nn.Module) -> go.Figure:
     if not any(g[0] is not None for g in gammas):
         raise ValueError(f"{type(hm.model).__name__} has no LayerScale parameters to show.")
     fig = make_subplots(
-        rows=1, cols=2, subplot_titles=["λ of the attention branch", "λ of the FFN branch"]
-    )
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+        subplot_titles=["λ of the attention branch", "λ of the FFN branch"],
+    )  # fmt: skip (one set of block names, left)
     for col in (0, 1):
         rows = [g[col] if g[col] is not None else None for g in gammas]
         width = max(len(r) for r in rows if r is not None)
@@ -171,7 +176,7 @@ def layerscale_heatmap(model: nn.Module) -> go.Figure:
             row=1, col=col + 1,
         )  # fmt: skip
     fig.update_xaxes(title_text="channel")
-    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_layout(coloraxis={"colorscale": "RdBu_r", "cmid": 0, "colorbar": {"title": "λ"}})
     return finish(
         fig, "LayerScale diag(λ) per layer and channel (CaiT Eq. 1)", 120 + 28 * len(blocks)

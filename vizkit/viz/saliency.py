@@ -33,7 +33,9 @@ def saliency_overlay(
     """One method's map of one image over it (cividis, min-max per map); the title names the
     class explained (by name with ``classes``, e.g. a model card's)."""
     _check(result, images, image)
-    fig = go.Figure(heatmap_on_image(images[image], _scaled(result, image), name=result.method))
+    fig = go.Figure(
+        heatmap_on_image(images[image], _scaled(result, image), name=result.method, value="min-max")
+    )
     map_axes(fig)
     opacity_slider(fig)
     title = f"{result.method} saliency (min-max scaled), image {image}"

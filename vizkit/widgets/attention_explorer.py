@@ -97,12 +97,12 @@ class AttentionExplorer(Explorer):
                 f"Attention of {query_label(query)} at layer {result.layers[0]}, head {head}"
                 "<br><sup>click a patch to make it the query</sup>"
             )
-            scale = ATTENTION_SCALE
+            scale, value = ATTENTION_SCALE, "weight"
         else:
             saliency = self._saliency(view, i)
-            values, scale = saliency.maps[0], SALIENCY_SCALE
+            values, scale, value = saliency.maps[0], SALIENCY_SCALE, view
             title = f"{view} of image {i}<br><sup>layer and head do not apply</sup>"
-        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale))
+        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, value=value))
         if view == "query row" and query != "cls":
             outline_patch(fig, query, result.layout.grid, self.display.shape[1:3])
         map_axes(fig)
