@@ -72,10 +72,13 @@ def epoch_shades(count: int, scale: str = "Blues") -> list[str]:
 
 def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
     """Common layout: a title that names the quantity, compact margins, white template."""
+    top = 95 if "<br>" in title else 70
+    if any("<br>" in (a.text or "") for a in fig.layout.annotations or ()):
+        top += 25  # two-line subplot titles sit between the title and the plots
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
-        margin={"l": 50, "r": 20, "t": 95 if "<br>" in title else 70, "b": 40},
+        margin={"l": 50, "r": 20, "t": top, "b": 40},
         **({"height": height} if height else {}),
     )
     return fig

@@ -58,14 +58,7 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
     CKA of each block with the first block (right)."""
     if not curves:
         raise ValueError("curves is empty; pass {label: feature_evolution(model, data)}.")
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=[
-            "F_k = CKA(f_k, f_out) / CKA(f_in, f_out)  (Eq. 2)",
-            "CKA(f_k, f_in): change from the first block",
-        ],
-    )
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     for i, (label, evo) in enumerate(curves.items()):
         color = palette(i)
         for col, values in ((1, evo.curve), (2, evo.vs_first)):
@@ -79,9 +72,14 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
                 row=1, col=col,
             )  # fmt: skip
     fig.update_xaxes(title_text="normalized depth k / L")
-    fig.update_yaxes(title_text="F_k", row=1, col=1)
-    fig.update_yaxes(title_text="CKA", row=1, col=2)
-    return finish(fig, "Feature evolution over depth (Refiner, Fig. 2/4)", 420)
+    fig.update_yaxes(title_text="F_k = CKA(f_k, f_out) / CKA(f_in, f_out)", row=1, col=1)
+    fig.update_yaxes(title_text="CKA(f_k, f_in)", row=1, col=2)
+    title = (
+        "Feature evolution over depth (Refiner, Eq. 2 and Fig. 2/4)<br><sup>left: each block's "
+        "similarity to the output, relative to the input's; right: its similarity to the "
+        "input</sup>"
+    )
+    return finish(fig, title, 440)
 
 
 def residual_ratio_curves(

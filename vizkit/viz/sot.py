@@ -36,7 +36,7 @@ def cross_covariance_figure(anatomy: HeadAnatomy, image: int = 0) -> go.Figure:
         fig.add_trace(go.Heatmap(z=q.numpy(), coloraxis="coloraxis"), row=1, col=i + 1)
     map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
-    return finish(fig, f"Per-head cross-covariance Q_i = (1/q) W_i Z Z^T R_i^T, image {image}", 300)
+    return finish(fig, f"Per-head cross-covariance Q_i = (1/q) W_i Z Z^T R_i^T, image {image}", 340)
 
 
 def svpn_spectrum_figure(
