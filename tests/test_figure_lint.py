@@ -204,7 +204,9 @@ BUILDERS = {
     ),
     "saliency_overlay": lambda: vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
     "saliency_row": lambda: vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
-    "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(compare_table(), shown()),
+    "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(
+        compare_table(), shown(), classes=classes()
+    ),
     "mask_figure": lambda: vk.viz.mask_figure(next(iter(elm_masks().values())), GRID, (3, 3)),
     "mask_layers_figure": lambda: vk.viz.mask_layers_figure(elm_masks(), GRID, "ELM masks"),
     "radial_profiles_figure": lambda: vk.viz.radial_profiles_figure(

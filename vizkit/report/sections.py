@@ -135,7 +135,7 @@ def saliency(r: ReportInputs) -> Section:
         "pointing game, the energy in the mask and the IoU of a mask-sized top region; the "
         f"table holds means over the {len(r.images)} images (its caption names what was left "
         "out).",
-        [viz.saliency_side_by_side(table, images, i) for i in range(shown)],
+        [viz.saliency_side_by_side(table, images, i, r.classes) for i in range(shown)],
         html=table._repr_html_(),
     )
 

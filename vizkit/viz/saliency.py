@@ -42,9 +42,15 @@ def saliency_overlay(
     return finish(fig, title + _explained(result, image, classes), 460)
 
 
-def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int = 0) -> go.Figure:
+def saliency_side_by_side(
+    table: SaliencyTable,
+    images: np.ndarray,
+    image: int = 0,
+    classes: Sequence[str] | None = None,
+) -> go.Figure:
     """Every method of a `compare_saliency` table on one image, each map min-max scaled, the
-    image's scores in the panel titles (↑/↓: higher/lower is better)."""
+    image's scores in the panel titles (↑/↓: higher/lower is better); the title names the
+    class explained (by name with ``classes``)."""
     methods = list(table.results)
     if not methods:
         raise ValueError("The table holds no maps (every method was skipped); see table.notes.")
@@ -60,7 +66,8 @@ def saliency_side_by_side(table: SaliencyTable, images: np.ndarray, image: int =
         text=legend, x=0, y=-0.08, xref="paper", yref="paper", showarrow=False, font_size=11,
         xanchor="left",
     )  # fmt: skip
-    finish(fig, f"Saliency methods on image {image} (maps min-max scaled)", 480)
+    explained = _explained(table.results[methods[0]], image, classes)
+    finish(fig, f"Saliency methods on image {image}{explained} (maps min-max scaled)", 480)
     fig.update_layout(margin={"t": 135})
     fig.update_annotations(font_size=10)
     return fig
