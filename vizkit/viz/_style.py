@@ -72,13 +72,20 @@ def epoch_shades(count: int, scale: str = "Blues") -> list[str]:
 
 def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
     """Common layout: a title that names the quantity, compact margins, white template."""
+    notes = fig.layout.annotations or ()
     top = 95 if "<br>" in title else 70
-    if any("<br>" in (a.text or "") for a in fig.layout.annotations or ()):
+    if any("<br>" in (a.text or "") for a in notes):
         top += 25  # two-line subplot titles sit between the title and the plots
+    right = 20
+    if any(a.textangle == 90 for a in notes):  # row titles right of the plots: the colour
+        right = 110  # bars move out of their way
+        for axis in (k for k in fig.layout if k.startswith("coloraxis")):
+            fig.layout[axis].colorbar.x = 1.07
+        fig.update_traces(colorbar_x=1.07, selector={"type": "heatmap"})
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white",
-        margin={"l": 50, "r": 20, "t": top, "b": 40},
+        margin={"l": 50, "r": right, "t": top, "b": 40},
         **({"height": height} if height else {}),
     )
     return fig

@@ -105,8 +105,7 @@ def attention_grid(
     }
     fig.update_layout(
         coloraxis={"colorscale": ATTENTION_SCALE, "cmin": 0, "cmax": max(top, 1e-12),
-                   "colorbar": {"title": bar[scale], "x": 1.06}},
-        margin={"r": 110},
+                   "colorbar": {"title": bar[scale]}},
     )  # fmt: skip
     how = {
         "robust": f"one colour scale, 0 to the 99th percentile {top:.3g}, max {rows.max():.3g}",
@@ -168,7 +167,7 @@ def attention_stats_figure(result: AttentionResult) -> go.Figure:
         "locality": "mass within 1 patch",
     }
     wanted = {k: label for k, label in wanted.items() if k in stats}
-    fig = make_subplots(rows=1, cols=len(wanted), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=len(wanted), horizontal_spacing=0.12)
     for col, (key, label) in enumerate(wanted.items(), start=1):
         per_head = stats[key].float().mean(1).cpu()  # (L, H)
         x = [str(layer) for layer in result.layers]

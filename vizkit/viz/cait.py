@@ -22,13 +22,11 @@ def class_attention_heads(
     """Fig. 6: one row per class-attention layer, one panel per head (``per_head`` of
     `class_attention(model, x, layer=j)`), the image first; each map min-max scaled."""
     heads = layers[0].extras["per_head"].shape[1]
-    titles = []
-    for j, _ in enumerate(layers):
-        titles += ["image" if j == 0 else ""] + [
-            f"CA layer {j + 1}, head {h}" for h in range(heads)
-        ]
-    fig = make_subplots(rows=len(layers), cols=heads + 1, subplot_titles=titles,
-                        horizontal_spacing=0.015, vertical_spacing=0.08)  # fmt: skip
+    fig = make_subplots(
+        rows=len(layers), cols=heads + 1, horizontal_spacing=0.015, vertical_spacing=0.08,
+        column_titles=["image"] + [f"head {h}" for h in range(heads)],
+        row_titles=[f"CA layer {j + 1}" for j in range(len(layers))],
+    )  # fmt: skip
     for j, result in enumerate(layers):
         if j == 0:
             fig.add_trace(go.Image(z=images[image]), row=1, col=1)

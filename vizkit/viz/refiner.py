@@ -55,8 +55,7 @@ def refiner_stages_figure(stages: RefinerStages, image: int = 0) -> go.Figure:
     top = max(torch.quantile(torch.cat(values), 0.99).item(), 1e-12)
     fig.update_layout(
         coloraxis={"colorscale": MASK_SCALE, "cmin": -top, "cmax": top,
-                   "colorbar": {"title": "weight", "x": 1.06}},
-        margin={"r": 110},
+                   "colorbar": {"title": "weight"}},
     )  # fmt: skip
     title = (
         f"Block {stages.layer}: the refiner stage by stage, image {image} (Refiner Fig. 3)<br><sup>"
@@ -75,13 +74,13 @@ def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
     expanded, heads = stages.expand.shape if stages.expand is not None else (count, count)
     first = [{"colspan": 2}, None, {"colspan": 4}, None, None, None] + [None] * (cols - 6)
     second = [{}] * count + [None] * (cols - count)
-    titles = [f"W_A: {heads} heads to {expanded} maps", f"W_R: {expanded} maps to {heads} heads"]
+    titles = [f"W_A ({expanded} x {heads})", f"W_R ({heads} x {expanded})"]
     fig = make_subplots(
         rows=2,
         cols=cols,
         specs=[first, second],
         row_heights=[0.55, 0.45],
-        subplot_titles=titles + [f"kernel {i}" for i in range(count)],
+        subplot_titles=titles + [f"k{i}" for i in range(count)],
         horizontal_spacing=0.01,
         vertical_spacing=0.12,
     )  # fmt: skip (the mixing matrices above, one k x k kernel per expanded map below)
@@ -94,7 +93,11 @@ def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
     fig.update_layout(
         coloraxis={"colorscale": MASK_SCALE, "cmid": 0, "colorbar": {"title": "weight"}}
     )
-    return finish(fig, f"Block {stages.layer}: learned refiner weights", 480)
+    title = (
+        f"Block {stages.layer}: learned refiner weights<br><sup>W_A mixes {heads} heads into "
+        f"{expanded} maps, map i is convolved by kernel k_i (below), W_R mixes them back</sup>"
+    )
+    return finish(fig, title, 500)
 
 
 def attention_matrices(
@@ -146,7 +149,7 @@ def attention_depth_curves(
     unknown = set(keys) - set(DEPTH_STATS)
     if unknown:
         raise ValueError(f"Unknown statistics {sorted(unknown)}; known: {list(DEPTH_STATS)}.")
-    fig = make_subplots(rows=1, cols=len(keys), horizontal_spacing=0.08)
+    fig = make_subplots(rows=1, cols=len(keys), horizontal_spacing=0.12)
     for i, (label, values) in enumerate(stats.items()):
         for col, key in enumerate(keys, start=1):
             per_layer = values[key].float().mean((1, 2)).cpu()

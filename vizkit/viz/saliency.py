@@ -83,7 +83,7 @@ def saliency_row(
     title names the class explained (by name with ``classes``, e.g. a model card's)."""
     _check(result, images, 0)
     shown = range(min(count, len(images)))
-    titles = [f"image {i}" + _explained(result, i, classes) for i in shown]
+    titles = [f"image {i}" + _explained(result, i, classes).replace(", ", "<br>") for i in shown]
     fig = _overlay_row([images[i] for i in shown], [result.maps[i] for i in shown], titles)
     return finish(fig, f"{result.method} saliency (min-max scaled per map)", 400)
 

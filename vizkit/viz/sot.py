@@ -30,13 +30,17 @@ def cross_covariance_figure(anatomy: HeadAnatomy, image: int = 0) -> go.Figure:
     titles = []
     for q in cov:
         asym = (q - q.T).norm() / q.norm() if q.shape[0] == q.shape[1] else float("nan")
-        titles.append(f"head {len(titles)}<br>asymmetry {asym:.2f}")
+        titles.append(f"head {len(titles)}<br>{asym:.2f}")
     fig = make_subplots(rows=1, cols=len(cov), subplot_titles=titles, horizontal_spacing=0.02)
     for i, q in enumerate(cov):
         fig.add_trace(go.Heatmap(z=q.numpy(), coloraxis="coloraxis"), row=1, col=i + 1)
     map_axes(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
-    return finish(fig, f"Per-head cross-covariance Q_i = (1/q) W_i Z Z^T R_i^T, image {image}", 340)
+    title = (
+        f"Per-head cross-covariance Q_i = (1/q) W_i Z Z^T R_i^T, image {image}<br><sup>under "
+        "each head: its asymmetry ||Q_i - Q_i^T|| / ||Q_i||</sup>"
+    )
+    return finish(fig, title, 360)
 
 
 def svpn_spectrum_figure(
