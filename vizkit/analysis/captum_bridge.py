@@ -13,7 +13,7 @@ import torch
 from captum.attr import IntegratedGradients, Occlusion, Saliency
 from torch import Tensor, nn
 
-from ..hooks import HookedModel, Target
+from ..hooks import HookedModel, Target, frozen_parameters
 from ..hooks.contract import analysis
 from ..hooks.inputs import (
     check_count,
@@ -74,13 +74,14 @@ def integrated_gradients(
     internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = _prepare(model, x, target)
     baseline = _check_baseline(baseline, x)
-    attributions = IntegratedGradients(forward).attribute(
-        x,
-        baselines=baseline,
-        target=targets,
-        n_steps=n_steps,
-        internal_batch_size=internal_batch_size,
-    )
+    with frozen_parameters(hm.model):  # gradients of the input only
+        attributions = IntegratedGradients(forward).attribute(
+            x,
+            baselines=baseline,
+            target=targets,
+            n_steps=n_steps,
+            internal_batch_size=internal_batch_size,
+        )
     options = {"n_steps": n_steps, "baseline": _describe(baseline)}
     return _result(attributions, "integrated_gradients", "sum", targets, options)
 
@@ -90,7 +91,8 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
     (B, H, W)."""
     hm, x, forward, targets = _prepare(model, x, target)
-    attributions = Saliency(forward).attribute(x, target=targets, abs=True)
+    with frozen_parameters(hm.model):  # gradients of the input only
+        attributions = Saliency(forward).attribute(x, target=targets, abs=True)
     return _result(attributions, "saliency", "abs_max", targets, {})
 
 

@@ -6,6 +6,7 @@ from .cache import ActivationCache as ActivationCache
 from .hook_point import HookPoint as HookPoint
 from .hooked_model import HookedModel as HookedModel
 from .hooked_model import HookFn as HookFn
+from .hooked_model import frozen_parameters as frozen_parameters
 from .layout import TokenLayout as TokenLayout
 from .layout import token_layout as token_layout
 from .layout import validate_input as validate_input
@@ -23,6 +24,7 @@ __all__ = [
     "Target",
     "TokenLayout",
     "build_taps",
+    "frozen_parameters",
     "resolve_names",
     "target_score",
     "token_layout",

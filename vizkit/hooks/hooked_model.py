@@ -30,7 +30,7 @@ from .names import (
 from .taps import Tap
 from .targets import Target, class_indices, target_score
 
-__all__ = ["HookedModel", "HookFn"]
+__all__ = ["HookedModel", "HookFn", "frozen_parameters"]
 
 HookFn = Callable[..., Tensor | None]  # fn(tensor, *, name) -> replacement or None
 
@@ -50,6 +50,7 @@ class _Run:
     fired: Counter = field(default_factory=Counter)
     explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
     non_tensor: set[str] = field(default_factory=set)  # pattern matches that gave no tensor
+    graph_starts: list[Tensor] = field(default_factory=list)  # activations made to require grad
 
     def names(self) -> set[str]:
         return set(self.fwd) | set(self.bwd) | self.record
@@ -169,7 +170,10 @@ class HookedModel:
             names: exact name, glob, compiled regex, callable or list (required: nothing is
                 cached by default; attention of ViT-B/16 is 22 MB per image).
             grads: also cache ``<name>_grad``, the gradient of the target score with respect
-                to each activation (parameters' ``.grad`` are left untouched).
+                to each activation. Only what that gradient crosses is recorded: the forward
+                runs without autograd up to the earliest of the named activations, where the
+                graph starts, and parameters do not require grad during the call (their
+                ``requires_grad`` and ``.grad`` are as before afterwards, also after an error).
             target: with ``grads``: a class index, B indices, a callable on the output, or None
                 for each sample's argmax.
             device: move cached tensors there (e.g. ``"cpu"``); default: where they were made.
@@ -210,12 +214,16 @@ class HookedModel:
             )
         if grads:
             x = x.detach().clone() if x.is_inference() else x.detach()
-            x = x.requires_grad_(True)  # so frozen models still give activation grads
-        with self._attached(run), torch.enable_grad() if grads else nullcontext():
-            output = self.model(x, **forward_kwargs)
-            chosen = _require_fired(chosen, run.fired, explicit, run.non_tensor)
-            self._check_captures(run)
-            grad_values = self._gradients(run, chosen, output, target) if grads else {}
+        recording = _recording_from_taps(self.model) if grads else nullcontext()
+        with self._attached(run), recording:
+            try:
+                output = self.model(x, **forward_kwargs)
+                chosen = _require_fired(chosen, run.fired, explicit, run.non_tensor)
+                self._check_captures(run)
+                grad_values = self._gradients(run, chosen, output, target) if grads else {}
+            finally:
+                for start in run.graph_starts:
+                    start.requires_grad_(False)
         data: dict[str, Tensor] = {}
         for name in run.values:
             data[name] = run.values[name]
@@ -341,6 +349,8 @@ class HookedModel:
             run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
             if not kept.is_inference():  # inference tensors have no version counter
                 run.versions[tap.name] = kept._version
+        if tap.name in run.keep_for_grad and not used.requires_grad:
+            self._start_graph(tap, run, used)
         if tap.name in run.keep_for_grad:
             run.used[tap.name] = used
         if not used.requires_grad or (
@@ -353,6 +363,20 @@ class HookedModel:
         # rewrites the copy and the gradient read at ``used`` is that of the value as the model
         # used it, not of the rewritten tensor.
         return used.clone()
+
+    def _start_graph(self, tap: Tap, run: _Run, used: Tensor) -> None:
+        """Start recording at ``used`` (`_recording_from_taps`): nothing before this activation
+        is in the graph, everything after it is. The flag is set on the tensor itself, not a
+        detached copy, so every later use of it (a residual branch beside the hooked module,
+        too) carries the gradient; it is cleared after the call."""
+        if isinstance(used, nn.Parameter) or any(used is b for b in self.model.buffers()):
+            raise ValueError(
+                f"{tap.name} is a parameter or buffer of the model, not an activation; take the "
+                "gradient at an activation."
+            )
+        used.requires_grad_(True)
+        run.graph_starts.append(used)
+        torch.set_grad_enabled(True)
 
     def _warn_if_random(self) -> None:
         """Warn once if the model's training mode makes results random or updates buffers."""
@@ -387,11 +411,14 @@ class HookedModel:
             )
 
     def _gradients(self, run: _Run, chosen: list[str], output: Any, target: Target) -> dict:
-        score = target_score(output, target)
+        with torch.enable_grad():
+            score = target_score(output, target)
         inputs = [run.used[n] for n in chosen]
-        if not all(t.requires_grad for t in inputs):
-            frozen = [n for n, t in zip(chosen, inputs, strict=False) if not t.requires_grad]
-            raise RuntimeError(f"{frozen} do not depend on the input, so they have no gradient.")
+        if not score.requires_grad:
+            raise RuntimeError(
+                f"The target score does not depend on {chosen} (values computed beside the "
+                "output, not on its path), so they have no gradient."
+            )
         grads = torch.autograd.grad(score, inputs, allow_unused=True)
         result = {}
         for name, used, grad in zip(chosen, inputs, grads, strict=False):
@@ -399,6 +426,30 @@ class HookedModel:
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device) if run.device is not None else grad
         return result
+
+
+@contextmanager
+def frozen_parameters(model: nn.Module) -> Iterator[None]:
+    """Parameters do not require grad inside the block (no tensor is saved for their
+    gradients); each one's ``requires_grad`` is restored on exit, also after an error."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    try:
+        for p in trainable:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p in trainable:
+            p.requires_grad_(True)
+
+
+@contextmanager
+def _recording_from_taps(model: nn.Module) -> Iterator[None]:
+    """Autograd off, and parameters frozen, for the call; a tap whose gradient is wanted
+    switches recording on when it fires (`HookedModel._start_graph`), so the graph holds only
+    the network between the earliest such activation and the output. Grad mode is restored on
+    exit, also after an error."""
+    with frozen_parameters(model), torch.no_grad():
+        yield
 
 
 def training_effects(model: nn.Module) -> list[str]:

@@ -1,0 +1,120 @@
+"""Gradient methods record only what they differentiate: no graph before the earliest requested
+activation, nothing saved for parameter gradients, every flag as it was afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.autograd.graph import saved_tensors_hooks
+
+import vizkit as vk
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    model = vk.create_model("vit_tiny_patch16_224", img_size=64, depth=6).eval()
+    return model, torch.randn(4, 3, 64, 64)
+
+
+def tail_bytes(model, x) -> int:
+    """What the gradient at the last block's input needs: that block, the norm and the head."""
+
+    def tail() -> None:
+        with torch.no_grad():
+            h = model.blocks[:-1](model._pos_embed(model.patch_embed(x)))
+        h.requires_grad_(True)
+        with vk.hooks.frozen_parameters(model):
+            out = model.forward_head(model.norm(model.blocks[-1](h)))
+            torch.autograd.grad(out[:, 3].sum(), h)
+
+    return saved_bytes(tail)
+
+
+def plain_input_gradient(model, x) -> None:
+    """Plain autograd of class 3's score to the input, parameters requiring grad."""
+    x = x.clone().requires_grad_(True)
+    torch.autograd.grad(model(x)[:, 3].sum(), x)
+
+
+def test_gradcam_saves_what_the_tail_needs(vit):
+    model, x = vit
+    tail = tail_bytes(model, x)
+    ours = saved_bytes(lambda: vk.gradcam(model, x, target=3))
+    assert ours <= 1.5 * tail, f"Grad-CAM saved {ours / tail:.1f}x the tail's bytes"
+    assert saved_bytes(lambda: plain_input_gradient(model, x)) > 4 * ours  # for scale
+
+
+def test_gradients_cross_residual_branches_beside_the_hooked_module(vit):
+    """blocks.1.hook_resid_mid is read at norm2's input; the stream also goes around the MLP.
+    The gradient must carry both paths, as plain autograd's does."""
+    model, x = vit
+    name = "blocks.1.hook_resid_mid"
+    _, cache = vk.HookedModel(model).run_with_cache(x, names=name, grads=True, target=3)
+    captured = {}
+    handle = model.blocks[1].norm2.register_forward_pre_hook(
+        lambda m, args: captured.setdefault("t", args[0])
+    )
+    try:
+        score = model(x)[:, 3].sum()
+    finally:
+        handle.remove()
+    (expected,) = torch.autograd.grad(score, captured["t"])
+    assert torch.allclose(cache[f"{name}_grad"], expected, rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_flags_are_restored_also_after_an_error(vit):
+    model, x = vit
+    model.blocks[0].requires_grad_(False)  # a user's partly frozen model
+    before = [p.requires_grad for p in model.parameters()]
+
+    def failing_target(logits: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("target failed")
+
+    try:
+        for target in (3, failing_target):
+            try:
+                vk.HookedModel(model).run_with_cache(
+                    x, names="blocks.2.hook_resid_pre", grads=True, target=target
+                )
+            except RuntimeError as error:
+                assert "target failed" in str(error)
+            assert [p.requires_grad for p in model.parameters()] == before
+            assert torch.is_grad_enabled()
+            assert all(p.grad is None for p in model.parameters())
+        with torch.no_grad():  # the caller's grad mode is kept too
+            vk.gradcam(model, x, target=3)
+            assert not torch.is_grad_enabled()
+    finally:
+        model.blocks[0].requires_grad_(True)
+
+
+def test_a_value_beside_the_output_has_no_gradient():
+    model, _ = vk.zoo.load("sot_sum_s0")
+    images, *_ = vk.datasets.load_sample()
+    with pytest.raises(RuntimeError, match="does not depend on"):
+        vk.HookedModel(model).run_with_cache(
+            images[:2], names="head.pool.hook_sv", grads=True, target=0
+        )
+
+
+def test_input_gradient_methods_save_nothing_for_parameters(vit):
+    model, x = vit
+    ours = saved_bytes(lambda: vk.saliency(model, x, target=3))
+    assert ours < saved_bytes(lambda: plain_input_gradient(model, x))
+    assert all(p.requires_grad for p in model.parameters())
