@@ -14,6 +14,7 @@ behind: the retained maps (12 x 15 MB per forward here) cost page faults whose n
 glibc's dynamic mmap/trim thresholds, i.e. on history (seen here: the same code at 1.06x-1.39x).
 Reported: the median over rounds, as a ratio to the plain forward.
 Usage: python benchmarks/capture.py [--models a,b] [--batch 16] [--repeats 5] [--device cpu]
+       [--dtype float32|bfloat16|float16]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import copy
 
 import torch
-from timing import build, header, parse_args, print_table, rotated_rounds
+from timing import build, header, parse_args, precision, print_table, rotated_rounds
 from timm.utils import AttentionExtract
 
 import vizkit as vk
@@ -50,14 +51,14 @@ def measure(args, name: str, model, x) -> None:
         "vizkit": lambda: hm.run_with_cache(x, names=names),
         "timm": lambda: extractor(x),
     }
-    with torch.inference_mode():
+    with torch.inference_mode(), precision(args):
         _, cache = runs["vizkit"]()
         assert len(cache) == len(names), "vizkit captured the wrong number of maps"
         assert len(runs["timm"]()) == len(names), "AttentionExtract read other modules"
         times, faults = rotated_rounds(runs, args.repeats, args.device)
 
     print(header(args, model=name))
-    print_table(times, faults, "plain")
+    print_table(times, faults, "plain", args.device)
     print()
 
 

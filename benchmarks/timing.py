@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -15,23 +16,50 @@ import vizkit as vk
 
 
 def parse_args(description: str, **defaults: str) -> argparse.Namespace:
-    """The benchmarks' common command line: --model (or --models), --batch, --repeats, --device."""
+    """The benchmarks' common command line: --model (or --models), --batch, --size, --repeats,
+    --device, --dtype (float32, or bfloat16/float16 under autocast)."""
     parser = argparse.ArgumentParser(description=description)
     if "models" in defaults:
         parser.add_argument("--models", default=defaults["models"], help="comma-separated")
     else:
         parser.add_argument("--model", default="deit_small_patch16_224")
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--size", type=int, default=224, help="image side in pixels")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     return parser.parse_args()
 
 
+DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@contextlib.contextmanager
+def precision(args: argparse.Namespace) -> Iterator[None]:
+    """Autocast to ``--dtype`` on ``--device`` (nothing for float32)."""
+    dtype = DTYPES[args.dtype]
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(torch.device(args.device).type, dtype=dtype):
+        yield
+
+
+def device_name(device: str) -> str:
+    """The accelerator's name, or the processor's architecture and thread count."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    import platform
+
+    return f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
 def build(name: str, args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor]:
-    """The model (random weights, eval, on the device) and a seeded batch of 224 px images."""
+    """The model (random weights, eval, on the device) and a seeded batch of ``--size`` images."""
     torch.manual_seed(0)
-    model = vk.create_model(name).eval().to(args.device)
-    x = torch.randn(args.batch, 3, 224, 224, device=args.device)
+    sized = {} if args.size == 224 else {"img_size": args.size}
+    model = vk.create_model(name, **sized).eval().to(args.device)
+    x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
     return model, x
 
 
@@ -44,8 +72,8 @@ def deit_setup(description: str) -> tuple[argparse.Namespace, nn.Module, torch.T
 def header(args: argparse.Namespace, extra: str = "", model: str | None = None) -> str:
     """One line naming the model, batch, device, threads and torch version of a run."""
     return (
-        f"{model or args.model}, batch {args.batch}, 224 px, {args.device}, "
-        f"{torch.get_num_threads()} threads, torch {torch.__version__}; median of "
+        f"{model or args.model}, batch {args.batch}, {args.size} px, {args.dtype}, "
+        f"{device_name(args.device)}, torch {torch.__version__}; median of "
         f"{args.repeats} rounds{extra}"
     )
 
@@ -60,17 +88,23 @@ def train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[
     return run
 
 
-def timed(fn: Callable[[], object], device: str) -> tuple[float, int]:
-    """Wall seconds and minor page faults of one call."""
-    if device.startswith("cuda"):
+def timed(fn: Callable[[], object], device: str) -> tuple[float, int, int | None]:
+    """Wall seconds, minor page faults and (on CUDA) the GPU bytes the call allocated at its
+    peak beyond what was allocated when it began (the model, the batch, other methods' leftovers
+    are not counted)."""
+    cuda = device.startswith("cuda")
+    if cuda:
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     fn()
-    if device.startswith("cuda"):
+    if cuda:
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    peak = torch.cuda.max_memory_allocated() - before if cuda else None
+    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, peak
 
 
 def rotated_rounds(
@@ -80,7 +114,8 @@ def rotated_rounds(
     each method gets ``untimed`` calls and then one timed call (its own steady state).
 
     Returns:
-        seconds and page faults per method, one value per round.
+        seconds and page faults per method, one value per round; on CUDA the faults are the
+        call's peak GPU bytes instead (`timed`; page faults of the host say little there).
     """
     times: dict[str, list[float]] = {k: [] for k in runs}
     faults: dict[str, list[int]] = {k: [] for k in runs}
@@ -92,20 +127,30 @@ def rotated_rounds(
         for name in order[shift:] + order[:shift]:
             for _ in range(untimed):
                 runs[name]()
-            seconds, page_faults = timed(runs[name], device)
+            seconds, page_faults, peak = timed(runs[name], device)
             times[name].append(seconds)
-            faults[name].append(page_faults)
+            faults[name].append(page_faults if peak is None else peak)
     return times, faults
 
 
-def print_table(times: dict[str, list[float]], faults: dict[str, list[int]], base: str) -> None:
-    """Median seconds per method and its ratio to ``base``."""
+def print_table(
+    times: dict[str, list[float]], faults: dict[str, list[int]], base: str, device: str = "cpu"
+) -> None:
+    """Median milliseconds per method and its ratio to ``base``; the last column is page faults
+    per call (CPU) or peak allocated GPU memory (CUDA), with its ratio to ``base``'s."""
     reference = statistics.median(times[base])
-    print(f"{'method':<12} {'median s':>9} {'ratio':>7} {'range s':>13} {'page faults/call':>17}")
+    cuda = device.startswith("cuda")
+    last = "peak extra GPU MB" if cuda else "page faults/call"
+    print(f"{'method':<12} {'median ms':>10} {'ratio':>7} {'range ms':>15} {last:>20}")
     for name, values in times.items():
         median = statistics.median(values)
-        spread = f"{min(values):.3f}..{max(values):.3f}"
+        spread = f"{min(values) * 1e3:.1f}..{max(values) * 1e3:.1f}"
+        other = statistics.median(faults[name])
+        if cuda:
+            ratio = other / statistics.median(faults[base])
+            column = f"{other / 1e6:,.0f} ({ratio:.2f}x)"
+        else:
+            column = f"{other:,.0f}"
         print(
-            f"{name:<12} {median:9.3f} {median / reference:6.2f}x {spread:>13} "
-            f"{statistics.median(faults[name]):17,.0f}"
+            f"{name:<12} {median * 1e3:10.1f} {median / reference:6.2f}x {spread:>15} {column:>20}"
         )

@@ -118,3 +118,30 @@ def test_input_gradient_methods_save_nothing_for_parameters(vit):
     ours = saved_bytes(lambda: vk.saliency(model, x, target=3))
     assert ours < saved_bytes(lambda: plain_input_gradient(model, x))
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_run_with_cache_refuses_a_cache_above_max_bytes(vit):
+    model, x = vit
+    hm = vk.HookedModel(model)
+    one = 4 * 17 * 192 * 4  # one (B, N, C) float32 activation: B 4, N 1 + 16 patches, C 192
+    _, cache = hm.run_with_cache(x, names="blocks.*.hook_resid_post", max_bytes=6 * one)
+    assert len(cache) == 6
+    with pytest.raises(ValueError, match=r"max_bytes=.* at blocks\.5\.hook_resid_post"):
+        hm.run_with_cache(x, names="blocks.*.hook_resid_post", max_bytes=6 * one - 1)
+    with pytest.raises(ValueError, match="activations and gradients"):  # a gradient doubles it
+        hm.run_with_cache(x, names="blocks.*.hook_resid_post", grads=True, max_bytes=6 * one)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    assert all(p.requires_grad for p in model.parameters()) and torch.is_grad_enabled()
+
+
+def test_grad_rollout_refuses_before_running(vit):
+    model, x = vit
+    calls = []
+    handle = model.register_forward_pre_hook(lambda m, args: calls.append(1))
+    try:
+        with pytest.raises(ValueError, match="maps and their gradients"):
+            vk.grad_rollout(model, x, max_bytes=100_000)  # maps and grads: 166 kB
+    finally:
+        handle.remove()
+    assert calls == []  # refused from the estimate, nothing computed
+    assert vk.grad_rollout(model, x).maps.shape == (4, 4, 4)

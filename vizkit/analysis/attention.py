@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis
 from ..hooks.inputs import (
+    DEFAULT_MAX_BYTES,
     check_choice,
     check_count,
     check_images,
@@ -38,7 +39,6 @@ __all__ = [
     "stage_layers",
 ]
 
-DEFAULT_MAX_BYTES = 4 * 2**30
 HeadReduction = str | int
 
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
+from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_images
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
 from ._model import (
@@ -28,7 +28,7 @@ from ._model import (
     pooling_attention_names,
     reads_class_token,
 )
-from .attention import common_layout, reduce_heads
+from .attention import attention_bytes, common_layout, reduce_heads
 from .saliency_result import SaliencyResult
 
 __all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
@@ -131,16 +131,31 @@ def rollout(
     layouts = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "rollout")
     layout = layouts[0]
     ca_names, pool_names = class_attention_names(hm), pooling_attention_names(hm)
-    with torch.no_grad():
-        _, cache = hm.run_with_cache(x, names=names + ca_names + pool_names)
-    joint = None
-    for name, (before, here) in zip(names, pairwise([layouts[0], *layouts]), strict=True):
-        pattern = grid_map(hm, name, cache[name], here)
-        fused = _fuse(pattern, name, head_fusion, allow_non_stochastic)
+    steps = dict(zip(names, pairwise([layouts[0], *layouts]), strict=True))
+    joint: Tensor | None = None  # the running joint attention, (B, N_here, N_first)
+    done: list[str] = []
+    cache: dict[str, Tensor] = {}  # the small maps read after the forward (class, pooling)
+
+    def multiply(pattern: Tensor, *, name: str) -> None:
+        """One layer's step, as its map is made: only the running product is kept."""
+        nonlocal joint
+        if len(done) == len(names) or names[len(done)] != name:
+            raise RuntimeError(f"rollout expected the maps in the order {names}; got {name}.")
+        done.append(name)
+        before, here = steps[name]
+        fused = _fuse(grid_map(hm, name, pattern, here), name, head_fusion, allow_non_stochastic)
         step = _with_residual(_discard_lowest(fused, discard_ratio))
         if here != before:  # Swin's patch merging between stages
             joint = patch_merge_matrix(before.grid).to(joint.device) @ joint
-        joint = step if joint is None else step @ joint  # (B, N_here, N_first)
+        joint = step if joint is None else step @ joint
+
+    def keep(pattern: Tensor, *, name: str) -> None:
+        cache[name] = pattern.detach()
+
+    hooks = {name: multiply for name in names} | {name: keep for name in ca_names + pool_names}
+    with torch.no_grad(), hm.hooks(fwd=hooks):
+        hm(x)
+    here = layouts[-1]
     if here != layout:  # across stages: the mean over the last stage's tokens
         relevance = joint.mean(1)
     elif ca_names:  # CaiT: the class token reads the patches through class attention only
@@ -225,13 +240,18 @@ def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion)
 
 @analysis
 def grad_rollout(
-    model: nn.Module | HookedModel, x: Tensor, target: Target = None
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    target: Target = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> SaliencyResult:
     """Gradient-weighted rollout (Chefer, Gur and Wolf, ICCV 2021, Eq. 5-6): R = I, then per
     layer R <- R + mean_h[(dA/dy * A)^+] R; the class token's row over the patches.
 
     Args:
         target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
+        max_bytes: refuse, before running, when every layer's map and its gradient would take
+            more than this (default 4 GiB): both are held until the relevance is computed.
 
     Returns:
         `SaliencyResult` (B, gh, gw) with ``targets``: the class token's row of R where the head
@@ -248,7 +268,18 @@ def grad_rollout(
             "class_attention(), rollout(...) or gradcam()."
         )
     layout = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "grad_rollout")[0]
-    logits, cache = hm.run_with_cache(x, names=names, grads=True, target=target)
+    max_bytes = check_count("max_bytes", max_bytes)
+    size = 2 * attention_bytes(hm, x, names)
+    if size > max_bytes:
+        raise ValueError(
+            f"grad_rollout holds {len(names)} attention maps and their gradients: "
+            f"{size / 2**20:.1f} MiB for a batch of {len(x)} (2 x B x H x N x N floats per "
+            f"layer), above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the "
+            "maps are per image) or a larger max_bytes."
+        )
+    logits, cache = hm.run_with_cache(
+        x, names=names, grads=True, target=target, max_bytes=max_bytes
+    )
     relevance = None
     for name in names:
         weighted = (cache[f"{name}_grad"] * cache[name]).clamp_min(0).mean(1).double()

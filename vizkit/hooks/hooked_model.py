@@ -18,7 +18,7 @@ from .attention_mode import unfused_attention
 from .cache import ActivationCache
 from .families import family_layout
 from .guard import exclusive, tracking_forward
-from .inputs import check_device, check_images, unwrap_model
+from .inputs import DEFAULT_MAX_BYTES, check_count, check_device, check_images, unwrap_model
 from .layout import TokenLayout, token_layout
 from .names import (
     NameSpec,
@@ -51,6 +51,8 @@ class _Run:
     explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
     non_tensor: set[str] = field(default_factory=set)  # pattern matches that gave no tensor
     graph_starts: list[Tensor] = field(default_factory=list)  # activations made to require grad
+    max_bytes: int | None = None  # the cache's limit (run_with_cache)
+    held_bytes: int = 0  # what the cache holds so far, gradients to come counted
 
     def names(self) -> set[str]:
         return set(self.fwd) | set(self.bwd) | self.record
@@ -161,6 +163,7 @@ class HookedModel:
         grads: bool = False,
         target: Target = None,
         device: torch.device | str | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model on ``x`` and cache the named activations.
@@ -177,6 +180,8 @@ class HookedModel:
             target: with ``grads``: a class index, B indices, a callable on the output, or None
                 for each sample's argmax.
             device: move cached tensors there (e.g. ``"cpu"``); default: where they were made.
+            max_bytes: refuse, during the forward, once the cache (with ``grads``: the
+                activations and their gradients) would hold more than this (default 4 GiB).
 
         Returns:
             (model output, ActivationCache in forward order). With ``grads`` the output is
@@ -185,9 +190,11 @@ class HookedModel:
         Raises:
             KeyError: a name or pattern matches nothing.
             RuntimeError: a requested hook did not fire.
-            ValueError: wrong input shape, or a target out of range.
+            ValueError: wrong input shape, a target out of range, or a cache above
+                ``max_bytes`` (the message gives its size and how to shrink it).
         """
         x = check_images(self.model, x)
+        max_bytes = check_count("max_bytes", max_bytes)
         device = None if device is None else check_device(device)
         if target is not None and not grads:
             raise ValueError("target= chooses the score to differentiate; pass grads=True with it.")
@@ -206,6 +213,7 @@ class HookedModel:
             record=set(chosen),
             keep_for_grad=set(chosen) if grads else set(),
             device=device,
+            max_bytes=max_bytes,
             explicit=explicit,
         )
         if grads and torch.is_inference_mode_enabled():
@@ -344,6 +352,7 @@ class HookedModel:
         used = raw if value is canonical else tap.from_canonical(value, raw)
         run.fired[tap.name] += 1
         if tap.name in run.record:
+            self._count_bytes(tap.name, run, value)
             kept = value.detach()
             kept = kept.clone() if tap.name.endswith(".hook_out") else kept  # see _check_fired
             run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
@@ -363,6 +372,19 @@ class HookedModel:
         # rewrites the copy and the gradient read at ``used`` is that of the value as the model
         # used it, not of the rewritten tensor.
         return used.clone()
+
+    def _count_bytes(self, name: str, run: _Run, value: Tensor) -> None:
+        """Refuse before the cache grows past ``run.max_bytes`` (a gradient doubles a name)."""
+        if run.max_bytes is None:
+            return
+        run.held_bytes += value.nbytes * (2 if name in run.keep_for_grad else 1)
+        if run.held_bytes > run.max_bytes:
+            what = "activations and gradients" if run.keep_for_grad else "activations"
+            raise ValueError(
+                f"The cache of {what} passed max_bytes={run.max_bytes / 2**20:.1f} MiB at {name} "
+                f"({run.held_bytes / 2**20:.1f} MiB so far, {len(run.values) + 1} names). Ask "
+                "for fewer names, a smaller batch or a larger max_bytes."
+            )
 
     def _start_graph(self, tap: Tap, run: _Run, used: Tensor) -> None:
         """Start recording at ``used`` (`_recording_from_taps`): nothing before this activation

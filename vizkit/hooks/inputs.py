@@ -16,7 +16,10 @@ from torch import Tensor, nn
 
 from .layout import validate_input
 
+DEFAULT_MAX_BYTES = 4 * 2**30  # what an analysis may hold before it refuses (4 GiB)
+
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "check_choice",
     "check_count",
     "check_device",
