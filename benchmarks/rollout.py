@@ -3,7 +3,8 @@
 vit_small_patch14_reg4_dinov2 (random weights; pass --model for another), 224 px by default:
   plain          the model's forward under torch.inference_mode (timm's fused attention on)
   rollout        vk.rollout(model, x)
-  grad_rollout   vk.grad_rollout(model, x, target=3)
+  grad_rollout   vk.grad_rollout(model, x, target=3) (max_bytes lifted: at 518 px, batch 32
+                 its maps and gradients take 35 GB, above the default 4 GiB guard)
 
 Rounds as in benchmarks/capture.py; median ratio, with peak allocated GPU memory on CUDA.
 Usage: python benchmarks/rollout.py [--model NAME] [--size 224] [--batch 16] [--repeats 5]
@@ -33,7 +34,7 @@ def main() -> None:
     runs = {
         "plain": plain,
         "rollout": lambda: vk.rollout(model, x),
-        "grad_rollout": lambda: vk.grad_rollout(model, x, target=3),
+        "grad_rollout": lambda: vk.grad_rollout(model, x, target=3, max_bytes=2**40),
     }
     with precision(args):
         times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=1)

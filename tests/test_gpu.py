@@ -32,17 +32,22 @@ def test_analyses_run_on_the_models_device_and_agree_with_cpu():
     on_cpu = {
         "rollout": vk.rollout(model, x).maps,
         "gradcam": vk.gradcam(model, x, target=1).maps,
+        "grad_rollout": vk.grad_rollout(model, x, target=1).maps,
+        "saliency": vk.saliency(model, x, target=1).maps,
         "class_attention": vk.class_attention(model, x).maps,
     }
     model = model.cuda()  # x stays on the CPU: the analyses move it
     on_gpu = {
         "rollout": vk.rollout(model, x).maps,
         "gradcam": vk.gradcam(model, x, target=1).maps,
+        "grad_rollout": vk.grad_rollout(model, x, target=1).maps,
+        "saliency": vk.saliency(model, x, target=1).maps,
         "class_attention": vk.class_attention(model, x).maps,
     }
     for name, maps in on_gpu.items():
         assert maps.device.type == "cuda", name
         torch.testing.assert_close(maps.cpu(), on_cpu[name], rtol=1e-3, atol=1e-5)
+    assert all(p.requires_grad for p in model.parameters())
     curve = vk.metrics.deletion(model, x, on_gpu["rollout"], steps=4)
     assert curve.auc.device.type == "cuda"
 
