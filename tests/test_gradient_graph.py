@@ -139,9 +139,26 @@ def test_grad_rollout_refuses_before_running(vit):
     calls = []
     handle = model.register_forward_pre_hook(lambda m, args: calls.append(1))
     try:
-        with pytest.raises(ValueError, match="maps and their gradients"):
-            vk.grad_rollout(model, x, max_bytes=100_000)  # maps and grads: 166 kB
+        with pytest.raises(ValueError, match="differentiates through 6 attention maps"):
+            vk.grad_rollout(model, x, max_bytes=50_000)  # the maps, one gradient: 97 kB
     finally:
         handle.remove()
     assert calls == []  # refused from the estimate, nothing computed
     assert vk.grad_rollout(model, x).maps.shape == (4, 4, 4)
+
+
+def test_gradient_functions_see_what_grads_would_cache(vit):
+    model, x = vit
+    hm = vk.HookedModel(model)
+    names = ["blocks.1.hook_resid_post", "blocks.4.attn.hook_pattern"]
+    _, cache = hm.run_with_cache(x, names=names, grads=True, target=3)
+    seen = {}
+    hm.run_with_cache(
+        x,
+        names=names[0],
+        target=3,
+        bwd={n: lambda g, name: seen.setdefault(name, g) for n in names},
+    )
+    for name in names:
+        torch.testing.assert_close(seen[name], cache[f"{name}_grad"])
+    assert list(seen) == names[::-1]  # the backward reaches the later activation first

@@ -269,25 +269,41 @@ def grad_rollout(
         )
     layout = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "grad_rollout")[0]
     max_bytes = check_count("max_bytes", max_bytes)
-    size = 2 * attention_bytes(hm, x, names)
+    size = attention_bytes(hm, x, names) + attention_bytes(hm, x, names[-1:])
     if size > max_bytes:
         raise ValueError(
-            f"grad_rollout holds {len(names)} attention maps and their gradients: "
-            f"{size / 2**20:.1f} MiB for a batch of {len(x)} (2 x B x H x N x N floats per "
-            f"layer), above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the "
-            "maps are per image) or a larger max_bytes."
+            f"grad_rollout differentiates through {len(names)} attention maps, which the graph "
+            f"holds until the backward reaches them, and one gradient at a time: "
+            f"{size / 2**20:.1f} MiB for a batch of {len(x)} (B x H x N x N floats per layer), "
+            f"above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the maps are "
+            "per image) or a larger max_bytes."
         )
-    logits, cache = hm.run_with_cache(
-        x, names=names, grads=True, target=target, max_bytes=max_bytes
-    )
-    relevance = None
-    for name in names:
-        weighted = (cache[f"{name}_grad"] * cache[name]).clamp_min(0).mean(1).double()
-        relevance = (
-            torch.eye(weighted.shape[-1], dtype=weighted.dtype, device=weighted.device) + weighted
-            if relevance is None
-            else relevance + weighted @ relevance
+    patterns: dict[str, Tensor] = {}
+    relevance: Tensor | None = None  # (I + W_L) ... (I + W_k), built from the last layer back
+    done: list[str] = []
+
+    def keep(pattern: Tensor, *, name: str) -> None:
+        patterns[name] = pattern.detach()
+
+    def multiply(grad: Tensor, *, name: str) -> None:
+        """One layer's (dA/dy * A)^+ as the backward reaches it; its gradient is then freed."""
+        nonlocal relevance
+        if len(done) == len(names) or names[-1 - len(done)] != name:
+            raise RuntimeError(f"grad_rollout expected the gradients of {names} last first.")
+        done.append(name)
+        weighted = (grad * patterns.pop(name)).clamp_min(0).mean(1).double()  # (B, N, N)
+        if relevance is None:
+            eye = torch.eye(weighted.shape[-1], dtype=weighted.dtype, device=weighted.device)
+            relevance = eye + weighted
+        else:
+            relevance = relevance + relevance @ weighted
+
+    with hm.hooks(fwd={name: keep for name in names}):
+        logits, _ = hm.run_with_cache(
+            x, names=names[-1], target=target, bwd={name: multiply for name in names}
         )
+    if len(done) != len(names):
+        raise RuntimeError(f"The target score reached {done} of the attention maps {names}.")
     return SaliencyResult(
         maps=layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm.model)).float()),
         method="grad_rollout",

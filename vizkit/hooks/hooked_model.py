@@ -51,6 +51,7 @@ class _Run:
     explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
     non_tensor: set[str] = field(default_factory=set)  # pattern matches that gave no tensor
     graph_starts: list[Tensor] = field(default_factory=list)  # activations made to require grad
+    start_graph: bool = False  # run_with_cache differentiates: a tap starts the graph
     max_bytes: int | None = None  # the cache's limit (run_with_cache)
     held_bytes: int = 0  # what the cache holds so far, gradients to come counted
 
@@ -164,6 +165,7 @@ class HookedModel:
         target: Target = None,
         device: torch.device | str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        bwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model on ``x`` and cache the named activations.
@@ -177,11 +179,15 @@ class HookedModel:
                 runs without autograd up to the earliest of the named activations, where the
                 graph starts, and parameters do not require grad during the call (their
                 ``requires_grad`` and ``.grad`` are as before afterwards, also after an error).
-            target: with ``grads``: a class index, B indices, a callable on the output, or None
-                for each sample's argmax.
+            target: with ``grads`` or ``bwd``: a class index, B indices, a callable on the
+                output, or None for each sample's argmax.
             device: move cached tensors there (e.g. ``"cpu"``); default: where they were made.
             max_bytes: refuse, during the forward, once the cache (with ``grads``: the
                 activations and their gradients) would hold more than this (default 4 GiB).
+            bwd: name, glob or regex -> ``fn(gradient, *, name)``: the target score is
+                differentiated (recorded as with ``grads``) and each function sees its
+                activation's gradient when the backward reaches it, so gradients can be used
+                one at a time instead of cached together.
 
         Returns:
             (model output, ActivationCache in forward order). With ``grads`` the output is
@@ -196,9 +202,12 @@ class HookedModel:
         x = check_images(self.model, x)
         max_bytes = check_count("max_bytes", max_bytes)
         device = None if device is None else check_device(device)
-        if target is not None and not grads:
-            raise ValueError("target= chooses the score to differentiate; pass grads=True with it.")
-        if grads and target is not None and not callable(target):
+        backward = grads or bool(bwd)
+        if target is not None and not backward:
+            raise ValueError(
+                "target= chooses the score to differentiate; pass grads=True (or bwd=) with it."
+            )
+        if backward and target is not None and not callable(target):
             class_indices(target, len(x))  # types and count, before the forward
         chosen = resolve_names(names, self._names)
         derived = [n for n in chosen if self._taps[n].compute is not None]
@@ -210,25 +219,30 @@ class HookedModel:
             )
         explicit = explicit_names(names, self._names)
         run = _Run(
+            bwd=self._expand(bwd),
             record=set(chosen),
             keep_for_grad=set(chosen) if grads else set(),
+            start_graph=backward,
             device=device,
             max_bytes=max_bytes,
             explicit=explicit,
         )
-        if grads and torch.is_inference_mode_enabled():
+        derived = [n for n in run.bwd if self._taps[n].compute is not None]
+        if derived:
+            raise ValueError(f"{derived} are derived values, so no gradient flows through them.")
+        if backward and torch.is_inference_mode_enabled():
             raise RuntimeError(
                 "Gradients cannot be taken inside torch.inference_mode(); call this outside it."
             )
-        if grads:
+        if backward:
             x = x.detach().clone() if x.is_inference() else x.detach()
-        recording = _recording_from_taps(self.model) if grads else nullcontext()
+        recording = _recording_from_taps(self.model) if backward else nullcontext()
         with self._attached(run), recording:
             try:
                 output = self.model(x, **forward_kwargs)
                 chosen = _require_fired(chosen, run.fired, explicit, run.non_tensor)
                 self._check_captures(run)
-                grad_values = self._gradients(run, chosen, output, target) if grads else {}
+                grad_values = self._gradients(run, chosen, output, target) if backward else {}
             finally:
                 for start in run.graph_starts:
                     start.requires_grad_(False)
@@ -237,7 +251,7 @@ class HookedModel:
             data[name] = run.values[name]
             if name in grad_values:
                 data[f"{name}_grad"] = grad_values[name]
-        output = output.detach() if grads and isinstance(output, Tensor) else output
+        output = output.detach() if backward and isinstance(output, Tensor) else output
         return output, ActivationCache(data, self._names, token_layout(self.model, x.shape[-2:]))
 
     # -- internals -------------------------------------------------------------------------
@@ -358,7 +372,8 @@ class HookedModel:
             run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
             if not kept.is_inference():  # inference tensors have no version counter
                 run.versions[tap.name] = kept._version
-        if tap.name in run.keep_for_grad and not used.requires_grad:
+        wants_grad = tap.name in run.keep_for_grad or tap.name in run.bwd
+        if run.start_graph and wants_grad and not used.requires_grad:
             self._start_graph(tap, run, used)
         if tap.name in run.keep_for_grad:
             run.used[tap.name] = used
@@ -435,13 +450,17 @@ class HookedModel:
     def _gradients(self, run: _Run, chosen: list[str], output: Any, target: Target) -> dict:
         with torch.enable_grad():
             score = target_score(output, target)
-        inputs = [run.used[n] for n in chosen]
+        chosen = [n for n in chosen if n in run.keep_for_grad]
+        inputs = [run.used[n] for n in chosen] or run.graph_starts  # bwd only: run the backward
         if not score.requires_grad:
             raise RuntimeError(
-                f"The target score does not depend on {chosen} (values computed beside the "
+                f"The target score does not depend on {chosen or sorted(run.bwd)} (values "
+                "computed beside the "
                 "output, not on its path), so they have no gradient."
             )
         grads = torch.autograd.grad(score, inputs, allow_unused=True)
+        if not chosen:
+            return {}
         result = {}
         for name, used, grad in zip(chosen, inputs, grads, strict=False):
             grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
