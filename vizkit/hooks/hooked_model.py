@@ -53,6 +53,7 @@ class _Run:
     graph_starts: list[Tensor] = field(default_factory=list)  # activations made to require grad
     start_graph: bool = False  # run_with_cache differentiates: a tap starts the graph
     max_bytes: int | None = None  # the cache's limit (run_with_cache)
+    unchanged: dict[str, tuple[Tensor, int]] = field(default_factory=dict)  # maps, versions
     held_bytes: int = 0  # what the cache holds so far, gradients to come counted
 
     def names(self) -> set[str]:
@@ -383,6 +384,9 @@ class HookedModel:
             return used
         for fn in run.bwd.get(tap.name, ()):
             used.register_hook(_gradient_hook(fn, tap))
+        if tap.kind:  # an attention map (B·H·N² floats): the forward goes on with it, and an
+            run.unchanged[tap.name] = (used, used._version)  # in-place change is refused after
+            return used
         # The forward goes on with a copy, so a later in-place op (``x += shortcut``, ``relu_``)
         # rewrites the copy and the gradient read at ``used`` is that of the value as the model
         # used it, not of the rewritten tensor.
@@ -440,6 +444,7 @@ class HookedModel:
                     stacklevel=3,
                 )
         changed = [n for n, v in run.versions.items() if run.values[n]._version != v]
+        changed += [n for n, (t, v) in run.unchanged.items() if t._version != v]
         if changed:
             raise RuntimeError(
                 f"{changed} were modified in place after capture by a later "
