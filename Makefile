@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export VIZKIT_FAST ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test unit notebooks lab bench lint strip clean
+.PHONY: setup demo test unit notebooks lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,16 @@ bench: setup
 	$(BIN)/python benchmarks/widgets.py
 	$(BIN)/python benchmarks/masks.py
 	$(BIN)/python benchmarks/sot.py
+
+# the GPU rows of docs/benchmarks.md (needs CUDA; `make bench` covers the CPU)
+bench-gpu: setup
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pytest -q -m gpu tests/test_gpu.py
+	$(BIN)/python benchmarks/gradcam.py --device cuda --model vit_base_patch16_224 --batch 64
+	$(BIN)/python benchmarks/gradcam.py --device cuda --model vit_base_patch16_224 --batch 64 --dtype bfloat16
+	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64
+	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16
+	$(BIN)/python benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks
