@@ -22,23 +22,9 @@ import torch
 from pytorch_grad_cam import GradCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from timing import deit_setup, header, precision, print_table, rotated_rounds
-from torch.autograd.graph import saved_tensors_hooks
 
 import vizkit as vk
-
-
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs."""
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
+from vizkit.hooks import saved_bytes
 
 
 def tail(model, x, target: int) -> None:

@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.autograd.graph import saved_tensors_hooks
 
 import vizkit as vk
+from vizkit.hooks import saved_bytes
 
 
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``fn`` runs."""
-    storages: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
+def test_saved_bytes_counts_each_storage_once():
+    x, w = torch.randn(100, requires_grad=True), torch.randn(100)
+    assert saved_bytes(lambda: (x * w).sum()) == 400  # w, for the gradient of x
+    assert saved_bytes(lambda: (x * x).sum()) == 400  # x, saved twice: one storage
+    assert saved_bytes(lambda: (x.exp() * w).sum()) == 800  # exp's output and w
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from .hooked_model import frozen_parameters as frozen_parameters
 from .layout import TokenLayout as TokenLayout
 from .layout import token_layout as token_layout
 from .layout import validate_input as validate_input
+from .memory import saved_bytes as saved_bytes
 from .names import resolve_names as resolve_names
 from .taps import Tap as Tap
 from .targets import Target as Target
@@ -26,6 +27,7 @@ __all__ = [
     "build_taps",
     "frozen_parameters",
     "resolve_names",
+    "saved_bytes",
     "target_score",
     "token_layout",
     "unfused_attention",
