@@ -15,6 +15,13 @@ from torch import nn
 import vizkit as vk
 
 
+def add_device_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--device (cpu, cuda, ...) and --dtype (float32, or bfloat16/float16 under autocast)."""
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    return parser
+
+
 def parse_args(description: str, **defaults: str) -> argparse.Namespace:
     """The benchmarks' common command line: --model (or --models), --batch, --size, --repeats,
     --device, --dtype (float32, or bfloat16/float16 under autocast)."""
@@ -26,9 +33,7 @@ def parse_args(description: str, **defaults: str) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=224, help="image side in pixels")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    return parser.parse_args()
+    return add_device_options(parser).parse_args()
 
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
