@@ -51,6 +51,9 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64
 	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16
 	$(BIN)/python benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3
+	$(BIN)/python benchmarks/masks.py --device cuda --batch 256
+	$(BIN)/python benchmarks/sot.py --device cuda
+	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks
