@@ -1,8 +1,9 @@
 """Figure lint over every public figure builder, every explorer and every report section of the
 core zoo and of one model per paper. Each figure has a title; square maps have square cells in
 every subplot (not only the first); colour carries a value only with a colour bar; curves and
-bars have axis titles; accuracy reads in percent; class names, not numbers, where the data has
-names; and no label contradicts the model (LayerScale where there is none)."""
+bars have axis titles; accuracy reads in percent; log axes are ticked in full numbers; class
+names, not numbers, where the data has names; and no label contradicts the model (LayerScale
+where there is none)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def faults(fig: go.Figure) -> list[str]:
     if lines and not any(a.title.text for k, a in axes.items() if k.startswith("x")):
         found.append("curves without an x-axis title")
     for key, axis in axes.items():
+        if axis.type == "log" and axis.tickvals is None:
+            found.append(f"{key} is logarithmic with plotly's abbreviated tick digits")
         title = (axis.title.text or "").lower()
         if "accuracy" in title and "%" not in title and "%" not in (axis.tickformat or ""):
             found.append(f"{key} shows accuracy, not in percent")
@@ -361,5 +364,6 @@ def test_the_lint_catches_what_it_names(broken, fault):
     named.update_layout(title_text="t", xaxis_title="x", yaxis_title="accuracy")
     assert "several curves, some without a legend name" in faults(named)
     assert "yaxis shows accuracy, not in percent" in faults(named)
+    assert any("abbreviated" in f for f in faults(curves.update_yaxes(type="log")))
     numbered = go.Figure(layout={"title": {"text": "Grad-CAM, explains class 7"}})
     assert any("class number" in f for f in faults(numbered))

@@ -112,6 +112,28 @@ def map_axes(fig: go.Figure) -> go.Figure:
     return square_cells(fig)
 
 
+def log_axis(fig: go.Figure, axis: str, **titles) -> go.Figure:
+    """A log ``axis`` ("x" or "y", every subplot) ticked at 1, 2, 5 x 10^k over the data's range
+    (1, 2, 3, 5 over less than two decades; every digit where that gives fewer than three
+    ticks), each tick written in full ("0.02", "50"), not plotly's abbreviated minor digits."""
+    values = np.concatenate([
+        np.asarray(getattr(t, axis), dtype=float).ravel()
+        for t in fig.data if getattr(t, axis) is not None
+    ])  # fmt: skip
+    values = values[np.isfinite(values) & (values > 0)]
+    if not len(values):
+        return fig.update_layout({f"{axis}axis_type": "log"})
+    low, high = values.min(), values.max()
+    decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+    steps = (1, 2, 5) if high / low >= 100 else (1, 2, 3, 5)
+    for mantissas in (steps, range(1, 10)):
+        ticks = [m * 10.0**e for e in decades for m in mantissas if low <= m * 10.0**e <= high]
+        if len(ticks) >= 3:
+            break
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    return update(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks], **titles)
+
+
 def min_max_scaled(values: Tensor) -> Tensor:
     """A map scaled to [0, 1] (float32, on the CPU); a constant map becomes 0."""
     values = values.detach().float().cpu()

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..analysis.masks import GaussianFit, radial_profile
 from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, finish, map_axes, palette, square_cells, step_slider
+from ._style import MASK_SCALE, finish, log_axis, map_axes, palette, square_cells, step_slider
 from .overlay import overlay_grid
 
 __all__ = [
@@ -180,7 +180,7 @@ def gmm_parameters_figure(history: Sequence[dict], title: str = "") -> go.Figure
     labels = [str(record["epoch"]) for record in epochs]
     step_slider(fig, labels, len(epochs[0]["masks"]), len(epochs) - 1, "epoch ")
     fig.add_hline(y=0, line_dash="dot")
-    fig.update_xaxes(title_text="|sigma| (patches)", type="log", dtick="D2")  # 1, 2, 5, 10, ...
+    log_axis(fig, "x", title_text="|sigma| (patches)")
     fig.update_yaxes(title_text="alpha")
     return finish(fig, title or "GMM kernels per layer over training", 480)
 

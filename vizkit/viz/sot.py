@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis.saliency_result import SaliencyResult
 from ..analysis.sot import HeadAnatomy
-from ._style import MASK_SCALE, finish, map_axes, palette, step_slider
+from ._style import MASK_SCALE, finish, log_axis, map_axes, palette, step_slider
 from .overlay import opacity_slider, overlay_grid
 
 __all__ = ["branch_logits_figure", "cross_covariance_figure", "maps_grid", "svpn_spectrum_figure"]
@@ -70,7 +70,7 @@ def svpn_spectrum_figure(
     active = min(range(len(alphas)), key=lambda i: abs(alphas[i] - anatomy.alpha))
     step_slider(fig, [f"{a:g}" for a in alphas], 3 * heads, active, "alpha ")
     fig.update_xaxes(title_text="singular value index", dtick=1)
-    fig.update_yaxes(title_text="singular value", type="log")
+    log_axis(fig, "y", title_text="singular value")
     return finish(fig, f"Spectra before and after normalization, image {image}", 480)
 
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from ..analysis import residual_ratios
 from ..hooks.inputs import check_count, check_images, check_number
 from ..models.cait_variants import residual_vit
-from ..viz._style import finish
+from ..viz._style import finish, log_axis
 from ._base import Explorer
 
 __all__ = ["LayerScaleExplorer"]
@@ -72,6 +72,6 @@ class LayerScaleExplorer(Explorer):
                            name="ε x its unscaled ratio (equal at init)"),
             ]
         )  # fmt: skip
-        fig.update_yaxes(type="log", title_text="‖branch‖ / ‖x‖ at initialisation")
+        log_axis(fig, "y", title_text="‖branch‖ / ‖x‖ at initialisation")
         fig.update_xaxes(title_text="block", dtick=1)
         return finish(fig, f"LayerScale at init: the {branch} branch is scaled by ε = {eps:g}", 420)
