@@ -147,12 +147,7 @@ class HookedModel:
         """
         explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
         run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd), explicit=explicit)
-        derived = [n for n in run.bwd if self._taps[n].compute is not None]
-        if derived:
-            raise ValueError(
-                f"{derived} are derived values (computed from a module's weights and input), "
-                "so no gradient flows through them; hook the module's input or output instead."
-            )
+        self._refuse_derived_gradients(run.bwd, "hook the module's input or output instead")
         with self._attached(run):
             yield self
         _require_fired(list(run.fwd), run.fired, explicit, run.non_tensor)
@@ -211,13 +206,6 @@ class HookedModel:
         if backward and target is not None and not callable(target):
             class_indices(target, len(x))  # types and count, before the forward
         chosen = resolve_names(names, self._names)
-        derived = [n for n in chosen if self._taps[n].compute is not None]
-        if grads and derived:
-            raise ValueError(
-                f"{derived} are derived values (computed from a module's weights and input, "
-                "not tensors the forward passes on), so they have no gradient; leave them out "
-                "of names= when grads=True."
-            )
         explicit = explicit_names(names, self._names)
         run = _Run(
             bwd=self._expand(bwd),
@@ -228,9 +216,9 @@ class HookedModel:
             max_bytes=max_bytes,
             explicit=explicit,
         )
-        derived = [n for n in run.bwd if self._taps[n].compute is not None]
-        if derived:
-            raise ValueError(f"{derived} are derived values, so no gradient flows through them.")
+        self._refuse_derived_gradients(
+            [*(chosen if grads else ()), *run.bwd], "leave them out of names= (grads=True) and bwd="
+        )
         if backward and torch.is_inference_mode_enabled():
             raise RuntimeError(
                 "Gradients cannot be taken inside torch.inference_mode(); call this outside it."
@@ -392,6 +380,14 @@ class HookedModel:
         # used it, not of the rewritten tensor.
         return used.clone()
 
+    def _refuse_derived_gradients(self, names, fix: str) -> None:
+        derived = [n for n in names if self._taps[n].compute is not None]
+        if derived:
+            raise ValueError(
+                f"{derived} are derived values (computed from a module's weights and input, not "
+                f"tensors the forward passes on), so no gradient flows through them; {fix}."
+            )
+
     def _count_bytes(self, name: str, run: _Run, value: Tensor) -> None:
         """Refuse before the cache grows past ``run.max_bytes`` (a gradient doubles a name)."""
         if run.max_bytes is None:
@@ -460,8 +456,7 @@ class HookedModel:
         if not score.requires_grad:
             raise RuntimeError(
                 f"The target score does not depend on {chosen or sorted(run.bwd)} (values "
-                "computed beside the "
-                "output, not on its path), so they have no gradient."
+                "computed beside the output, not on its path), so they have no gradient."
             )
         grads = torch.autograd.grad(score, inputs, allow_unused=True)
         if not chosen:
