@@ -250,8 +250,9 @@ def grad_rollout(
 
     Args:
         target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
-        max_bytes: refuse, before running, when every layer's map and its gradient would take
-            more than this (default 4 GiB): both are held until the relevance is computed.
+        max_bytes: refuse, before running, when every layer's map (held by the graph until the
+            backward reaches it) and one map's gradient would take more than this (default
+            4 GiB).
 
     Returns:
         `SaliencyResult` (B, gh, gw) with ``targets``: the class token's row of R where the head
