@@ -19,7 +19,7 @@ import torch
 
 import vizkit as vk
 from vizkit.analysis import cka_matrix
-from vizkit.analysis.cka import Kernel, kernel
+from vizkit.analysis.cka import Kernel, check_kernels, kernel
 from vizkit.analysis.minibatch_cka import MinibatchCKA
 
 # --- reference ------------------------------------------------------------------------------
@@ -146,12 +146,16 @@ def test_non_finite_features_are_refused_by_name(bad, shape):
     broken = torch.from_numpy(y.copy())
     broken[2, 1] = bad
     broken[5, 0] = bad
-    what = "2 NaN and 0 Inf" if bad != bad else "0 NaN and 2 Inf"
-    with pytest.raises(ValueError, match=f"y has {what} values"):
+    what = (
+        "NaN values in 2 and Inf values in 0"
+        if bad != bad
+        else "NaN values in 0 and Inf values in 2"
+    )
+    with pytest.raises(ValueError, match=f"y has {what}"):
         vk.cka(torch.from_numpy(x), broken)
-    with pytest.raises(ValueError, match=f"x has {what} values"):
+    with pytest.raises(ValueError, match=f"x has {what}"):
         vk.cka(broken, torch.from_numpy(x), "rbf", unbiased=True)
-    with pytest.raises(ValueError, match=f"block 3 has {what} values"):
+    with pytest.raises(ValueError, match=f"block 3 has {what}"):
         kernel(broken, name="block 3")
 
 
@@ -255,7 +259,9 @@ def test_cka_matrix_names_the_layer_with_nan():
     model = tiny_vit()
     with torch.no_grad():
         model.blocks[1].mlp.fc2.bias[3] = float("nan")
-    with pytest.raises(ValueError, match=r"layer 'blocks.1.hook_resid_post' .* has \d+ NaN"):
+    with pytest.raises(
+        ValueError, match=r"layer 'blocks.1.hook_resid_post' .* has NaN values in \d+"
+    ):
         cka_matrix(model, images(), progress=False)
 
 
@@ -268,3 +274,26 @@ def test_features_that_vary_only_at_float32_rounding_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kernel(base + noise)
+
+
+@pytest.mark.parametrize("kind", ["linear", "rbf"])
+@pytest.mark.parametrize("p", [5, 40])
+def test_building_and_accumulating_kernels_never_reads_values(kind, p):
+    # meta tensors have no values: any host read (.item, .tolist, bool) of one raises, so
+    # this is the per-layer path without a host sync on a GPU
+    x, y = (torch.empty(16, p, device="meta") for _ in range(2))
+    kernels = [kernel(x, kind, name="a", check=False), kernel(y, kind, name="b", check=False)]
+    acc = MinibatchCKA(["a", "b"])
+    acc.update(kernels)
+    assert acc.hsic_sum.shape == (2, 2) and acc.hsic_sum.dtype == torch.float64
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        kernel(x, kind, name="a")  # check=True reads the flags
+
+
+def test_one_check_reads_every_kernel_and_names_the_broken_one():
+    good = torch.randn(8, 4)
+    broken = good.clone()
+    broken[3, 2] = float("nan")
+    kernels = [kernel(v, name=n, check=False) for n, v in [("a", good), ("b", broken)]]
+    with pytest.raises(ValueError, match="b has NaN values in 1 and Inf values in 0 of its 4"):
+        check_kernels(kernels)

@@ -90,3 +90,19 @@ def test_sot_head_on_cuda_matches_cpu():
     half = svpn(q.bfloat16(), 0.5)
     assert half.dtype == torch.bfloat16
     assert (half.float() - svpn(q, 0.5)).abs().max() < 5e-2
+
+
+def test_cka_waits_for_the_gpu_once_per_batch():
+    model, x = build("vit")
+    x = x.repeat(8, 1, 1, 1) + 0.1 * torch.randn(16, *x.shape[1:])
+    model = model.cuda()
+    vk.cka_matrix(model, x.cuda(), batch_size=4, progress=False)  # warm-up
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with pytest.warns(UserWarning) as caught:
+            vk.cka_matrix(model, x.cuda(), batch_size=4, progress=False)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    layers = len(model.blocks)
+    assert len(syncs) <= 4 * (1 + 2) + 4, (len(syncs), layers)  # batches x (images, flags) + end

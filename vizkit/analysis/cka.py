@@ -23,7 +23,12 @@ Features that are constant across the examples, up to the rounding of that cente
 tolerance relative to each feature's own magnitude, so tiny-scale features are not mistaken for
 constant ones), are set to exactly 0; a representation whose every feature is constant makes
 CKA undefined (0/0), and `cka` says so. NaN or Inf features are refused with the
-representation's name. Everything is computed in float64.
+representation's name.
+
+Precision: features arrive in the model's dtype; their means are summed in float64 and
+subtracted as they are widened to float64; Gram matrices, feature products, HSIC and CKA are
+float64. The checks stay on the features' device, and `check_kernels` reads the flags of many
+kernels at once, so a batch of layers costs one host sync on a GPU, not one per layer.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from torch import Tensor
 
 from ..hooks.inputs import check_choice, check_number
 
-__all__ = ["KERNELS", "Kernel", "cka", "cka_from_hsic", "hsic_matrix", "kernel"]
+__all__ = ["KERNELS", "Kernel", "check_kernels", "cka", "cka_from_hsic", "hsic_matrix", "kernel"]
 
 KERNELS = ("linear", "rbf")
 
@@ -45,15 +50,36 @@ KERNELS = ("linear", "rbf")
 class Kernel:
     """One representation's kernel on one batch of n examples: the centered features X (n, p),
     whose Gram matrix is X Xᵀ, or the Gram matrix (n, n) itself (of centered features; build
-    kernels with `kernel`)."""
+    kernels with `kernel`).
+
+    ``checks`` holds what `check_kernels` reads, on the kernel's device so that building a kernel
+    never waits for the GPU: (5,) int64 = features holding NaN, features holding Inf, every
+    feature constant, every feature varying only at the rounding level of the source dtype, RBF
+    median distance 0.
+    """
 
     features: Tensor | None = None
     gram: Tensor | None = None
-    constant: bool = False  # every example had the same features
+    checks: Tensor | None = None
+    name: str = "features"
+    width: int = 0  # p, the number of features the kernel was built from
+    source: torch.dtype = torch.float64  # the features' dtype before centering
 
     @property
     def n(self) -> int:
         return len(self.features if self.features is not None else self.gram)
+
+    @property
+    def constant(self) -> bool:
+        """Every example had the same features (reads the flag: a host sync on a GPU)."""
+        return self.checks is not None and bool(self.checks[2])
+
+    def constant_flag(self) -> Tensor:
+        """() int64 on the kernel's device: 1 when every example had the same features."""
+        if self.checks is not None:
+            return self.checks[2]
+        data = self.features if self.features is not None else self.gram
+        return torch.zeros((), dtype=torch.int64, device=data.device)
 
     def diagonal(self) -> Tensor:
         """(n,) the kernel's diagonal."""
@@ -79,7 +105,12 @@ class Kernel:
 
 
 def kernel(
-    x: Tensor, kind: str = "linear", bandwidth: float = 1.0, *, name: str = "features"
+    x: Tensor,
+    kind: str = "linear",
+    bandwidth: float = 1.0,
+    *,
+    name: str = "features",
+    check: bool = True,
 ) -> Kernel:
     """The kernel of features ``x`` (n, p) in float64, built from the centered features.
 
@@ -88,71 +119,98 @@ def kernel(
         kind: "linear" or "rbf" (Gaussian, ``exp(-d² / (2 σ²))``).
         bandwidth: for "rbf", σ as a multiple of the median pairwise distance of this batch.
         name: what ``x`` is (a layer's name), for error messages.
+        check: refuse or warn now (`check_kernels`); False leaves it to the caller, who checks
+            many kernels with one read of their flags.
 
     Raises:
         ValueError: ``x`` holds NaN or Inf values; for "rbf", the median pairwise distance is 0.
     """
     if kind not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}; got {kind!r}.")
-    centered, constant = _center(x, name)
+    centered, checks = _center(x, name)
     n, p = centered.shape
+    found = {"checks": checks, "name": name, "width": p, "source": x.dtype}
     if kind == "linear" and p < n:
-        return Kernel(features=centered, constant=constant)
-    if kind == "linear":
-        return Kernel(gram=centered @ centered.T, constant=constant)
-    squared = torch.cdist(centered, centered).square()
-    off_diagonal = squared[~torch.eye(n, dtype=torch.bool, device=squared.device)]
-    median = _median(off_diagonal)
-    if median <= 0:
-        raise ValueError(
-            f"RBF kernel of {name}: the median pairwise distance is 0 (more than half of the "
-            "examples have identical features), so the median-heuristic bandwidth is undefined. "
-            "Use kernel='linear' or a batch with distinct examples."
-        )
-    return Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)), constant=constant)
+        built = Kernel(features=centered, **found)
+    elif kind == "linear":
+        built = Kernel(gram=centered @ centered.T, **found)
+    else:
+        squared = torch.cdist(centered, centered).square()
+        off_diagonal = squared.flatten()[1:].view(n - 1, n + 1)[:, :-1].flatten()  # no sync
+        median = _median(off_diagonal)
+        found["checks"] = torch.cat([checks[:4], (median <= 0).to(torch.int64)[None]])
+        built = Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)), **found)
+    if check:
+        check_kernels([built])
+    return built
 
 
-def _center(x: Tensor, name: str = "features") -> tuple[Tensor, bool]:
-    """``x`` (n, p) in float64 with each feature's mean over the n examples subtracted, and
-    whether every feature is constant across the examples.
+def check_kernels(kernels: list[Kernel]) -> None:
+    """Refuse kernels of non-finite features or of an undefined RBF bandwidth, and warn about
+    features that vary only at rounding level; one host read of all their flags.
+
+    Raises:
+        ValueError: the first such kernel, named.
+    """
+    checked = [k for k in kernels if k.checks is not None]
+    if not checked:
+        return
+    device = checked[0].checks.device
+    rows = torch.stack([k.checks.to(device) for k in checked]).tolist()
+    for k, (nan, inf, constant, rounding, zero_median) in zip(checked, rows, strict=True):
+        if nan or inf:
+            raise ValueError(
+                f"{k.name} has NaN values in {nan} and Inf values in {inf} of its {k.width} "
+                f"features ({k.n} examples): CKA of non-finite features is undefined. Check the "
+                "model and its inputs (e.g. an overflow in reduced precision)."
+            )
+        if zero_median:
+            raise ValueError(
+                f"RBF kernel of {k.name}: the median pairwise distance is 0 (more than half of "
+                "the examples have identical features), so the median-heuristic bandwidth is "
+                "undefined. Use kernel='linear' or a batch with distinct examples."
+            )
+        if rounding and not constant:
+            warnings.warn(
+                f"{k.name} varies across the {k.n} examples only at the rounding level of "
+                f"{k.source} (relative spread <= 4 eps per feature): its CKA measures rounding "
+                "noise. Choose an earlier layer or check that the model is trained.",
+                stacklevel=3,
+            )
+
+
+def _center(x: Tensor, name: str = "features") -> tuple[Tensor, Tensor]:
+    """``x`` (n, p) in float64 with each feature's mean over the n examples subtracted, and its
+    checks (5,) int64 on ``x``'s device (see `Kernel`; no host sync).
 
     A feature counts as constant when what centering leaves of it is within the rounding of the
     centering itself: ``max |x_j - mean(x_j)| <= n · eps · max |x_j|`` (eps of float64; the
     bound on the rounding error of a mean of n equal values). The threshold is relative to the
     feature's own magnitude, so features at any scale (``x * 1e-13``) keep their variance, and
-    constant features are set to exactly 0 rather than to rounding noise.
-
-    Raises:
-        ValueError: ``x`` holds NaN or Inf values (the message names ``name`` and counts them).
+    constant features are set to exactly 0 rather than to rounding noise. The mean is summed in
+    float64 and subtracted in the same pass that widens ``x`` to float64; every reduction reads
+    ``x`` once (about 5 passes over it in all).
     """
     if x.ndim != 2:
         raise ValueError(f"{name}: expected features (n examples, p); got {tuple(x.shape)}.")
-    source = x.dtype
-    x = x.detach().to(torch.float64)
+    x = x.detach()
     n = len(x)
-    centered = x - x.mean(0, keepdim=True)
-    spread = centered.abs().amax(0) if n else centered.new_zeros(x.shape[1])
-    magnitude = x.abs().amax(0) if n else spread
+    if not n:
+        raise ValueError(f"{name}: no examples (shape {tuple(x.shape)}); CKA needs n >= 2.")
+    largest = torch.linalg.vector_norm  # ord=inf: max |x_j| in one pass, NaN propagates
+    magnitude = largest(x, float("inf"), dim=0).to(torch.float64)  # (p,)
+    centered = torch.sub(x, x.mean(0, keepdim=True, dtype=torch.float64))  # (n, p) float64
+    spread = largest(centered, float("inf"), dim=0)  # (p,)
     flat = spread <= n * torch.finfo(torch.float64).eps * magnitude  # (p,) constant features
-    nan, inf, constant = torch.stack(
-        [x.isnan().sum(), x.isinf().sum(), flat.all().to(torch.int64)]
-    ).tolist()
-    if nan or inf:
-        raise ValueError(
-            f"{name} has {nan} NaN and {inf} Inf values (of {x.numel()}, {n} examples x "
-            f"{x.shape[1]} features): CKA of non-finite features is undefined. Check the model "
-            "and its inputs (e.g. an overflow in reduced precision)."
-        )
-    if not constant and source in (torch.float32, torch.float16, torch.bfloat16):
-        rounding = spread <= 4 * torch.finfo(source).eps * magnitude
-        if bool(rounding.all()):
-            warnings.warn(
-                f"{name} varies across the {n} examples only at the rounding level of "
-                f"{source} (relative spread <= 4 eps per feature): its CKA measures rounding "
-                "noise. Choose an earlier layer or check that the model is trained.",
-                stacklevel=4,
-            )
-    return centered.masked_fill(flat, 0.0), bool(constant)
+    if x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        rounding = (spread <= 4 * torch.finfo(x.dtype).eps * magnitude).all()
+    else:
+        rounding = torch.zeros((), dtype=torch.bool, device=x.device)
+    no_median = torch.zeros((), dtype=torch.bool, device=x.device)  # set by an RBF `kernel`
+    checks = torch.stack(
+        [magnitude.isnan().sum(), magnitude.isinf().sum(), flat.all(), rounding, no_median]
+    ).to(torch.int64)
+    return centered.masked_fill_(flat, 0.0), checks
 
 
 def _median(values: Tensor) -> Tensor:
@@ -272,8 +330,11 @@ def cka(
     check_choice("kernel", kernel, KERNELS)
     kernels = []
     for name, value in (("x", x.flatten(1)), ("y", y.flatten(1))):
-        centered, constant = _center(value, name)
-        if constant:
+        centered, checks = _center(value, name)
+        width, source = value.shape[1], value.dtype
+        found = Kernel(centered, checks=checks, name=name, width=width, source=source)
+        check_kernels([found])
+        if found.constant:
             raise ValueError(
                 f"{name} has zero variance (every example has the same features), so CKA is "
                 "undefined (0/0); check that the representation depends on the input."

@@ -17,7 +17,7 @@ from ..hooks.contract import analysis, as_hooked, held
 from ..hooks.inputs import check_choice, check_count, check_images, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.names import NameSpec
-from .cka import KERNELS, Kernel, kernel
+from .cka import KERNELS, Kernel, check_kernels, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
 from .representations import TOKEN_MODES, default_representation_layers, token_features
 
@@ -243,11 +243,13 @@ class LayerKernels:
                 class_token = layout.class_token if layout is not None else None
             features = token_features(activation, self.tokens, prefix, class_token)
             label = f"layer {name!r} of {type(self.hm.model).__name__}"
-            kernels[name] = kernel(features, self.kind, self.bandwidth, name=label)
+            kernels[name] = kernel(features, self.kind, self.bandwidth, name=label, check=False)
 
         with torch.inference_mode(), self.hm.hooks(fwd=dict.fromkeys(self.names, read)):
             self.hm(images)
-        return [kernels[name] for name in self.names]
+        found = [kernels[name] for name in self.names]
+        check_kernels(found)  # one host sync for every layer
+        return found
 
 
 def _layer_names(hm: HookedModel, layers: NameSpec | None) -> list[str]:

@@ -56,7 +56,8 @@ class MinibatchCKA:
         self.hsic_sum = hsic if self.hsic_sum is None else self.hsic_sum + hsic
         self.batches += 1
         self.examples += kernels[0].n
-        self.varied += torch.tensor([not k.constant for k in kernels], dtype=torch.float32)
+        constant = torch.stack([k.constant_flag().to(hsic.device) for k in kernels])
+        self.varied = self.varied.to(hsic.device) + (1 - constant)  # stays on the device
 
     def all_reduce(self, device: torch.device | str | None = None) -> None:
         """Sum the state over the processes of the default group (no-op without one).
@@ -73,11 +74,12 @@ class MinibatchCKA:
         if hsic is None:
             hsic = torch.zeros(m, m, dtype=torch.float64, device=device)
         counts = torch.tensor([self.batches, self.examples], dtype=torch.float64)
-        packed = torch.cat([hsic.flatten().to(device), counts.to(device), self.varied.to(device)])
+        varied = self.varied.to(device, torch.float64)
+        packed = torch.cat([hsic.flatten().to(device), counts.to(device), varied])
         dist.all_reduce(packed)
         self.hsic_sum = packed[: m * m].reshape(m, m)
         self.batches, self.examples = (int(c) for c in packed[m * m : m * m + 2].tolist())
-        self.varied = packed[m * m + 2 :].float().cpu()
+        self.varied = packed[m * m + 2 :]
 
     def hsic(self) -> Tensor:
         """(M, M) mean HSIC over the batches seen."""
