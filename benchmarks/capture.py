@@ -4,7 +4,11 @@ Per model (default: deit_small_patch16_224, eva02_small_patch14_224 (RoPE) and
 swin_tiny_patch4_window7_224 (window maps); random weights), batch 16, 224 px, under
 torch.inference_mode:
   plain     the model's forward, timm's default attention (fused where timm fuses it)
-  vizkit    HookedModel.run_with_cache(x, names="*.attn.hook_pattern"), every block's map
+  vizkit    HookedModel.run_with_cache(x, names="*.attn.hook_pattern"), every block's map, on
+            the path it chooses (pattern_path="auto")
+  unfused   the same with pattern_path="unfused": the attention runs its explicit path
+  beside    the same with pattern_path="beside": the fused kernel computes the output and the
+            map is computed beside it (timm's Attention; other modules run unfused)
   timm      timm.utils.AttentionExtract(method="hook") on a copy with fused attention off
 
 Each round runs the three methods in turn (order rotated every round, so drift hits them alike);
@@ -49,6 +53,8 @@ def measure(args, name: str, model, x) -> None:
     runs = {
         "plain": lambda: model(x),
         "vizkit": lambda: hm.run_with_cache(x, names=names),
+        "unfused": lambda: hm.run_with_cache(x, names=names, pattern_path="unfused"),
+        "beside": lambda: hm.run_with_cache(x, names=names, pattern_path="beside"),
         "timm": lambda: extractor(x),
     }
     with torch.inference_mode(), precision(args):

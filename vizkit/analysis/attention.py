@@ -229,7 +229,7 @@ def attention(
         check_values_finite(f"The attention maps of {name}", pattern)
         captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
 
-    with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}):
+    with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}, read_only=True):
         logits = hm(x)
     return AttentionResult(
         patterns=torch.stack([captured[name] for name in names]),

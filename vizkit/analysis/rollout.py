@@ -153,7 +153,7 @@ def rollout(
         cache[name] = pattern.detach()
 
     hooks = {name: multiply for name in names} | {name: keep for name in ca_names + pool_names}
-    with torch.no_grad(), hm.hooks(fwd=hooks):
+    with torch.no_grad(), hm.hooks(fwd=hooks, read_only=True):
         hm(x)
     here = layouts[-1]
     if here != layout:  # across stages: the mean over the last stage's tokens

@@ -30,6 +30,7 @@ from timm.models import vision_transformer as vit
 from timm.models import vision_transformer_relpos as relpos
 from torch import nn
 
+from .beside import BESIDE_CLASSES
 from .derived import (
     attention_pool_pattern,
     eva_content_pattern,
@@ -265,6 +266,7 @@ def attention_taps(
             prefix_tokens=prefix_tokens,
             grid=grid,
             kind=site.kind,
+            beside=path if type(attn) in BESIDE_CLASSES else None,
             **(windows_to_batch if site.kind == "window" else {}),
         )
     ]

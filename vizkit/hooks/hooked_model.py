@@ -15,10 +15,18 @@ from torch import Tensor, nn
 
 from .adapters import build_taps
 from .attention_mode import unfused_attention
+from .beside import PATTERN_PATHS, attach_beside, beside_is_faster
 from .cache import ActivationCache
 from .families import family_layout
 from .guard import exclusive, tracking_forward
-from .inputs import DEFAULT_MAX_BYTES, check_count, check_device, check_images, unwrap_model
+from .inputs import (
+    DEFAULT_MAX_BYTES,
+    check_choice,
+    check_count,
+    check_device,
+    check_images,
+    unwrap_model,
+)
 from .layout import TokenLayout, token_layout
 from .names import (
     NameSpec,
@@ -55,6 +63,9 @@ class _Run:
     max_bytes: int | None = None  # the cache's limit (run_with_cache)
     unchanged: dict[str, tuple[Tensor, int]] = field(default_factory=dict)  # maps, versions
     held_bytes: int = 0  # what the cache holds so far, gradients to come counted
+    dtype: torch.dtype | None = None  # cast cached values to it
+    read_only: bool = False  # no hook may replace a value; maps may be computed beside
+    pattern_path: str = "unfused"  # how maps are made (`vizkit.hooks.beside.PATTERN_PATHS`)
 
     def names(self) -> set[str]:
         return set(self.fwd) | set(self.bwd) | self.record
@@ -133,6 +144,8 @@ class HookedModel:
         self,
         fwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
         bwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
+        *,
+        read_only: bool = False,
     ) -> Iterator[HookedModel]:
         """Run hook functions on named activations while the context is open.
 
@@ -141,12 +154,22 @@ class HookedModel:
                 the canonical layout and a returned tensor of the same shape replaces it.
             bwd: the same for gradients flowing back into the activation (run the backward
                 inside the context).
+            read_only: the functions only read (one that returns a changed tensor raises), so
+                attention maps may be computed beside the fused kernel where that is faster
+                (``pattern_path="auto"`` of `run_with_cache`).
 
         Raises:
             RuntimeError: on exit, if a forward hook never fired.
         """
         explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
-        run = _Run(fwd=self._expand(fwd), bwd=self._expand(bwd), explicit=explicit)
+        read_only = read_only and not bwd
+        run = _Run(
+            fwd=self._expand(fwd),
+            bwd=self._expand(bwd),
+            explicit=explicit,
+            read_only=read_only,
+            pattern_path="auto" if read_only else "unfused",
+        )
         self._refuse_derived_gradients(run.bwd, "hook the module's input or output instead")
         with self._attached(run):
             yield self
@@ -162,6 +185,8 @@ class HookedModel:
         device: torch.device | str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         bwd: Mapping[NameSpec, HookFn | list[HookFn]] | None = None,
+        dtype: torch.dtype | None = None,
+        pattern_path: str = "auto",
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model on ``x`` and cache the named activations.
@@ -184,6 +209,18 @@ class HookedModel:
                 differentiated (recorded as with ``grads``) and each function sees its
                 activation's gradient when the backward reaches it, so gradients can be used
                 one at a time instead of cached together.
+            dtype: cast cached values (and gradients) to it, e.g. ``torch.float16`` to halve
+                the memory of attention maps; default: the dtype they were computed in
+                (attention maps under CUDA autocast: float32, as it runs softmax in float32; a
+                half-precision model's maps without autocast: its dtype).
+            pattern_path: how attention maps (``hook_pattern``) of fused attention modules are
+                made. "unfused": the module runs its explicit path for the call and the output
+                is computed through the map. "beside": the fused kernel computes the output and
+                the map is computed beside it from the same normalized queries and keys (equal
+                to the unfused map; for timm's ``Attention``: ViT, DeiT, DINOv2...; other
+                modules run unfused); not with gradients. "auto" (default): "beside" for a
+                read-only run on a GPU in half precision, where it is faster, else "unfused"
+                (`vizkit.hooks.beside.beside_is_faster`).
 
         Returns:
             (model output, ActivationCache in forward order). With ``grads`` the output is
@@ -198,7 +235,15 @@ class HookedModel:
         x = check_images(self.model, x)
         max_bytes = check_count("max_bytes", max_bytes)
         device = None if device is None else check_device(device)
+        check_choice("pattern_path", pattern_path, PATTERN_PATHS)
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise TypeError(f"dtype must be a floating torch.dtype or None; got {dtype!r}.")
         backward = grads or bool(bwd)
+        if backward and pattern_path == "beside":
+            raise ValueError(
+                "pattern_path='beside' computes maps off the output's path, so they have no "
+                "gradient; use pattern_path='auto' or 'unfused' with grads=True or bwd=."
+            )
         if target is not None and not backward:
             raise ValueError(
                 "target= chooses the score to differentiate; pass grads=True (or bwd=) with it."
@@ -215,6 +260,9 @@ class HookedModel:
             device=device,
             max_bytes=max_bytes,
             explicit=explicit,
+            dtype=dtype,
+            read_only=not backward,
+            pattern_path="unfused" if backward else pattern_path,
         )
         self._refuse_derived_gradients(
             [*(chosen if grads else ()), *run.bwd], "leave them out of names= (grads=True) and bwd="
@@ -267,10 +315,12 @@ class HookedModel:
             self._warn_if_random()
             try:
                 stack.enter_context(tracking_forward(self.model))
-                unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse}
+                beside = self._maps_beside(run)
+                unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse and not beside(t)}
                 stack.enter_context(unfused_attention(unfuse))
                 for tap in taps:
-                    stack.callback(self._register(tap, run, counters).remove)
+                    for handle in self._register(tap, run, counters, beside(tap)):
+                        stack.callback(handle.remove)
                     if tap.call is not None:
                         reset = _reset_counter(counters, tap.name)
                         scope = self._modules[tap.call_scope]
@@ -280,15 +330,31 @@ class HookedModel:
                 for module, mode in training:
                     module.training = mode
 
-    def _register(self, tap: Tap, run: _Run, counters: Counter):
+    def _maps_beside(self, run: _Run) -> Callable[[Tap], bool]:
+        """Whether a tap's map is computed beside its fused kernel in this run."""
+        path = run.pattern_path
+        on = run.read_only and (
+            path == "beside" or (path == "auto" and beside_is_faster(self.model))
+        )
+        return lambda tap: on and tap.beside is not None
+
+    def _register(self, tap: Tap, run: _Run, counters: Counter, beside: bool) -> list:
+        """The hook handles that read ``tap`` in this run."""
         module = self._modules[tap.module]
+
+        if beside:
+
+            def on_map(pattern: Tensor) -> None:
+                self._visit(tap, run, pattern, readonly=True)
+
+            return attach_beside(self._modules[tap.beside], on_map)
 
         if tap.compute is not None:
 
             def derived_hook(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
                 self._visit(tap, run, tap.compute(mod, args, kwargs, output), readonly=True)
 
-            return module.register_forward_hook(derived_hook, with_kwargs=True)
+            return [module.register_forward_hook(derived_hook, with_kwargs=True)]
 
         def selected() -> bool:
             if tap.call is None:
@@ -311,7 +377,7 @@ class HookedModel:
                 items[tap.item] = used
                 return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)
 
-            return module.register_forward_hook(forward_hook)
+            return [module.register_forward_hook(forward_hook)]
 
         def pre_hook(mod: nn.Module, args: tuple) -> tuple | None:
             if not selected():
@@ -324,7 +390,7 @@ class HookedModel:
             used = self._visit(tap, run, args[tap.arg])
             return None if used is args[tap.arg] else (*args[: tap.arg], used, *args[tap.arg + 1 :])
 
-        return module.register_forward_pre_hook(pre_hook)
+        return [module.register_forward_pre_hook(pre_hook)]
 
     def _visit(self, tap: Tap, run: _Run, raw: Any, readonly: bool = False) -> Tensor:
         """Run the user's functions on one activation and record it; return the tensor to use.
@@ -340,15 +406,10 @@ class HookedModel:
         value = canonical = tap.to_canonical(raw)
         for fn in run.fwd.get(tap.name, ()):
             new = fn(value, name=tap.name)
-            if new is not None and readonly:
+            if new is not None and (readonly or run.read_only):
                 if isinstance(new, Tensor) and torch.equal(new, value):
                     continue  # an unchanged copy edits nothing
-                raise ValueError(
-                    f"The hook on {tap.name} returned a changed tensor, but {tap.name} is "
-                    f"derived from {tap.module}'s weights and input, not passed on by the "
-                    "forward, so the edit would change nothing; return None (read it), or edit "
-                    "the module's input or output instead."
-                )
+                raise ValueError(_edit_refused(tap, derived=readonly and not run.read_only))
             if new is not None:
                 _check_replacement(tap.name, new, value)
                 value = new
@@ -358,7 +419,7 @@ class HookedModel:
             self._count_bytes(tap.name, run, value)
             kept = value.detach()
             kept = kept.clone() if tap.name.endswith(".hook_out") else kept  # see _check_fired
-            run.values[tap.name] = kept.to(run.device) if run.device is not None else kept
+            run.values[tap.name] = kept.to(run.device, run.dtype)
             if not kept.is_inference():  # inference tensors have no version counter
                 run.versions[tap.name] = kept._version
         wants_grad = tap.name in run.keep_for_grad or tap.name in run.bwd
@@ -465,7 +526,7 @@ class HookedModel:
         for name, used, grad in zip(chosen, inputs, grads, strict=False):
             grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
             grad = self._taps[name].to_canonical(grad).detach()
-            result[name] = grad.to(run.device) if run.device is not None else grad
+            result[name] = grad.to(run.device, run.dtype)
         return result
 
 
@@ -548,6 +609,20 @@ def _check_replacement(name: str, new: Any, value: Tensor) -> None:
             f"The hook on {name} returned {got}; a replacement must be a tensor of "
             f"the activation's shape {tuple(value.shape)} (or None to keep it)."
         )
+
+
+def _edit_refused(tap: Tap, derived: bool) -> str:
+    """Why a hook may not replace ``tap``'s value: a derived value, or a read-only run."""
+    if derived:
+        return (
+            f"The hook on {tap.name} returned a changed tensor, but {tap.name} is derived from "
+            f"{tap.module}'s weights and input, not passed on by the forward, so the edit would "
+            "change nothing; return None (read it), or edit the module's input or output instead."
+        )
+    return (
+        f"The hook on {tap.name} returned a changed tensor in a read-only run "
+        "(hooks(read_only=True)); return None, or open hooks() without read_only to edit."
+    )
 
 
 def _reset_counter(counters: Counter, name: str) -> Callable:

@@ -71,6 +71,8 @@ class Tap:
         compute: a value derived when ``module`` runs, ``compute(module, args, kwargs, output)``,
             instead of a tensor the forward passes on (a position bias, a map recomputed from the
             module's input); read-only: a hook may not replace it.
+        beside: path of the attention module whose map a read-only run may compute beside its
+            fused kernel instead of switching it to the explicit path (`vizkit.hooks.beside`).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Tap:
     kind: str = ""
     grid: GridFn | None = None
     compute: Compute | None = None
+    beside: str | None = None
 
 
 def _heads_last_to_first(t: Tensor) -> Tensor:
