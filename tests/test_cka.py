@@ -264,7 +264,8 @@ def test_token_modes_match_cka_on_the_selected_features(tokens):
         "mean_patches": lambda t: t[:, 1:].mean(1),
         "tokens": lambda t: t.flatten(0, 1),
     }[tokens]
-    assert result.matrix[0, 2].item() == pytest.approx(vk.cka(select(a), select(b)), abs=1e-9)
+    expected = vk.cka(select(a), select(b))  # float32 features: equal to their rounding
+    assert result.matrix[0, 2].item() == pytest.approx(expected, abs=1e-7)
 
 
 def test_layers_b_within_one_model():

@@ -19,7 +19,7 @@ import torch
 
 import vizkit as vk
 from vizkit.analysis import cka_matrix
-from vizkit.analysis.cka import Kernel, check_kernels, kernel
+from vizkit.analysis.cka import Kernel, check_kernels, cka_from_hsic, hsic_matrix, kernel
 from vizkit.analysis.minibatch_cka import MinibatchCKA
 
 # --- reference ------------------------------------------------------------------------------
@@ -241,7 +241,8 @@ def test_cls_still_reads_the_class_token_next_to_registers():
     result = cka_matrix(model, x, tokens="cls", unbiased=False, progress=False)
     _, cache = vk.HookedModel(model).run_with_cache(x, names="blocks.*.hook_resid_post")
     a, b = (cache[f"blocks.{i}.hook_resid_post"][:, 0] for i in (0, 1))
-    assert result.matrix[0, 1].item() == pytest.approx(vk.cka(a, b), abs=1e-9)
+    # float32 features, multiplied in float32: equal to their rounding
+    assert result.matrix[0, 1].item() == pytest.approx(vk.cka(a, b), abs=1e-7)
 
 
 def test_cka_matrix_of_a_layer_with_a_large_bias():
@@ -297,3 +298,30 @@ def test_one_check_reads_every_kernel_and_names_the_broken_one():
     kernels = [kernel(v, name=n, check=False) for n, v in [("a", good), ("b", broken)]]
     with pytest.raises(ValueError, match="b has NaN values in 1 and Inf values in 0 of its 4"):
         check_kernels(kernels)
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+@pytest.mark.parametrize("offset", [0.0, 1e3])
+def test_float32_features_give_the_cka_of_their_float64_values(unbiased, offset):
+    # float32 features are centered and multiplied in float32 (the Gram matrix); the result
+    # must be that of the same values in float64 to far better than the features' own rounding
+    g = torch.Generator().manual_seed(0)
+    shared = torch.randn(48, 6, generator=g)  # three views of one latent, partly overlapping
+    views = [(slice(0, 4), 1.0), (slice(2, 6), 1e-3), (slice(0, 6), 50.0)]
+    reps = [
+        (
+            shared[:, c] @ torch.randn(c.stop - c.start, 3000, generator=g)
+            + torch.randn(48, 3000, generator=g)
+        )
+        * scale
+        + offset
+        for c, scale in views
+    ]
+    names = ["a", "b", "c"]
+    single = [kernel(r.float()) for r in reps]
+    double = [kernel(r.float().double()) for r in reps]
+    assert single[0].gram is not None and single[0].gram.dtype == torch.float64
+    got = cka_from_hsic(hsic_matrix(single, unbiased), names)
+    expected = cka_from_hsic(hsic_matrix(double, unbiased), names)
+    assert 0.05 < expected[0, 1].abs() < 0.95  # not a degenerate case
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)

@@ -73,7 +73,7 @@ def test_cka_to_previous_is_the_cka_of_the_two_models_outputs():
     feats = [
         vk.HookedModel(m).run_with_cache(x, names=name)[1][name].flatten(1) for m in (before, after)
     ]
-    assert values[name] == pytest.approx(vk.cka(*feats), abs=1e-9)
+    assert values[name] == pytest.approx(vk.cka(*feats), abs=1e-7)  # float32 features
 
 
 def test_trackers_skip_what_does_not_apply():

@@ -25,10 +25,12 @@ constant ones), are set to exactly 0; a representation whose every feature is co
 CKA undefined (0/0), and `cka` says so. NaN or Inf features are refused with the
 representation's name.
 
-Precision: features arrive in the model's dtype; their means are summed in float64 and
-subtracted as they are widened to float64; Gram matrices, feature products, HSIC and CKA are
-float64. The checks stay on the features' device, and `check_kernels` reads the flags of many
-kernels at once, so a batch of layers costs one host sync on a GPU, not one per layer.
+Precision: features arrive in the model's dtype and their means are summed in float64. float64
+features are centered and multiplied in float64; float32 and half features are centered and
+multiplied (the linear Gram matrix ``X Xᵀ``) in float32, whose rounding matches what the features
+already carry (`_center`). RBF distances, narrow features' products, HSIC and CKA are float64.
+The checks stay on the features' device, and `check_kernels` reads the flags of many kernels at
+once, so a batch of layers costs one host sync on a GPU, not one per layer.
 """
 
 from __future__ import annotations
@@ -131,10 +133,11 @@ def kernel(
     n, p = centered.shape
     found = {"checks": checks, "name": name, "width": p, "source": x.dtype}
     if kind == "linear" and p < n:
-        built = Kernel(features=centered, **found)
+        built = Kernel(features=centered.double(), **found)
     elif kind == "linear":
-        built = Kernel(gram=centered @ centered.T, **found)
+        built = Kernel(gram=(centered @ centered.T).double(), **found)
     else:
+        centered = centered.double()  # the distances' matrix-product form cancels
         squared = torch.cdist(centered, centered).square()
         off_diagonal = squared.flatten()[1:].view(n - 1, n + 1)[:, :-1].flatten()  # no sync
         median = _median(off_diagonal)
@@ -180,16 +183,22 @@ def check_kernels(kernels: list[Kernel]) -> None:
 
 
 def _center(x: Tensor, name: str = "features") -> tuple[Tensor, Tensor]:
-    """``x`` (n, p) in float64 with each feature's mean over the n examples subtracted, and its
-    checks (5,) int64 on ``x``'s device (see `Kernel`; no host sync).
+    """``x`` (n, p) with each feature's mean over the n examples subtracted, in float64 for
+    float64 features and in float32 otherwise, and its checks (5,) int64 on ``x``'s device (see
+    `Kernel`; no host sync).
 
     A feature counts as constant when what centering leaves of it is within the rounding of the
     centering itself: ``max |x_j - mean(x_j)| <= n · eps · max |x_j|`` (eps of float64; the
     bound on the rounding error of a mean of n equal values). The threshold is relative to the
     feature's own magnitude, so features at any scale (``x * 1e-13``) keep their variance, and
-    constant features are set to exactly 0 rather than to rounding noise. The mean is summed in
-    float64 and subtracted in the same pass that widens ``x`` to float64; every reduction reads
-    ``x`` once (about 5 passes over it in all).
+    constant features are set to exactly 0 rather than to rounding noise.
+
+    The mean is summed in float64. For float32 (or half) features it is rounded to float32 and
+    subtracted in float32: the subtraction of two nearby float32 numbers is exact, and the
+    rounding of the mean is of the order of the rounding the features already carry, so the
+    centered features are as accurate as the features themselves; a float64 copy would cost
+    twice the memory traffic and, on most GPUs, a much slower matrix product. Every reduction
+    reads ``x`` once (about 5 passes over it in all).
     """
     if x.ndim != 2:
         raise ValueError(f"{name}: expected features (n examples, p); got {tuple(x.shape)}.")
@@ -199,8 +208,10 @@ def _center(x: Tensor, name: str = "features") -> tuple[Tensor, Tensor]:
         raise ValueError(f"{name}: no examples (shape {tuple(x.shape)}); CKA needs n >= 2.")
     largest = torch.linalg.vector_norm  # ord=inf: max |x_j| in one pass, NaN propagates
     magnitude = largest(x, float("inf"), dim=0).to(torch.float64)  # (p,)
-    centered = torch.sub(x, x.mean(0, keepdim=True, dtype=torch.float64))  # (n, p) float64
-    spread = largest(centered, float("inf"), dim=0)  # (p,)
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    mean = x.mean(0, keepdim=True, dtype=torch.float64).to(work)  # (1, p)
+    centered = torch.sub(x, mean)  # (n, p) in `work` (half features are promoted)
+    spread = largest(centered, float("inf"), dim=0).to(torch.float64)  # (p,)
     flat = spread <= n * torch.finfo(torch.float64).eps * magnitude  # (p,) constant features
     if x.dtype in (torch.float32, torch.float16, torch.bfloat16):
         rounding = (spread <= 4 * torch.finfo(x.dtype).eps * magnitude).all()
@@ -265,17 +276,17 @@ def cka_from_hsic(hsic: Tensor, names: list[str], split: int | None = None) -> T
 
     Raises:
         ValueError: HSIC is NaN or Inf for some representation (non-finite features, or
-            features so large that their kernel overflows float64); a representation's
-            self-HSIC is not positive (constant features, or an unbiased estimate from too few
-            examples).
+            features so large that their kernel overflows, in float32 for float32 features); a
+            representation's self-HSIC is not positive (constant features, or an unbiased
+            estimate from too few examples).
     """
     finite = torch.isfinite(hsic)
     if not finite.all():
         broken = [name for name, ok in zip(names, finite.all(1).tolist(), strict=True) if not ok]
         raise ValueError(
             f"HSIC involving {broken} is NaN or Inf: their kernels hold non-finite values "
-            "(NaN/Inf features, or features so large that their kernel overflows float64). "
-            "Check these layers, or rescale their features."
+            "(NaN/Inf features, or features so large that their kernel overflows, in float32 "
+            "for float32 features). Check these layers, or rescale their features."
         )
     self_hsic = hsic.diagonal()
     bad = {
