@@ -4,7 +4,8 @@ Runs every applicable method on the committed 64-image sample (data/shapes_sampl
 vit_tiny_shapes and cait_tiny_shapes, explaining the true class, and prints one markdown table per
 model: deletion/insertion AUC (patch level, zero/blur baselines) and, against the object masks,
 pointing game, energy in the mask and IoU of the top region (mask-sized).
-Usage: python benchmarks/saliency_table.py [--level patch|pixel]
+Usage: python benchmarks/saliency_table.py [--level patch|pixel] [--device cuda]
+       [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from timing import add_device_options, device_name, precision
 
 import vizkit as vk
 from vizkit.datasets import load_sample
@@ -30,17 +32,19 @@ METHODS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--level", default="patch", choices=["patch", "pixel"])
-    args = parser.parse_args()
+    args = add_device_options(parser).parse_args()
     torch.manual_seed(0)
     images, labels, masks = load_sample()
     for name, methods in METHODS.items():
         model, card = vk.zoo.load(name)
-        table = vk.compare_saliency(
-            model, images, methods=methods, masks=masks, target=labels, level=args.level
-        )
+        with precision(args):
+            table = vk.compare_saliency(
+                model.to(args.device), images, methods=methods, masks=masks, target=labels,
+                level=args.level,
+            )  # fmt: skip
         print(
             f"\n{name} (test accuracy {card['test_accuracy']:.3f}), 64 sample images, "
-            f"{args.level} level"
+            f"{args.level} level, {args.dtype}, {device_name(args.device)}"
         )
         print(table.to_markdown())
         print("best: " + ", ".join(f"{m} {table.best(m)}" for m in table.metrics))

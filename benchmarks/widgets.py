@@ -1,15 +1,17 @@
 """Explorer response times on the zoo models: seconds per control change (the first visit of an
 image computes its analyses; later ones only redraw), median and max over the steps.
 
-Usage: python benchmarks/widgets.py
+Usage: python benchmarks/widgets.py [--device cuda] [--dtype bfloat16]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
 import torch
+from timing import add_device_options, device_name, precision
 
 import vizkit as vk
 from vizkit.widgets import AttentionExplorer, CKAExplorer, HistoryExplorer, SaliencyComparer
@@ -26,12 +28,25 @@ def timed(explorer, control, values) -> list[float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args = add_device_options(parser).parse_args()
     torch.set_num_threads(2)
+    with precision(args):
+        rows = measure(args.device)
+    print(f"{args.dtype}, {device_name(args.device)}, torch {torch.__version__}; seconds")
+    print(f"{'model':<18} {'change':<42} {'median':>7} {'max':>7}")
+    for model, change, seconds in rows:
+        print(f"{model:<18} {change:<42} {statistics.median(seconds):7.3f} {max(seconds):7.3f}")
+
+
+def measure(device: str) -> list[tuple[str, str, list[float]]]:
+    """(model, change, seconds of each change) for every explorer and control."""
     images, _, masks = vk.datasets.load_sample()
     images, masks = images[:8], masks[:8]
     rows = []
     for name in ("vit_tiny_shapes", "cait_tiny_shapes"):
         model, card = vk.zoo.load(name)
+        model = model.to(device)
         explorer = AttentionExplorer(model, images)
         first_visit = timed(explorer, explorer.image, range(1, 8))
         layers = timed(explorer, explorer.layer, [0, 1, 2, 0, 1, 2])
@@ -53,10 +68,7 @@ def main() -> None:
         evolution = vk.feature_evolution(model, vk.datasets.load_sample()[0], progress=False)
         cka = CKAExplorer({name: evolution, "again": evolution})
         rows.append((name, "CKAExplorer: result", timed(cka, cka.choice, ["again", name] * 2)))
-    print(f"2 CPU threads, torch {torch.__version__}; seconds per control change")
-    print(f"{'model':<18} {'change':<42} {'median':>7} {'max':>7}")
-    for model, change, seconds in rows:
-        print(f"{model:<18} {change:<42} {statistics.median(seconds):7.3f} {max(seconds):7.3f}")
+    return rows
 
 
 if __name__ == "__main__":
