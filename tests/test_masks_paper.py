@@ -1,4 +1,4 @@
-"""ELM / GMM attention masks ("RetNet viewed through convolution"; notes/paper_gmm.md § 5): the
+"""ELM / GMM attention masks ("RetNet Viewed through Convolution", Li and Zhang 2023, § 3-5): the
 mask's equations, its limits against vanilla attention, the released code's float32 underflow,
 parameter counts against the paper's tables, the registered variants' model contract and the
 mask analyses (radial profile, locality, receptive field, Gaussian fit)."""
@@ -104,7 +104,7 @@ def test_kernel_windows_unfold_to_the_mask():
 
 
 def test_fig4_hand_fit_values():
-    """notes § 5.11: alpha (0.6, -0.8), sigma (2, 0.2) at distances 0, 1, sqrt 2, 2, 3."""
+    """Fig. 4's fit: alpha (0.6, -0.8), sigma (2, 0.2) at distances 0, 1, sqrt 2, 2, 3."""
     profile = gmm([0.6, -0.8], [2.0, 0.2])((4, 4))[0][0]
     want = {0: -0.2, 1: 0.5294953, 5: 0.4672808, 2: 0.3639189, 3: 0.1947920}
     for j, value in want.items():
@@ -119,8 +119,9 @@ def test_sigma_limits(sigma, limit):
 
 
 def test_official_construction_equals_equation_1_up_to_8x8_and_underflows_beyond():
-    """notes § 1.3 and § 3.7: exp(-d^2 / 2) ** (1 / (sigma^2 + 1e-5)) is eq. (1) with eps 2e-5,
-    but its float32 base is exactly 0 for d^2 >= 104: 21,792 of 65,536 entries on 16 x 16."""
+    """The authors' released code: exp(-d^2 / 2) ** (1 / (sigma^2 + 1e-5)) is eq. (1) (§ 3.2)
+    with eps 2e-5, but its float32 base is exactly 0 for d^2 >= 104: 21,792 of 65,536 entries on
+    16 x 16."""
     exact, official = gmm([1.0], [10.0]), gmm([1.0], [10.0], official_underflow=True)
     assert torch.allclose(official((8, 8)), exact((8, 8)), rtol=1e-5)
     assert (exact((8, 8)) > 0).all()

@@ -1,7 +1,7 @@
-"""Refiner's testable claims that concern code (notes/paper_refiner.md § 5): the identities of
-the refiner against vanilla attention and against the distributed-local-attention reading, its
-shapes and hook points, sharing, the paper configurations' parameter counts (Table 10), the
-variants' model contract, and the test-time crop ratio (RFC)."""
+"""Refiner's testable claims that concern code (Refiner, Zhou et al. 2021, § 3.2-3.4, 4.4): the
+identities of the refiner against vanilla attention and against the distributed-local-attention
+reading, its shapes and hook points, sharing, the paper configurations' parameter counts (Table 10),
+the variants' model contract, and the test-time crop ratio (RFC)."""
 
 from __future__ import annotations
 
@@ -227,7 +227,7 @@ def test_refiner_overhead_per_block():
 
 @pytest.mark.parametrize("name", PAPER_VARIANTS)
 def test_parameter_counts_match_table_10(name):
-    # hand counts in the notes: S 25.02M, M 55.02M, L 80.62M (no auxiliary head), Base 86.58M
+    # hand counts: S 25.02M, M 55.02M, L 80.62M (no auxiliary head), Base 86.58M
     result = refined_vit_params(name)
     assert abs(result["diff"]) <= 0.6e6, result
 

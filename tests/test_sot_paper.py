@@ -1,5 +1,5 @@
-"""SoT (notes/paper_sot.md): svPN and its approximation against the paper's equations, MGCrP,
-the head's fusions, the models and the analyses."""
+"""SoT (Xie et al. 2022): svPN and its approximation against the paper's equations (Eqs. 4-8),
+MGCrP, the head's fusions, the models and the analyses."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def test_svpn_backward_matches_finite_differences(shape):
 
 
 def _corollary1(q, g, alpha, wide_term):
-    """The paper's Corollary 1 (Supp. C) for d<G, svPN(Q)>/dQ, plus optionally the term the
-    notes (§ 3.2) find missing for m < n."""
+    """The paper's Corollary 1 (Supp. C) for d<G, svPN(Q)>/dQ, plus optionally the term it
+    misses for m < n."""
     u, lam, vh = torch.linalg.svd(q, full_matrices=False)
     v, lam_d = vh.T, torch.diag(lam)
     inv, pw = torch.diag(1 / lam), torch.diag(lam.pow(alpha))
@@ -96,7 +96,7 @@ def _corollary1(q, g, alpha, wide_term):
 @pytest.mark.parametrize("shape", [(5, 5), (7, 4), (4, 7)])
 def test_backward_against_the_papers_corollary(shape):
     """Our backward equals Corollary 1 for square and tall Q; for wide Q only with the term the
-    paper's formula misses (notes § 3.2)."""
+    paper's formula misses."""
     q, g = _gaussian(*shape, seed=6), _gaussian(*shape, seed=7)
     leaf = q.clone().requires_grad_()
     (ours,) = torch.autograd.grad((svpn(leaf, 0.5) * g).sum(), leaf)
@@ -136,7 +136,7 @@ def test_approx_alpha_one_returns_q(num_sv, num_iter):
 
 
 def test_approx_converges_to_exact_with_all_values():
-    """r = min(m, n) converged triplets give exact svPN (notes § 5 item 12)."""
+    """r = min(m, n) converged triplets give exact svPN (eq. 8 -> eq. 5)."""
     q = _spread_matrix([5.0, 3.0, 2.0, 1.0], 4, 4)
     out, lam = svpn_approx(q, _gaussian(4, 4, seed=12), 0.5, num_sv=4, num_iter=200, eps=0.0)
     assert torch.allclose(lam, torch.tensor([5.0, 3.0, 2.0, 1.0], dtype=torch.float64), atol=1e-9)
@@ -156,7 +156,7 @@ def test_power_iteration_underestimates_and_improves():
 
 
 def test_reused_start_vector_makes_deflation_degenerate():
-    """Notes § 1.6: after one iteration from v0, the deflated Q' has Q' v0 = 0 exactly, so the
+    """Eqs. 6-7: after one iteration from v0, the deflated Q' has Q' v0 = 0 exactly, so the
     released reuse of v0 starts the second step from round-off (in float64 its estimate
     collapses); a fresh start vector estimates the second value properly."""
     q, v0 = _gaussian(14, 14, seed=15), _gaussian(14, seed=16)
@@ -252,7 +252,7 @@ def test_mgcrp_centering_options():
 
 
 def test_gcrp_with_equal_projections_is_gcp_with_mpn():
-    """W = R, alpha 1/2, no centring: GCrP = MPN of the projected second moment (notes § 5.7)."""
+    """W = R, alpha 1/2, no centring: GCrP = MPN of the projected second moment (Table 2)."""
     pool = _mgcrp(norm="exact")
     with torch.no_grad():
         pool.proj.weight[12:] = pool.proj.weight[:12]
@@ -444,7 +444,7 @@ def test_registered_model_contract(name):
 
 @pytest.mark.parametrize("table,name,kwargs,millions", PAPER_COUNTS)
 def test_paper_parameter_counts(table, name, kwargs, millions):
-    """Table S-1 within 5% (notes § 1.8: SoT-Tiny's printed 7.7M leaves out the 0.29M token
+    """Table S-1 within 5% (Supp. A: SoT-Tiny's printed 7.7M leaves out the 0.29M token
     embedding); Table 3(b) within 0.02M, except concat, whose printed counts are ours plus one
     unused 256 x 1000 FC (0.257M; the released classifier builds its ClassT FC in every mode)."""
     count = param_count(name, trainable_only=True, **kwargs) / 1e6

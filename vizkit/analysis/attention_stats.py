@@ -120,7 +120,8 @@ def head_diversity(pattern: Tensor, head_dim: int = -3) -> Tensor:
 
 def absolute_rows(maps: Tensor) -> Tensor:
     """|A| with each row renormalized to sum to 1: signed maps (..., Nq, N) as distributions
-    (notes/paper_refiner.md § 4.1 item 9); softmax maps are returned unchanged."""
+    (Refiner, Zhou et al. 2021, § 5: refined maps have negative weights); softmax maps are returned
+    unchanged."""
     magnitude = maps.abs()
     return magnitude / magnitude.sum(-1, keepdim=True).clamp_min(1e-12)
 

@@ -1,7 +1,7 @@
-"""Receptive Field Calibration (Refiner § 3.5, Table 5; notes/paper_refiner.md § 1.10): evaluate
-at a test-time crop ratio rho. timm's eval transform resizes the short side to floor(S / rho) and
-centre-crops S; for rho > 1 the image is smaller than S and the crop pads it with pixel value 0
-(black, i.e. -mean/std after normalization), so nothing is cut off."""
+"""Receptive Field Calibration (Refiner, Zhou et al. 2021, § 4.4, Table 5): evaluate at a test-time
+crop ratio rho. timm's eval transform resizes the short side to floor(S / rho) and centre-crops S;
+for rho > 1 the image is smaller than S and the crop pads it with pixel value 0 (black, i.e.
+-mean/std after normalization), so nothing is cut off."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Learned attention masks (ELM, GMM; notes/paper_gmm.md): read them out of a model, describe them
-(radial profile, locality, extroversion, the receptive field they imply) and fit a Gaussian
-mixture to an element-wise mask (paper Fig. 4). Masks are (Hm, Np, Np) over the patch block,
-Hm = 1 for head-shared masks."""
+"""Learned attention masks (ELM, GMM; "RetNet Viewed through Convolution", Li and Zhang 2023,
+§ 3.1-3.2): read them out of a model, describe them (radial profile, locality, extroversion, the
+receptive field they imply) and fit a Gaussian mixture to an element-wise mask (paper Fig. 4). Masks
+are (Hm, Np, Np) over the patch block, Hm = 1 for head-shared masks."""
 
 from __future__ import annotations
 

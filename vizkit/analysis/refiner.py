@@ -1,4 +1,4 @@
-"""Refiner analyses: the distributed-local-attention identity (notes/paper_refiner.md § 1.6) and
+"""Refiner analyses: the distributed-local-attention identity (Refiner, Zhou et al. 2021, § 3.3) and
 the stages of one `RefinerAttention` on a batch."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""SoT's head from the inside (notes/paper_sot.md § 4.1): the anatomy of MGCrP on a batch, the
-ClassT and WordT branches' predictions, Grad-CAM of one branch, and the exact share of each word
-token in the WordT logit."""
+"""SoT's head from the inside (Xie et al. 2022, § 3.2, Table 1, Fig. S-4): the anatomy of MGCrP on a
+batch, the ClassT and WordT branches' predictions, Grad-CAM of one branch, and the exact share of
+each word token in the WordT logit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Learned multiplicative masks over the patch-patch attention scores (notes/paper_gmm.md
-§ 1.2-1.5).
+"""Learned multiplicative masks over the patch-patch attention scores ("RetNet Viewed through
+Convolution", Li and Zhang 2023, § 3.1-3.3, Eqs. 1-9, Algorithm 1).
 
 A mask module maps the patch grid (gh, gw) to a mask (Hm, Np, Np), Np = gh * gw, Hm = 1 (shared
 by the heads) or H; `MaskedAttention` multiplies it into the scaled scores before the softmax.

@@ -1,6 +1,6 @@
-"""Refiner's transform of attention maps (notes/paper_refiner.md § 1.2-1.5, 1.8): attention
-expansion H -> rH (1x1 conv), distributed local attention (a head-wise k x k convolution over
-each N x N map) and reduction rH -> H, with no softmax afterwards.
+"""Refiner's transform of attention maps (Refiner, Zhou et al. 2021, § 3.2-3.4, Fig. 3; and the
+authors' released code): attention expansion H -> rH (1x1 conv), distributed local attention (a
+head-wise k x k convolution over each N x N map) and reduction rH -> H, with no softmax afterwards.
 
 ``mode="paper"`` is the linear transform the paper describes. ``mode="official"`` adds what the
 released code does: BatchNorm + ReLU6 after expansion and convolution, BatchNorm after
@@ -170,8 +170,9 @@ class AttentionRefiner(nn.Module):
 
     @torch.no_grad()
     def effective_kernel(self) -> Tensor:
-        """The paper mode's whole refiner as one full convolution H -> H (§ 1.6, linear
-        collapse): K[o, i] = sum_h W_R[o, h] W_A[h, i] w_h, shape (H, H, k, k)."""
+        """The paper mode's whole refiner as one full convolution H -> H (the linear steps
+        of Refiner § 3.2-3.4 compose):
+        K[o, i] = sum_h W_R[o, h] W_A[h, i] w_h, shape (H, H, k, k)."""
         if self.mode != "paper" or self.constraint != "none":
             raise ValueError(
                 "The refiner collapses to one convolution only in mode='paper' with "

@@ -1,5 +1,5 @@
 """What multiplies a residual branch's output before it joins the stream: the strategies that
-CaiT's Fig. 1 / Table 1 compare (notes/paper_cait.md § 1.2-1.3)."""
+CaiT's Fig. 1 / Table 1 compare (CaiT, Touvron et al. 2021, § 2, Eqs. 3-4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SoT's classification head (notes/paper_sot.md § 1.3, eq. 1): the class token (ClassT) and the
-pooled word tokens (WordT) fused into one classifier."""
+"""SoT's classification head (SoT, Xie et al. 2022, § 3.2, Eq. 1, Fig. 2): the class token (ClassT)
+and the pooled word tokens (WordT) fused into one classifier."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ class SoTHead(nn.Module):
             self.output = previous
 
     def wordt_contributions(self, tokens: Tensor) -> Tensor:
-        """The exact share of each word token in the WordT logits (notes § 4.1 item 6), eval mode.
+        """The exact share of each word token in the WordT logits (SoT eqs. 3, 8), eval mode.
 
         With Q_i = (1/q) sum_t x_t y_t^T and a normalization that rescales each Q_i by c_i
         (none, or the adopted approximation with one singular value), the WordT logit of class c

@@ -1,5 +1,6 @@
-"""Word-token pooling of SoT's head (notes/paper_sot.md § 1.4, Table 2): MGCrP and the two
-alternatives of the pooling ablation, GAP and GCP. Each maps tokens (B, q, p) to (B, out_dim)."""
+"""Word-token pooling of SoT's head (SoT, Xie et al. 2022, § 3.2, Eqs. 2-3, Table 2): MGCrP and the
+two alternatives of the pooling ablation (Table 3b), GAP and GCP. Each maps tokens (B, q, p)
+to (B, out_dim)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class MGCrP(nn.Module):
         v0_init: "learn" (the released code: a learnable N(0, 1) start vector per deflation step)
             or "one" (fixed all ones).
         code_faithful: reuse one start vector for every deflation step, as released (degenerate
-            for num_iter 1 and num_sv > 1; notes § 1.6).
+            for num_iter 1 and num_sv > 1 in SoT's eqs. 6-7).
 
     The projection is one bias-free Linear(p, h (m + n)), as released: rows [0, h m) are the W_i,
     the rest the R_i.

@@ -1,4 +1,5 @@
-"""Singular-value power normalization of SoT (notes/paper_sot.md § 1.5-1.6, 3.2-3.4).
+"""Singular-value power normalization of SoT (Xie et al. 2022, § 3.3, Eqs. 4-8; its backward:
+Supp. C, Corollary 1; GCP's iSQRT: Li et al. 2018, the paper's ref. [23]).
 
 - `svpn`: exact svPN (eq. 5), sum_i lambda_i^alpha u_i v_i^T via a thin SVD, with a backward
   written for square, tall and wide matrices (the paper's Corollary 1 misses a term for wide ones).
@@ -112,8 +113,8 @@ def svpn_approx(
         q: (..., m, n).
         v0: (r, n) start vectors, one per deflation step; a single (n,) vector is reused for every
             step as in the released code, which with ``num_iter`` 1 starts every step after the
-            first in the null space of the deflated matrix (notes § 1.6: the estimates after the
-            first are round-off).
+            first in the null space of the deflated matrix (eqs. 6-7: the estimates after the first
+            are round-off).
         alpha: the exponent; 1 returns Q exactly.
         num_sv, num_iter: the paper's (#sv, #iter); adopted (1, 1).
 
@@ -142,7 +143,7 @@ def svpn_approx(
 
 
 def isqrt(p: Tensor, num_iter: int = 3) -> Tensor:
-    """Newton-Schulz square root of SPD matrices (iSQRT, notes § 3.4): pre-normalize by the
+    """Newton-Schulz square root of SPD matrices (iSQRT, Li et al. 2018): pre-normalize by the
     trace, iterate, post-compensate by sqrt(trace).
 
     Args:

@@ -1,4 +1,4 @@
-"""ViTs with learned attention masks ("RetNet viewed through convolution", notes/paper_gmm.md):
+"""ViTs with learned attention masks ("RetNet Viewed through Convolution", Li and Zhang 2023, § 3):
 timm's `VisionTransformer` with `ELMAttention` or `GMMAttention` in every block, and the paper's
 class-token-free baseline (global average pooling, qkv without bias, MLP ratio 2).
 
@@ -32,7 +32,7 @@ def _cifar(dim: int, depth: int, kernels: int) -> tuple[dict, dict]:
     return model, {"num_kernels": kernels, "share_heads": True}
 
 
-# name -> (model kwargs, GMM kwargs); notes/paper_gmm.md § 1.7 (the released code's create_model)
+# name -> (model kwargs, GMM kwargs), as in the authors' released code
 PAPER_CONFIGS = {
     "tiny": ({"embed_dim": 64, "depth": 4, "num_heads": 4}, {"num_kernels": 5}),
     "d6": _cifar(252, 6, 5),  # Table 3

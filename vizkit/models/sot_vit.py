@@ -1,5 +1,5 @@
-"""SoT (notes/paper_sot.md § 1.8): `with_sot_head` puts SoT's head on a timm ViT; `SoTViT` is
-the paper's network (DenseNet token embedding, ViT blocks, the head).
+"""SoT (Xie et al. 2022, § 3.1, Supp. A, Table S-1, Fig. S-1): `with_sot_head` puts SoT's head on a
+timm ViT; `SoTViT` is the paper's network (DenseNet token embedding, ViT blocks, the head).
 
 Registered: ``vizkit_sot_micro`` (the CPU model: 32 px, patch 4, 64 tokens of size 64, 4 blocks;
 MGCrP 6 heads of 6 x 6), ``vizkit_sot_micro_dense`` (the same with the paper's token embedding
@@ -181,7 +181,7 @@ class SoTViT(VisionTransformer):
 _SOT_BLOCKS = {"qkv_bias": False, "class_token": True, "global_pool": "token",
                "drop_path_rate": 0.1}  # fmt: skip
 _PAPER = {"token_embed": "densenet", "sincos_pos_embed": True}
-# name -> (ViT kwargs, head kwargs); Table S-1 and the released configs (notes § 1.8)
+# name -> (ViT kwargs, head kwargs); Table S-1 and the authors' released configs
 CONFIGS = {
     "micro": ({"img_size": 32, "patch_size": 4, "embed_dim": 64, "depth": 4, "num_heads": 4,
                "mlp_ratio": 2.0, "num_classes": 10, "qkv_bias": False},

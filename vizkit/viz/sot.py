@@ -1,5 +1,5 @@
-"""SoT's head (notes/paper_sot.md): the per-head cross-covariances and their spectra before and
-after svPN (alpha slider), the branch logits of one image, and maps side by side (Fig. S-4)."""
+"""SoT's head (Xie et al. 2022, § 3.2-3.3): the per-head cross-covariances and their spectra before
+and after svPN (alpha slider), the branch logits of one image, and maps side by side (Fig. S-4)."""
 
 from __future__ import annotations
 
