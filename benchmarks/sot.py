@@ -26,7 +26,7 @@ from timing import (
 )
 
 import vizkit  # noqa: F401  (registers the vizkit_* models)
-from vizkit.layers import svpn, svpn_approx
+from vizkit.papers.sot import svpn, svpn_approx
 
 NORMS = {"none": {"norm": "none"}, "approx 1,1": {"norm": "approx"},
          "approx 1,3": {"norm": "approx", "num_iter": 3}, "svd": {"norm": "exact"}}  # fmt: skip

@@ -55,7 +55,7 @@ def test_modulated_gray_is_the_papers_recipe():
     model, x = build("cait")
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     saliency = vk.class_attention(model, x, layer=0)
-    image = vk.analysis.modulated_gray(saliency, x, mean, std)
+    image = vk.papers.cait.modulated_gray(saliency, x, mean, std)
     rgb = (x * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None]).clamp(0, 1)
     gray = 0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2]
     up = F.interpolate(saliency.maps[:, None], size=x.shape[-2:], mode="bilinear")[:, 0]
@@ -63,4 +63,4 @@ def test_modulated_gray_is_the_papers_recipe():
     high = up.flatten(1).max(1).values[:, None, None]
     torch.testing.assert_close(image.maps, gray * (up - low) / (high - low))
     with pytest.raises(ValueError, match="batch the saliency was computed on"):
-        vk.analysis.modulated_gray(saliency, x[:1], mean, std)
+        vk.papers.cait.modulated_gray(saliency, x[:1], mean, std)

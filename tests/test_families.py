@@ -76,7 +76,7 @@ def test_softmax_maps_are_row_stochastic(key):
 
 
 @pytest.mark.parametrize("key", ["beit", "eva", "pit", "twins", "crossvit", "maxxvit", "xcit"])
-def test_maps_equal_timm_attention_extract(key):
+def test_maps_equaltimm_attention_extract(key):
     """timm's own extractor (module hooks on ``attn_drop``, fused attention off) reads the same
     tensors as vizkit's ``attn_drop`` sites."""
     model, x = family(key)

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import vizkit as vk
-from vizkit.analysis import masks as mk
-from vizkit.analysis import sot
 from vizkit.analysis.residual_ratios import layerscale_gammas
+from vizkit.papers.masks import analysis as mk
+from vizkit.papers.sot import analysis as sot
 from vizkit.report.inputs import load_inputs
 from vizkit.report.sections import SECTIONS, NotApplicable
 
@@ -127,7 +127,7 @@ def elm_masks():
 
 @cache
 def refiner_stages():
-    return vk.analysis.refiner_stages(zoo("refined_vit_shapes")[0], sample()[0], layer=3)
+    return vk.papers.refiner.refiner_stages(zoo("refined_vit_shapes")[0], sample()[0], layer=3)
 
 
 @cache
@@ -155,16 +155,20 @@ def fig7():
     model = zoo("cait_tiny_shapes")[0]
     images = sample()[0]
     cfg = model.pretrained_cfg
-    gray = vk.analysis.modulated_gray(
+    gray = vk.papers.cait.modulated_gray(
         vk.class_attention(model, images), images, cfg["mean"], cfg["std"]
     )
-    return vk.viz.fig7_gallery(gray, probabilities("cait_tiny_shapes"), classes("cait_tiny_shapes"))
+    return vk.papers.cait.fig7_gallery(
+        gray, probabilities("cait_tiny_shapes"), classes("cait_tiny_shapes")
+    )
 
 
 def gaussian_fit():
     name, mask = next(iter(elm_masks().items()))
     fit = mk.fit_gaussian_mixture(mask, GRID, num_kernels=2, restarts=1)
-    return vk.viz.gaussian_fit_figure(mask, fit, GRID, f"ELM-ViT {name}: two Gaussians fitted")
+    return vk.papers.masks.gaussian_fit_figure(
+        mask, fit, GRID, f"ELM-ViT {name}: two Gaussians fitted"
+    )
 
 
 def compare_table():
@@ -182,12 +186,14 @@ BUILDERS = {
     ],
     "query_attention": lambda: vk.viz.query_attention(vit_attention(), shown(), query=(2, 3)),
     "attention_stats_figure": lambda: vk.viz.attention_stats_figure(vit_attention()),
-    "class_attention_heads": lambda: vk.viz.class_attention_heads(
+    "class_attention_heads": lambda: vk.papers.cait.class_attention_heads(
         [vk.class_attention(zoo("cait_tiny_shapes")[0], sample()[0], layer=j) for j in (0, 1)],
         shown("cait_tiny_shapes"),
     ),
     "fig7_gallery": fig7,
-    "talking_heads_matrices": lambda: vk.viz.talking_heads_matrices(zoo("cait_tiny_shapes")[0]),
+    "talking_heads_matrices": lambda: vk.papers.cait.talking_heads_matrices(
+        zoo("cait_tiny_shapes")[0]
+    ),
     "layerscale_heatmap": lambda: vk.viz.layerscale_heatmap(zoo("cait_tiny_shapes")[0]),
     "residual_ratio_curves": lambda: [
         vk.viz.residual_ratio_curves(
@@ -210,44 +216,48 @@ BUILDERS = {
     "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(
         compare_table(), shown(), classes=classes()
     ),
-    "mask_figure": lambda: vk.viz.mask_figure(next(iter(elm_masks().values())), GRID, (3, 3)),
-    "mask_layers_figure": lambda: vk.viz.mask_layers_figure(elm_masks(), GRID, "ELM masks"),
-    "radial_profiles_figure": lambda: vk.viz.radial_profiles_figure(
+    "mask_figure": lambda: vk.papers.masks.mask_figure(
+        next(iter(elm_masks().values())), GRID, (3, 3)
+    ),
+    "mask_layers_figure": lambda: vk.papers.masks.mask_layers_figure(
+        elm_masks(), GRID, "ELM masks"
+    ),
+    "radial_profiles_figure": lambda: vk.papers.masks.radial_profiles_figure(
         {"ELM": elm_masks()}, GRID, "Mean mask value against distance"
     ),
     "gaussian_fit_figure": gaussian_fit,
-    "gmm_parameters_figure": lambda: vk.viz.gmm_parameters_figure(
+    "gmm_parameters_figure": lambda: vk.papers.masks.gmm_parameters_figure(
         zoo("masks_gmm_k3_s0")[1]["history"], "GMM kernels per epoch"
     ),
-    "mask_evolution_figure": lambda: vk.viz.mask_evolution_figure(
+    "mask_evolution_figure": lambda: vk.papers.masks.mask_evolution_figure(
         mk.gmm_masks_over_training(zoo("masks_gmm_k3_s0")[1]["history"], GRID)["blocks.0.attn"],
         GRID,
     ),
-    "received_attention_figure": lambda: vk.viz.received_attention_figure(
+    "received_attention_figure": lambda: vk.papers.masks.received_attention_figure(
         shown(), {"ViT": vit_attention().received()[-1]}, count=2
     ),
-    "accuracy_vs_kernels_figure": lambda: vk.viz.accuracy_vs_kernels_figure(
+    "accuracy_vs_kernels_figure": lambda: vk.papers.masks.accuracy_vs_kernels_figure(
         {k: vk.zoo.accuracy_over_seeds(f"masks_gmm_k{k}") for k in (1, 3, 5)},
         {1: 75.54, 3: 77.12, 5: 77.81},
     ),
     "accuracy_over_seeds_figure": lambda: vk.viz.accuracy_over_seeds_figure(
         {"ELM": vk.zoo.accuracy_over_seeds("masks_elm")}, "Test accuracy over 3 seeds"
     ),
-    "refiner_stages_figure": lambda: vk.viz.refiner_stages_figure(refiner_stages()),
-    "refiner_weights_figure": lambda: vk.viz.refiner_weights_figure(refiner_stages()),
-    "attention_matrices": lambda: vk.viz.attention_matrices(
+    "refiner_stages_figure": lambda: vk.papers.refiner.refiner_stages_figure(refiner_stages()),
+    "refiner_weights_figure": lambda: vk.papers.refiner.refiner_weights_figure(refiner_stages()),
+    "attention_matrices": lambda: vk.papers.refiner.attention_matrices(
         {
             "ViT": vit_attention(),
             "Refined-ViT": vk.attention(zoo("refined_vit_shapes")[0], sample()[0]),
         },
         layers=[0, 2],
     ),  # fmt: skip
-    "attention_depth_curves": lambda: vk.viz.attention_depth_curves(
+    "attention_depth_curves": lambda: vk.papers.refiner.attention_depth_curves(
         {"ViT": vit_attention().stats()}
     ),
-    "crop_ratio_curves": lambda: vk.viz.crop_ratio_curves(
+    "crop_ratio_curves": lambda: vk.papers.refiner.crop_ratio_curves(
         {
-            "ViT": vk.analysis.crop_ratio_accuracy(
+            "ViT": vk.papers.refiner.crop_ratio_accuracy(
                 zoo("vit_tiny_shapes")[0],
                 vk.datasets.Shapes("test", n=16),
                 (0.8, 1.0),
@@ -255,12 +265,12 @@ BUILDERS = {
             )
         }
     ),  # fmt: skip
-    "cross_covariance_figure": lambda: vk.viz.cross_covariance_figure(anatomy()),
-    "svpn_spectrum_figure": lambda: vk.viz.svpn_spectrum_figure(anatomy()),
-    "branch_logits_figure": lambda: vk.viz.branch_logits_figure(
+    "cross_covariance_figure": lambda: vk.papers.sot.cross_covariance_figure(anatomy()),
+    "svpn_spectrum_figure": lambda: vk.papers.sot.svpn_spectrum_figure(anatomy()),
+    "branch_logits_figure": lambda: vk.papers.sot.branch_logits_figure(
         anatomy(), classes=vk.datasets.SHAPE_CLASSES
     ),
-    "maps_grid": lambda: vk.viz.maps_grid(shown(), {"Grad-CAM": gradcam()}, [0, 1]),
+    "maps_grid": lambda: vk.papers.sot.maps_grid(shown(), {"Grad-CAM": gradcam()}, [0, 1]),
     "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
     "epoch_accuracy_curves": lambda: vk.viz.epoch_accuracy_curves(
         {"ViT": zoo("vit_tiny_shapes")[1]["history"]}, "Test accuracy per epoch"
@@ -272,8 +282,10 @@ EXPLORERS = {
     "AttentionExplorer": lambda: vk.widgets.AttentionExplorer(model(VIT), sample()[0]),
     "CKAExplorer": lambda: vk.widgets.CKAExplorer({"ViT": evolution()}),
     "HistoryExplorer": lambda: vk.widgets.HistoryExplorer(zoo("vit_tiny_shapes")[1]),
-    "LayerScaleExplorer": lambda: vk.widgets.LayerScaleExplorer(sample()[0], 4, (0.1, 1.0)),
-    "RefinerExplorer": lambda: vk.widgets.RefinerExplorer(model("refined_vit_shapes"), sample()[0]),
+    "LayerScaleExplorer": lambda: vk.papers.cait.LayerScaleExplorer(sample()[0], 4, (0.1, 1.0)),
+    "RefinerExplorer": lambda: vk.papers.refiner.RefinerExplorer(
+        model("refined_vit_shapes"), sample()[0]
+    ),
     "SaliencyComparer": lambda: vk.widgets.SaliencyComparer(
         zoo("vit_tiny_shapes")[0], sample()[0], sample()[2], methods=["rollout"]
     ),
@@ -281,9 +293,11 @@ EXPLORERS = {
 
 
 def test_every_public_figure_builder_and_explorer_is_linted():
-    builders = set(vk.viz.__all__) - NOT_FIGURES
+    papers = [getattr(vk.papers, name) for name in vk.papers.__all__]
+    builders = set(vk.viz.__all__).union(*(p.figures.__all__ for p in papers)) - NOT_FIGURES
     assert builders == set(BUILDERS), "add the new builder to BUILDERS"
     explorers = {n for n in vk.widgets.__all__ if n[0].isupper()}
+    explorers |= {n for p in papers for n in p.__all__ if n.endswith("Explorer")}
     assert explorers == set(EXPLORERS), "add the new explorer to EXPLORERS"
 
 

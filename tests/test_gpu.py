@@ -72,8 +72,8 @@ def test_sot_head_on_cuda_matches_cpu():
     CPU; half-precision input to svPN is computed in float32 and returned in its dtype."""
     import timm
 
-    from vizkit.analysis import sot
-    from vizkit.layers import svpn
+    from vizkit.papers.sot import analysis as sot
+    from vizkit.papers.sot import svpn
 
     torch.manual_seed(0)
     x = torch.randn(4, 3, 32, 32)

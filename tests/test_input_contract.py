@@ -368,9 +368,9 @@ def test_cka_refuses_batches_of_different_image_sizes():
 @pytest.mark.parametrize(
     "make, error, phrase",
     [
-        (lambda: vk.widgets.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3,)), ValueError,
+        (lambda: vk.papers.cait.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3,)), ValueError,
          "at least 2 values"),
-        (lambda: vk.widgets.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3, -1.0)), ValueError,
+        (lambda: vk.papers.cait.LayerScaleExplorer(_batch(), depth=2, eps=(1e-3, -1.0)), ValueError,
          r"eps must be a number in \(0"),
         (lambda: vk.widgets.HistoryExplorer("card.json"), TypeError, "history must be"),
         (lambda: vk.widgets.AttentionExplorer(_vit(), _batch(), mean=[0.5, 0.5], std=[1, 1, 1]),

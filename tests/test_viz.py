@@ -129,10 +129,10 @@ def test_cka_and_feature_evolution_figures(vit_and_images):
 
 def test_mask_and_training_figures_check_inputs():
     mask = torch.arange(16.0).reshape(4, 4)
-    fig = viz.mask_figure(mask, (2, 2), query=(1, 0))
+    fig = vk.papers.masks.mask_figure(mask, (2, 2), query=(1, 0))
     assert fig.data[1].z.tolist() == [[8.0, 9.0], [10.0, 11.0]]  # row of patch (1, 0) = token 2
     with pytest.raises(ValueError, match="must be"):
-        viz.mask_figure(mask, (3, 3))
+        vk.papers.masks.mask_figure(mask, (3, 3))
     with pytest.raises(ValueError, match="non-empty"):
         viz.training_curves([])
     card = vk.zoo.card("vit_tiny_shapes")
@@ -154,20 +154,20 @@ def test_refiner_figures_draw_every_stage_and_model():
     torch.manual_seed(0)
     model = timm.create_model("vizkit_refined_vit_tiny", depth=3, embed_dim=32).eval()
     x = torch.randn(2, 3, 32, 32)
-    stages = vk.analysis.refiner_stages(model, x, layer=1)
-    fig = viz.refiner_stages_figure(stages, image=1)
+    stages = vk.papers.refiner.refiner_stages(model, x, layer=1)
+    fig = vk.papers.refiner.refiner_stages_figure(stages, image=1)
     heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
     assert len(heatmaps) == 4 + 12 + 12 + 4  # softmax, expanded, convolved, reduced
     assert np.allclose(heatmaps[-1].z, stages.maps["refined"][1, 3].numpy())
-    assert len(viz.refiner_weights_figure(stages).data) == 1 + 12 + 1
+    assert len(vk.papers.refiner.refiner_weights_figure(stages).data) == 1 + 12 + 1
     applied = vk.attention(model, x, maps="applied")
     results = {"softmax": vk.attention(model, x), "applied": applied}
-    fig = viz.attention_matrices(results, layers=[0, 2])
+    fig = vk.papers.refiner.attention_matrices(results, layers=[0, 2])
     assert [t.coloraxis for t in fig.data] == ["coloraxis"] * 2 + ["coloraxis2"] * 2
     with pytest.raises(ValueError, match="Block 5 was not captured"):
-        viz.attention_matrices(results, layers=[5])
-    curves = viz.attention_depth_curves({k: r.stats() for k, r in results.items()})
+        vk.papers.refiner.attention_matrices(results, layers=[5])
+    curves = vk.papers.refiner.attention_depth_curves({k: r.stats() for k, r in results.items()})
     assert len(curves.data) == 2 * 3
     seeds = {"a": {"mean": 0.5, "std": 0.1, "accuracies": [0.4, 0.6], "seeds": [0, 1]}}
     assert viz.accuracy_over_seeds_figure(seeds, "t").data[0].y == (0.5,)
-    assert viz.crop_ratio_curves({"m": {0.9: 0.5, 1.1: 0.6}}).data[0].x == (0.9, 1.1)
+    assert vk.papers.refiner.crop_ratio_curves({"m": {0.9: 0.5, 1.1: 0.6}}).data[0].x == (0.9, 1.1)

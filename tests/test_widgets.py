@@ -185,7 +185,7 @@ def test_history_explorer_covers_every_tracked_quantity():
 
 
 def test_layerscale_explorer_shows_eps_times_the_unscaled_ratio():
-    from vizkit.widgets import LayerScaleExplorer
+    from vizkit.papers.cait import LayerScaleExplorer
 
     images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     explorer = LayerScaleExplorer(images, depth=3)
@@ -201,7 +201,7 @@ def test_layerscale_explorer_shows_eps_times_the_unscaled_ratio():
 def test_refiner_explorer_moves_over_blocks_and_images():
     import timm
 
-    from vizkit.widgets import RefinerExplorer
+    from vizkit.papers.refiner import RefinerExplorer
 
     torch.manual_seed(0)
     model = timm.create_model("vizkit_refined_vit_tiny_official", depth=4, embed_dim=32).eval()

@@ -4,6 +4,7 @@ from . import analysis as analysis
 from . import datasets as datasets
 from . import metrics as metrics
 from . import models as models
+from . import papers as papers
 from . import train as train
 from . import viz as viz
 from . import widgets as widgets
@@ -61,6 +62,7 @@ __all__ = [
     "metrics",
     "models",
     "occlusion",
+    "papers",
     "residual_ratios",
     "rollout",
     "saliency",

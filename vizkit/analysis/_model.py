@@ -10,7 +10,6 @@ from ..hooks.contract import as_hooked
 from ..hooks.inputs import check_indices
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
-from ..layers import SoTHead
 
 __all__ = [
     "as_hooked",
@@ -32,10 +31,10 @@ _SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
 
 def reads_class_token(model: nn.Module) -> bool:
     """Whether the model's head reads the class token alone (timm ``global_pool="token"``, or a
-    vizkit `SoTHead` whose ClassT branch does), rather than pooling every token."""
-    return getattr(model, "global_pool", None) == "token" or isinstance(
-        getattr(model, "head", None), SoTHead
-    )
+    head that says so with ``reads_class_token = True``, as SoT's does), rather than pooling every
+    token."""
+    head_reads = getattr(getattr(model, "head", None), "reads_class_token", False) is True
+    return getattr(model, "global_pool", None) == "token" or head_reads
 
 
 def token_pixels(layout: TokenLayout, image_size: tuple[int, int]) -> tuple[float, float]:

@@ -27,7 +27,7 @@ def default_gradcam_layer(hm: HookedModel) -> str:
     - Transformers whose head reads the class token (ViT, DeiT, PiT, XCiT, CrossViT): the last
       block's input ``<block>.hook_resid_pre`` (after the last block only the class token reaches
       the head, so the patch tokens' gradients there are zero).
-    - SoT heads (`vizkit.layers.SoTHead`): the same layer, where the ClassT branch still sees
+    - SoT heads (`vizkit.papers.sot.SoTHead`): the same layer, where the ClassT branch still sees
       the patch tokens.
     - Transformers that pool every token (average, attention pooling: EVA02, SigLIP, Swin,
       Twins, MaxViT), and CaiT (whose class-attention stage reads the last self-attention

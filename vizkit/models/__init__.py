@@ -1,6 +1,7 @@
-"""vizkit's timm-registered models (``vizkit_*``) and `create_model`.
+"""`create_model` and `param_count` for timm names and vizkit's own ``vizkit_*`` models.
 
-Importing this package registers every ``vizkit_*`` entrypoint with timm's registry.
+The ``vizkit_*`` entrypoints are registered with timm's registry by the papers' model modules
+(`vizkit.papers.<paper>.models`), which importing this package imports.
 """
 
 from __future__ import annotations
@@ -10,27 +11,12 @@ from typing import Any
 import timm
 from torch import nn
 
-from . import cait_variants as cait_variants  # registers vizkit_vit_tiny_*, vizkit_cait_tiny_*
-from . import masked_vit as masked_vit  # registers vizkit_{gap,elm,gmm}_vit_*
-from . import refined_vit as refined_vit  # registers vizkit_refined_vit_*
-from . import sot_vit as sot_vit  # registers vizkit_sot_*
-from .cait_family import cait_family_table as cait_family_table
+from .. import papers as papers  # registers every vizkit_* model with timm
 from .counting import param_count as param_count
-from .masked_vit import masked_vit_params as masked_vit_params
-from .refined_vit import refined_vit_params as refined_vit_params
-from .sot_vit import with_sot_head as with_sot_head
 
 __all__ = [
-    "cait_family_table",
-    "cait_variants",
     "create_model",
-    "masked_vit",
-    "masked_vit_params",
     "param_count",
-    "refined_vit",
-    "refined_vit_params",
-    "sot_vit",
-    "with_sot_head",
 ]
 
 

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .. import analysis, viz
+from ..papers import masks as masks_paper
 from ..hooks import HookedModel
 from ..metrics import compare_saliency
 from ..metrics.compare import METRICS
@@ -230,14 +231,14 @@ def _table(rows: dict[str, str]) -> str:
 
 def masks(r: ReportInputs) -> Section:
     try:
-        learned = analysis.learned_masks(r.model)
+        learned = masks_paper.learned_masks(r.model)
     except ValueError as reason:
         raise NotApplicable("the model has no learned attention masks (ELM or GMM).") from reason
     grid = tuple(r.model.patch_embed.grid_size)
     title = "Learned masks, heads averaged (z-scored per layer; GMM paper Fig. 3)"
     figures = [
-        viz.mask_layers_figure({name: m.mean(0) for name, m in learned.items()}, grid, title),
-        viz.radial_profiles_figure(learned, grid),
+        masks_paper.mask_layers_figure({name: m.mean(0) for name, m in learned.items()}, grid, title),
+        masks_paper.radial_profiles_figure(learned, grid),
     ]
     text = (
         "Each masked layer's multiplicative mask over the patch-patch scores, and below each "

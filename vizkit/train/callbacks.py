@@ -10,11 +10,11 @@ from torch import Tensor, nn
 from ..analysis import normalized_entropy, residual_ratios
 from ..analysis.cka import Kernel, cka_from_hsic, hsic_matrix
 from ..analysis.cka_matrix import LayerKernels
-from ..analysis.masks import gmm_parameters, learned_masks, mask_locality, radial_profile
 from ..analysis.representations import default_representation_layers
 from ..analysis.residual_ratios import layerscale_stats
 from ..hooks import HookedModel
-from ..layers import MaskedAttention
+from ..papers.masks.analysis import gmm_parameters, learned_masks, mask_locality, radial_profile
+from ..papers.masks.masked_attention import MaskedAttention
 
 __all__ = [
     "TRACKERS",

@@ -9,8 +9,8 @@ from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult
 from ..hooks.inputs import check_choice
-from ._style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 from .overlay import heatmap_on_image, opacity_slider
+from .style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 
 __all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ._style import SALIENCY_SCALE, map_axes, min_max_scaled
+from .style import SALIENCY_SCALE, map_axes, min_max_scaled
 
 __all__ = ["OPACITY", "heatmap_on_image", "opacity_slider", "map_placement", "overlay_grid"]
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ._style import finish
+from .style import finish
 
 __all__ = ["predictions_figure"]
 

@@ -11,9 +11,9 @@ from plotly.subplots import make_subplots
 from torch import nn
 
 from ..analysis import CKAResult, FeatureEvolution, ResidualRatios
-from ..analysis._model import as_hooked
 from ..analysis.residual_ratios import layerscale_gammas, prenorm_blocks
-from ._style import CKA_SCALE, epoch_shades, finish, palette, square_cells
+from ..hooks.contract import as_hooked
+from .style import CKA_SCALE, epoch_shades, finish, palette, square_cells
 
 __all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
 

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
-from ._style import finish, map_axes, min_max_scaled
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
+from .style import finish, map_axes, min_max_scaled
 
 __all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
 

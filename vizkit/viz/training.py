@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ._style import finish, palette
+from .style import finish, palette
 
-__all__ = ["epoch_accuracy_curves", "training_curves"]
+__all__ = ["accuracy_over_seeds_figure", "epoch_accuracy_curves", "training_curves"]
 
 
 def _check_history(history: Sequence[dict]) -> None:
@@ -54,4 +54,25 @@ def epoch_accuracy_curves(
         ))  # fmt: skip
     fig.update_xaxes(title_text="epoch", dtick=1)
     fig.update_yaxes(title_text="test accuracy", tickformat=".0%")
+    return finish(fig, title, 380)
+
+
+def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Figure:
+    """Test accuracy per configuration: each seed as a dot, the mean with its sample std as a
+    bar (``results`` maps a label to `vizkit.zoo.accuracy_over_seeds(prefix)`)."""
+    labels = list(results)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(x=labels, y=[r["mean"] for r in results.values()], name="mean",
+               error_y={"type": "data", "array": [r["std"] for r in results.values()]},
+               marker_color="#9ecae1")
+    )  # fmt: skip
+    for label, r in results.items():
+        fig.add_trace(
+            go.Scatter(x=[label] * len(r["accuracies"]), y=r["accuracies"], mode="markers",
+                       marker={"color": "#08519c"}, showlegend=False,
+                       text=[f"seed {s}" for s in r["seeds"]])
+        )  # fmt: skip
+    low = min(min(r["accuracies"]) for r in results.values())
+    fig.update_yaxes(title_text="test top-1", tickformat=".0%", range=[max(0, low - 0.05), None])
     return finish(fig, title, 380)

@@ -5,16 +5,12 @@ from .attention_explorer import AttentionExplorer as AttentionExplorer
 from .cka_explorer import CKAExplorer as CKAExplorer
 from .history_explorer import HistoryExplorer as HistoryExplorer
 from .history_explorer import tracked_quantities as tracked_quantities
-from .layerscale_explorer import LayerScaleExplorer as LayerScaleExplorer
-from .refiner_explorer import RefinerExplorer as RefinerExplorer
 from .saliency_comparer import SaliencyComparer as SaliencyComparer
 
 __all__ = [
     "AttentionExplorer",
     "CKAExplorer",
     "HistoryExplorer",
-    "LayerScaleExplorer",
-    "RefinerExplorer",
     "SaliencyComparer",
     "tracked_quantities",
 ]

@@ -13,10 +13,10 @@ from ..analysis.attention import reduce_heads
 from ..hooks import HookedModel
 from ..hooks.inputs import check_images
 from ..viz import display_images
-from ..viz._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes
 from ..viz.attention import default_query, outline_patch, query_label
 from ..viz.overlay import heatmap_on_image
-from ._base import Explorer
+from ..viz.style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes
+from .explorer import Explorer
 
 __all__ = ["AttentionExplorer"]
 

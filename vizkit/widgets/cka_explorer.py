@@ -11,8 +11,8 @@ from plotly.subplots import make_subplots
 
 from ..analysis import CKAResult, FeatureEvolution
 from ..viz import cka_heatmap
-from ..viz._style import finish, square_cells
-from ._base import Explorer
+from ..viz.style import finish, square_cells
+from .explorer import Explorer
 
 __all__ = ["CKAExplorer"]
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..viz._style import epoch_shades, finish
-from ._base import Explorer
+from ..viz.style import epoch_shades, finish
+from .explorer import Explorer
 
 __all__ = ["HistoryExplorer", "tracked_quantities"]
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from ..hooks.inputs import check_images
 from ..metrics import compare_saliency
 from ..viz import display_images, saliency_side_by_side
-from ._base import Explorer
+from .explorer import Explorer
 
 __all__ = ["SaliencyComparer"]
 

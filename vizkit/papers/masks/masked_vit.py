@@ -15,9 +15,9 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
-from ..layers import ELMAttention, GMMAttention, MaskedAttention
-from .counting import param_count
+from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from ...models.counting import param_count
+from .masked_attention import ELMAttention, GMMAttention, MaskedAttention
 
 __all__ = ["MASKS", "MaskedViT", "PAPER_CONFIGS", "PAPER_COUNTS", "masked_vit_params"]
 

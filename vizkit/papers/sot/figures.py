@@ -9,10 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.saliency_result import SaliencyResult
-from ..analysis.sot import HeadAnatomy
-from ._style import MASK_SCALE, finish, log_axis, map_axes, palette, step_slider
-from .overlay import opacity_slider, overlay_grid
+from ...analysis.saliency_result import SaliencyResult
+from ...viz.overlay import opacity_slider, overlay_grid
+from ...viz.style import MASK_SCALE, finish, log_axis, map_axes, palette, step_slider
+from .analysis import HeadAnatomy
 
 __all__ = ["branch_logits_figure", "cross_covariance_figure", "maps_grid", "svpn_spectrum_figure"]
 

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
-from ..analysis import SaliencyResult
-from ._style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes, min_max_scaled
+from ...analysis import SaliencyResult
+from ...viz.style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes, min_max_scaled
 
 __all__ = ["class_attention_heads", "fig7_gallery", "talking_heads_matrices"]
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from ..hooks.hook_point import HookPoint
+from ...hooks.hook_point import HookPoint
 from .sot_pooling import GlobalAveragePooling, GlobalCovariancePooling, MGCrP
 
 __all__ = ["FUSIONS", "POOLS", "SoTHead", "make_pool"]
@@ -66,6 +66,8 @@ class SoTHead(nn.Module):
     no branches). For "sum" and "concat" the output is their sum. ``with head.branch("wordt"):``
     makes the head return one branch (e.g. for Grad-CAM of one branch's logit).
     """
+
+    reads_class_token = True  # its ClassT branch: analyses treat the class token as read
 
     def __init__(
         self,

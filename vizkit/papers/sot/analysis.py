@@ -12,15 +12,15 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
-from ..hooks.targets import target_indices
-from ..layers import MGCrP, SoTHead
-from ..layers.svpn import SVPN_EPS
-from ._model import as_hooked
-from .gradcam import gradcam
-from .saliency_result import SaliencyResult
+from ...analysis.gradcam import gradcam
+from ...analysis.saliency_result import SaliencyResult
+from ...hooks import HookedModel, Target
+from ...hooks.contract import analysis, as_hooked
+from ...hooks.inputs import check_images
+from ...hooks.targets import target_indices
+from .sot_head import SoTHead
+from .sot_pooling import MGCrP
+from .svpn import SVPN_EPS
 
 __all__ = ["BranchPredictions", "HeadAnatomy", "branch", "branch_gradcam", "branch_predictions",
            "fig_s4_panels", "head_anatomy", "sot_head", "wordt_token_map"]  # fmt: skip
@@ -33,7 +33,7 @@ def sot_head(model: nn.Module | HookedModel) -> SoTHead:
     if not isinstance(head, SoTHead):
         raise ValueError(
             f"{type(net).__name__}.head is {type(head).__name__}, not a SoTHead; build a "
-            "vizkit_sot_* model or call vizkit.models.with_sot_head(model)."
+            "vizkit_sot_* model or call vizkit.papers.sot.with_sot_head(model)."
         )
     return head
 

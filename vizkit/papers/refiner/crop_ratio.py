@@ -13,9 +13,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..hooks import HookedModel
-from ..hooks.contract import analysis, as_hooked
-from ..hooks.inputs import check_count, check_images
+from ...hooks import HookedModel
+from ...hooks.contract import analysis, as_hooked
+from ...hooks.inputs import check_count, check_images
 
 __all__ = ["crop_ratio_accuracy", "crop_ratio_view"]
 

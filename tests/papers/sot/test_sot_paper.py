@@ -10,10 +10,10 @@ import timm
 import torch
 
 import vizkit as vk
-from vizkit.analysis import sot
-from vizkit.layers import MGCrP, SoTHead, isqrt, power_iteration, svpn, svpn_approx
 from vizkit.models import param_count
-from vizkit.models.sot_vit import CONFIGS, PAPER_COUNTS, with_sot_head
+from vizkit.papers.sot import MGCrP, SoTHead, isqrt, power_iteration, svpn, svpn_approx
+from vizkit.papers.sot import analysis as sot
+from vizkit.papers.sot.sot_vit import CONFIGS, PAPER_COUNTS, with_sot_head
 
 torch.set_default_dtype(torch.float32)
 
@@ -552,20 +552,20 @@ def test_branch_predictions_and_fig_s4_panels(tiny_sot):
 def test_sot_figures(tiny_sot):
     x = torch.randn(3, 3, 32, 32)
     anatomy = sot.head_anatomy(tiny_sot, x)
-    fig = vk.viz.svpn_spectrum_figure(anatomy, image=1, alphas=(0.3, 0.5, 1.0))
+    fig = vk.papers.sot.svpn_spectrum_figure(anatomy, image=1, alphas=(0.3, 0.5, 1.0))
     assert len(fig.layout.sliders[0].steps) == 3 and len(fig.data) == 3 * 3 * 6
     assert fig.layout.sliders[0].active == 1  # the model's alpha 0.5
     shown = [t for t in fig.data if t.visible]
     assert len(shown) == 18 and all(t.y is not None for t in shown)
     exact = [t for t in shown if t.name == "head 0: svPN"][0]
     assert torch.allclose(torch.tensor(exact.y), anatomy.svpn_values(0.5)[1, 0], atol=1e-6)
-    assert len(vk.viz.cross_covariance_figure(anatomy).data) == 6
-    assert [t.name for t in vk.viz.branch_logits_figure(anatomy).data] == ["ClassT", "WordT",
+    assert len(vk.papers.sot.cross_covariance_figure(anatomy).data) == 6
+    assert [t.name for t in vk.papers.sot.branch_logits_figure(anatomy).data] == ["ClassT", "WordT",
                                                                            "output"]  # fmt: skip
     maps = {"a": sot.branch_gradcam(tiny_sot, x, "wordt"), "b": sot.wordt_token_map(tiny_sot, x)}
-    grid = vk.viz.maps_grid(vk.viz.display_images(x), maps, [0, 2])
+    grid = vk.papers.sot.maps_grid(vk.viz.display_images(x), maps, [0, 2])
     assert len(grid.layout.annotations) >= 4
     with pytest.raises(ValueError, match="image must be in"):
-        vk.viz.cross_covariance_figure(anatomy, image=3)
+        vk.papers.sot.cross_covariance_figure(anatomy, image=3)
     with pytest.raises(ValueError, match="indices is empty"):
-        vk.viz.maps_grid(vk.viz.display_images(x), maps, [])
+        vk.papers.sot.maps_grid(vk.viz.display_images(x), maps, [])

@@ -10,9 +10,8 @@ from timm.layers import Attention
 from timm.models.cait import ClassAttn
 
 import vizkit as vk
-from vizkit.layers import RESIDUAL_STRATEGIES, ResidualScale
-from vizkit.models import cait_family_table
-from vizkit.models.cait_variants import residual_vit
+from vizkit.papers.cait import RESIDUAL_STRATEGIES, ResidualScale, cait_family_table
+from vizkit.papers.cait.cait_variants import residual_vit
 
 VARIANTS = timm.list_models("vizkit_vit_*") + timm.list_models("vizkit_cait_*")
 SMALL = {"depth": 3, "embed_dim": 32}
@@ -174,16 +173,16 @@ def test_cait_figures(cait):
     shown = vk.viz.display_images(x, model)
     layers = [vk.class_attention(model, x, layer=j) for j in range(2)]
     heads = layers[0].extras["per_head"].shape[1]
-    fig = vk.viz.class_attention_heads(layers, shown, image=1)
+    fig = vk.papers.cait.class_attention_heads(layers, shown, image=1)
     assert sum(t.type == "heatmap" for t in fig.data) == 2 * heads
     per_head = layers[1].extras["per_head"][1, 0]
     expected = (per_head - per_head.min()) / (per_head.max() - per_head.min())
     assert torch.allclose(torch.tensor(fig.data[1 + heads].z), expected, atol=1e-6)
-    gray = vk.analysis.modulated_gray(layers[0], x, model.pretrained_cfg["mean"],
+    gray = vk.papers.cait.modulated_gray(layers[0], x, model.pretrained_cfg["mean"],
                                       model.pretrained_cfg["std"])  # fmt: skip
     probabilities = torch.tensor([[0.05] * 8 + [0.6, 0.0], [0.5, 0.3] + [0.025] * 8])
-    gallery = vk.viz.fig7_gallery(gray, probabilities, [f"c{k}" for k in range(10)])
+    gallery = vk.papers.cait.fig7_gallery(gray, probabilities, [f"c{k}" for k in range(10)])
     titles = [a.text for a in gallery.layout.annotations]
     assert titles == ["c8 (60%)", "c0 (50%), c1 (30%)"]
-    mixing = vk.viz.talking_heads_matrices(model)
+    mixing = vk.papers.cait.talking_heads_matrices(model)
     assert torch.allclose(torch.tensor(mixing.data[0].z), model.blocks[0].attn.proj_l.weight)

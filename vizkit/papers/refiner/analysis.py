@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..hooks import HookedModel
-from ..hooks.contract import analysis
-from ..hooks.inputs import check_images
-from ._model import as_hooked
+from ...hooks import HookedModel
+from ...hooks.contract import analysis, as_hooked
+from ...hooks.inputs import check_images
 
 __all__ = [
     "RefinerStages",

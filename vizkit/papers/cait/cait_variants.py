@@ -15,8 +15,9 @@ from timm.models.cait import Cait
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
-from ..layers import RESIDUAL_STRATEGIES, ResidualBlock, TalkingHeads, fixup_init
+from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from .residual_block import ResidualBlock, TalkingHeads, fixup_init
+from .residual_scale import RESIDUAL_STRATEGIES
 
 __all__ = ["LateClassTokenViT", "residual_vit"]
 

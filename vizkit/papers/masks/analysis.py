@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..hooks import TokenLayout
-from ..layers import GaussianMixtureMask, MaskedAttention
-from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from .attention_stats import mean_attention_distance
+from ...analysis.attention_stats import mean_attention_distance
+from ...hooks import TokenLayout
+from .attention_masks import PAPER_EPS, GaussianMixtureMask, grid_square_distances
+from .masked_attention import MaskedAttention
 
 __all__ = [
     "GaussianFit",

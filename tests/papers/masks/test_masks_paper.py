@@ -15,7 +15,8 @@ from timm.layers import Attention
 from timm.models.vision_transformer import VisionTransformer
 
 import vizkit as vk
-from vizkit.analysis.masks import (
+from vizkit.papers.masks import ELMAttention, GaussianMixtureMask, GMMAttention, MaskedAttention
+from vizkit.papers.masks.analysis import (
     fit_gaussian_mixture,
     gmm_parameters,
     learned_masks,
@@ -23,9 +24,8 @@ from vizkit.analysis.masks import (
     mask_receptive_field,
     radial_profile,
 )
-from vizkit.layers import ELMAttention, GaussianMixtureMask, GMMAttention, MaskedAttention
-from vizkit.layers.attention_masks import grid_square_distances
-from vizkit.models.masked_vit import MASKS, PAPER_CONFIGS, PAPER_COUNTS, masked_vit_params
+from vizkit.papers.masks.attention_masks import grid_square_distances
+from vizkit.papers.masks.masked_vit import MASKS, PAPER_CONFIGS, PAPER_COUNTS, masked_vit_params
 
 VARIANTS = [f"vizkit_{p}_vit_{c}" for p in ("gap", "elm", "gmm") for c in PAPER_CONFIGS]
 
@@ -356,7 +356,7 @@ def test_gaussian_fit_recovers_the_mixture_that_made_the_mask():
 
 def test_folded_mask_puts_each_query_row_at_its_patch():
     mask = torch.arange(36.0 * 36).reshape(36, 36)
-    mosaic = vk.viz.folded_mask(mask, (6, 6))
+    mosaic = vk.papers.masks.folded_mask(mask, (6, 6))
     assert mosaic.shape == (41, 41)
     r, c = 2, 3
     block = mosaic[r * 7 : r * 7 + 6, c * 7 : c * 7 + 6]
@@ -376,10 +376,10 @@ def gmm_history(epochs=3, layers=2, k=2, h=4):
 
 def test_gmm_parameter_and_mask_evolution_figures_have_one_slider_step_per_epoch():
     history = gmm_history()
-    fig = vk.viz.gmm_parameters_figure(history)
+    fig = vk.papers.masks.gmm_parameters_figure(history)
     assert len(fig.layout.sliders[0].steps) == 3 and len(fig.data) == 3 * 2
     assert [t.visible for t in fig.data] == [False] * 4 + [True] * 2
-    masks = vk.analysis.gmm_masks_over_training(history, (5, 5))
+    masks = vk.papers.masks.gmm_masks_over_training(history, (5, 5))
     assert masks["blocks.1.attn"][2].shape == (4, 25, 25)
     alpha, sigma = (
         torch.tensor(history[1]["masks"]["blocks.1.attn"][k]) for k in ("alpha", "sigma")
@@ -387,25 +387,28 @@ def test_gmm_parameter_and_mask_evolution_figures_have_one_slider_step_per_epoch
     want = (alpha[..., None, None] * torch.exp(-grid_square_distances((5, 5)) / (
         2 * sigma[..., None, None] ** 2 + 2e-5))).sum(0)  # fmt: skip
     assert torch.allclose(masks["blocks.1.attn"][2], want, atol=1e-6)
-    evolution = vk.viz.mask_evolution_figure(masks["blocks.1.attn"], (5, 5))
+    evolution = vk.papers.masks.mask_evolution_figure(masks["blocks.1.attn"], (5, 5))
     assert len(evolution.data) == 3 * 4 and len(evolution.layout.sliders[0].steps) == 3
     with pytest.raises(ValueError, match="no GMM parameters"):
-        vk.viz.gmm_parameters_figure([{"epoch": 1, "test_accuracy": 0.5}])
+        vk.papers.masks.gmm_parameters_figure([{"epoch": 1, "test_accuracy": 0.5}])
 
 
 def test_mask_figures_build():
     model = timm.create_model("vizkit_gmm_vit_tiny", num_kernels=2)
     masks = {k: v[0] for k, v in learned_masks(model).items()}
-    assert len(vk.viz.mask_layers_figure(masks, (8, 8)).data) == 2 * 4
-    assert len(vk.viz.radial_profiles_figure(masks, (8, 8)).data) == 4
+    assert len(vk.papers.masks.mask_layers_figure(masks, (8, 8)).data) == 2 * 4
+    assert len(vk.papers.masks.radial_profiles_figure(masks, (8, 8)).data) == 4
     truth = gmm([-0.8, 0.6], [0.6, 2.5])((8, 8))[0]
     fit = fit_gaussian_mixture(truth, (8, 8))
-    assert len(vk.viz.gaussian_fit_figure(truth, fit, (8, 8)).data) == 1 + 2 + 1
+    assert len(vk.papers.masks.gaussian_fit_figure(truth, fit, (8, 8)).data) == 1 + 2 + 1
     ours = {0: {"mean": 0.5, "std": 0.01, "accuracies": [0.49, 0.51], "seeds": [0, 1]},
             1: {"mean": 0.6, "std": 0.02, "accuracies": [0.58, 0.62], "seeds": [0, 1]}}  # fmt: skip
-    assert len(vk.viz.accuracy_vs_kernels_figure(ours, {0: 75.36, 1: 75.54}).data) == 1 + 2 + 1
+    assert (
+        len(vk.papers.masks.accuracy_vs_kernels_figure(ours, {0: 75.36, 1: 75.54}).data)
+        == 1 + 2 + 1
+    )
     images = np.zeros((2, 32, 32, 3), dtype=np.uint8)
-    fig = vk.viz.received_attention_figure(images, {"a": torch.rand(2, 8, 8)}, count=2)
+    fig = vk.papers.masks.received_attention_figure(images, {"a": torch.rand(2, 8, 8)}, count=2)
     assert len(fig.data) == 2 * (1 + 2)
 
 

@@ -11,11 +11,11 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..analysis import AttentionResult, RefinerStages
-from ._style import ATTENTION_SCALE, MASK_SCALE, finish, map_axes, palette
+from ...analysis import AttentionResult
+from ...viz.style import ATTENTION_SCALE, MASK_SCALE, finish, map_axes, palette
+from .analysis import RefinerStages
 
 __all__ = [
-    "accuracy_over_seeds_figure",
     "attention_depth_curves",
     "attention_matrices",
     "crop_ratio_curves",
@@ -161,27 +161,6 @@ def attention_depth_curves(
     fig.update_xaxes(title_text="block")
     for col, key in enumerate(keys, start=1):
         fig.update_yaxes(title_text=DEPTH_STATS[key], row=1, col=col)
-    return finish(fig, title, 380)
-
-
-def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Figure:
-    """Test accuracy per configuration: each seed as a dot, the mean with its sample std as a
-    bar (``results`` maps a label to `vizkit.zoo.accuracy_over_seeds(prefix)`)."""
-    labels = list(results)
-    fig = go.Figure()
-    fig.add_trace(
-        go.Bar(x=labels, y=[r["mean"] for r in results.values()], name="mean",
-               error_y={"type": "data", "array": [r["std"] for r in results.values()]},
-               marker_color="#9ecae1")
-    )  # fmt: skip
-    for label, r in results.items():
-        fig.add_trace(
-            go.Scatter(x=[label] * len(r["accuracies"]), y=r["accuracies"], mode="markers",
-                       marker={"color": "#08519c"}, showlegend=False,
-                       text=[f"seed {s}" for s in r["seeds"]])
-        )  # fmt: skip
-    low = min(min(r["accuracies"]) for r in results.values())
-    fig.update_yaxes(title_text="test top-1", tickformat=".0%", range=[max(0, low - 0.05), None])
     return finish(fig, title, 380)
 
 

@@ -10,11 +10,11 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
-from ..analysis import residual_ratios
-from ..hooks.inputs import check_count, check_images, check_number
-from ..models.cait_variants import residual_vit
-from ..viz._style import finish, log_axis
-from ._base import Explorer
+from ...analysis import residual_ratios
+from ...hooks.inputs import check_count, check_images, check_number
+from ...viz.style import finish, log_axis
+from ...widgets.explorer import Explorer
+from .cait_variants import residual_vit
 
 __all__ = ["LayerScaleExplorer"]
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..hooks.hook_point import HookPoint
-from ..hooks.inputs import check_choice
+from ...hooks.hook_point import HookPoint
+from ...hooks.inputs import check_choice
 
 __all__ = ["CONSTRAINTS", "MODES", "AttentionRefiner"]
 

@@ -16,9 +16,9 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
-from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
-from ..layers import AttentionRelay, RefinerAttention, clear_relays
-from .counting import param_count
+from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from ...models.counting import param_count
+from .refiner_attention import AttentionRelay, RefinerAttention, clear_relays
 
 __all__ = ["ConvStemPatchEmbed", "RefinedViT", "TINY_REFINED", "refined_vit_params"]
 

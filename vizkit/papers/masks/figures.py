@@ -13,10 +13,10 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..analysis.masks import GaussianFit, radial_profile
-from ..layers.attention_masks import PAPER_EPS, grid_square_distances
-from ._style import MASK_SCALE, finish, log_axis, map_axes, palette, square_cells, step_slider
-from .overlay import overlay_grid
+from ...viz.overlay import overlay_grid
+from ...viz.style import MASK_SCALE, finish, log_axis, map_axes, palette, square_cells, step_slider
+from .analysis import GaussianFit, radial_profile
+from .attention_masks import PAPER_EPS, grid_square_distances
 
 __all__ = [
     "accuracy_vs_kernels_figure",

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..hooks.hook_point import HookPoint
+from ...hooks.hook_point import HookPoint
 from .svpn import SVPN_EPS, isqrt, svpn, svpn_approx
 
 __all__ = ["CENTERINGS", "NORMALIZATIONS", "GlobalAveragePooling", "GlobalCovariancePooling",

@@ -12,10 +12,9 @@ import torch.nn.functional as F
 from timm.layers import Attention
 
 import vizkit as vk
-from vizkit.analysis.crop_ratio import crop_ratio_view
-from vizkit.analysis.refiner import attend_local_values, convolve_maps, refiner_stages
-from vizkit.layers import AttentionRefiner, RefinerAttention
-from vizkit.models import refined_vit_params
+from vizkit.papers.refiner import AttentionRefiner, RefinerAttention, refined_vit_params
+from vizkit.papers.refiner.analysis import attend_local_values, convolve_maps, refiner_stages
+from vizkit.papers.refiner.crop_ratio import crop_ratio_view
 
 TINY_VARIANTS = ["vizkit_refined_vit_tiny", "vizkit_refined_vit_tiny_official"]
 PAPER_VARIANTS = ["vizkit_refined_vit_base", "vizkit_refined_vit_s", "vizkit_refined_vit_m",
@@ -286,5 +285,5 @@ def test_crop_ratio_one_is_the_identity_and_above_one_pads_with_black():
 def test_crop_ratio_accuracy_is_a_fraction_per_ratio():
     model = timm.create_model("vizkit_refined_vit_tiny", **SMALL).eval()
     data = torch.utils.data.TensorDataset(images(8), torch.arange(8) % 10)
-    accuracy = vk.analysis.crop_ratio_accuracy(model, data, [0.9, 1.0, 1.1], progress=False)
+    accuracy = vk.papers.refiner.crop_ratio_accuracy(model, data, [0.9, 1.0, 1.1], progress=False)
     assert set(accuracy) == {0.9, 1.0, 1.1} and all(0 <= a <= 1 for a in accuracy.values())

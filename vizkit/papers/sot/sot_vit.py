@@ -5,7 +5,7 @@ Registered: ``vizkit_sot_micro`` (the CPU model: 32 px, patch 4, 64 tokens of si
 MGCrP 6 heads of 6 x 6), ``vizkit_sot_micro_dense`` (the same with the paper's token embedding
 and fixed positions: 4 x 4 tokens), ``vizkit_sot_7`` (the 7-layer ablation model of Tables 3-4,
 112 px) and ``vizkit_sot_tiny``, ``vizkit_sot_small``, ``vizkit_sot_base`` (Table S-1). Each takes
-``fusion``, ``pool`` and the pooling's keyword arguments (see `vizkit.layers.SoTHead`).
+``fusion``, ``pool`` and the pooling's keyword arguments (see `vizkit.papers.sot.SoTHead`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from ..datasets.shapes import SHAPES_MEAN, SHAPES_STD
-from ..layers import SoTHead
+from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from .sot_head import SoTHead
 
 __all__ = ["PAPER_COUNTS", "DenseNetPatchEmbed", "SoTViT", "sinusoid_table",
            "with_sot_head"]  # fmt: skip

@@ -7,10 +7,10 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch import Tensor, nn
 
-from ..analysis.refiner import RefinerStages, refined_blocks, refiner_stages
-from ..hooks.inputs import check_images
-from ..viz import refiner_stages_figure
-from ._base import Explorer
+from ...hooks.inputs import check_images
+from ...widgets.explorer import Explorer
+from .analysis import RefinerStages, refined_blocks, refiner_stages
+from .figures import refiner_stages_figure
 
 __all__ = ["RefinerExplorer"]
 
