@@ -38,6 +38,7 @@ bench: setup
 	$(BIN)/python benchmarks/capture.py
 	$(BIN)/python benchmarks/gradcam.py
 	$(BIN)/python benchmarks/cka.py
+	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7
 	$(BIN)/python benchmarks/widgets.py
 	$(BIN)/python benchmarks/masks.py
 	$(BIN)/python benchmarks/sot.py
