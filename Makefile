@@ -54,6 +54,7 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3
 	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3
 	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --dtype bfloat16
+	$(BIN)/python benchmarks/cka_kernels.py --device cuda --model vit_base_patch16_224 --batch 128
 	$(BIN)/python benchmarks/masks.py --device cuda --batch 256
 	$(BIN)/python benchmarks/sot.py --device cuda
 	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256
