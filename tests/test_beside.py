@@ -141,3 +141,20 @@ def test_cached_values_take_the_chosen_dtype():
     assert cache["blocks.0.hook_resid_post_grad"].dtype == torch.float16
     with pytest.raises(TypeError, match="floating torch.dtype"):
         hm.run_with_cache(x, names=PATTERNS, dtype=torch.int8)
+
+
+def test_read_only_holds_with_backward_hooks_too():
+    model, x = build("vit")
+    hm = vk.HookedModel(model)
+
+    def edit(t, *, name):
+        return t * 2
+
+    def read(g, *, name):
+        return None
+
+    fwd = {"blocks.0.hook_resid_post": edit}
+    with pytest.raises(ValueError, match="read-only run"):
+        with hm.hooks(fwd=fwd, bwd={"blocks.1.hook_resid_post": read}, read_only=True):
+            hm(x).sum().backward()
+    assert all(b.attn.fused_attn for b in model.blocks)

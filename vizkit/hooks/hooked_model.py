@@ -162,13 +162,12 @@ class HookedModel:
             RuntimeError: on exit, if a forward hook never fired.
         """
         explicit = set().union(*(explicit_names(spec, self._names) for spec in fwd or {}))
-        read_only = read_only and not bwd
         run = _Run(
             fwd=self._expand(fwd),
             bwd=self._expand(bwd),
             explicit=explicit,
             read_only=read_only,
-            pattern_path="auto" if read_only else "unfused",
+            pattern_path="auto" if read_only and not bwd else "unfused",  # bwd: maps on the path
         )
         self._refuse_derived_gradients(run.bwd, "hook the module's input or output instead")
         with self._attached(run):
@@ -332,10 +331,8 @@ class HookedModel:
 
     def _maps_beside(self, run: _Run) -> Callable[[Tap], bool]:
         """Whether a tap's map is computed beside its fused kernel in this run."""
-        path = run.pattern_path
-        on = run.read_only and (
-            path == "beside" or (path == "auto" and beside_is_faster(self.model))
-        )
+        path = run.pattern_path  # "unfused" for every run that differentiates or edits
+        on = path == "beside" or (path == "auto" and beside_is_faster(self.model))
         return lambda tap: on and tap.beside is not None
 
     def _register(self, tap: Tap, run: _Run, counters: Counter, beside: bool) -> list:
