@@ -114,7 +114,8 @@ def kernel(
     name: str = "features",
     check: bool = True,
 ) -> Kernel:
-    """The kernel of features ``x`` (n, p) in float64, built from the centered features.
+    """The kernel of features ``x`` (n, p), built from the centered features and held in
+    float64 (computed in float32 for float32 or half features; see the module docstring).
 
     Args:
         x: n examples of p features (any float dtype, any device).
