@@ -18,7 +18,7 @@ import torch
 from timing import build, header, parse_args, precision, timed
 
 import vizkit as vk
-from vizkit.analysis.cka import check_kernels, hsic_matrix, kernel
+from vizkit.analysis.cka_kernels import check_kernels, hsic_matrix, kernel
 
 
 def main() -> None:

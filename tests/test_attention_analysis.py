@@ -138,9 +138,13 @@ def test_statistics_extremes():
 
 def test_reduce_heads_options():
     p = torch.rand(2, 3, 4, 5)
-    torch.testing.assert_close(vk.analysis.reduce_heads(p, "min"), p.amin(1))
-    torch.testing.assert_close(vk.analysis.reduce_heads(p, 2), p[:, 2])
-    with pytest.raises(ValueError, match="head: index 7 does not exist"):
-        vk.analysis.reduce_heads(p, 7)
+    torch.testing.assert_close(vk.hooks.reduce_heads(p, "min"), p.amin(1))
+    torch.testing.assert_close(vk.hooks.reduce_heads(p, 2), p[:, 2])
+    torch.testing.assert_close(vk.hooks.reduce_heads(p, -1), p[:, 2])
+    torch.testing.assert_close(vk.hooks.reduce_heads(p, [0, 2]), (p[:, 0] + p[:, 2]) / 2)
+    with pytest.raises(ValueError, match="heads: index 7 does not exist"):
+        vk.hooks.reduce_heads(p, 7)
+    with pytest.raises(ValueError, match="heads: index 3 does not exist"):
+        vk.hooks.reduce_heads(p, [0, 3])
     with pytest.raises(ValueError, match="'mean', 'max', 'min'"):
-        vk.analysis.reduce_heads(p, "median")
+        vk.hooks.reduce_heads(p, "median")

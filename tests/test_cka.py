@@ -11,7 +11,7 @@ import torch
 
 import vizkit as vk
 from vizkit.analysis import cka_matrix, feature_evolution
-from vizkit.analysis.cka import kernel
+from vizkit.analysis.cka_kernels import kernel
 from vizkit.analysis.minibatch_cka import MinibatchCKA
 
 # --- numpy oracle (written from the paper's definitions, not from vizkit) -------------------

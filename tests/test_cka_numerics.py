@@ -19,7 +19,7 @@ import torch
 
 import vizkit as vk
 from vizkit.analysis import cka_matrix
-from vizkit.analysis.cka import Kernel, check_kernels, cka_from_hsic, hsic_matrix, kernel
+from vizkit.analysis.cka_kernels import Kernel, check_kernels, cka_from_hsic, hsic_matrix, kernel
 from vizkit.analysis.minibatch_cka import MinibatchCKA
 
 # --- reference ------------------------------------------------------------------------------

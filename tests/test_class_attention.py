@@ -30,7 +30,8 @@ def test_cait_rows_equal_recompute_from_q_and_k(layer):
     torch.testing.assert_close(result.extras["cls_self"], weights[..., 0])
     torch.testing.assert_close(result.extras["per_head"], weights[..., 1:].unflatten(-1, grid))
     torch.testing.assert_close(result.maps, weights[..., 1:].mean(1).unflatten(-1, grid))
-    assert result.options["layer"] == j
+    assert result.options["layer_index"] == j
+    assert result.options["layer"] == f"blocks_token_only.{j}.attn.hook_pattern"
     assert hooks_on(model) == []
 
 

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+import vizkit as vk
 from vizkit.analysis import normalized_entropy
 from vizkit.cli import main
 from vizkit.datasets import digit_images
@@ -63,10 +64,10 @@ def test_cka_command_writes_the_matrix(tmp_path, capsys):
 
     out = tmp_path / "cka.json"
     assert main(["cka", "--samples", "32", "--batch-size", "16", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert len(result["matrix"]) == len(result["layers_a"]) == 4  # vit_tiny_shapes' blocks
-    assert result["matrix"][0][0] == pytest.approx(1.0)
-    assert result["options"]["examples"] == 32
+    result = vk.CKAResult.from_dict(json.loads(out.read_text()))
+    assert result.matrix.shape == (4, 4) and len(result.layers_a) == 4  # vit_tiny_shapes' blocks
+    assert result.matrix[0, 0].item() == pytest.approx(1.0)
+    assert result.options["examples"] == 32 and result.image_size == (32, 32)
     assert "blocks.3.hook_resid_post" in capsys.readouterr().out
 
 

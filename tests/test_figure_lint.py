@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vizkit as vk
-from vizkit.analysis.residual_ratios import layerscale_gammas
+from vizkit.analysis.residual_norms import layerscale_gammas
 from vizkit.papers.masks import analysis as mk
 from vizkit.papers.sot import analysis as sot
 from vizkit.report.inputs import load_inputs
@@ -192,12 +192,14 @@ BUILDERS = {
     ),
     "fig7_gallery": fig7,
     "talking_heads_matrices": lambda: vk.papers.cait.talking_heads_matrices(
-        zoo("cait_tiny_shapes")[0]
+        vk.papers.cait.talking_heads(zoo("cait_tiny_shapes")[0])
     ),
-    "layerscale_heatmap": lambda: vk.viz.layerscale_heatmap(zoo("cait_tiny_shapes")[0]),
+    "layerscale_heatmap": lambda: vk.viz.layerscale_heatmap(
+        vk.analysis.layerscale(zoo("cait_tiny_shapes")[0])
+    ),
     "residual_ratio_curves": lambda: [
         vk.viz.residual_ratio_curves(
-            [h["residual_ratios"] for h in zoo("vit_deep_shapes")[1]["history"]]
+            vk.train.tracked_results(zoo("vit_deep_shapes")[1]["history"], "residual_ratios")
         ),
         vk.viz.residual_ratio_curves(
             {

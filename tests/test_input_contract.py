@@ -127,7 +127,7 @@ BAD_OPTIONS = [
     ("occlusion", {"window": 0}, ValueError, "window"),
     ("occlusion", {"stride": (2, 2, 2)}, TypeError, "stride"),
     ("rollout", {"discard_ratio": 1.0}, ValueError, r"discard_ratio must be in \[0, 1\)"),
-    ("rollout", {"head_fusion": "median"}, ValueError, "'mean', 'max', 'min'"),
+    ("rollout", {"heads": "median"}, ValueError, "'mean', 'max', 'min'"),
     ("attention", {"layers": 7}, (ValueError, IndexError), "7"),
     ("attention", {"maps": "raw"}, ValueError, "'softmax', 'applied'"),
     ("attention", {"max_bytes": 0}, ValueError, "max_bytes must be an int >= 1"),

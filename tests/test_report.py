@@ -91,7 +91,7 @@ def test_image_folder_and_checkpoint_path(tmp_path):
     [
         (["--model", "no_such_model"], "neither a zoo model"),
         (["--data", "/no/such/folder"], "neither 'shapes', 'digits' nor an existing"),
-        (["--n", "500"], "holds 64 images"),
+        (["--n", "500"], "--n must be 1..64"),
         (["--model", "README.safetensors"], "needs the file and its card"),
     ],
 )

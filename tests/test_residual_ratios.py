@@ -119,8 +119,11 @@ def test_runs_in_eval_mode_and_restores_training():
 def test_to_dict_is_plain_json():
     import json
 
-    data = vk.residual_ratios(vit(init_values=0.1), images()).to_dict()
-    assert json.loads(json.dumps(data))["gamma_attn"]["mean_abs"] == pytest.approx([0.1, 0.1])
+    result = vk.residual_ratios(vit(init_values=0.1), images())
+    back = vk.ResidualRatios.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back.gamma_attn.mean_abs.tolist() == pytest.approx([0.1, 0.1])
+    assert torch.equal(back.attn, result.attn) and back.layers == result.layers
+    assert vk.analysis.ratio_uniformity([back]) == vk.analysis.ratio_uniformity([result])
 
 
 def test_errors_are_clear():

@@ -29,14 +29,14 @@ def _loop_rollout(patterns: list[np.ndarray], discard_ratio: float, fusion: str)
 @pytest.mark.parametrize("discard_ratio", [0.0, 0.6])
 def test_rollout_equals_loop(fusion, discard_ratio):
     model, x = build("deit_distilled")  # class + distillation token
-    result = vk.rollout(model, x, head_fusion=fusion, discard_ratio=discard_ratio)
+    result = vk.rollout(model, x, heads=fusion, discard_ratio=discard_ratio)
     patterns = vk.attention(model, x).patterns.double().numpy()  # (L, B, H, N, N)
     layout = result.layout
     for b in range(len(x)):
         joint = _loop_rollout(list(patterns[:, b]), discard_ratio, fusion)
         expected = joint[0, layout.num_prefix_tokens :].reshape(layout.grid)
         np.testing.assert_allclose(result.maps[b].numpy(), expected, rtol=1e-4, atol=1e-7)
-    assert result.options["head_fusion"] == fusion
+    assert result.options["heads"] == fusion
     assert hooks_on(model) == []
 
 
@@ -110,8 +110,8 @@ def test_rollout_argument_errors():
     model, x = build("vit")
     with pytest.raises(ValueError, match="discard_ratio"):
         vk.rollout(model, x, discard_ratio=1.0)
-    with pytest.raises(ValueError, match="Head reduction"):
-        vk.rollout(model, x, head_fusion="median")
+    with pytest.raises(ValueError, match="heads must be .mean., .max., .min."):
+        vk.rollout(model, x, heads="median")
     model, x = build("resnet")
     with pytest.raises(ValueError, match="no self-attention"):
         vk.rollout(model, x)

@@ -13,9 +13,9 @@ import vizkit as vk
 from vizkit.datasets import Shapes
 from vizkit.train import (
     TRACKERS,
-    CKAToPrevious,
-    LayerScaleStats,
-    ResidualRatios,
+    CKAToPreviousTracker,
+    LayerScaleTracker,
+    ResidualRatiosTracker,
     TrainConfig,
     train,
 )
@@ -51,11 +51,11 @@ def test_history_holds_every_tracked_quantity_and_training_is_unchanged():
     assert {"residual_ratios", "layerscale", "attention_entropy"} <= set(first)
     assert "cka_to_previous" not in first and "cka_to_previous" in last
     eval_batch = torch.stack([test_set[i][0] for i in range(32)])
-    expected = vk.residual_ratios(tracked_model, eval_batch).to_dict()
-    assert last["residual_ratios"]["attn"] == pytest.approx(expected["attn"], rel=1e-6)
-    assert last["residual_ratios"]["mlp_unscaled"] == pytest.approx(
-        expected["mlp_unscaled"], rel=1e-6
-    )
+    expected = vk.residual_ratios(tracked_model, eval_batch)
+    tracked = vk.train.tracked_results(history, "residual_ratios")[-1]
+    assert tracked.attn.tolist() == pytest.approx(expected.attn.tolist(), rel=1e-6)
+    assert tracked.mlp_unscaled.tolist() == pytest.approx(expected.mlp_unscaled.tolist(), rel=1e-6)
+    assert tracked.layers == expected.layers and tracked.image_size == expected.image_size
     gamma = tracked_model.blocks[1].ls2.gamma
     assert last["layerscale"]["mlp"]["max"][1] == pytest.approx(gamma.max().item())
     assert first["layerscale"]["attn"]["mean_abs"] != last["layerscale"]["attn"]["mean_abs"]
@@ -66,7 +66,7 @@ def test_history_holds_every_tracked_quantity_and_training_is_unchanged():
 def test_cka_to_previous_is_the_cka_of_the_two_models_outputs():
     x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     before, after = layerscale_vit(0).eval(), layerscale_vit(1).eval()
-    tracker = CKAToPrevious()
+    tracker = CKAToPreviousTracker()
     assert tracker(before, 1, x) == {}
     values = tracker(after, 2, x)["cka_to_previous"]
     name = "blocks.1.hook_resid_post"
@@ -80,14 +80,14 @@ def test_trackers_skip_what_does_not_apply():
     torch.manual_seed(0)
     resnet = timm.create_model("resnet10t", num_classes=10).eval()
     x = torch.randn(8, 3, 32, 32)
-    assert ResidualRatios()(resnet, 1, x) == {}
-    assert LayerScaleStats()(resnet, 1, x) == {}
+    assert ResidualRatiosTracker()(resnet, 1, x) == {}
+    assert LayerScaleTracker()(resnet, 1, x) == {}
     plain_vit = timm.create_model(
         "vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2
     ).eval()
-    assert LayerScaleStats()(plain_vit, 1, x) == {}  # no LayerScale to report
-    assert "residual_ratios" in ResidualRatios()(plain_vit, 1, x)
-    tracker = CKAToPrevious()
+    assert LayerScaleTracker()(plain_vit, 1, x) == {}  # no LayerScale to report
+    assert "residual_ratios" in ResidualRatiosTracker()(plain_vit, 1, x)
+    tracker = CKAToPreviousTracker()
     tracker(resnet, 1, x)
     assert len(tracker(resnet, 2, x)["cka_to_previous"]) == 4  # the CNN's residual blocks
 

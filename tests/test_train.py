@@ -7,7 +7,7 @@ import timm
 import torch
 
 from vizkit.datasets import Shapes
-from vizkit.train import AttentionEntropy, TrainConfig, evaluate, train
+from vizkit.train import AttentionEntropyTracker, TrainConfig, evaluate, train
 
 
 def tiny_vit():
@@ -29,7 +29,7 @@ def test_one_epoch_lowers_the_loss_and_records_callbacks():
     before = evaluate(model, train_set)["loss"]
     config = TrainConfig(epochs=1, batch_size=32, lr=3e-3, warmup_epochs=0.2, augment=True)
     history = train(
-        model, train_set, test_set, config, callbacks=[AttentionEntropy()], progress=False
+        model, train_set, test_set, config, callbacks=[AttentionEntropyTracker()], progress=False
     )
     assert evaluate(model, train_set)["loss"] < before
     (record,) = history

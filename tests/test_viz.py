@@ -79,8 +79,10 @@ def test_saliency_figures_use_cividis_and_show_scores(vit_and_images):
 def test_residual_ratio_curves_shade_epochs(vit_and_images):
     model, images, *_ = vit_and_images
     ratios = vk.residual_ratios(model, images)
-    history = [ratios.to_dict(), ratios.to_dict(), ratios.to_dict()]
+    history = [ratios, ratios, ratios]
     fig = viz.residual_ratio_curves(history)
+    with pytest.raises(TypeError, match="tracked_results"):
+        viz.residual_ratio_curves([ratios.to_dict()])  # a history entry, not yet read back
     assert len(fig.data) == 2 * 3  # attention and FFN panels, one curve per epoch
     assert list(fig.data[0].y) == pytest.approx(ratios.attn.tolist())
     first, last = fig.data[0].line.color, fig.data[-2].line.color
@@ -107,12 +109,12 @@ def test_residual_ratio_curves_say_what_the_models_have(vit_and_images, cait):
 
 def test_layerscale_heatmap_is_the_gammas(cait):
     model, _ = cait
-    fig = viz.layerscale_heatmap(model)
+    fig = viz.layerscale_heatmap(vk.analysis.layerscale(model))
     assert np.allclose(fig.data[0].z[1], model.blocks[1].gamma_1.detach().numpy())
     assert np.allclose(fig.data[1].z[-1], model.blocks_token_only[-1].gamma_2.detach().numpy())
     plain = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2)
     with pytest.raises(ValueError, match="no LayerScale"):
-        viz.layerscale_heatmap(plain)
+        vk.analysis.layerscale(plain)
 
 
 def test_cka_and_feature_evolution_figures(vit_and_images):
@@ -164,8 +166,11 @@ def test_refiner_figures_draw_every_stage_and_model():
     results = {"softmax": vk.attention(model, x), "applied": applied}
     fig = vk.papers.refiner.attention_matrices(results, layers=[0, 2])
     assert [t.coloraxis for t in fig.data] == ["coloraxis"] * 2 + ["coloraxis2"] * 2
-    with pytest.raises(ValueError, match="Block 5 was not captured"):
-        vk.papers.refiner.attention_matrices(results, layers=[5])
+    named = vk.papers.refiner.attention_matrices(results, layers=[-3, "blocks.2"])
+    assert [t.z.tolist() for t in named.data] == [t.z.tolist() for t in fig.data]
+    some = {"softmax": vk.attention(model, x, layers=[0, 2])}
+    with pytest.raises(ValueError, match="Layer 1 was not captured"):
+        vk.papers.refiner.attention_matrices(some, layers=[1])
     curves = vk.papers.refiner.attention_depth_curves({k: r.stats() for k, r in results.items()})
     assert len(curves.data) == 2 * 3
     seeds = {"a": {"mean": 0.5, "std": 0.1, "accuracies": [0.4, 0.6], "seeds": [0, 1]}}

@@ -177,7 +177,8 @@ def test_history_explorer_covers_every_tracked_quantity():
     assert explorer.figure.data[1].line.color == "black"  # the chosen (last) epoch
     explorer.epoch.value = 1
     assert explorer.figure.data[0].line.color == "black"
-    assert list(explorer.figure.data[0].y) == pytest.approx(history[0]["residual_ratios"]["attn"])
+    first_epoch = vk.ResidualRatios.from_dict(history[0]["residual_ratios"])
+    assert list(explorer.figure.data[0].y) == pytest.approx(first_epoch.attn.tolist())
     explorer.quantity.value = "cka_to_previous"
     assert "not recorded at epoch 1" in explorer.figure.layout.title.text
     explorer.quantity.value = "test_accuracy"

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import NoReturn
 
 import torch
-from timm.data import resolve_data_config
 
 from . import zoo
 from ._version import __version__
 from .analysis import normalized_entropy
-from .analysis.cka import KERNELS
+from .analysis.cka_kernels import KERNELS
 from .analysis.representations import TOKEN_MODES
-from .datasets import digit_images, load_sample
+from .datasets import model_batch
 from .hooks import HookedModel
 from .hooks.inputs import check_device
 
@@ -57,24 +56,12 @@ def _is_pattern(name: str) -> bool:
     return name.endswith("attn.hook_pattern")
 
 
-def _sample_batch(model, card: dict, batch: int) -> tuple:
-    """The committed Shapes sample for Shapes models, else digits at the model's input size."""
-    if card.get("data", {}).get("name") == "shapes":
-        images, _, _ = load_sample()
-        if batch > len(images):
-            raise ValueError(f"The Shapes sample holds {len(images)} images; asked for {batch}.")
-        return images[:batch], f"{batch} images of the committed Shapes sample (data/)"
-    cfg = resolve_data_config({}, model=model)
-    _, height, width = cfg["input_size"]
-    images, _ = digit_images(batch, (height, width), cfg["mean"], cfg["std"])
-    return images, f"{batch} scikit-learn digits, resized to {height}x{width}"
-
-
 def info(args: argparse.Namespace) -> int:
     """Load a zoo or timm model, capture every attention map on a sample batch, print names,
     shapes and a per-layer attention-entropy table."""
     model, card = zoo.load(args.model, pretrained=args.pretrained, checkpoint=args.checkpoint)
-    images, source = _sample_batch(model, card, args.batch)
+    batch = model_batch(model, None, args.batch, card)
+    images, source = batch.images, batch.source
     model, images = model.to(args.device), images.to(args.device)
     hm = HookedModel(model)
     params = sum(p.numel() for p in model.parameters()) / 1e6
@@ -155,7 +142,7 @@ def cka_command(args: argparse.Namespace) -> int:
         )
         model, card = zoo.load(args.model)
         model_b = zoo.load(args.model_b)[0].to(device) if args.model_b else None
-        images = _cka_images(model, card, args.data, args.samples)
+        images = model_batch(model, args.data, args.samples, card).images
         batches = [b for i, b in enumerate(images.split(args.batch_size)) if i % world == rank]
         result = cka_matrix(
             model.to(device),
@@ -190,19 +177,6 @@ def _init_distributed() -> tuple[int, int]:
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     return world, int(os.environ.get("RANK", 0))
-
-
-def _cka_images(model, card: dict, data: str | None, samples: int) -> torch.Tensor:
-    """``samples`` test images of the model's data set (Shapes or digits) at its input size."""
-    from .datasets import Shapes
-
-    data = data or card.get("data", {}).get("name", "digits")
-    cfg = resolve_data_config({}, model=model)
-    _, height, width = cfg["input_size"]
-    if data == "shapes":
-        shapes = Shapes("test", n=samples, size=height)
-        return torch.stack([shapes[i][0] for i in range(samples)])
-    return digit_images(samples, (height, width), cfg["mean"], cfg["std"])[0]
 
 
 def report_command(args: argparse.Namespace) -> int:

@@ -6,13 +6,11 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
-from ..hooks.contract import as_hooked
-from ..hooks.inputs import check_indices
+from ..hooks.selection import LayerSpec, select_layers
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import window_geometry, windows_to_grid
 
 __all__ = [
-    "as_hooked",
     "applied_attention_names",
     "attention_names",
     "class_attention_names",
@@ -43,10 +41,11 @@ def token_pixels(layout: TokenLayout, image_size: tuple[int, int]) -> tuple[floa
     return tuple(size / cells for size, cells in zip(image_size, layout.grid, strict=True))
 
 
-def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> list[str]:
+def attention_names(hm: HookedModel, layers: LayerSpec | None = None) -> list[str]:
     """Names of the self-attention maps (``<block>.attn.hook_pattern`` over the block's tokens,
-    also window attention) of ``layers`` (None: all; indices count the model's self-attention
-    layers in forward order, negative from the end)."""
+    also window attention) of ``layers`` (None: all; ints count the model's self-attention
+    layers in forward order, negative from the end; names as in `vizkit.hooks.select_layers`,
+    where a map applied to the values, ``..._mixed`` or ``..._refined``, names its layer)."""
     names = self_attention_names(hm)
     if not names:
         kinds = sorted({hm.tap(n).kind for n in hm.hook_names()} - {""})
@@ -63,7 +62,10 @@ def attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> l
         )
     if layers is None:
         return names
-    return [names[i] for i in check_indices("layers", layers, len(names), "attention layers")]
+    known = set(hm.hook_names())
+    applied = [n + s for n in names for s in APPLIED_SUFFIXES if n + s in known]
+    chosen = select_layers(layers, names, names + applied, what="self-attention layers")
+    return [_without_applied_suffix(name) for name in chosen]
 
 
 def self_attention_names(hm: HookedModel) -> list[str]:
@@ -79,7 +81,7 @@ def self_attention_names(hm: HookedModel) -> list[str]:
 APPLIED_SUFFIXES = ("_mixed", "_refined")  # CaiT's talking heads; vizkit's RefinerAttention
 
 
-def applied_attention_names(hm: HookedModel, layers: int | list[int] | None = None) -> list[str]:
+def applied_attention_names(hm: HookedModel, layers: LayerSpec | None = None) -> list[str]:
     """Per block of ``layers``, the map it multiplies with the values: the talking-heads mixed
     (``attn.hook_pattern_mixed``) or refined (``attn.hook_pattern_refined``) map where the block
     has one, else its softmax map ``attn.hook_pattern``. Not row-stochastic in the first two
@@ -114,8 +116,11 @@ def pooling_attention_names(hm: HookedModel) -> list[str]:
 def layer_index(hm: HookedModel, name: str) -> int:
     """Position of the self-attention map ``name`` (or its ``_mixed``/``_refined``) among the
     model's self-attention layers."""
-    base = next((name.removesuffix(s) for s in APPLIED_SUFFIXES if name.endswith(s)), name)
-    return self_attention_names(hm).index(base)
+    return self_attention_names(hm).index(_without_applied_suffix(name))
+
+
+def _without_applied_suffix(name: str) -> str:
+    return next((name.removesuffix(s) for s in APPLIED_SUFFIXES if name.endswith(s)), name)
 
 
 def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:

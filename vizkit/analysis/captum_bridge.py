@@ -14,7 +14,7 @@ from captum.attr import IntegratedGradients, Occlusion, Saliency
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, frozen_parameters
-from ..hooks.contract import analysis
+from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import (
     check_count,
     check_images,
@@ -23,7 +23,6 @@ from ..hooks.inputs import (
     check_values_finite,
 )
 from ..hooks.targets import target_indices
-from ._model import as_hooked
 from .saliency_result import SaliencyResult
 
 __all__ = ["integrated_gradients", "occlusion", "saliency"]
@@ -59,7 +58,7 @@ def _result(attributions: Tensor, method: str, reduce: str, targets, options: di
     )
 
 
-@analysis
+@analysis_contract
 def integrated_gradients(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -86,7 +85,7 @@ def integrated_gradients(
     return _result(attributions, "integrated_gradients", "sum", targets, options)
 
 
-@analysis
+@analysis_contract
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
     (B, H, W)."""
@@ -96,7 +95,7 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     return _result(attributions, "saliency", "abs_max", targets, {})
 
 
-@analysis
+@analysis_contract
 def occlusion(
     model: nn.Module | HookedModel,
     x: Tensor,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .cka import Kernel, cka_from_hsic, hsic_matrix
+from .cka_kernels import Kernel, cka_from_hsic, hsic_matrix
 
 __all__ = ["MinibatchCKA", "distributed_world"]
 

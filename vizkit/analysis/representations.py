@@ -10,7 +10,12 @@ from torch import Tensor
 from ..hooks import HookedModel
 from ..hooks.inputs import check_choice
 
-__all__ = ["TOKEN_MODES", "default_representation_layers", "token_features"]
+__all__ = [
+    "TOKEN_MODES",
+    "default_representation_layers",
+    "representation_layers",
+    "token_features",
+]
 
 TOKEN_MODES = ("flatten", "cls", "mean_patches", "tokens")
 
@@ -18,11 +23,26 @@ _CNN_BLOCK = re.compile(r"^(layer\d+|stages\.\d+\.blocks)\.\d+\.hook_out$")  # R
 
 
 def default_representation_layers(hm: HookedModel) -> list[str]:
-    """Every block's output: ``<block>.hook_resid_post`` of each transformer block (every block
-    of every stage of a hierarchical model; CaiT's class-attention stage, a stream of one token,
-    left out), the residual blocks ``layer{s}.{i}.hook_out`` of a ResNet
-    (``stages.{s}.blocks.{i}`` of ConvNeXt-style models), else the output of every feature
-    stage (timm ``feature_info``) of other CNNs."""
+    """`representation_layers`, refusing a model that has none."""
+    names = representation_layers(hm)
+    if names:
+        return names
+    known = hm.hook_names()
+    raise ValueError(
+        f"No default layers for {type(hm.model).__name__} (no <block>.hook_resid_post, "
+        "no layer{s}.{i} residual blocks, no feature stages). Pass layers= hook names or a "
+        "glob, e.g. "
+        f"{known[len(known) // 2]!r}; HookedModel(model).hook_names() lists them."
+    )
+
+
+def representation_layers(hm: HookedModel) -> list[str]:
+    """Every block's output, the layers ``cka_matrix(layers=int)`` counts (possibly none):
+    ``<block>.hook_resid_post`` of each transformer block (every block of every stage of a
+    hierarchical model; CaiT's class-attention stage, a stream of one token, left out), the
+    residual blocks ``layer{s}.{i}.hook_out`` of a ResNet (``stages.{s}.blocks.{i}`` of
+    ConvNeXt-style models), else the output of every feature stage (timm ``feature_info``) of
+    other CNNs if it has more than one."""
     names = hm.hook_names()
     blocks = [n for n in names if n.endswith(".hook_resid_post") and hm.tap(n).shape != "B 1 C"]
     if blocks:
@@ -33,14 +53,7 @@ def default_representation_layers(hm: HookedModel) -> list[str]:
     known = set(names)
     stages = [f"{f['module']}.hook_out" for f in getattr(hm.model, "feature_info", None) or ()]
     stages = [name for name in stages if name in known]
-    if len(stages) > 1:
-        return stages
-    raise ValueError(
-        f"No default layers for {type(hm.model).__name__} (no <block>.hook_resid_post, "
-        "no layer{s}.{i} residual blocks, no feature stages). Pass layers= hook names or a "
-        "glob, e.g. "
-        f"{names[len(names) // 2]!r}; HookedModel(model).hook_names() lists them."
-    )
+    return stages if len(stages) > 1 else []
 
 
 def token_features(

@@ -11,6 +11,7 @@ from torch import Tensor
 from ..hooks import TokenLayout
 from ..hooks.inputs import check_count, check_maps, check_values_finite
 from ..hooks.layout import covers
+from .result import Result
 
 __all__ = [
     "SaliencyResult",
@@ -101,8 +102,8 @@ def min_max(maps: Tensor) -> Tensor:
     return ((flat - low) / (high - low).clamp_min(1e-12)).view_as(maps)
 
 
-@dataclass
-class SaliencyResult:
+@dataclass(repr=False)
+class SaliencyResult(Result):
     """Saliency maps of a batch.
 
     Attributes:

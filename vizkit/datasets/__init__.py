@@ -1,5 +1,8 @@
 """Data: generated shapes with masks, real images that ship inside packages, user folders."""
 
+from .batch import DATA_SOURCES as DATA_SOURCES
+from .batch import Batch as Batch
+from .batch import model_batch as model_batch
 from .digits import Digits as Digits
 from .digits import digit_images as digit_images
 from .image_folder import ImageFolder as ImageFolder
@@ -9,11 +12,14 @@ from .shapes import load_sample as load_sample
 from .shapes import render_shapes as render_shapes
 
 __all__ = [
+    "DATA_SOURCES",
     "SHAPE_CLASSES",
+    "Batch",
     "Digits",
     "ImageFolder",
     "Shapes",
     "digit_images",
     "load_sample",
+    "model_batch",
     "render_shapes",
 ]

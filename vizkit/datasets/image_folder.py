@@ -6,9 +6,11 @@ import warnings
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
-from timm.data import create_transform, resolve_data_config
+from timm.data import create_transform
 from torch import Tensor, nn
 from torch.utils.data import Dataset
+
+from .model_input import model_data_config
 
 __all__ = ["ImageFolder", "read_image"]
 
@@ -43,7 +45,7 @@ class ImageFolder(Dataset):
         folder = Path(path)
         if not folder.is_dir():
             raise FileNotFoundError(f"No folder at {folder}.")
-        self.transform = create_transform(**resolve_data_config({}, model=model))
+        self.transform = create_transform(**model_data_config(model))
         self.files: list[Path] = []
         skipped: list[str] = []
         for file in sorted(p for p in folder.iterdir() if p.is_file()):

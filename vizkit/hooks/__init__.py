@@ -3,6 +3,10 @@
 from .adapters import build_taps as build_taps
 from .attention_mode import unfused_attention as unfused_attention
 from .cache import ActivationCache as ActivationCache
+from .contract import analysis_contract as analysis_contract
+from .contract import as_hooked as as_hooked
+from .contract import eval_mode as eval_mode
+from .contract import held as held
 from .hook_point import HookPoint as HookPoint
 from .hooked_model import HookedModel as HookedModel
 from .hooked_model import HookFn as HookFn
@@ -12,22 +16,36 @@ from .layout import token_layout as token_layout
 from .layout import validate_input as validate_input
 from .memory import saved_bytes as saved_bytes
 from .names import resolve_names as resolve_names
+from .selection import HeadSpec as HeadSpec
+from .selection import LayerSpec as LayerSpec
+from .selection import reduce_heads as reduce_heads
+from .selection import select_layer as select_layer
+from .selection import select_layers as select_layers
 from .taps import Tap as Tap
 from .targets import Target as Target
 from .targets import target_score as target_score
 
 __all__ = [
     "ActivationCache",
+    "HeadSpec",
     "HookFn",
     "HookPoint",
     "HookedModel",
     "Tap",
+    "LayerSpec",
     "Target",
     "TokenLayout",
+    "analysis_contract",
+    "as_hooked",
     "build_taps",
+    "eval_mode",
     "frozen_parameters",
+    "held",
+    "reduce_heads",
     "resolve_names",
     "saved_bytes",
+    "select_layer",
+    "select_layers",
     "target_score",
     "token_layout",
     "unfused_attention",

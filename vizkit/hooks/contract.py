@@ -22,7 +22,7 @@ from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
 
-__all__ = ["analysis", "as_hooked", "eval_mode", "held"]
+__all__ = ["analysis_contract", "as_hooked", "eval_mode", "held"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -53,7 +53,7 @@ def held(model: nn.Module) -> Iterator[nn.Module]:
         yield model
 
 
-def analysis(fn: Callable[P, R]) -> Callable[P, R]:
+def analysis_contract(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
     unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
     mode."""

@@ -17,7 +17,7 @@ __all__ = [
 
 NameSpec = str | re.Pattern | Callable[[str], bool] | Sequence[str | re.Pattern]
 
-_GLOB_CHARS = set("*?[")
+GLOB_CHARS = set("*?[")
 _NEGATIVE = re.compile(r"-\d+")
 
 
@@ -104,7 +104,7 @@ def _match_one(pattern: str | re.Pattern, known: Sequence[str]) -> set[str]:
             raise KeyError(f"The regex {pattern.pattern!r} matches none of the hook names.")
         return chosen
     pattern = resolve_negative_indices(pattern, known)
-    if _GLOB_CHARS & set(pattern):
+    if GLOB_CHARS & set(pattern):
         chosen = set(fnmatch.filter(known, pattern))
     else:
         chosen = {pattern} if pattern in set(known) else set()
@@ -119,5 +119,5 @@ def explicit_names(spec: NameSpec, known: Sequence[str]) -> set[str]:
     return {
         resolve_negative_indices(s, known)
         for s in items
-        if isinstance(s, str) and not (_GLOB_CHARS & set(s))
+        if isinstance(s, str) and not (GLOB_CHARS & set(s))
     }

@@ -14,9 +14,10 @@ import torch
 from torch import Tensor, nn
 
 from .. import analysis
+from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
-from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis as analysis_contract
+from ..hooks import HookedModel, Target, TokenLayout
+from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
 from .faithfulness import LEVELS, curve_steps, deletion, insertion, unit_count
@@ -66,8 +67,8 @@ METRICS = {
 }
 
 
-@dataclass
-class SaliencyTable:
+@dataclass(repr=False)
+class SaliencyTable(Result):
     """Mean of each metric over the batch, per method.
 
     Attributes:
@@ -78,6 +79,8 @@ class SaliencyTable:
         notes: why a method was skipped, or which samples it left unscored.
         per_image: (methods, metrics, B) the scores of each image (NaN where skipped).
         results: the maps of each method that ran, by name.
+        options: ``level`` and ``steps`` of the curves.
+        layout, image_size: the model's tokens and (H, W) of the images.
     """
 
     methods: list[str]
@@ -87,6 +90,9 @@ class SaliencyTable:
     notes: dict[str, str]
     per_image: Tensor | None = None
     results: dict[str, SaliencyResult] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
 
     def best(self, metric: str) -> str:
         """The method with the best value of ``metric`` (one of ``metrics``)."""
@@ -191,7 +197,13 @@ def compare_saliency(
     per_image = torch.stack(per_image)  # (methods, metrics, B)
     names = [name for name, _ in chosen]
     means = per_image.nanmean(-1)
-    return SaliencyTable(names, metrics, means, seconds, notes, per_image, results)
+    image_size = tuple(x.shape[-2:])
+    return SaliencyTable(
+        names, metrics, means, seconds, notes, per_image, results,
+        options={"level": level, "steps": steps},
+        layout=model.token_layout(image_size),
+        image_size=image_size,
+    )  # fmt: skip
 
 
 def _ranked_scores(

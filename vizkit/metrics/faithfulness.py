@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
-from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis
+from ..hooks import HookedModel, Target, TokenLayout
+from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import target_indices
 
@@ -41,8 +42,8 @@ LEVELS = ("patch", "pixel")
 DEFAULT_STEPS = 64  # points of a curve when steps=None (fewer where there are fewer units)
 
 
-@dataclass
-class CurveResult:
+@dataclass(repr=False)
+class CurveResult(Result):
     """A deletion or insertion curve per image.
 
     Attributes:
@@ -52,6 +53,7 @@ class CurveResult:
         auc: (B,) area under each curve (trapezoid rule over ``fractions``).
         targets: (B,) the classes scored.
         options: level, baseline, steps, unit size.
+        layout, image_size: the model's tokens and (H, W) of the images.
     """
 
     kind: str
@@ -60,6 +62,15 @@ class CurveResult:
     auc: Tensor
     targets: Tensor
     options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    def rows(self) -> list[dict]:
+        """One row per image: its target and area under the curve."""
+        return [
+            {"image": i, "target": t, "auc": a}
+            for i, (t, a) in enumerate(zip(self.targets.tolist(), self.auc.tolist(), strict=True))
+        ]
 
 
 def curve_steps(steps: int | None, units: int, level: str) -> int:
@@ -169,6 +180,8 @@ def _curve(
         auc=torch.trapezoid(scores, fractions, dim=-1),
         targets=targets,
         options={"level": level, "baseline": baseline, "steps": steps, "unit": unit},
+        layout=hm.token_layout(image_size),
+        image_size=image_size,
     )
 
 
@@ -221,7 +234,7 @@ def _scores(
     return scores
 
 
-@analysis
+@analysis_contract
 def deletion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -252,7 +265,7 @@ def deletion(
     return _curve("deletion", model, x, saliency, target, level, baseline, steps, batch_size)
 
 
-@analysis
+@analysis_contract
 def insertion(
     model: nn.Module | HookedModel,
     x: Tensor,

@@ -8,7 +8,7 @@ from pathlib import Path
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from .. import __version__
+from .._version import __version__
 from .sections import Section
 
 __all__ = ["write_page"]

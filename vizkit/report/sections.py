@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from .. import analysis, viz
-from ..papers import masks as masks_paper
 from ..hooks import HookedModel
 from ..metrics import compare_saliency
 from ..metrics.compare import METRICS
+from ..train.history import tracked_results
 from .inputs import ReportInputs
 
-__all__ = ["SECTIONS", "Section"]
+__all__ = ["SECTIONS", "NotApplicable", "Section", "add_section"]
 
 
 @dataclass
@@ -36,7 +36,7 @@ class NotApplicable(Exception):
 
 
 def summary(r: ReportInputs) -> Section:
-    hm = HookedModel(r.model)
+    hm = r.hooked
     params = sum(p.numel() for p in r.model.parameters())
     layout = hm.token_layout(tuple(r.images.shape[-2:]))
     rows = {
@@ -78,7 +78,7 @@ def _architecture(model: nn.Module, card: dict) -> str:
 
 def predictions(r: ReportInputs) -> Section:
     with torch.no_grad():
-        probabilities = HookedModel(r.model)(r.images).softmax(-1)
+        probabilities = r.hooked(r.images).softmax(-1)
     figure = viz.predictions_figure(
         viz.display_images(r.images, r.model), probabilities, r.labels, r.classes
     )
@@ -104,7 +104,7 @@ def attention(r: ReportInputs) -> Section:
 def rollout(r: ReportInputs) -> Section:
     _require_self_attention(r)
     try:
-        result = analysis.rollout(r.model, r.images, allow_non_stochastic=True)
+        result = analysis.rollout(r.hooked, r.images, allow_non_stochastic=True)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
@@ -115,7 +115,7 @@ def rollout(r: ReportInputs) -> Section:
 def class_attention(r: ReportInputs) -> Section:
     _require_self_attention(r)
     try:
-        result = analysis.class_attention(r.model, r.images)
+        result = analysis.class_attention(r.hooked, r.images)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     return _overlays(r, "Class-attention saliency", "The class token's attention over the "
@@ -126,7 +126,7 @@ def saliency(r: ReportInputs) -> Section:
     methods = ["gradcam", "integrated_gradients", "random"]
     if _has_self_attention(r):
         methods = ["rollout", "class_attention", *methods]
-    table = _quiet(lambda: compare_saliency(r.model, r.images, methods, masks=r.masks))
+    table = _quiet(lambda: compare_saliency(r.hooked, r.images, methods, masks=r.masks))
     images = viz.display_images(r.images, r.model)
     shown = min(2, len(r.images))
     return Section(
@@ -147,7 +147,7 @@ def representations(r: ReportInputs) -> Section:
         raise NotApplicable(f"CKA needs at least 8 images; the data has {len(data)}.")
     try:
         evolution = analysis.feature_evolution(
-            r.model, data, batch_size=min(32, len(data)), progress=False
+            r.hooked, data, batch_size=min(32, len(data)), progress=False
         )
     except ValueError as error:
         raise NotApplicable(str(error)) from error
@@ -162,14 +162,14 @@ def representations(r: ReportInputs) -> Section:
 
 def residual_ratios(r: ReportInputs) -> Section:
     try:
-        result = analysis.residual_ratios(r.model, r.images)
+        result = analysis.residual_ratios(r.hooked, r.images)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     figures = [viz.residual_ratio_curves(result)]
     layerscale = any(result.has_layerscale)
     if layerscale:
         figures.append(viz.residual_ratio_curves(result, scaled=False))
-        figures.append(viz.layerscale_heatmap(r.model))
+        figures.append(viz.layerscale_heatmap(analysis.layerscale(r.hooked)))
     which = "with and without LayerScale's λ" if layerscale else "(the model has no LayerScale)"
     return Section(
         "Residual-norm ratios",
@@ -184,14 +184,13 @@ def history(r: ReportInputs) -> Section:
     if not records:
         raise NotApplicable("the model does not come from the zoo, so there is no history.")
     figures = [viz.training_curves(records, f"Training history of {r.name}")]
-    tracked = [h["residual_ratios"] for h in records if "residual_ratios" in h]
-    if tracked:
-        figures.append(viz.residual_ratio_curves(tracked))
+    if any("residual_ratios" in h for h in records):
+        figures.append(viz.residual_ratio_curves(tracked_results(records, "residual_ratios")))
     return Section("Training", "Loss and accuracy per epoch from the model card.", figures)
 
 
 def _has_self_attention(r: ReportInputs) -> bool:
-    return bool(analysis.self_attention_names(HookedModel(r.model)))
+    return bool(analysis.self_attention_names(r.hooked))
 
 
 def _require_self_attention(r: ReportInputs) -> None:
@@ -203,8 +202,8 @@ def _require_self_attention(r: ReportInputs) -> None:
 def _attention(r: ReportInputs) -> analysis.AttentionResult:
     """Every self-attention layer's maps (a hierarchical model's last stage)."""
     try:
-        layers = analysis.stage_layers(r.model, tuple(r.images.shape[-2:]))
-        return analysis.attention(r.model, r.images, layers=layers)
+        layers = analysis.stage_layers(r.hooked, tuple(r.images.shape[-2:]))
+        return analysis.attention(r.hooked, r.images, layers=layers)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
 
@@ -229,24 +228,6 @@ def _table(rows: dict[str, str]) -> str:
     return f"<table class='summary'>{cells}</table>"
 
 
-def masks(r: ReportInputs) -> Section:
-    try:
-        learned = masks_paper.learned_masks(r.model)
-    except ValueError as reason:
-        raise NotApplicable("the model has no learned attention masks (ELM or GMM).") from reason
-    grid = tuple(r.model.patch_embed.grid_size)
-    title = "Learned masks, heads averaged (z-scored per layer; GMM paper Fig. 3)"
-    figures = [
-        masks_paper.mask_layers_figure({name: m.mean(0) for name, m in learned.items()}, grid, title),
-        masks_paper.radial_profiles_figure(learned, grid),
-    ]
-    text = (
-        "Each masked layer's multiplicative mask over the patch-patch scores, and below each "
-        "query patch's row folded onto the patch grid; then the mean mask value against distance."
-    )
-    return Section("Learned attention masks", text, figures)
-
-
 SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
     "summary": summary,
     "predictions": predictions,
@@ -256,6 +237,15 @@ SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
     "saliency": saliency,
     "representations": representations,
     "residual_ratios": residual_ratios,
-    "masks": masks,
     "history": history,
 }
+
+
+def add_section(name: str, build: Callable[[ReportInputs], Section], before: str = "history") -> None:
+    """Add a report section (a paper package's own) to `SECTIONS`, placed before ``before``."""
+    if name in SECTIONS:
+        raise ValueError(f"A report section {name!r} exists already.")
+    items = list(SECTIONS.items())
+    at = [key for key, _ in items].index(before)
+    SECTIONS.clear()
+    SECTIONS.update(items[:at] + [(name, build)] + items[at:])

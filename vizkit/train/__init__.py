@@ -1,10 +1,11 @@
 """Training: a small trainer with per-epoch trackers, recipes."""
 
 from .callbacks import TRACKERS as TRACKERS
-from .callbacks import AttentionEntropy as AttentionEntropy
-from .callbacks import CKAToPrevious as CKAToPrevious
-from .callbacks import LayerScaleStats as LayerScaleStats
-from .callbacks import ResidualRatios as ResidualRatios
+from .callbacks import AttentionEntropyTracker as AttentionEntropyTracker
+from .callbacks import CKAToPreviousTracker as CKAToPreviousTracker
+from .callbacks import LayerScaleTracker as LayerScaleTracker
+from .callbacks import ResidualRatiosTracker as ResidualRatiosTracker
+from .history import tracked_results as tracked_results
 from .trainer import Callback as Callback
 from .trainer import TrainConfig as TrainConfig
 from .trainer import evaluate as evaluate
@@ -12,12 +13,13 @@ from .trainer import train as train
 
 __all__ = [
     "TRACKERS",
-    "AttentionEntropy",
-    "CKAToPrevious",
+    "AttentionEntropyTracker",
+    "CKAToPreviousTracker",
     "Callback",
-    "LayerScaleStats",
-    "ResidualRatios",
+    "LayerScaleTracker",
+    "ResidualRatiosTracker",
     "TrainConfig",
     "evaluate",
+    "tracked_results",
     "train",
 ]

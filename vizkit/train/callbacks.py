@@ -8,25 +8,22 @@ import torch
 from torch import Tensor, nn
 
 from ..analysis import normalized_entropy, residual_ratios
-from ..analysis.cka import Kernel, cka_from_hsic, hsic_matrix
-from ..analysis.cka_matrix import LayerKernels
+from ..analysis.cka_kernels import Kernel, cka_from_hsic, hsic_matrix
+from ..analysis.layer_cka import LayerKernels
 from ..analysis.representations import default_representation_layers
-from ..analysis.residual_ratios import layerscale_stats
+from ..analysis.residual_norms import layerscale_stats
 from ..hooks import HookedModel
-from ..papers.masks.analysis import gmm_parameters, learned_masks, mask_locality, radial_profile
-from ..papers.masks.masked_attention import MaskedAttention
 
 __all__ = [
     "TRACKERS",
-    "AttentionEntropy",
-    "CKAToPrevious",
-    "LayerScaleStats",
-    "LearnedMasks",
-    "ResidualRatios",
+    "AttentionEntropyTracker",
+    "CKAToPreviousTracker",
+    "LayerScaleTracker",
+    "ResidualRatiosTracker",
 ]
 
 
-class AttentionEntropy:
+class AttentionEntropyTracker:
     """Mean normalized attention entropy per layer (1 = uniform, 0 = one key):
     ``{"attention_entropy": {pattern name: value}}``."""
 
@@ -41,8 +38,9 @@ class AttentionEntropy:
         return {"attention_entropy": entropy}
 
 
-class ResidualRatios:
+class ResidualRatiosTracker:
     """CaiT's Fig. 4 quantities per block: ``{"residual_ratios": ResidualRatios.to_dict()}``
+    (read back with `vizkit.train.tracked_results`)
     (scaled and unscaled ratios of both branches, stream norms, LayerScale statistics)."""
 
     def __init__(self, reduction: str = "sample_fro") -> None:
@@ -54,7 +52,7 @@ class ResidualRatios:
         return {"residual_ratios": residual_ratios(model, eval_batch, self.reduction).to_dict()}
 
 
-class LayerScaleStats:
+class LayerScaleTracker:
     """``{"layerscale": {"attn": {mean_abs, min, max}, "mlp": {...}}}``, lists over blocks, for
     models with LayerScale (parameters only, no forward)."""
 
@@ -70,7 +68,7 @@ class LayerScaleStats:
         }
 
 
-class CKAToPrevious:
+class CKAToPreviousTracker:
     """Linear CKA (biased, on the eval batch, tokens flattened) of each block's output with the
     same block's output after the previous epoch: ``{"cka_to_previous": {layer: value}}``, from
     the second epoch on (how much each layer still changes)."""
@@ -95,34 +93,6 @@ class CKAToPrevious:
         return {"cka_to_previous": values}
 
 
-class LearnedMasks:
-    """The learned attention masks: ``{"masks": {layer: {"alpha": [[...]], "sigma": [[...]]}}}``
-    for GMM layers (K x Hm); for ELM layers their radial profile (the full Np x Np matrices
-    would be 4096 numbers per layer and epoch for an 8 x 8 grid; the checkpoint holds the last)
-    ``{"masks": {layer: {"distance": [...], "profile": [...], "extroversion": v}}}``."""
-
-    def __call__(self, model: nn.Module, epoch: int, eval_batch: Tensor) -> dict:
-        if not any(isinstance(m, MaskedAttention) for m in model.modules()):
-            return {}
-        try:
-            params = gmm_parameters(model)
-        except ValueError:  # element-wise masks
-            return {
-                "masks": {n: _elm_summary(m[0], model) for n, m in learned_masks(model).items()}
-            }
-        return {"masks": {n: {k: v.tolist() for k, v in p.items()} for n, p in params.items()}}
-
-
-def _elm_summary(mask: Tensor, model: nn.Module) -> dict:
-    grid = tuple(model.patch_embed.grid_size)
-    distance, profile = radial_profile(mask, grid)
-    return {
-        "distance": [round(d, 4) for d in distance.tolist()],
-        "profile": [round(v, 5) for v in profile.tolist()],
-        "extroversion": mask_locality(mask, grid).extroversion.item(),
-    }
-
-
 def _has_prenorm_blocks(model: nn.Module) -> bool:
     names = HookedModel(model).hook_names()
     return any(n.endswith(".hook_attn_out") for n in names)
@@ -130,9 +100,8 @@ def _has_prenorm_blocks(model: nn.Module) -> bool:
 
 # recipe "track" names -> tracker classes
 TRACKERS = {
-    "attention_entropy": AttentionEntropy,
-    "residual_ratios": ResidualRatios,
-    "layerscale": LayerScaleStats,
-    "cka_to_previous": CKAToPrevious,
-    "masks": LearnedMasks,
-}
+    "attention_entropy": AttentionEntropyTracker,
+    "residual_ratios": ResidualRatiosTracker,
+    "layerscale": LayerScaleTracker,
+    "cka_to_previous": CKAToPreviousTracker,
+}  # paper packages add theirs (vizkit.papers.masks: "masks")

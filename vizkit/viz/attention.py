@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult
 from ..hooks.inputs import check_choice
+from ..hooks.selection import HeadSpec, LayerSpec
 from .overlay import heatmap_on_image, opacity_slider
 from .style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 
@@ -124,18 +125,20 @@ def query_attention(
     images: np.ndarray,
     image: int = 0,
     query: str | tuple[int, int] | None = None,
-    layer: int = -1,
-    heads: str = "mean",
+    layer: LayerSpec | None = None,
+    heads: HeadSpec = "mean",
 ) -> go.Figure:
     """One query's attention row (heads fused) over the image, the query patch outlined.
 
     Args:
         images: display images (B, H, W, 3) uint8 (`display_images`).
-        layer: position in ``result.layers`` (negative from the end).
-        heads: head reduction ("mean", "max", "min").
+        layer: a captured layer (`AttentionResult.position`: the model's layer index, negative
+            from its last, or a hook name); default the last captured.
+        heads: head reduction ("mean", "max", "min", a head, a list of heads to average).
     """
     _check_image(result, image)
     query = default_query(result) if query is None else query
+    layer = result.position(layer)
     row = result.row(query, heads=heads)[layer, image]  # (gh, gw)
     fig = go.Figure(
         heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE, value="weight")

@@ -8,11 +8,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
-from torch import nn
 
-from ..analysis import CKAResult, FeatureEvolution, ResidualRatios
-from ..analysis.residual_ratios import layerscale_gammas, prenorm_blocks
-from ..hooks.contract import as_hooked
+from ..analysis import CKAResult, FeatureEvolution, LayerScale, ResidualRatios
 from .style import CKA_SCALE, epoch_shades, finish, palette, square_cells
 
 __all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
@@ -83,7 +80,7 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
 
 
 def residual_ratio_curves(
-    ratios: ResidualRatios | Sequence[ResidualRatios | dict] | Mapping[str, ResidualRatios | dict],
+    ratios: ResidualRatios | Sequence[ResidualRatios] | Mapping[str, ResidualRatios],
     scaled: bool = True,
 ) -> go.Figure:
     """CaiT Fig. 4: ||branch|| / ||stream entering it|| per layer, self-attention (top) and FFN
@@ -91,21 +88,28 @@ def residual_ratio_curves(
 
     Args:
         ratios: one result; a sequence of them, one per epoch (a tracked history's
-            ``residual_ratios`` entries: one curve per epoch, darker = later); or a mapping
-            ``{label: result}`` to compare models (one colour each, labelled).
+            ``residual_ratios`` entries, `vizkit.train.tracked_results`: one curve per epoch,
+            darker = later); or a mapping ``{label: result}`` to compare models (one colour
+            each, labelled).
         scaled: the branch as added (after LayerScale's diag(λ), where the model has it), or
             without λ (the same curve for a model without LayerScale).
     """
-    if isinstance(ratios, Mapping) and not _is_ratios_dict(ratios):
+    if isinstance(ratios, Mapping):
         labels, series = list(ratios), list(ratios.values())
         colors = [palette(i) for i in range(len(series))]
     else:
-        series = [ratios] if isinstance(ratios, (ResidualRatios, dict)) else list(ratios)
+        series = [ratios] if isinstance(ratios, ResidualRatios) else list(ratios)
         labels = [f"epoch {i + 1}" for i in range(len(series))] if len(series) > 1 else ["ratio"]
         colors = epoch_shades(len(series)) if len(series) > 1 else [palette(0)]
     if not series:
         raise ValueError("No residual ratios to plot.")
-    series = [r.to_dict() if isinstance(r, ResidualRatios) else r for r in series]
+    for entry in series:
+        if not isinstance(entry, ResidualRatios):
+            raise TypeError(
+                f"Expected ResidualRatios results; got a {type(entry).__name__}. A training "
+                "history's entries are read back with vizkit.train.tracked_results(history, "
+                "'residual_ratios') (or ResidualRatios.from_dict)."
+            )
     suffix = "" if scaled else "_unscaled"
     what = _layerscale_words(series, scaled)
     fig = make_subplots(
@@ -116,43 +120,35 @@ def residual_ratio_curves(
         for row, key in ((1, "attn"), (2, "mlp")):
             fig.add_trace(
                 go.Scatter(
-                    x=entry["layers"], y=entry[key + suffix],
+                    x=entry.layers, y=getattr(entry, key + suffix).tolist(),
                     mode="lines+markers", name=label, legendgroup=label, showlegend=row == 1,
                     line={"color": color},
                     hovertemplate="%{x}: %{y:.3g}<extra>" + label + "</extra>",
                 ),
                 row=row, col=1,
             )  # fmt: skip
-    class_stage = any("token_only" in layer for entry in series for layer in entry["layers"])
+    class_stage = any("token_only" in layer for entry in series for layer in entry.layers)
     axis = "block (blocks_token_only: the class-attention stage)" if class_stage else "block"
     fig.update_xaxes(title_text=axis, row=2, col=1)
     fig.update_yaxes(title_text="‖branch‖ / ‖x‖")
     fig.update_layout(showlegend=len(series) > 1)  # one curve: nothing to tell apart
-    reduction = series[-1].get("reduction", "")
+    reduction = series[-1].reduction
     return finish(fig, f"Residual-norm ratios per layer (CaiT Fig. 4; reduction {reduction})", 560)
 
 
-def _is_ratios_dict(value: Mapping) -> bool:
-    """Whether ``value`` is one result as a dict (``ResidualRatios.to_dict``), not labels."""
-    return "layers" in value and "attn" in value
-
-
-def _layerscale_words(series: list[dict], scaled: bool) -> str:
+def _layerscale_words(series: list[ResidualRatios], scaled: bool) -> str:
     """What the curves show about LayerScale, from the results themselves."""
-    flags = [any(entry.get("has_layerscale") or ()) for entry in series]
+    flags = [any(entry.has_layerscale) for entry in series]
     if not any(flags):
         return " (no LayerScale)"
     mixed = "" if all(flags) else " where the model has it"
     return f", with LayerScale{mixed}" if scaled else ", without LayerScale's λ (unscaled)"
 
 
-def layerscale_heatmap(model: nn.Module) -> go.Figure:
-    """LayerScale λ per layer and channel, attention (left) and FFN (right) branches."""
-    hm = as_hooked(model)
-    blocks = prenorm_blocks(hm)
-    gammas = [layerscale_gammas(hm.model, p) for p in blocks]
-    if not any(g[0] is not None for g in gammas):
-        raise ValueError(f"{type(hm.model).__name__} has no LayerScale parameters to show.")
+def layerscale_heatmap(values: LayerScale) -> go.Figure:
+    """LayerScale λ per layer and channel (`vizkit.analysis.layerscale`), attention (left) and
+    FFN (right) branches; 1 for blocks without LayerScale."""
+    blocks = values.layers
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -160,12 +156,9 @@ def layerscale_heatmap(model: nn.Module) -> go.Figure:
         horizontal_spacing=0.03,
         subplot_titles=["λ of the attention branch", "λ of the FFN branch"],
     )  # fmt: skip (one set of block names, left)
-    for col in (0, 1):
-        rows = [g[col] if g[col] is not None else None for g in gammas]
+    for col, rows in enumerate((values.attn, values.mlp)):
         width = max(len(r) for r in rows if r is not None)
-        z = torch.stack(
-            [r.detach().float().cpu() if r is not None else torch.ones(width) for r in rows]
-        )
+        z = torch.stack([r.float() if r is not None else torch.ones(width) for r in rows])
         fig.add_trace(
             go.Heatmap(
                 z=z.numpy(), y=blocks, coloraxis="coloraxis",

@@ -9,8 +9,7 @@ import plotly.graph_objects as go
 from torch import Tensor, nn
 
 from .. import analysis
-from ..analysis.attention import reduce_heads
-from ..hooks import HookedModel
+from ..hooks import HookedModel, reduce_heads
 from ..hooks.inputs import check_images
 from ..viz import display_images
 from ..viz.attention import default_query, outline_patch, query_label

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from ..analysis import ResidualRatios
 from ..viz.style import epoch_shades, finish
 from .explorer import Explorer
 
 __all__ = ["HistoryExplorer", "tracked_quantities"]
 
-_NOT_PER_LAYER = {"layers", "stage", "has_layerscale", "reduction"}
+_PER_LAYER = ("attn", "attn_unscaled", "mlp", "mlp_unscaled", "resid_norm", "resid_mid_norm")
 
 
 def tracked_quantities(history: Sequence[dict]) -> dict[str, list[tuple[list[str], list] | None]]:
@@ -36,10 +37,10 @@ def _flatten(record: dict):
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             yield key, [key], [value]
-        elif isinstance(value, dict) and key == "residual_ratios":
-            for field, values in value.items():
-                if field not in _NOT_PER_LAYER:
-                    yield f"{key}.{field}", value["layers"], values
+        elif key == "residual_ratios":  # a ResidualRatios result, through the result protocol
+            ratios = ResidualRatios.from_dict(value)
+            for field in _PER_LAYER:
+                yield f"{key}.{field}", ratios.layers, getattr(ratios, field).tolist()
         elif isinstance(value, dict) and key == "layerscale":
             for branch, stats in value.items():
                 for stat, values in stats.items():

@@ -10,6 +10,7 @@ from timm.layers import Attention
 from timm.models.cait import ClassAttn
 
 import vizkit as vk
+from vizkit.analysis.residual_norms import GammaStats
 from vizkit.papers.cait import RESIDUAL_STRATEGIES, ResidualScale, cait_family_table
 from vizkit.papers.cait.cait_variants import residual_vit
 
@@ -154,12 +155,15 @@ def test_timm_cait_family_matches_table_3():
 
 
 def test_ratio_uniformity_is_the_coefficient_of_variation_over_one_stage():
-    entry = {
-        "layers": ["blocks.0", "blocks.1", "blocks.2", "blocks_token_only.0"],
-        "stage": ["self-attention"] * 3 + ["class-attention"],
-        "attn": [1.0, 2.0, 3.0, 50.0],
-        "mlp": [2.0, 2.0, 2.0, 9.0],
-    }
+    attn, mlp = torch.tensor([1.0, 2.0, 3.0, 50.0]), torch.tensor([2.0, 2.0, 2.0, 9.0])
+    gammas = GammaStats(torch.ones(4), torch.ones(4), torch.ones(4))
+    entry = vk.ResidualRatios(
+        layers=["blocks.0", "blocks.1", "blocks.2", "blocks_token_only.0"],
+        stage=["self-attention"] * 3 + ["class-attention"],
+        attn=attn, attn_unscaled=attn, mlp=mlp, mlp_unscaled=mlp,
+        resid_norm=torch.ones(4), resid_mid_norm=torch.ones(4), gamma_attn=gammas,
+        gamma_mlp=gammas, has_layerscale=[False] * 4, reduction="sample_fro",
+    )  # fmt: skip
     summary = vk.analysis.ratio_uniformity([entry, entry])
     assert summary["attn"]["mean"] == [2.0, 2.0]
     assert summary["attn"]["cv"][0] == pytest.approx((2 / 3) ** 0.5 / 2)
@@ -184,5 +188,5 @@ def test_cait_figures(cait):
     gallery = vk.papers.cait.fig7_gallery(gray, probabilities, [f"c{k}" for k in range(10)])
     titles = [a.text for a in gallery.layout.annotations]
     assert titles == ["c8 (60%)", "c0 (50%), c1 (30%)"]
-    mixing = vk.papers.cait.talking_heads_matrices(model)
+    mixing = vk.papers.cait.talking_heads_matrices(vk.papers.cait.talking_heads(model))
     assert torch.allclose(torch.tensor(mixing.data[0].z), model.blocks[0].attn.proj_l.weight)

@@ -176,8 +176,11 @@ def test_stages_have_the_documented_shapes():
     assert shapes == {"softmax": (2, 4, 65, 65), "expanded": (2, 8, 65, 65),
                       "local": (2, 8, 65, 65), "refined": (2, 4, 65, 65)}  # fmt: skip
     assert stages.kernels.shape == (8, 3, 3) and stages.expand.shape == (8, 4)
-    with pytest.raises(ValueError, match="Block 9 has no attention refiner"):
+    with pytest.raises(ValueError, match="index 9 does not exist; the model has 4 blocks"):
         refiner_stages(model, images(), layer=9)
+    plain = timm.create_model("vit_tiny_patch16_224", img_size=32, num_heads=4, **SMALL).eval()
+    with pytest.raises(ValueError, match="Block 3 has no attention refiner; blocks with one: none"):
+        refiner_stages(plain, images(), layer="blocks.-1")
 
 
 def test_sharing_blocks_reuse_the_map_and_have_no_query_key_projection():

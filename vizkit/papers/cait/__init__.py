@@ -3,7 +3,9 @@ residual-branch strategies of Sec. 2 and Table 1, talking-heads attention, the r
 ``vizkit_vit_tiny_*`` / ``vizkit_cait_tiny_*`` models, Fig. 7's modulated images, the
 class-attention and talking-heads figures and the LayerScale explorer."""
 
+from .analysis import TalkingHeadsMixing as TalkingHeadsMixing
 from .analysis import modulated_gray as modulated_gray
+from .analysis import talking_heads as talking_heads
 from .cait_family import PAPER_TABLE3 as PAPER_TABLE3
 from .cait_family import CaitFamilyRow as CaitFamilyRow
 from .cait_family import cait_family_table as cait_family_table
@@ -29,10 +31,12 @@ __all__ = [
     "ResidualBlock",
     "ResidualScale",
     "TalkingHeads",
+    "TalkingHeadsMixing",
     "cait_family_table",
     "class_attention_heads",
     "fig7_gallery",
     "fixup_init",
     "residual_vit",
+    "talking_heads",
     "talking_heads_matrices",
 ]

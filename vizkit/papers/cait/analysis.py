@@ -1,14 +1,50 @@
-"""CaiT's Fig. 7 (Touvron et al. 2021, "Going deeper with Image Transformers"): images shown in
-grey, modulated by the first class-attention layer's saliency."""
+"""CaiT analyses (Touvron et al. 2021, "Going deeper with Image Transformers"): Fig. 7's images
+shown in grey, modulated by the first class-attention layer's saliency, and the talking-heads
+mixing matrices (Sec. 2, following Shazeer et al. 2020)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ...analysis.result import Result
 from ...analysis.saliency_result import SaliencyResult, min_max
+from ...hooks.inputs import unwrap_model
 
-__all__ = ["modulated_gray"]
+__all__ = ["TalkingHeadsMixing", "modulated_gray", "talking_heads"]
+
+
+@dataclass(repr=False)
+class TalkingHeadsMixing(Result):
+    """The talking-heads mixing of every self-attention block that has it.
+
+    Attributes:
+        layers: the blocks' attention modules (``blocks.{i}.attn``).
+        pre_softmax: (L, H, H) P_l, mixing the heads' logits; rows = output head.
+        post_softmax: (L, H, H) P_w, mixing the heads' softmax maps.
+    """
+
+    layers: list[str]
+    pre_softmax: Tensor
+    post_softmax: Tensor
+
+
+def talking_heads(model: nn.Module) -> TalkingHeadsMixing:
+    """The talking-heads matrices of ``model`` (CaiT's ``proj_l``/``proj_w``), read from its
+    parameters; a ValueError for a model without talking heads."""
+    model = unwrap_model(model)
+    blocks = [(i, b.attn) for i, b in enumerate(getattr(model, "blocks", ()))
+              if hasattr(b.attn, "proj_l")]  # fmt: skip
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} has no talking-heads attention (proj_l/proj_w).")
+    return TalkingHeadsMixing(
+        layers=[f"blocks.{i}.attn" for i, _ in blocks],
+        pre_softmax=torch.stack([a.proj_l.weight.detach().cpu().clone() for _, a in blocks]),
+        post_softmax=torch.stack([a.proj_w.weight.detach().cpu().clone() for _, a in blocks]),
+    )
+
 
 _GRAY = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma
 

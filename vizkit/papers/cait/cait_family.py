@@ -3,11 +3,14 @@ device (no weights are allocated)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from ...analysis.result import Result
 
 __all__ = ["PAPER_TABLE3", "CaitFamilyRow", "cait_family_table"]
 
@@ -27,8 +30,8 @@ PAPER_TABLE3 = {
 }
 
 
-@dataclass
-class CaitFamilyRow:
+@dataclass(repr=False)
+class CaitFamilyRow(Result):
     """One model: measured and paper values; params in millions, FLOPs in billions of MACs.
 
     Table 3 counts parameters at 224 px (the position embedding grows with the resolution), so
@@ -42,6 +45,9 @@ class CaitFamilyRow:
     paper_params: float
     flops: float
     paper_flops: float
+
+    def rows(self) -> list[dict]:
+        return [{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}]
 
     @property
     def params_diff(self) -> float:

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from torch import Tensor, nn
+from torch import Tensor
 
 from ...analysis import SaliencyResult
 from ...viz.style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes, min_max_scaled
+from .analysis import TalkingHeadsMixing
 
 __all__ = ["class_attention_heads", "fig7_gallery", "talking_heads_matrices"]
 
@@ -77,18 +78,16 @@ def fig7_gallery(
     return finish(fig, title, 230 * rows + 80)
 
 
-def talking_heads_matrices(model: nn.Module) -> go.Figure:
-    """The talking-heads mixing matrices of every self-attention block: ``proj_l`` (before the
-    softmax, left) and ``proj_w`` (after it, right); rows = output head, columns = input head."""
-    blocks = [(i, b.attn) for i, b in enumerate(model.blocks) if hasattr(b.attn, "proj_l")]
-    if not blocks:
-        raise ValueError(f"{type(model).__name__} has no talking-heads attention (proj_l/proj_w).")
-    titles = [f"block {i} P_l" for i, _ in blocks] + [f"block {i} P_w" for i, _ in blocks]
+def talking_heads_matrices(mixing: TalkingHeadsMixing) -> go.Figure:
+    """The talking-heads mixing matrices of every self-attention block (`talking_heads`): P_l
+    (before the softmax, top) and P_w (after it, bottom); rows = output head, columns = input
+    head."""
+    blocks = [name.split(".")[1] for name in mixing.layers]
+    titles = [f"block {i} P_l" for i in blocks] + [f"block {i} P_w" for i in blocks]
     fig = make_subplots(rows=2, cols=len(blocks), vertical_spacing=0.12,
                         horizontal_spacing=0.02, subplot_titles=titles)  # fmt: skip
-    for col, (_, attn) in enumerate(blocks, start=1):
-        for row, mix in ((1, attn.proj_l), (2, attn.proj_w)):
-            weight = mix.weight.detach().float().cpu().numpy()
+    for row, weights in ((1, mixing.pre_softmax), (2, mixing.post_softmax)):
+        for col, weight in enumerate(weights.float().numpy(), start=1):
             fig.add_trace(go.Heatmap(z=weight, coloraxis="coloraxis"), row=row, col=col)
     map_axes(fig)
     fig.update_layout(

@@ -32,6 +32,8 @@ from .masked_vit import PAPER_CONFIGS as PAPER_CONFIGS
 from .masked_vit import PAPER_COUNTS as PAPER_COUNTS
 from .masked_vit import MaskedViT as MaskedViT
 from .masked_vit import masked_vit_params as masked_vit_params
+from .report_section import masks_section as masks_section
+from .tracker import LearnedMasksTracker as LearnedMasksTracker
 
 __all__ = [
     "ELMAttention",
@@ -39,6 +41,7 @@ __all__ = [
     "GMMAttention",
     "GaussianFit",
     "GaussianMixtureMask",
+    "LearnedMasksTracker",
     "MASKS",
     "MaskLocality",
     "MaskedAttention",
@@ -59,6 +62,7 @@ __all__ = [
     "mask_layers_figure",
     "mask_locality",
     "mask_receptive_field",
+    "masks_section",
     "masked_layers",
     "masked_vit_params",
     "radial_profile",

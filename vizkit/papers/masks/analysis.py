@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ...analysis.attention_stats import mean_attention_distance
+from ...analysis.result import Result
 from ...hooks import TokenLayout
 from .attention_masks import PAPER_EPS, GaussianMixtureMask, grid_square_distances
 from .masked_attention import MaskedAttention
@@ -127,8 +128,8 @@ def _check_grid(mask: Tensor, grid: tuple[int, int]) -> None:
         )
 
 
-@dataclass
-class MaskLocality:
+@dataclass(repr=False)
+class MaskLocality(Result):
     """Per head (Hm,): ``correlation`` of mask value with patch distance over the off-diagonal
     pairs (< 0: the mask favours near patches, Fig. 3's locality); ``extroversion``: the mean
     over the distance-1 ring minus the diagonal (> 0: a patch's own score is suppressed
@@ -183,8 +184,8 @@ def _optimise_log_sigma(start: Tensor, error) -> Tensor:
     return log_sigma.detach()
 
 
-@dataclass
-class GaussianFit:
+@dataclass(repr=False)
+class GaussianFit(Result):
     """A K-Gaussian mixture fitted to a mask: ``alpha`` and ``sigma`` (K,), sorted by sigma;
     ``r2`` the coefficient of determination over all Np^2 entries; ``r2_radial`` the most any
     function of distance alone reaches (the mean mask at each distance); ``fitted`` (Np, Np)."""

@@ -3,15 +3,18 @@ the stages of one `RefinerAttention` on a batch."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...hooks import HookedModel
-from ...hooks.contract import analysis, as_hooked
+from ...analysis.result import Result
+from ...hooks import HookedModel, TokenLayout
+from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_images
+from ...hooks.selection import LayerSpec, select_layer
 
 __all__ = [
     "RefinerStages",
@@ -81,8 +84,8 @@ def attend_local_values(attn: Tensor, kernel: Tensor, values: Tensor) -> Tensor:
     return out
 
 
-@dataclass
-class RefinerStages:
+@dataclass(repr=False)
+class RefinerStages(Result):
     """One refiner's maps on a batch, stage by stage.
 
     Attributes:
@@ -93,6 +96,8 @@ class RefinerStages:
         expand: W_A (rH, H), or None where the official mode skips it (r = 1).
         reduce: W_R (H, rH).
         layer: the block index.
+        name: the block's attention module (``blocks.{layer}.attn``), whose hooks hold the maps.
+        layout, image_size: the block's tokens and (H, W) of the input.
     """
 
     maps: dict[str, Tensor]
@@ -100,6 +105,13 @@ class RefinerStages:
     expand: Tensor | None
     reduce: Tensor
     layer: int
+    name: str
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    @property
+    def options(self) -> dict:
+        return {"layer": f"{self.name}.hook_pattern", "layer_index": self.layer}
 
 
 _STAGES = {
@@ -116,15 +128,22 @@ def refined_blocks(model: nn.Module) -> list[int]:
     return [i for i, block in enumerate(blocks) if getattr(block.attn, "refiner", None)]
 
 
-@analysis
-def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> RefinerStages:
+@analysis_contract
+def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: LayerSpec) -> RefinerStages:
     """Capture the stages of block ``layer``'s refiner for the batch ``x`` (B, C, H, W).
+
+    ``layer``: the block (an int, negative from the end), a module path (``"blocks.3"``) or
+    one of the block's hook names (``blocks.3.attn.hook_pattern_refined``).
 
     Raises:
         ValueError: block ``layer`` has no refiner (the message lists the blocks that do).
     """
     hm = as_hooked(model)
     refined = refined_blocks(hm.model)
+    blocks = [n for n in hm.hook_names() if re.fullmatch(r"blocks\.\d+\.attn\.hook_pattern", n)]
+    stage_names = [n for n in hm.hook_names() if n.startswith("blocks.") and ".attn." in n]
+    chosen = select_layer(layer, blocks, stage_names, what="blocks")
+    layer = int(chosen.split(".")[1])
     if layer not in refined:
         raise ValueError(
             f"Block {layer} has no attention refiner; blocks with one: {refined or 'none'} "
@@ -132,7 +151,9 @@ def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> Ref
         )
     names = {stage: f"blocks.{layer}.attn.{leaf}" for stage, leaf in _STAGES.items()}
     with torch.no_grad():
-        _, cache = hm.run_with_cache(check_images(hm.model, x), names=list(names.values()))
+        x = check_images(hm.model, x)
+        _, cache = hm.run_with_cache(x, names=list(names.values()))
+    image_size = tuple(x.shape[-2:])
     refiner = hm.model.blocks[layer].attn.refiner
     kernels = getattr(refiner, "weight", None)
     return RefinerStages(
@@ -141,4 +162,7 @@ def refiner_stages(model: nn.Module | HookedModel, x: Tensor, layer: int) -> Ref
         expand=None if refiner.weight_expand is None else refiner.weight_expand.detach().clone(),
         reduce=refiner.weight_reduce.detach().clone(),
         layer=layer,
+        name=f"blocks.{layer}.attn",
+        layout=hm.token_layout(image_size, chosen),
+        image_size=image_size,
     )

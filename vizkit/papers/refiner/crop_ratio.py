@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ...hooks import HookedModel
-from ...hooks.contract import analysis, as_hooked
+from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_count, check_images
 
 __all__ = ["crop_ratio_accuracy", "crop_ratio_view"]
@@ -48,7 +48,7 @@ def crop_ratio_view(
     return (view - mean_t) / std_t
 
 
-@analysis
+@analysis_contract
 @torch.no_grad()
 def crop_ratio_accuracy(
     model: nn.Module | HookedModel,

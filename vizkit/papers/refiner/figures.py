@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ...analysis import AttentionResult
+from ...hooks.selection import LayerSpec
 from ...viz.style import ATTENTION_SCALE, MASK_SCALE, finish, map_axes, palette
 from .analysis import RefinerStages
 
@@ -101,20 +102,20 @@ def refiner_weights_figure(stages: RefinerStages) -> go.Figure:
 
 
 def attention_matrices(
-    results: Mapping[str, AttentionResult], layers: Sequence[int], image: int = 0
+    results: Mapping[str, AttentionResult], layers: Sequence[LayerSpec], image: int = 0
 ) -> go.Figure:
     """Fig. 5: the full N x N matrix (heads averaged) of each model (rows) at each block
-    (columns). Softmax maps in viridis; signed (applied, refined) maps centred at 0."""
+    (columns; each a captured layer as in `AttentionResult.position`). Softmax maps in viridis;
+    signed (applied, refined) maps centred at 0."""
+    first = next(iter(results.values()))
     fig = make_subplots(
         rows=len(results), cols=len(layers), row_titles=list(results),
-        column_titles=[f"block {i}" for i in layers], horizontal_spacing=0.01,
-        vertical_spacing=0.04,
+        column_titles=[f"block {first.layers[first.position(i)]}" for i in layers],
+        horizontal_spacing=0.01, vertical_spacing=0.04,
     )  # fmt: skip
     for row, result in enumerate(results.values(), start=1):
         for col, layer in enumerate(layers, start=1):
-            if layer not in result.layers:
-                raise ValueError(f"Block {layer} was not captured; captured: {result.layers}.")
-            matrix = result.heads()[result.layers.index(layer), image]
+            matrix = result.heads()[result.position(layer), image]
             axis = "coloraxis2" if result.maps == "applied" else "coloraxis"
             fig.add_trace(_signed_heatmap(matrix, axis), row=row, col=col)
     map_axes(fig)

@@ -11,14 +11,19 @@ from .analysis import fig_s4_panels as fig_s4_panels
 from .analysis import head_anatomy as head_anatomy
 from .analysis import sot_head as sot_head
 from .analysis import wordt_token_map as wordt_token_map
+from .classification_head import FUSIONS as FUSIONS
+from .classification_head import POOLS as POOLS
+from .classification_head import SoTHead as SoTHead
+from .classification_head import make_pool as make_pool
 from .figures import branch_logits_figure as branch_logits_figure
 from .figures import cross_covariance_figure as cross_covariance_figure
 from .figures import maps_grid as maps_grid
 from .figures import svpn_spectrum_figure as svpn_spectrum_figure
-from .sot_head import FUSIONS as FUSIONS
-from .sot_head import POOLS as POOLS
-from .sot_head import SoTHead as SoTHead
-from .sot_head import make_pool as make_pool
+from .power_normalization import SVPN_EPS as SVPN_EPS
+from .power_normalization import isqrt as isqrt
+from .power_normalization import power_iteration as power_iteration
+from .power_normalization import svpn as svpn
+from .power_normalization import svpn_approx as svpn_approx
 from .sot_pooling import CENTERINGS as CENTERINGS
 from .sot_pooling import NORMALIZATIONS as NORMALIZATIONS
 from .sot_pooling import GlobalAveragePooling as GlobalAveragePooling
@@ -29,11 +34,6 @@ from .sot_vit import DenseNetPatchEmbed as DenseNetPatchEmbed
 from .sot_vit import SoTViT as SoTViT
 from .sot_vit import sinusoid_table as sinusoid_table
 from .sot_vit import with_sot_head as with_sot_head
-from .svpn import SVPN_EPS as SVPN_EPS
-from .svpn import isqrt as isqrt
-from .svpn import power_iteration as power_iteration
-from .svpn import svpn as svpn
-from .svpn import svpn_approx as svpn_approx
 
 __all__ = [
     "BranchPredictions",

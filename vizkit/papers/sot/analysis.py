@@ -12,15 +12,16 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ...analysis.gradcam import gradcam
+from ...analysis.gradcam_maps import gradcam
+from ...analysis.result import Result
 from ...analysis.saliency_result import SaliencyResult
-from ...hooks import HookedModel, Target
-from ...hooks.contract import analysis, as_hooked
+from ...hooks import HookedModel, Target, TokenLayout
+from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_images
 from ...hooks.targets import target_indices
-from .sot_head import SoTHead
+from .classification_head import SoTHead
+from .power_normalization import SVPN_EPS
 from .sot_pooling import MGCrP
-from .svpn import SVPN_EPS
 
 __all__ = ["BranchPredictions", "HeadAnatomy", "branch", "branch_gradcam", "branch_predictions",
            "fig_s4_panels", "head_anatomy", "sot_head", "wordt_token_map"]  # fmt: skip
@@ -47,8 +48,8 @@ def _mgcrp(head: SoTHead) -> MGCrP:
     return head.pool
 
 
-@dataclass
-class HeadAnatomy:
+@dataclass(repr=False)
+class HeadAnatomy(Result):
     """One batch through the head: tokens -> per-head cross-covariance -> spectra -> logits.
 
     Attributes:
@@ -57,7 +58,8 @@ class HeadAnatomy:
         normalized_values: (B, h, k) after the model's normalization.
         lambda_hat: (B, h, r) the approximation's estimates (None for other norms).
         classt_logits, wordt_logits: (B, C) or None. logits: (B, C) the model's output.
-        alpha, norm: the pool's settings.
+        alpha, norm: the pool's settings (also ``options``).
+        layout, image_size: the model's tokens and (H, W) of the input.
     """
 
     tokens: Tensor
@@ -70,6 +72,12 @@ class HeadAnatomy:
     logits: Tensor
     alpha: float
     norm: str
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    @property
+    def options(self) -> dict:
+        return {"alpha": self.alpha, "norm": self.norm}
 
     def svpn_values(self, alpha: float) -> Tensor:
         """(B, h, k) singular values after exact svPN with ``alpha``: lambda^alpha (eq. 5)."""
@@ -83,7 +91,7 @@ class HeadAnatomy:
         return self.singular_values / (lam[..., :1].pow(1.0 - alpha) + SVPN_EPS)
 
 
-@analysis
+@analysis_contract
 def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
     """Run a batch (B, C, H, W) and collect `HeadAnatomy` (eval mode, no gradients)."""
     hm = as_hooked(model)
@@ -94,8 +102,9 @@ def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
     branches = {"classt": "head.hook_classt_logits", "wordt": "head.hook_wordt_logits"}
     present = {k: v for k, v in branches.items() if head.has_branch(k)}
     names += list(present.values())
+    x = check_images(hm.model, x)
     with torch.no_grad():
-        logits, cache = hm.run_with_cache(check_images(hm.model, x), names=names)
+        logits, cache = hm.run_with_cache(x, names=names)
         _, lam = pool.normalize(cache["head.pool.hook_cov"])
     return HeadAnatomy(
         tokens=cache["head.hook_tokens"], cov=cache["head.pool.hook_cov"],
@@ -104,6 +113,7 @@ def head_anatomy(model: nn.Module | HookedModel, x: Tensor) -> HeadAnatomy:
         classt_logits=cache[present["classt"]] if "classt" in present else None,
         wordt_logits=cache[present["wordt"]] if "wordt" in present else None,
         logits=logits, alpha=pool.alpha, norm=pool.norm,
+        layout=hm.token_layout(tuple(x.shape[-2:])), image_size=tuple(x.shape[-2:]),
     )  # fmt: skip
 
 
@@ -114,7 +124,7 @@ def branch(model: nn.Module | HookedModel, name: str) -> Iterator[nn.Module]:
         yield model
 
 
-@analysis
+@analysis_contract
 def branch_gradcam(
     model: nn.Module | HookedModel, x: Tensor, name: str, target: Target = None
 ) -> SaliencyResult:
@@ -130,7 +140,7 @@ def branch_gradcam(
     return result
 
 
-@analysis
+@analysis_contract
 def wordt_token_map(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None
 ) -> SaliencyResult:
@@ -157,15 +167,22 @@ def wordt_token_map(
     )  # fmt: skip
 
 
-@dataclass
-class BranchPredictions:
+@dataclass(repr=False)
+class BranchPredictions(Result):
     """Logits over a dataset: ``labels`` (n,), ``logits`` (n, C) the model's output, and
-    ``classt`` / ``wordt`` (n, C) its branches (None where absent)."""
+    ``classt`` / ``wordt`` (n, C) its branches (None where absent); ``image_size`` (H, W) of
+    the images."""
 
     labels: Tensor
     logits: Tensor
     classt: Tensor | None
     wordt: Tensor | None
+    image_size: tuple[int, int] | None = None
+
+    def rows(self) -> list[dict]:
+        """Accuracy of the output and of each branch present."""
+        present = [b for b in ("logits", "classt", "wordt") if getattr(self, b) is not None]
+        return [{"output": b, "accuracy": self.accuracy(b)} for b in present]
 
     def correct(self, which: str = "logits") -> Tensor:
         """(n,) bool: "logits", "classt" or "wordt" predicts the label."""
@@ -180,7 +197,7 @@ class BranchPredictions:
         return self.correct(which).float().mean().item()
 
 
-@analysis
+@analysis_contract
 def branch_predictions(
     model: nn.Module | HookedModel, data: Dataset, batch_size: int = 500
 ) -> BranchPredictions:
@@ -204,7 +221,7 @@ def branch_predictions(
                 if f"head.hook_{b}_logits" in names:
                     parts[b].append(cache[f"head.hook_{b}_logits"])
     joined = {k: torch.cat(v) if v else None for k, v in parts.items()}
-    return BranchPredictions(**joined)
+    return BranchPredictions(**joined, image_size=tuple(x.shape[-2:]))
 
 
 def fig_s4_panels(classt: Tensor, wordt: Tensor, both: Tensor) -> dict[str, Tensor]:

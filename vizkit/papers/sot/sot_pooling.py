@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ...hooks.hook_point import HookPoint
-from .svpn import SVPN_EPS, isqrt, svpn, svpn_approx
+from .power_normalization import SVPN_EPS, isqrt, svpn, svpn_approx
 
 __all__ = ["CENTERINGS", "NORMALIZATIONS", "GlobalAveragePooling", "GlobalCovariancePooling",
            "MGCrP"]  # fmt: skip

@@ -17,7 +17,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
-from .sot_head import SoTHead
+from .classification_head import SoTHead
 
 __all__ = ["PAPER_COUNTS", "DenseNetPatchEmbed", "SoTViT", "sinusoid_table",
            "with_sot_head"]  # fmt: skip

@@ -11,28 +11,41 @@ import warnings
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis
+from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
+from ..hooks.selection import LayerSpec, layer_indices, select_layer
 from ..hooks.targets import explained_classes
-from ._model import as_hooked, reads_class_token
+from ._model import reads_class_token
 from .saliency_result import SaliencyResult
 
-__all__ = ["default_gradcam_layer", "gradcam"]
+__all__ = ["default_gradcam_layer", "gradcam", "gradcam_layers"]
 
 
 def default_gradcam_layer(hm: HookedModel) -> str:
-    """The activation Grad-CAM reads by default.
+    """The activation Grad-CAM reads by default: the last of `gradcam_layers`."""
+    counted = gradcam_layers(hm)
+    if not counted:
+        raise ValueError(
+            f"No default Grad-CAM layer for {type(hm.model).__name__}; pass layer=<hook name> "
+            "(a (B, N, C) token activation or a (B, C, h, w) feature map; see hook_names())."
+        )
+    return counted[-1]
 
-    - Transformers whose head reads the class token (ViT, DeiT, PiT, XCiT, CrossViT): the last
+
+def gradcam_layers(hm: HookedModel) -> list[str]:
+    """The activations ``gradcam(layer=int)`` counts, one per block or stage, in forward order.
+
+    - Transformers whose head reads the class token (ViT, DeiT, PiT, XCiT, CrossViT): each
       block's input ``<block>.hook_resid_pre`` (after the last block only the class token reaches
       the head, so the patch tokens' gradients there are zero).
     - SoT heads (`vizkit.papers.sot.SoTHead`): the same layer, where the ClassT branch still sees
       the patch tokens.
     - Transformers that pool every token (average, attention pooling: EVA02, SigLIP, Swin,
       Twins, MaxViT), and CaiT (whose class-attention stage reads the last self-attention
-      block's output): the last block's output ``<block>.hook_resid_post``, on its stage grid.
-    - CNNs: the output of the last feature stage (timm ``feature_info``), ``<stage>.hook_out``.
+      block's output): each block's output ``<block>.hook_resid_post``, on its stage grid.
+    - CNNs: the output of each feature stage (timm ``feature_info``), ``<stage>.hook_out``.
+    - Otherwise none.
     """
     model = hm.model
     blocks = [
@@ -42,24 +55,18 @@ def default_gradcam_layer(hm: HookedModel) -> str:
     ]
     if blocks:
         token_pooled = reads_class_token(model) and not hasattr(model, "blocks_token_only")
-        return f"{blocks[-1]}.hook_resid_{'pre' if token_pooled else 'post'}"
+        return [f"{block}.hook_resid_{'pre' if token_pooled else 'post'}" for block in blocks]
     known = set(hm.hook_names())
     stages = [f"{f['module']}.hook_out" for f in getattr(model, "feature_info", None) or ()]
-    stages = [name for name in stages if name in known]
-    if stages:
-        return stages[-1]
-    raise ValueError(
-        f"No default Grad-CAM layer for {type(model).__name__}; pass layer=<hook name> "
-        "(a (B, N, C) token activation or a (B, C, h, w) feature map; see hook_names())."
-    )
+    return [name for name in stages if name in known]
 
 
-@analysis
+@analysis_contract
 def gradcam(
     model: nn.Module | HookedModel,
     x: Tensor,
     target: Target = None,
-    layer: str | None = None,
+    layer: LayerSpec | None = None,
 ) -> SaliencyResult:
     """Grad-CAM maps of a batch.
 
@@ -67,15 +74,21 @@ def gradcam(
         model: a timm ViT-family model or CNN, or a HookedModel.
         x: image batch (B, C, H, W).
         target: int, B ints, a callable on the logits, or None for each sample's argmax.
-        layer: hook name of the activation; default `default_gradcam_layer`.
+        layer: the activation: an int counting `gradcam_layers` (one per block or stage,
+            negative from the end; default the last), a module path (``"blocks.3"``: that
+            block's entry of `gradcam_layers`) or any hook name.
 
     Returns:
         `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid) or (B, h, w)
-        for feature maps.
+        for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
+        `gradcam_layers`, None for another activation).
     """
     hm = as_hooked(model)
     x = check_images(hm.model, x)
-    layer = default_gradcam_layer(hm) if layer is None else layer
+    counted = gradcam_layers(hm)
+    if layer is None:
+        layer = default_gradcam_layer(hm)
+    layer = select_layer(layer, counted, hm.hook_names(), what="Grad-CAM layers")
     if (hm.tap(layer).shape or "").startswith("B H"):
         raise ValueError(
             f"{layer} is an attention pattern (B, H, N, N), not a token activation (B, N, C) "
@@ -114,7 +127,7 @@ def gradcam(
         maps=maps.float(),
         method="gradcam",
         image_size=tuple(x.shape[-2:]),
-        options={"layer": layer},
+        options={"layer": layer, "layer_index": layer_indices([layer], counted)[0]},
         layout=layout,
         targets=explained_classes(logits, target),
     )

@@ -12,52 +12,59 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..hooks import HookedModel, resolve_names
-from ..hooks.contract import analysis, as_hooked, held
+from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import analysis_contract, as_hooked, held
 from ..hooks.inputs import check_choice, check_count, check_images, check_number
 from ..hooks.layout import feature_map_format, require_per_image
-from ..hooks.names import NameSpec
-from .cka import KERNELS, Kernel, check_kernels, kernel
+from ..hooks.selection import LayerSpec, layer_indices, select_layers
+from .cka_kernels import KERNELS, Kernel, check_kernels, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
-from .representations import TOKEN_MODES, default_representation_layers, token_features
+from .representations import (
+    TOKEN_MODES,
+    default_representation_layers,
+    representation_layers,
+    token_features,
+)
+from .result import Result
 
 __all__ = ["CKAResult", "FeatureEvolution", "LayerKernels", "cka_matrix", "feature_evolution"]
 
 Data = Tensor | Iterable
 
 
-@dataclass
-class CKAResult:
+@dataclass(repr=False)
+class CKAResult(Result):
     """Layer x layer CKA.
 
     Attributes:
         matrix: (La, Lb) float64 on the CPU; ``matrix[i, j]`` = CKA(layers_a[i], layers_b[j]).
         layers_a: hook names of the rows (model a).
         layers_b: hook names of the columns (model b, or model a again).
+        indices_a, indices_b: their positions among the model's block outputs
+            (`representation_layers`; None for other activations).
         options: kernel, unbiased, tokens, bandwidth, examples, batches, processes, models.
+        layout, image_size: model a's tokens and (H, W) of the images.
     """
 
     matrix: Tensor
     layers_a: list[str]
     layers_b: list[str]
+    indices_a: list[int | None]
+    indices_b: list[int | None]
     options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
 
-    def __repr__(self) -> str:
-        la, lb = self.matrix.shape
-        return f"CKAResult({la}x{lb}, {self.options})"
-
-    def to_dict(self) -> dict:
-        """Plain lists (JSON)."""
-        return {
-            "matrix": self.matrix.tolist(),
-            "layers_a": self.layers_a,
-            "layers_b": self.layers_b,
-            "options": self.options,
-        }
+    def rows(self) -> list[dict]:
+        """One row per layer of model a, one column per layer of model b."""
+        return [
+            {"layer": a, **dict(zip(self.layers_b, row, strict=True))}
+            for a, row in zip(self.layers_a, self.matrix.tolist(), strict=True)
+        ]
 
 
-@dataclass
-class FeatureEvolution:
+@dataclass(repr=False)
+class FeatureEvolution(Result):
     """The Refiner paper's feature-evolving measure (Eq. 2) over a model's blocks.
 
     Attributes:
@@ -77,15 +84,37 @@ class FeatureEvolution:
     def layers(self) -> list[str]:
         return self.cka.layers_a
 
+    @property
+    def options(self) -> dict:
+        return self.cka.options
 
-@analysis
+    @property
+    def layout(self) -> TokenLayout | None:
+        return self.cka.layout
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        return self.cka.image_size
+
+    def rows(self) -> list[dict]:
+        """One row per layer: normalized depth, F_k and CKA to the first layer."""
+        return [
+            {"layer": name, "depth": d, "feature_evolution": f, "cka_to_first": v}
+            for name, d, f, v in zip(
+                self.layers, self.depth.tolist(), self.curve.tolist(), self.vs_first.tolist(),
+                strict=True,
+            )
+        ]  # fmt: skip
+
+
+@analysis_contract
 def cka_matrix(
     model: nn.Module | HookedModel,
     data: Data,
-    layers: NameSpec | None = None,
+    layers: LayerSpec | None = None,
     *,
     model_b: nn.Module | HookedModel | None = None,
-    layers_b: NameSpec | None = None,
+    layers_b: LayerSpec | None = None,
     tokens: str = "flatten",
     kernel: str = "linear",
     unbiased: bool = True,
@@ -106,8 +135,9 @@ def cka_matrix(
         data: a DataLoader or any iterable of image batches (B, C, H, W) or of tuples whose first
             item is the batch; a map-style Dataset of (image, label, ...) items or one tensor
             (B, C, H, W), either split into batches of ``batch_size``.
-        layers: hook names, glob or list (default: every block's output, see
-            `default_representation_layers`).
+        layers: ints counting the blocks' outputs (`representation_layers`, negative from
+            the end), module paths (``"blocks.3"``), hook names, globs or a list of these
+            (default: every block's output).
         model_b: the model of the columns (default: ``model``, one forward per batch).
         layers_b: its layers (default: its blocks; with ``model_b`` None, ``layers``).
         tokens: how tokens become features: "flatten" (default), "cls", "mean_patches",
@@ -143,8 +173,10 @@ def cka_matrix(
         keys = names_a + [f"model_b:{n}" for n in names_b]
         rows, cols = names_a, keys[len(names_a) :]
     accumulator = MinibatchCKA(keys, unbiased)
+    image_size = None
     with held(readers[-1].hm.model):  # model_b too: eval mode, one thread at a time
         for images in _batches(data, batch_size, progress):
+            image_size = tuple(images.shape[-2:])
             kernels: list[Kernel] = []
             for reader in readers:
                 kernels += reader(images)
@@ -170,13 +202,23 @@ def cka_matrix(
         "model_a": type(hm_a.model).__name__,
         "model_b": type(readers[-1].hm.model).__name__ if model_b is not None else None,
     }
-    return CKAResult(full[row][:, col].cpu(), names_a, names_b, options)
+    hm_b = readers[-1].hm
+    return CKAResult(
+        full[row][:, col].cpu(),
+        names_a,
+        names_b,
+        layer_indices(names_a, representation_layers(hm_a)),
+        layer_indices(names_b, representation_layers(hm_b)),
+        options,
+        layout=None if image_size is None else hm_a.token_layout(image_size),
+        image_size=image_size,
+    )
 
 
 def feature_evolution(
     model: nn.Module | HookedModel,
     data: Data,
-    layers: NameSpec | None = None,
+    layers: LayerSpec | None = None,
     **options,
 ) -> FeatureEvolution:
     """The feature-evolving measure of the Refiner paper (Eq. 2, Fig. 2/4) over ``layers``.
@@ -252,10 +294,10 @@ class LayerKernels:
         return found
 
 
-def _layer_names(hm: HookedModel, layers: NameSpec | None) -> list[str]:
+def _layer_names(hm: HookedModel, layers: LayerSpec | None) -> list[str]:
     if layers is None:
         return default_representation_layers(hm)
-    return resolve_names(layers, hm.hook_names())
+    return select_layers(layers, representation_layers(hm), hm.hook_names(), what="block outputs")
 
 
 def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:

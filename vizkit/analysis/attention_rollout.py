@@ -16,19 +16,19 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis
+from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_images
+from ..hooks.selection import HeadSpec, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
 from ._model import (
     applied_attention_names,
-    as_hooked,
     class_attention_names,
     grid_map,
     pooling_attention_names,
     reads_class_token,
 )
-from .attention import attention_bytes, common_layout, reduce_heads
+from .attention_maps import attention_bytes, common_layout
 from .saliency_result import SaliencyResult
 
 __all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
@@ -66,14 +66,14 @@ def _with_residual(fused: Tensor) -> Tensor:
     return mixed / mixed.sum(-1, keepdim=True)
 
 
-def _fuse(pattern: Tensor, name: str, head_fusion, allow_non_stochastic: bool) -> Tensor:
+def _fuse(pattern: Tensor, name: str, heads, allow_non_stochastic: bool) -> Tensor:
     pattern = pattern.double()
     if allow_non_stochastic:
         pattern = pattern.abs()
         pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
     else:
         check_row_stochastic(pattern, name)
-    return reduce_heads(pattern, head_fusion, head_dim=1)
+    return reduce_heads(pattern, heads, head_dim=1)
 
 
 def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
@@ -85,11 +85,11 @@ def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
     return layout.split(patch_cols, dim=1)[1].mean(1)
 
 
-@analysis
+@analysis_contract
 def rollout(
     model: nn.Module | HookedModel,
     x: Tensor,
-    head_fusion: str | int = "mean",
+    heads: HeadSpec = "mean",
     discard_ratio: float = 0.0,
     allow_non_stochastic: bool = False,
 ) -> SaliencyResult:
@@ -99,7 +99,8 @@ def rollout(
     Args:
         model: a ViT-family model or HookedModel.
         x: image batch (B, C, H, W).
-        head_fusion: "mean", "max", "min" or one head's index.
+        heads: how each layer's heads are fused: "mean", "max", "min", one head's index
+            or a list of heads to average (`vizkit.hooks.reduce_heads`).
         discard_ratio: share of each fused map's lowest entries set to 0 (the class token's
             self-weight is kept), as in vit-explain.
         allow_non_stochastic: roll out maps that are not row-stochastic (CaiT's talking heads)
@@ -143,7 +144,7 @@ def rollout(
             raise RuntimeError(f"rollout expected the maps in the order {names}; got {name}.")
         done.append(name)
         before, here = steps[name]
-        fused = _fuse(grid_map(hm, name, pattern, here), name, head_fusion, allow_non_stochastic)
+        fused = _fuse(grid_map(hm, name, pattern, here), name, heads, allow_non_stochastic)
         step = _with_residual(_discard_lowest(fused, discard_ratio))
         if here != before:  # Swin's patch merging between stages
             joint = patch_merge_matrix(before.grid).to(joint.device) @ joint
@@ -159,10 +160,10 @@ def rollout(
     if here != layout:  # across stages: the mean over the last stage's tokens
         relevance = joint.mean(1)
     elif ca_names:  # CaiT: the class token reads the patches through class attention only
-        relevance = _class_token_rollout(cache, ca_names, joint, head_fusion)
+        relevance = _class_token_rollout(cache, ca_names, joint, heads)
         layout = hm.token_layout(tuple(x.shape[-2:]))
     elif pool_names:  # SigLIP: the pooling head's latent reads the tokens last
-        pooled = _fuse(cache[pool_names[-1]], pool_names[-1], head_fusion, False).mean(1)
+        pooled = _fuse(cache[pool_names[-1]], pool_names[-1], heads, False).mean(1)
         skipped = joint.shape[1] - pooled.shape[-1]  # prefix tokens the head does not read
         pooled = torch.cat([pooled.new_zeros(len(pooled), skipped), pooled], -1)
         relevance = layout.split(pooled.unsqueeze(1) @ joint, dim=-1)[1][:, 0]
@@ -173,7 +174,7 @@ def rollout(
         method="rollout",
         image_size=tuple(x.shape[-2:]),
         options={
-            "head_fusion": head_fusion,
+            "heads": heads,
             "discard_ratio": discard_ratio,
             "allow_non_stochastic": allow_non_stochastic,
             "maps": names + ca_names + pool_names[-1:],
@@ -220,7 +221,7 @@ def _halving(layouts) -> bool:
 _UNROLLABLE = ("pooled", "channel", "cross")
 
 
-def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion) -> Tensor:
+def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, heads) -> Tensor:
     """Continue rollout through class attention: (B, Np) relevance of the input patches.
 
     The class token's relevance r lives on [class token, input patches]; the patch tokens'
@@ -232,13 +233,13 @@ def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, head_fusion)
     r = joint.new_zeros(batch, 1 + patches)
     r[:, 0] = 1
     for name in ca_names:
-        row = _fuse(cache[name], name, head_fusion, False)[:, 0]  # (B, 1 + Np)
+        row = _fuse(cache[name], name, heads, False)[:, 0]  # (B, 1 + Np)
         row = torch.cat([row[:, :1] + 1, row[:, 1:]], -1) / 2  # residual: + e_0, rows sum to 1
         r = row[:, :1] * r + (row[:, 1:, None] * tokens).sum(1)
     return r[:, 1:]
 
 
-@analysis
+@analysis_contract
 def grad_rollout(
     model: nn.Module | HookedModel,
     x: Tensor,

@@ -6,22 +6,21 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
-from ..hooks.contract import analysis
-from ..hooks.inputs import check_images, check_indices
-from ._model import (
-    as_hooked,
-    class_attention_names,
-    pooling_attention_names,
-    self_attention_names,
-)
+from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.inputs import check_images
+from ..hooks.selection import HeadSpec, LayerSpec, reduce_heads, select_layer
+from ._model import class_attention_names, pooling_attention_names, self_attention_names
 from .saliency_result import SaliencyResult
 
 __all__ = ["class_attention"]
 
 
-@analysis
+@analysis_contract
 def class_attention(
-    model: nn.Module | HookedModel, x: Tensor, layer: int | None = None
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    layer: LayerSpec | None = None,
+    heads: HeadSpec = "mean",
 ) -> SaliencyResult:
     """Where the class token (or a pooling head's latent query) looks over the patches.
 
@@ -32,8 +31,12 @@ def class_attention(
     - No class token but an attention-pooling head (SigLIP's MAP head): the head's map, latent
       queries averaged; ``layer`` must be None or 0.
 
+    ``layer`` is an int counting those layers (negative from the end), a hook name or a module
+    path (``"blocks_token_only.1"``); ``heads`` fuses the heads of ``maps`` (`reduce_heads`).
+
     Returns:
-        `SaliencyResult`: maps (B, gh, gw) = head mean of the patch weights; extras
+        `SaliencyResult`: maps (B, gh, gw) = the patch weights, heads fused by ``heads``;
+        options ``layer`` (hook name), ``layer_index``, ``stage``, ``heads``; extras
         ``per_head`` (B, H, gh, gw), ``prefix_mass`` (B, H), the weight on the prefix tokens
         (class, registers) left out of the maps, not renormalized away, and (with a class
         token) ``cls_self`` (B, H), its weight on itself.
@@ -46,9 +49,7 @@ def class_attention(
     x = check_images(hm.model, x)
     image_size = tuple(x.shape[-2:])
     names, stage, default = _class_rows(hm, image_size)
-    (layer,) = check_indices("layer", default if layer is None else layer, len(names),
-                             f"{stage} layers")  # fmt: skip
-    name = names[layer]
+    name = select_layer(default if layer is None else layer, names, what=f"{stage} layers")
     layout = hm.token_layout(image_size, name)
     with torch.no_grad():
         logits, cache = hm.run_with_cache(x, names=name)
@@ -56,10 +57,10 @@ def class_attention(
     prefix, patches = layout.split(row, dim=-1)
     per_head = layout.to_grid(patches)
     return SaliencyResult(
-        maps=per_head.mean(1),
+        maps=reduce_heads(per_head, heads, head_dim=1),
         method="class_attention",
         image_size=image_size,
-        options={"layer": layer, "name": name, "stage": stage},
+        options={"layer": name, "layer_index": names.index(name), "stage": stage, "heads": heads},
         layout=layout,
         targets=logits.argmax(-1) if logits.ndim == 2 else None,
         extras={

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
-from ..hooks.contract import analysis
+from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import (
     DEFAULT_MAX_BYTES,
     check_choice,
@@ -18,10 +18,10 @@ from ..hooks.inputs import (
     check_indices,
     check_values_finite,
 )
+from ..hooks.selection import HeadSpec, LayerSpec, reduce_heads, select_layer
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,
-    as_hooked,
     attention_names,
     float_bytes,
     grid_map,
@@ -29,33 +29,19 @@ from ._model import (
     query_index,
     token_pixels,
 )
+from .result import Result
 
 __all__ = [
     "AttentionResult",
     "attention",
     "attention_bytes",
     "common_layout",
-    "reduce_heads",
     "stage_layers",
 ]
 
-HeadReduction = str | int
 
-
-def reduce_heads(pattern: Tensor, how: HeadReduction = "mean", head_dim: int = -3) -> Tensor:
-    """Fuse the head axis: ``"mean"``, ``"max"``, ``"min"`` or one head's index."""
-    if isinstance(how, numbers.Integral):
-        (head,) = check_indices("head", how, pattern.shape[head_dim], "heads")
-        return pattern.select(head_dim, head)
-    if how == "mean":
-        return pattern.mean(head_dim)
-    if how in ("max", "min"):
-        return getattr(pattern, how)(head_dim).values
-    raise ValueError(f"Head reduction must be 'mean', 'max', 'min' or a head index; got {how!r}.")
-
-
-@dataclass
-class AttentionResult:
+@dataclass(repr=False)
+class AttentionResult(Result):
     """Self-attention patterns of a batch and where their tokens sit.
 
     Attributes:
@@ -63,12 +49,14 @@ class AttentionResult:
         layers: index of each of the L layers among the model's self-attention layers.
         names: hook name of each layer's map.
         layout: prefix tokens and patch grid of the N tokens.
+        num_layers: how many self-attention layers the model has (``layers`` index them).
         patch_size: (ph, pw) image pixels per token (a hierarchical stage's stride).
         image_size: (H, W) of the input.
         query: the token index kept on the query axis, or None for all queries.
         logits: (B, K) model output.
         maps: "softmax" (post-softmax, row-stochastic) or "applied" (what each block multiplies
             with its values: talking-heads mixed or refined maps, which may be signed).
+        options: the call's resolved settings (``maps``, ``query``, ``max_bytes``).
 
     Window attention (Swin, Twins, MaxViT) is held in image space: (B, H, Np, Np) on the stage
     grid, zero outside each query's window (`vizkit.hooks.windows`).
@@ -80,16 +68,35 @@ class AttentionResult:
     layout: TokenLayout
     patch_size: tuple[float, float]
     image_size: tuple[int, int]
+    num_layers: int
     query: int | None = None
     logits: Tensor | None = field(default=None, repr=False)
     maps: str = "softmax"
+    options: dict = field(default_factory=dict)
 
-    def heads(self, how: HeadReduction = "mean") -> Tensor:
-        """Patterns with the heads fused: (L, B, Nq, N)."""
-        return reduce_heads(self.patterns, how)
+    def position(self, layer: LayerSpec | None = None) -> int:
+        """Position in ``patterns`` of one captured layer: None for the last captured, an int
+        (the model's self-attention layer, negative from its last) or a hook name or module
+        path (``"blocks.3"``)."""
+        if layer is None:
+            return len(self.names) - 1
+        if isinstance(layer, numbers.Integral) and not isinstance(layer, bool):
+            (index,) = check_indices("layer", layer, self.num_layers, "self-attention layers")
+            if index not in self.layers:
+                raise ValueError(
+                    f"Layer {layer} was not captured (captured: {self.layers}); capture it "
+                    f"with attention(..., layers=[..., {index}])."
+                )
+            return self.layers.index(index)
+        return self.names.index(select_layer(layer, self.names, what="captured layers"))
+
+    def heads(self, heads: HeadSpec = "mean") -> Tensor:
+        """Patterns with the heads fused by ``heads`` (see `vizkit.hooks.reduce_heads`):
+        (L, B, Nq, N)."""
+        return reduce_heads(self.patterns, heads)
 
     def row(
-        self, query: str | int | tuple[int, int] = "cls", heads: HeadReduction | None = None
+        self, query: str | int | tuple[int, int] = "cls", heads: HeadSpec | None = None
     ) -> Tensor:
         """Attention of one query token over the patches, on the grid.
 
@@ -114,7 +121,7 @@ class AttentionResult:
         grid = self.layout.to_grid(patches)  # (L, B, H, gh, gw)
         return grid if heads is None else reduce_heads(grid, heads, head_dim=2)
 
-    def received(self, heads: HeadReduction = "mean") -> Tensor:
+    def received(self, heads: HeadSpec = "mean") -> Tensor:
         """Attention each patch receives, averaged over the patch queries (the GMM paper's
         Fig. 7 maps): (L, B, gh, gw), heads fused by ``heads``."""
         if self.query is not None:
@@ -166,11 +173,11 @@ def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | N
     return len(x) * heads * (1 if query is not None else n) * n * float_bytes(x)
 
 
-@analysis
+@analysis_contract
 def attention(
     model: nn.Module | HookedModel,
     x: Tensor,
-    layers: int | list[int] | None = None,
+    layers: LayerSpec | None = None,
     query: str | int | tuple[int, int] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     maps: str = "softmax",
@@ -184,7 +191,8 @@ def attention(
     Args:
         model: a timm ViT-family model or a HookedModel around one.
         x: image batch (B, C, H, W); moved to the model's device.
-        layers: block index or indices (negative from the end).
+        layers: self-attention layers: ints (negative from the end), hook names, globs or
+            module paths (``"blocks.3"``), as in `vizkit.hooks.select_layers`.
         query: keep one query row per head (``"cls"``, ``(row, col)`` or a token index):
             (B, H, 1, N) per layer instead of (B, H, N, N).
         max_bytes: refuse captures larger than this (default 4 GiB).
@@ -238,9 +246,11 @@ def attention(
         layout=layout,
         patch_size=token_pixels(layout, image_size),
         image_size=image_size,
+        num_layers=len(attention_names(hm)),
         query=row,
         logits=logits,
         maps=maps,
+        options={"maps": maps, "query": row, "max_bytes": max_bytes},
     )
 
 
@@ -252,13 +262,13 @@ def _span(ids: list[int]) -> str:
 
 
 def stage_layers(
-    model: nn.Module | HookedModel, image_size: tuple[int, int], layer: int = -1
+    model: nn.Module | HookedModel, image_size: tuple[int, int], layer: LayerSpec = -1
 ) -> list[int]:
     """Indices of the self-attention layers over the same tokens as ``layer`` (default: the
     last stage of a hierarchical model; every layer of a plain ViT), for `attention(layers=)`."""
     hm = as_hooked(model)
     names = attention_names(hm)
-    target = hm.token_layout(image_size, attention_names(hm, layer)[0])
+    target = hm.token_layout(image_size, select_layer(layer, names, what="self-attention layers"))
     return [i for i, n in enumerate(names) if hm.token_layout(image_size, n) == target]
 
 

@@ -12,21 +12,23 @@ class-attention stage the stream is the class token only, (B, 1, C).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from ..hooks import HookedModel
-from ..hooks.contract import analysis
+from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_choice, check_images
 from ..hooks.layout import require_per_image
-from ._model import as_hooked
+from .result import Result
 
 __all__ = [
     "REDUCTIONS",
     "GammaStats",
     "ResidualRatios",
+    "LayerScale",
+    "layerscale",
     "layerscale_gammas",
     "layerscale_stats",
     "prenorm_blocks",
@@ -37,8 +39,8 @@ __all__ = [
 REDUCTIONS = ("sample_fro", "per_token", "batch")
 
 
-@dataclass
-class GammaStats:
+@dataclass(repr=False)
+class GammaStats(Result):
     """LayerScale λ per layer, each (L,): mean |λ|, min, max (1 for blocks without LayerScale)."""
 
     mean_abs: Tensor
@@ -46,8 +48,8 @@ class GammaStats:
     max: Tensor
 
 
-@dataclass
-class ResidualRatios:
+@dataclass(repr=False)
+class ResidualRatios(Result):
     """Branch-to-stream norm ratios per block, each (L,) over ``layers``.
 
     Attributes:
@@ -60,6 +62,7 @@ class ResidualRatios:
         reduction: "sample_fro" (per-image Frobenius norms over tokens x channels, ratio per
             image, mean over the batch), "per_token" (ratio per token, mean over tokens and
             images) or "batch" (norms over the whole batch tensor).
+        layout, image_size: the tokens and (H, W) of the input.
     """
 
     layers: list[str]
@@ -74,21 +77,26 @@ class ResidualRatios:
     gamma_mlp: GammaStats
     has_layerscale: list[bool]
     reduction: str
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
 
-    def to_dict(self) -> dict:
-        """Plain lists and numbers (JSON), e.g. for a training history."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Tensor):
-                value = value.tolist()
-            elif isinstance(value, GammaStats):
-                value = {g.name: getattr(value, g.name).tolist() for g in fields(value)}
-            out[f.name] = value
-        return out
+    @property
+    def options(self) -> dict:
+        return {"reduction": self.reduction}
+
+    def rows(self) -> list[dict]:
+        """One row per block: stage, r^SA and r^FFN with and without LayerScale."""
+        return [
+            {"layer": name, "stage": stage, "attn": a, "attn_unscaled": au, "mlp": m,
+             "mlp_unscaled": mu}
+            for name, stage, a, au, m, mu in zip(
+                self.layers, self.stage, self.attn.tolist(), self.attn_unscaled.tolist(),
+                self.mlp.tolist(), self.mlp_unscaled.tolist(), strict=True,
+            )
+        ]  # fmt: skip
 
 
-@analysis
+@analysis_contract
 def residual_ratios(
     model: nn.Module | HookedModel, x: Tensor, reduction: str = "sample_fro"
 ) -> ResidualRatios:
@@ -133,6 +141,8 @@ def residual_ratios(
         gamma_mlp=gamma_mlp,
         has_layerscale=has_layerscale,
         reduction=reduction,
+        layout=hm.token_layout(tuple(x.shape[-2:])),
+        image_size=tuple(x.shape[-2:]),
     )
 
 
@@ -244,6 +254,36 @@ def prenorm_blocks(hm: HookedModel) -> list[str]:
     return complete
 
 
+@dataclass(repr=False)
+class LayerScale(Result):
+    """LayerScale's diag(λ) (CaiT Eq. 1) of every pre-norm block, read from the parameters.
+
+    Attributes:
+        layers: block paths (``blocks.{i}``, then CaiT's ``blocks_token_only.{j}``).
+        attn, mlp: per block the (C,) λ of that branch, None where the block has none.
+    """
+
+    layers: list[str]
+    attn: list[Tensor | None]
+    mlp: list[Tensor | None]
+
+
+def layerscale(model: nn.Module | HookedModel) -> LayerScale:
+    """LayerScale λ of every pre-norm block's two branches (parameters only, no forward).
+
+    Raises:
+        ValueError: the model has no LayerScale at all.
+    """
+    hm = as_hooked(model)
+    blocks = prenorm_blocks(hm)
+    gammas = [layerscale_gammas(hm.model, p) for p in blocks]
+    if not any(g is not None for pair in gammas for g in pair):
+        raise ValueError(f"{type(hm.model).__name__} has no LayerScale parameters.")
+    attn, mlp = ([None if g is None else g.detach().float().cpu().clone() for g in side]
+                 for side in zip(*gammas, strict=True))  # fmt: skip
+    return LayerScale(blocks, attn, mlp)
+
+
 def layerscale_gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
     """LayerScale λ of the attention and FFN branch of a block (None without LayerScale)."""
     block = model.get_submodule(path)
@@ -262,7 +302,7 @@ def _gamma_stats(gammas: list[Tensor | None]) -> GammaStats:
     )
 
 
-def ratio_uniformity(entries: list[ResidualRatios | dict], stage: str = "self-attention") -> dict:
+def ratio_uniformity(entries: list[ResidualRatios], stage: str = "self-attention") -> dict:
     """How uniform the ratios are across the layers of one stage, per entry (e.g. per epoch of
     a tracked history): CaiT's Fig. 4 claim is that LayerScale makes them more uniform.
 
@@ -273,12 +313,11 @@ def ratio_uniformity(entries: list[ResidualRatios | dict], stage: str = "self-at
     """
     out = {"attn": {"cv": [], "mean": []}, "mlp": {"cv": [], "mean": []}}
     for entry in entries:
-        entry = entry.to_dict() if isinstance(entry, ResidualRatios) else entry
-        keep = [i for i, s in enumerate(entry["stage"]) if s == stage]
+        keep = [i for i, s in enumerate(entry.stage) if s == stage]
         if not keep:
-            raise ValueError(f"No {stage!r} layers in {entry['layers']}.")
+            raise ValueError(f"No {stage!r} layers in {entry.layers}.")
         for branch in ("attn", "mlp"):
-            values = torch.tensor([entry[branch][i] for i in keep], dtype=torch.float64)
+            values = getattr(entry, branch)[keep].double()
             mean = values.mean()
             out[branch]["mean"].append(mean.item())
             out[branch]["cv"].append((values.std(unbiased=False) / mean).item())

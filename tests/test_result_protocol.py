@@ -1,0 +1,135 @@
+"""Every result class: options, token layout and input size; a JSON round trip through
+``to_dict``/``from_dict``; a compact repr; HTML for tabular results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build
+
+import vizkit as vk
+from vizkit.analysis.result import Result
+from vizkit.hooks import TokenLayout
+from vizkit.papers import cait, masks, refiner, sot
+
+
+def _refined():
+    torch.manual_seed(0)
+    model = vk.create_model("vizkit_refined_vit_tiny", depth=2, embed_dim=32, img_size=32)
+    return model.eval(), torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _sot():
+    torch.manual_seed(0)
+    return vk.create_model("vizkit_sot_micro").eval(), torch.randn(2, 3, 32, 32)
+
+
+def _gaussian_fit():
+    grid = (4, 4)
+    d2 = masks.grid_square_distances(grid, torch.device("cpu"))
+    return masks.fit_gaussian_mixture(torch.exp(-d2 / 2), grid, num_kernels=1, restarts=1)
+
+
+def _curve():
+    model, x = build("vit")
+    return vk.metrics.deletion(model, x, vk.gradcam(model, x), steps=4)
+
+
+# class name -> (a real result of it, whether it was computed from an input batch)
+EXAMPLES = {
+    "AttentionResult": (lambda: vk.attention(*build("vit"), layers=[0, -1]), True),
+    "SaliencyResult": (lambda: vk.gradcam(*build("vit")), True),
+    "CKAResult": (
+        lambda: vk.cka_matrix(*build("vit"), layers=[0, 1], unbiased=False, progress=False),
+        True,
+    ),
+    "FeatureEvolution": (
+        lambda: vk.feature_evolution(*build("vit"), unbiased=False, progress=False),
+        True,
+    ),
+    "ResidualRatios": (lambda: vk.residual_ratios(*build("cait")), True),
+    "GammaStats": (lambda: vk.residual_ratios(*build("cait")).gamma_attn, False),
+    "CurveResult": (_curve, True),
+    "SaliencyTable": (
+        lambda: vk.compare_saliency(*build("vit"), methods=("gradcam", "random"), steps=4),
+        True,
+    ),
+    "RefinerStages": (lambda: refiner.refiner_stages(*_refined(), layer=-1), True),
+    "HeadAnatomy": (lambda: sot.head_anatomy(*_sot()), True),
+    "BranchPredictions": (
+        lambda: sot.branch_predictions(
+            _sot()[0],
+            torch.utils.data.TensorDataset(torch.randn(5, 3, 32, 32), torch.arange(5)),
+            batch_size=2,
+        ),
+        True,
+    ),
+    "MaskLocality": (lambda: masks.mask_locality(torch.randn(3, 16, 16), (4, 4)), False),
+    "GaussianFit": (_gaussian_fit, False),
+    "CaitFamilyRow": (lambda: cait.cait_family_table(["cait_xxs24_224"])[0], False),
+    "LayerScale": (lambda: vk.analysis.layerscale(build("cait")[0]), False),
+    "TalkingHeadsMixing": (lambda: cait.talking_heads(build("cait")[0]), False),
+}
+
+
+def test_every_result_class_has_an_example():
+    assert set(Result.registry) - {"TokenLayout"} == set(EXAMPLES)
+
+
+@pytest.fixture(params=list(EXAMPLES), scope="module")
+def example(request):
+    make, from_input = EXAMPLES[request.param]
+    return request.param, make(), from_input
+
+
+def test_round_trip_through_json_gives_an_equal_result(example):
+    name, result, _ = example
+    data = json.dumps(result.to_dict())
+    back = Result.from_dict(json.loads(data))
+    assert type(back).__name__ == name
+    assert json.dumps(back.to_dict()) == data  # every field, tensors with dtype and shape
+    assert type(back).from_dict(json.loads(data)).to_dict() == back.to_dict()
+
+
+def test_tensors_come_back_bit_identical_with_their_dtype():
+    result = vk.attention(*build("vit"), layers=-1)
+    back = vk.AttentionResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back.patterns.dtype == result.patterns.dtype
+    assert torch.equal(back.patterns, result.patterns)
+    assert back.layout == result.layout and back.image_size == result.image_size == (64, 64)
+    assert back.row((1, 2)).equal(result.row((1, 2)))  # methods work on the rebuilt result
+
+
+def test_results_state_options_layout_and_input_size(example):
+    name, result, from_input = example
+    assert isinstance(result.options, dict)
+    assert result.layout is None or isinstance(result.layout, TokenLayout)
+    if from_input:
+        assert result.image_size in ((64, 64), (32, 32)), name
+    else:
+        assert result.image_size is None and result.layout is None
+
+
+def test_repr_is_one_short_line(example):
+    name, result, _ = example
+    text = repr(result)
+    assert text.startswith(name + "(") and "\n" not in text and len(text) < 600, text
+    assert "tensor(" not in text  # tensors by shape and dtype, not values
+
+
+def test_tabular_results_render_html(example):
+    name, result, _ = example
+    page = result._repr_html_()
+    tabular = {"CKAResult", "FeatureEvolution", "ResidualRatios", "CurveResult", "SaliencyTable",
+               "BranchPredictions", "CaitFamilyRow"}  # fmt: skip
+    assert (page is not None and "<table" in page) == (name in tabular), name
+
+
+def test_from_dict_refuses_another_class_and_unknown_types():
+    data = vk.gradcam(*build("vit")).to_dict()
+    with pytest.raises(TypeError, match="CKAResult.from_dict got a SaliencyResult"):
+        vk.CKAResult.from_dict(data)
+    with pytest.raises(ValueError, match="Unknown result type 'Nothing'"):
+        Result.from_dict({**data, "__type__": "Nothing"})

@@ -1,0 +1,168 @@
+"""The vocabulary every analysis shares for choosing layers and heads.
+
+``layers=`` (a set of layers) and ``layer=`` (one layer) take
+
+- an int, counting the analysis' own layers in forward order (its self-attention layers for
+  `attention`, its blocks' outputs for `cka_matrix`, ...), negative from the end;
+- a hook name (``blocks.3.attn.hook_pattern``, negative indices allowed: ``blocks.-1...``), a
+  glob (``blocks.1?.attn.hook_pattern``), a compiled regex or a callable on names;
+- a module path (``blocks.3``; Swin's stage ``layers.2``): the analysis' layers under it;
+- or a list mixing any of these.
+
+``heads=`` reduces the head axis with ``"mean"``, ``"max"`` or ``"min"``, keeps one head (an
+int, negative from the end), or averages the listed heads (a list of ints).
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+import re
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from .inputs import check_indices
+from .names import GLOB_CHARS, resolve_names, resolve_negative_indices
+
+__all__ = [
+    "HeadSpec",
+    "LayerSpec",
+    "layer_indices",
+    "reduce_heads",
+    "select_layer",
+    "select_layers",
+]
+
+LayerSpec = int | str | re.Pattern | Callable[[str], bool] | Sequence[int | str | re.Pattern]
+HeadSpec = str | int | Sequence[int]
+
+HEAD_REDUCTIONS = ("mean", "max", "min")
+
+
+def select_layers(
+    spec: LayerSpec,
+    indexed: Sequence[str],
+    named: Sequence[str] | None = None,
+    *,
+    arg: str = "layers",
+    what: str = "layers",
+) -> list[str]:
+    """The hook names ``spec`` selects, in the order given (a glob or module path adds its
+    matches in forward order).
+
+    Args:
+        spec: see the module docstring.
+        indexed: the analysis' layers in forward order; ints and module paths index these.
+        named: the names a hook name or glob may select (default ``indexed``).
+        arg, what: the argument's name and what ``indexed`` holds, for error messages.
+
+    Raises:
+        TypeError: ``spec`` (or an element of it) is none of the accepted kinds.
+        ValueError: an index out of range, or an empty list.
+        KeyError: a name that selects nothing.
+    """
+    named = list(indexed if named is None else named)
+    if callable(spec) and not isinstance(spec, re.Pattern):
+        return resolve_names(spec, named)
+    if isinstance(spec, (str, re.Pattern, numbers.Integral)):
+        items = [spec]
+    elif isinstance(spec, (list, tuple, range)):
+        items = list(spec)
+        if not items:
+            raise ValueError(f"{arg} is empty; pass None for the default {what} or some of them.")
+    else:
+        raise TypeError(_type_message(arg, spec, what))
+    chosen: list[str] = []
+    for item in items:
+        if isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            chosen += [indexed[i] for i in check_indices(arg, item, len(indexed), what)]
+        elif isinstance(item, str):
+            chosen += _select_name(item, indexed, named, what)
+        elif isinstance(item, re.Pattern):
+            chosen += resolve_names(item, named)
+        else:
+            raise TypeError(_type_message(arg, item, what))
+    return chosen
+
+
+def select_layer(
+    spec: LayerSpec,
+    indexed: Sequence[str],
+    named: Sequence[str] | None = None,
+    *,
+    arg: str = "layer",
+    what: str = "layers",
+) -> str:
+    """The one hook name ``spec`` selects (as `select_layers`); a ValueError if it selects
+    none or several."""
+    names = select_layers(spec, indexed, named, arg=arg, what=what)
+    if len(names) != 1:
+        raise ValueError(
+            f"{arg}={spec!r} selects {len(names)} {what} ({', '.join(names[:4])}"
+            f"{', ...' if len(names) > 4 else ''}); {arg} takes one: an int, a hook name or a "
+            "module path such as 'blocks.3'."
+        )
+    return names[0]
+
+
+def layer_indices(names: Sequence[str], indexed: Sequence[str]) -> list[int | None]:
+    """Position of each name among ``indexed`` (None for a name outside it)."""
+    position = {name: i for i, name in enumerate(indexed)}
+    return [position.get(name) for name in names]
+
+
+def _select_name(item: str, indexed: Sequence[str], named: list[str], what: str) -> list[str]:
+    """A hook name or glob over ``named``, else a module path over ``indexed``."""
+    if GLOB_CHARS & set(item):
+        return resolve_names(item, named)
+    try:
+        name = resolve_negative_indices(item, named)
+    except KeyError:
+        name = None
+    if name in named:
+        return [name]
+    module = resolve_negative_indices(item, indexed) if indexed else item
+    under = [n for n in indexed if n.startswith(module + ".")]
+    if under:
+        return under
+    close = difflib.get_close_matches(item, named, n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise KeyError(
+        f"{item!r} is none of the {len(named)} {what} ({_span(named)}) and no module path "
+        f"above them.{hint} Ints count "
+        f"the {what} (0..{len(indexed) - 1}, negative from the end); globs work too."
+    )
+
+
+def _span(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]}, ..., {names[-1]}"
+
+
+def _type_message(arg: str, value: object, what: str) -> str:
+    return (
+        f"{arg} must be an int (negative from the end), a hook name, a glob, a module path "
+        f"such as 'blocks.3', or a list of these; got {value!r} for the {what}."
+    )
+
+
+def reduce_heads(pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3) -> Tensor:
+    """Fuse the head axis ``head_dim`` of ``pattern``: ``"mean"``, ``"max"``, ``"min"``, one
+    head (an int, negative from the end) or the mean of the listed heads (a list of ints)."""
+    if isinstance(heads, str):
+        if heads == "mean":
+            return pattern.mean(head_dim)
+        if heads in ("max", "min"):
+            return getattr(pattern, heads)(head_dim).values
+    elif isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
+        (head,) = check_indices("heads", heads, pattern.shape[head_dim], "heads")
+        return pattern.select(head_dim, head)
+    elif isinstance(heads, (list, tuple, range)):
+        chosen = check_indices("heads", heads, pattern.shape[head_dim], "heads")
+        index = torch.tensor(chosen, device=pattern.device)
+        return pattern.index_select(head_dim, index).mean(head_dim)
+    raise ValueError(
+        f"heads must be 'mean', 'max', 'min', a head index or a list of head indices; "
+        f"got {heads!r}."
+    )
