@@ -31,7 +31,7 @@ notebooks: setup
 		-p no:cacheprovider notebooks/
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"

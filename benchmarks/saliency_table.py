@@ -1,6 +1,6 @@
 """Which saliency method localizes best? compare_saliency on the shipped Shapes models.
 
-Runs every applicable method on the committed 64-image sample (data/shapes_sample.npz) of
+Runs every applicable method on the committed 64-image sample (vizkit/datasets/shapes_sample.npz) of
 vit_tiny_shapes and cait_tiny_shapes, explaining the true class, and prints one markdown table per
 model: deletion/insertion AUC (patch level, zero/blur baselines) and, against the object masks,
 pointing game, energy in the mask and IoU of the top region (mask-sized).

@@ -1,4 +1,9 @@
-"""The model zoo: trained checkpoints shipped in ``models/`` (safetensors + JSON card each).
+"""The model zoo: trained checkpoints, a safetensors file and a JSON card each.
+
+The core models (``vit_tiny_shapes``, ``cait_tiny_shapes``, ``resnet_tiny_shapes``,
+``vit_tiny_digits``) ship inside the package (``vizkit/zoo_models/``), so an installed wheel
+has them; the paper-study checkpoints live in the repository's ``models/`` folder, found when
+vizkit runs from the checkout or when ``$VIZKIT_MODELS`` points there.
 
 A card holds the architecture and its kwargs, data, recipe, test accuracy, parameter count,
 training time, the sha256 of the weights and the training history. `load` checks the sha256 and
@@ -20,35 +25,84 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-__all__ = ["accuracy_over_seeds", "card", "list", "load", "models_dir", "path", "sha256"]
+__all__ = [
+    "PACKAGE_MODELS",
+    "accuracy_over_seeds",
+    "card",
+    "list",
+    "load",
+    "models_dir",
+    "models_dirs",
+    "path",
+    "sha256",
+]
+
+PACKAGE_MODELS = Path(__file__).resolve().parent / "zoo_models"
+_CHECKOUT_MODELS = Path(__file__).resolve().parent.parent / "models"
+REPOSITORY = "the vizkit repository"
 
 
 def models_dir() -> Path:
-    """The zoo folder: ``$VIZKIT_MODELS`` if set, else the project's ``models/``."""
-    return Path(os.environ.get("VIZKIT_MODELS", Path(__file__).resolve().parent.parent / "models"))
+    """Where `vizkit train` writes: ``$VIZKIT_MODELS`` if set, else the checkout's
+    ``models/``, else ``./models``."""
+    if "VIZKIT_MODELS" in os.environ:
+        return Path(os.environ["VIZKIT_MODELS"])
+    return _CHECKOUT_MODELS if _CHECKOUT_MODELS.is_dir() else Path.cwd() / "models"
+
+
+def models_dirs() -> builtins.list[Path]:
+    """Where zoo models are looked up, the first folder holding a name wins: ``$VIZKIT_MODELS``
+    alone if set; else the checkout's ``models/`` (or ``./models``), then the package's own."""
+    if "VIZKIT_MODELS" in os.environ:
+        return [models_dir()]
+    return [folder for folder in (models_dir(), PACKAGE_MODELS) if folder.is_dir()]
+
+
+def _found() -> dict[str, Path]:
+    """Zoo name -> its folder (a card with its checkpoint beside it), first folder first."""
+    found: dict[str, Path] = {}
+    for folder in reversed(models_dirs()):
+        for card_file in folder.glob("*.json"):
+            if card_file.with_suffix(".safetensors").is_file():
+                found[card_file.stem] = folder
+    return found
 
 
 def list() -> builtins.list[str]:  # noqa: A001 - the zoo's verb, as in timm.list_models
-    """Names of the shipped models (a card with its checkpoint beside it), sorted."""
-    folder = models_dir()
-    return sorted(p.stem for p in folder.glob("*.json") if p.with_suffix(".safetensors").is_file())
+    """Names of the zoo models found (`models_dirs`), sorted."""
+    return sorted(_found())
 
 
-def _known(name: str) -> None:
-    if name not in list():
-        raise KeyError(f"No zoo model {name!r}. The zoo has: {', '.join(list()) or 'nothing'}.")
+def _folder(name: str) -> Path:
+    found = _found()
+    if name in found:
+        return found[name]
+    _refuse_missing_paper_checkpoint(name)
+    raise KeyError(f"No zoo model {name!r}. The zoo has: {', '.join(sorted(found)) or 'nothing'}.")
+
+
+def _refuse_missing_paper_checkpoint(name: str) -> None:
+    """A KeyError saying where to get ``name`` if it is a zoo recipe whose checkpoint is not
+    in any zoo folder here (a wheel carries the core models only)."""
+    from .train.recipes import recipe_names
+
+    if name in recipe_names():
+        raise KeyError(
+            f"Zoo model {name!r} is a paper-study checkpoint, not shipped inside the package: it "
+            f"is in the models/ folder of {REPOSITORY}. Clone it and set VIZKIT_MODELS=<clone>/"
+            f"models, or train it here with `vizkit train {name}` (looked in: "
+            f"{', '.join(map(str, models_dirs())) or 'no folder'})."
+        )
 
 
 def path(name: str) -> Path:
     """The checkpoint file of zoo model ``name``."""
-    _known(name)
-    return models_dir() / f"{name}.safetensors"
+    return _folder(name) / f"{name}.safetensors"
 
 
 def card(name: str) -> dict:
     """The model card of zoo model ``name``."""
-    _known(name)
-    return _read_card(models_dir() / f"{name}.json")
+    return _read_card(_folder(name) / f"{name}.json")
 
 
 def _read_card(file: Path, required: Iterable[str] = ()) -> dict:
@@ -132,7 +186,8 @@ def _read_weights(file: Path, expected_sha256: str | None) -> dict:
         raise ValueError(
             f"{file} does not match the sha256 in its card (expected "
             f"{expected_sha256[:12]}..., got {actual[:12]}...): the file was "
-            "changed or damaged. Restore it (a shipped model: git checkout models/) or retrain."
+            "changed or damaged. Restore it (a shipped model: git checkout models/ "
+            "vizkit/zoo_models/) or retrain."
         )
     return weights
 
@@ -202,6 +257,7 @@ def load(
         model, info = _load_carded(path(name) if shipped else Path(name))
         return model, info if shipped else {**info, "weights": name}
     if not timm.is_model(name):
+        _refuse_missing_paper_checkpoint(name)
         raise KeyError(
             f"{name!r} is neither a zoo model ({', '.join(list()) or 'none'}) nor a "
             "timm architecture (timm.list_models lists those)."

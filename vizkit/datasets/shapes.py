@@ -37,7 +37,7 @@ SHAPES_MEAN = (0.5, 0.5, 0.5)  # normalization chosen for [0, 1] images, not fit
 SHAPES_STD = (0.25, 0.25, 0.25)
 SPLIT_SIZES = {"train": 50_000, "test": 2_000}
 _SPLIT_IDS = {"train": 0, "test": 1}
-SAMPLE_FILE = Path(__file__).resolve().parents[2] / "data" / "shapes_sample.npz"
+SAMPLE_FILE = Path(__file__).resolve().parent / "shapes_sample.npz"  # package data
 SAMPLE_SIZE = 64
 
 
@@ -185,7 +185,7 @@ def write_sample(file: str | Path = SAMPLE_FILE, n: int = SAMPLE_SIZE) -> None:
 
 
 def load_sample(file: str | Path = SAMPLE_FILE) -> tuple[Tensor, Tensor, Tensor]:
-    """The committed evaluation sample (``data/shapes_sample.npz``).
+    """The committed evaluation sample (``vizkit/datasets/shapes_sample.npz``, package data).
 
     Returns:
         images (n, 3, 32, 32) float32 normalized with SHAPES_MEAN/STD, labels (n,), masks

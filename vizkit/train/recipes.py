@@ -179,24 +179,26 @@ def _model_files(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:
-    """Accuracy on the committed sample (``data/shapes_sample.npz``; for digits, the test split):
+    """Accuracy on the committed sample (``vizkit/datasets/shapes_sample.npz``; for digits,
+    the test split):
     what the shipped-model tests reproduce exactly."""
     sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
     return evaluate(model, sample)["accuracy"]
 
 
 def write_models_readme(folder: Path) -> None:
-    """Regenerate ``README.md`` of a zoo folder from its cards (the table is never hand-edited)."""
+    """Regenerate ``README.md`` of a zoo folder from the cards of every zoo model found
+    (`zoo.models_dirs`; the table is never hand-edited)."""
     rows = []
-    for file in sorted(Path(folder).glob("*.json")):
-        c = json.loads(file.read_text())
+    for name in zoo.list():
+        c, file = zoo.card(name), zoo.path(name)
         if not {"test_accuracy", "recipe", "sha256"} <= set(c):
             continue
-        size = (Path(folder) / f"{file.stem}.safetensors").stat().st_size / 1e6
+        size = file.stat().st_size / 1e6
         rows.append(
             f"| {c['name']} | {c['architecture']} | {c['data']['name']} | "
             f"{c['test_accuracy']:.4f} | {c['parameters'] / 1e6:.2f}M | {size:.1f} MB | "
-            f"{c['training_seconds'] / 60:.1f} min | {c['recipe']['epochs']} |"
+            f"{c['training_seconds'] / 60:.1f} min | {c['recipe']['epochs']} | {_where(file)} |"
         )
     text = [
         "# Model zoo",
@@ -204,11 +206,17 @@ def write_models_readme(folder: Path) -> None:
         "Checkpoints (`.safetensors`) with a JSON card each: architecture and kwargs, data,",
         "recipe, test accuracy, parameters, training time and machine, sha256, per-epoch",
         "history. Load with `vizkit.zoo.load(name)`; retrain with `vizkit train <name>` (recipes",
-        "in `vizkit/train/recipes/`). The trainer writes this table from the cards.",
+        "in `vizkit/train/recipes/`). The trainer writes this table from the cards. The core",
+        "models ship inside the package (`vizkit/zoo_models/`, in every wheel); the paper-study",
+        "checkpoints stay in this folder.",
         "",
-        "| name | architecture | data | test accuracy | params | file | training | epochs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| name | architecture | data | test accuracy | params | file | training | epochs | in |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
     (Path(folder) / "README.md").write_text("\n".join(text))
+
+
+def _where(file: Path) -> str:
+    return "package" if file.parent == zoo.PACKAGE_MODELS else "models/"
