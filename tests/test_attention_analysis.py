@@ -142,9 +142,9 @@ def test_reduce_heads_options():
     torch.testing.assert_close(vk.hooks.reduce_heads(p, 2), p[:, 2])
     torch.testing.assert_close(vk.hooks.reduce_heads(p, -1), p[:, 2])
     torch.testing.assert_close(vk.hooks.reduce_heads(p, [0, 2]), (p[:, 0] + p[:, 2]) / 2)
-    with pytest.raises(ValueError, match="heads: index 7 does not exist"):
+    with pytest.raises(ValueError, match="heads: head 7 does not exist in a map with 3 heads"):
         vk.hooks.reduce_heads(p, 7)
-    with pytest.raises(ValueError, match="heads: index 3 does not exist"):
+    with pytest.raises(ValueError, match="heads: head 3 does not exist"):
         vk.hooks.reduce_heads(p, [0, 3])
     with pytest.raises(ValueError, match="'mean', 'max', 'min'"):
         vk.hooks.reduce_heads(p, "median")

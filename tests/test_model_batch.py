@@ -8,7 +8,9 @@ import timm
 import torch
 from PIL import Image
 
+from vizkit import zoo
 from vizkit.datasets import load_sample, model_batch
+from vizkit.datasets.model_input import model_data_config
 
 
 def vit(size=32):
@@ -17,8 +19,15 @@ def vit(size=32):
 
 def test_shapes_come_from_the_committed_sample_and_beyond_it_are_rendered():
     images, _, masks = load_sample()
-    small = model_batch(vit(), "shapes", n=5)
+    shapes_model, card = zoo.load("vit_tiny_shapes")  # normalized as Shapes are
+    small = model_batch(shapes_model, "shapes", n=5, card=card)
     assert torch.equal(small.images, images[:5]) and torch.equal(small.masks, masks[:5])
+    other = vit()  # timm's config: mean and std 0.5, renormalized for it
+    cfg = model_data_config(other)
+    assert cfg["std"] != (0.25, 0.25, 0.25)
+    pixels = images[:5] * 0.25 + 0.5
+    mean, std = (torch.tensor(cfg[k]).view(3, 1, 1) for k in ("mean", "std"))
+    torch.testing.assert_close(model_batch(other, "shapes", n=5).images, (pixels - mean) / std)
     assert "committed Shapes sample" in small.source and small.classes[0] == "circle"
     large = model_batch(vit(), "shapes", n=70)  # more than the sample holds: rendered
     assert large.images.shape == (70, 3, 32, 32) and large.masks.shape == (70, 32, 32)

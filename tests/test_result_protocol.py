@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -86,7 +87,7 @@ def example(request):
 
 def test_round_trip_through_json_gives_an_equal_result(example):
     name, result, _ = example
-    data = json.dumps(result.to_dict())
+    data = json.dumps(result.to_dict(), allow_nan=False)  # strict JSON: NaN as strings
     back = Result.from_dict(json.loads(data))
     assert type(back).__name__ == name
     assert json.dumps(back.to_dict()) == data  # every field, tensors with dtype and shape
@@ -133,3 +134,20 @@ def test_from_dict_refuses_another_class_and_unknown_types():
         vk.CKAResult.from_dict(data)
     with pytest.raises(ValueError, match="Unknown result type 'Nothing'"):
         Result.from_dict({**data, "__type__": "Nothing"})
+    with pytest.raises(ValueError, match="no '__type__' tag"):  # e.g. an old history entry
+        vk.ResidualRatios.from_dict({"layers": ["blocks.0"], "attn": [0.1]})
+
+
+def test_non_finite_values_and_option_types_survive_strict_json():
+    with pytest.warns(UserWarning, match="rollout skipped"):
+        table = vk.compare_saliency(*build("cait"), methods=("rollout", "random"), steps=4)
+    assert table.values.isnan().any()  # rollout is skipped for CaiT's talking heads
+    back = Result.from_dict(json.loads(json.dumps(table.to_dict(), allow_nan=False)))
+    assert torch.equal(back.values.isnan(), table.values.isnan())
+    assert all(
+        math.isnan(s) for s, r in zip(back.seconds, table.seconds, strict=True) if math.isnan(r)
+    )
+    rolled = vk.rollout(*build("vit"), heads=range(2))
+    assert rolled.options["heads"] == [0, 1]
+    options = Result.from_dict(json.loads(json.dumps(rolled.to_dict())))
+    assert options.options["heads"] == [0, 1]

@@ -169,7 +169,9 @@ def test_refiner_figures_draw_every_stage_and_model():
     named = vk.papers.refiner.attention_matrices(results, layers=[-3, "blocks.2"])
     assert [t.z.tolist() for t in named.data] == [t.z.tolist() for t in fig.data]
     some = {"softmax": vk.attention(model, x, layers=[0, 2])}
-    with pytest.raises(ValueError, match="Layer 1 was not captured"):
+    with pytest.raises(
+        ValueError, match=r"Layer 1 \(blocks.1.attn.hook_pattern\) was not captured"
+    ):
         vk.papers.refiner.attention_matrices(some, layers=[1])
     curves = vk.papers.refiner.attention_depth_curves({k: r.stats() for k, r in results.items()})
     assert len(curves.data) == 2 * 3

@@ -191,3 +191,54 @@ def test_one_layer_refuses_several():
     model, x = _vit()
     with pytest.raises(ValueError, match="selects 6 Grad-CAM layers"):
         vk.gradcam(model, x, layer="blocks.*.hook_resid_pre")
+
+
+def test_each_layer_is_selected_once_and_globs_keep_forward_order():
+    model, x = _cait()  # talking heads: a softmax and a mixed map per block
+    assert vk.attention(model, x, layers="blocks.*").layers == [0, 1]
+    vit, y = _vit()
+    both = ["blocks.2.attn.hook_pattern", "blocks.*.attn.hook_pattern"]
+    assert vk.attention(vit, y, layers=both).layers == [2, 0, 1, 3, 4, 5]
+    assert vk.attention(vit, y, layers=[1, 1, -5]).layers == [1]
+    other = vk.create_model("test_vit").eval()
+    result = vk.cka_matrix(vit, y, layers=[1, "blocks.1"], model_b=other, layers_b=[0, 0],
+                           unbiased=False, progress=False)  # fmt: skip
+    assert result.matrix.shape == (1, 1)
+
+
+def test_a_result_names_layers_as_the_model_does():
+    model, x = _refined()
+    some = vk.attention(model, x, layers=[0, 2])
+    assert some.position("blocks.-2") == 1  # blocks.2 of the model, not the second captured
+    with pytest.raises(ValueError, match=r"Layer 3 \(blocks.3.attn.hook_pattern\) was not"):
+        some.position("blocks.-1")
+    with pytest.raises(ValueError, match="Layer 3 .* was not captured"):
+        some.position(-1)
+    assert some.position("blocks.2.attn.hook_pattern_refined") == 1  # applied name, same layer
+    assert vk.attention(model, x, layers=[2, 0]).position() == 0  # the deepest captured
+
+
+def test_stage_paths_and_head_counts_of_a_hierarchical_model():
+    swin = vk.create_model(
+        "swin_tiny_patch4_window7_224", img_size=64, window_size=4, embed_dim=24,
+        depths=(1, 1, 2, 1), num_heads=(1, 2, 3, 4),
+    ).eval()  # fmt: skip
+    x = torch.randn(1, 3, 64, 64)
+    assert vk.analysis.stage_layers(swin, (64, 64), layer="layers.2") == [2, 3]
+    assert vk.analysis.stage_layers(swin, (64, 64)) == [4]
+    with pytest.raises(ValueError, match="head 1 does not exist in a map with 1 heads"):
+        vk.rollout(swin, x, heads=1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m, x: vk.rollout(m, x, heads=[]), ValueError, "non-empty list"),
+        (lambda m, x: vk.attention(m, x, layers="blocks.-0"), KeyError, "matches none"),
+        (lambda m, x: vk.attention(m, x, layers="blocks.9*"), KeyError, "none of the 6 self"),
+        (lambda m, x: vk.gradcam(m, x, layer="blocks.9"), KeyError, "none of the 6 Grad-CAM"),
+    ],
+)
+def test_messages_count_the_layers_ints_count(call, error, match):
+    with pytest.raises(error, match=match):
+        call(*_vit())

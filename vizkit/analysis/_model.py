@@ -20,6 +20,7 @@ __all__ = [
     "pooling_attention_names",
     "self_attention_names",
     "token_pixels",
+    "without_applied_suffix",
     "query_index",
     "reads_class_token",
 ]
@@ -65,7 +66,7 @@ def attention_names(hm: HookedModel, layers: LayerSpec | None = None) -> list[st
     known = set(hm.hook_names())
     applied = [n + s for n in names for s in APPLIED_SUFFIXES if n + s in known]
     chosen = select_layers(layers, names, names + applied, what="self-attention layers")
-    return [_without_applied_suffix(name) for name in chosen]
+    return list(dict.fromkeys(without_applied_suffix(name) for name in chosen))
 
 
 def self_attention_names(hm: HookedModel) -> list[str]:
@@ -116,10 +117,10 @@ def pooling_attention_names(hm: HookedModel) -> list[str]:
 def layer_index(hm: HookedModel, name: str) -> int:
     """Position of the self-attention map ``name`` (or its ``_mixed``/``_refined``) among the
     model's self-attention layers."""
-    return self_attention_names(hm).index(_without_applied_suffix(name))
+    return self_attention_names(hm).index(without_applied_suffix(name))
 
 
-def _without_applied_suffix(name: str) -> str:
+def without_applied_suffix(name: str) -> str:
     return next((name.removesuffix(s) for s in APPLIED_SUFFIXES if name.endswith(s)), name)
 
 

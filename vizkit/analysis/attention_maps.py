@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -15,7 +14,6 @@ from ..hooks.inputs import (
     check_choice,
     check_count,
     check_images,
-    check_indices,
     check_values_finite,
 )
 from ..hooks.selection import HeadSpec, LayerSpec, reduce_heads, select_layer
@@ -28,6 +26,7 @@ from ._model import (
     layer_index,
     query_index,
     token_pixels,
+    without_applied_suffix,
 )
 from .result import Result
 
@@ -49,7 +48,8 @@ class AttentionResult(Result):
         layers: index of each of the L layers among the model's self-attention layers.
         names: hook name of each layer's map.
         layout: prefix tokens and patch grid of the N tokens.
-        num_layers: how many self-attention layers the model has (``layers`` index them).
+        model_layers: every self-attention map of the model, in forward order (``layers``
+            index them; ``num_layers`` counts them).
         patch_size: (ph, pw) image pixels per token (a hierarchical stage's stride).
         image_size: (H, W) of the input.
         query: the token index kept on the query axis, or None for all queries.
@@ -68,27 +68,32 @@ class AttentionResult(Result):
     layout: TokenLayout
     patch_size: tuple[float, float]
     image_size: tuple[int, int]
-    num_layers: int
+    model_layers: list[str]
     query: int | None = None
     logits: Tensor | None = field(default=None, repr=False)
     maps: str = "softmax"
     options: dict = field(default_factory=dict)
 
+    @property
+    def num_layers(self) -> int:
+        return len(self.model_layers)
+
     def position(self, layer: LayerSpec | None = None) -> int:
-        """Position in ``patterns`` of one captured layer: None for the last captured, an int
-        (the model's self-attention layer, negative from its last) or a hook name or module
-        path (``"blocks.3"``)."""
+        """Position in ``patterns`` of one captured layer, named as for `attention`: an int
+        (the model's self-attention layer, negative from its last), a hook name (softmax or
+        applied map) or a module path (``"blocks.3"``); None for the deepest captured."""
         if layer is None:
-            return len(self.names) - 1
-        if isinstance(layer, numbers.Integral) and not isinstance(layer, bool):
-            (index,) = check_indices("layer", layer, self.num_layers, "self-attention layers")
-            if index not in self.layers:
-                raise ValueError(
-                    f"Layer {layer} was not captured (captured: {self.layers}); capture it "
-                    f"with attention(..., layers=[..., {index}])."
-                )
-            return self.layers.index(index)
-        return self.names.index(select_layer(layer, self.names, what="captured layers"))
+            return self.layers.index(max(self.layers))
+        if isinstance(layer, str):
+            layer = without_applied_suffix(layer)
+        name = select_layer(layer, self.model_layers, what="self-attention layers")
+        index = self.model_layers.index(name)
+        if index not in self.layers:
+            raise ValueError(
+                f"Layer {index} ({name}) was not captured (captured: {self.layers}); capture "
+                f"it with attention(..., layers=[..., {index}])."
+            )
+        return self.layers.index(index)
 
     def heads(self, heads: HeadSpec = "mean") -> Tensor:
         """Patterns with the heads fused by ``heads`` (see `vizkit.hooks.reduce_heads`):
@@ -203,6 +208,13 @@ def attention(
     Returns:
         An `AttentionResult` with patterns (L, B, H, Nq, N).
 
+    Example:
+        >>> import timm, torch
+        >>> model = timm.create_model("test_vit").eval()
+        >>> result = attention(model, torch.randn(2, 3, 64, 64), layers=[0, "blocks.-1"])
+        >>> result.layers, result.names[-1], tuple(result.patterns.shape)
+        ([0, 5], 'blocks.5.attn.hook_pattern', (2, 2, 2, 17, 17))
+
     Raises:
         ValueError: a model without self-attention, a layer or query out of range, or a capture
             above ``max_bytes`` (the message gives its size and how to shrink it).
@@ -246,7 +258,7 @@ def attention(
         layout=layout,
         patch_size=token_pixels(layout, image_size),
         image_size=image_size,
-        num_layers=len(attention_names(hm)),
+        model_layers=attention_names(hm),
         query=row,
         logits=logits,
         maps=maps,
@@ -265,10 +277,12 @@ def stage_layers(
     model: nn.Module | HookedModel, image_size: tuple[int, int], layer: LayerSpec = -1
 ) -> list[int]:
     """Indices of the self-attention layers over the same tokens as ``layer`` (default: the
-    last stage of a hierarchical model; every layer of a plain ViT), for `attention(layers=)`."""
+    last stage of a hierarchical model; every layer of a plain ViT), for `attention(layers=)`.
+    ``layer`` may also name a stage (Swin's ``"layers.2"``)."""
     hm = as_hooked(model)
     names = attention_names(hm)
-    target = hm.token_layout(image_size, select_layer(layer, names, what="self-attention layers"))
+    chosen = attention_names(hm, layer)
+    target = common_layout(hm, chosen, image_size, fix="Name one layer or one stage.")
     return [i for i, n in enumerate(names) if hm.token_layout(image_size, n) == target]
 
 

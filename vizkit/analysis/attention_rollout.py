@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_images
-from ..hooks.selection import HeadSpec, reduce_heads
+from ..hooks.selection import HeadSpec, head_option, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
 from ._model import (
@@ -174,7 +174,7 @@ def rollout(
         method="rollout",
         image_size=tuple(x.shape[-2:]),
         options={
-            "heads": heads,
+            "heads": head_option(heads),
             "discard_ratio": discard_ratio,
             "allow_non_stochastic": allow_non_stochastic,
             "maps": names + ca_names + pool_names[-1:],

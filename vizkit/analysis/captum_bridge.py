@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from captum.attr import IntegratedGradients, Occlusion, Saliency
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, frozen_parameters
@@ -26,6 +25,13 @@ from ..hooks.targets import target_indices
 from .saliency_result import SaliencyResult
 
 __all__ = ["integrated_gradients", "occlusion", "saliency"]
+
+
+def _captum():
+    """``captum.attr``, imported on first use (0.7 s: it loads IPython and matplotlib)."""
+    import captum.attr
+
+    return captum.attr
 
 
 def _prepare(
@@ -74,12 +80,16 @@ def integrated_gradients(
     hm, x, forward, targets = _prepare(model, x, target)
     baseline = _check_baseline(baseline, x)
     with frozen_parameters(hm.model):  # gradients of the input only
-        attributions = IntegratedGradients(forward).attribute(
-            x,
-            baselines=baseline,
-            target=targets,
-            n_steps=n_steps,
-            internal_batch_size=internal_batch_size,
+        attributions = (
+            _captum()
+            .IntegratedGradients(forward)
+            .attribute(
+                x,
+                baselines=baseline,
+                target=targets,
+                n_steps=n_steps,
+                internal_batch_size=internal_batch_size,
+            )
         )
     options = {"n_steps": n_steps, "baseline": _describe(baseline)}
     return _result(attributions, "integrated_gradients", "sum", targets, options)
@@ -91,7 +101,7 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     (B, H, W)."""
     hm, x, forward, targets = _prepare(model, x, target)
     with frozen_parameters(hm.model):  # gradients of the input only
-        attributions = Saliency(forward).attribute(x, target=targets, abs=True)
+        attributions = _captum().Saliency(forward).attribute(x, target=targets, abs=True)
     return _result(attributions, "saliency", "abs_max", targets, {})
 
 
@@ -123,13 +133,17 @@ def occlusion(
         window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in image_size)
     window = check_size("window", window, image_size)
     stride = check_size("stride", window if stride is None else stride, image_size)
-    attributions = Occlusion(forward).attribute(
-        x,
-        sliding_window_shapes=(x.shape[1], *window),
-        strides=(x.shape[1], *stride),
-        baselines=baseline,
-        target=targets,
-        perturbations_per_eval=max(1, internal_batch_size // len(x)),
+    attributions = (
+        _captum()
+        .Occlusion(forward)
+        .attribute(
+            x,
+            sliding_window_shapes=(x.shape[1], *window),
+            strides=(x.shape[1], *stride),
+            baselines=baseline,
+            target=targets,
+            perturbations_per_eval=max(1, internal_batch_size // len(x)),
+        )
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
     return _result(attributions, "occlusion", "mean", targets, options)

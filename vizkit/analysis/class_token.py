@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
-from ..hooks.selection import HeadSpec, LayerSpec, reduce_heads, select_layer
+from ..hooks.selection import HeadSpec, LayerSpec, head_option, reduce_heads, select_layer
 from ._model import class_attention_names, pooling_attention_names, self_attention_names
 from .saliency_result import SaliencyResult
 
@@ -60,7 +60,12 @@ def class_attention(
         maps=reduce_heads(per_head, heads, head_dim=1),
         method="class_attention",
         image_size=image_size,
-        options={"layer": name, "layer_index": names.index(name), "stage": stage, "heads": heads},
+        options={
+            "layer": name,
+            "layer_index": names.index(name),
+            "stage": stage,
+            "heads": head_option(heads),
+        },
         layout=layout,
         targets=logits.argmax(-1) if logits.ndim == 2 else None,
         extras={

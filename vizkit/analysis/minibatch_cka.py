@@ -34,10 +34,14 @@ class MinibatchCKA:
     passed to `update` are those `kernel` builds from each batch's features.
 
     Example:
+        >>> import torch
+        >>> from vizkit.analysis.cka_kernels import kernel
         >>> acc = MinibatchCKA(["a", "b"])
-        >>> for xa, xb in batches:
-        ...     acc.update([kernel(xa), kernel(xb)])
-        >>> acc.cka()  # (2, 2)
+        >>> for _ in range(3):  # batches of 16 examples
+        ...     xa = torch.randn(16, 8, dtype=torch.float64)
+        ...     acc.update([kernel(xa), kernel(2 * xa + 1)])
+        >>> acc.cka().allclose(torch.ones(2, 2, dtype=torch.float64))  # invariant to scale, offset
+        True
     """
 
     def __init__(self, names: list[str], unbiased: bool = True) -> None:

@@ -8,17 +8,30 @@ A result is a dataclass that inherits `Result`. Every result answers
 - ``image_size``: (H, W) of the input (None for results read from parameters alone);
 
 as its own fields where it has them, else ``{}`` / None. ``to_dict()`` gives plain JSON types
-(tensors keep dtype and shape) tagged with the class, and ``Result.from_dict`` (or
+(tensors keep dtype and shape; NaN and infinities are strings, so the JSON is strict)
+tagged with the class, and ``Result.from_dict`` (or
 ``SomeResult.from_dict``) rebuilds an equal result: training histories store results this way.
+
+Example:
+    >>> import json, torch
+    >>> from vizkit.analysis import SaliencyResult
+    >>> result = SaliencyResult(torch.ones(1, 2, 2), "demo", (32, 32))
+    >>> result
+    SaliencyResult(maps=<(1, 2, 2) float32>, method='demo', image_size=(32, 32), ...)
+    >>> back = Result.from_dict(json.loads(json.dumps(result.to_dict())))
+    >>> torch.equal(back.maps, result.maps), back.image_size
+    (True, (32, 32))
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
+import math
 import numbers
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -38,6 +51,12 @@ class Result:
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
+        known = Result.registry.get(cls.__name__)
+        if known is not None and known.__module__ != cls.__module__:
+            raise TypeError(
+                f"A result class {cls.__name__!r} exists already ({known.__module__}); results "
+                "are stored by class name, so give this one another name."
+            )
         Result.registry[cls.__name__] = cls
 
     def __getattr__(self, name: str) -> Any:
@@ -54,6 +73,13 @@ class Result:
     def from_dict(cls, data: dict) -> Result:
         """The result ``to_dict`` gave ``data`` (``Result.from_dict`` takes any result class;
         a subclass checks the tag is its own)."""
+        if not isinstance(data, dict) or TYPE_KEY not in data:
+            keys = sorted(data)[:5] if isinstance(data, dict) else type(data).__name__
+            raise ValueError(
+                f"Not a result written by Result.to_dict (no {TYPE_KEY!r} tag; got {keys}). "
+                "Training histories written before vizkit stored results this way hold plain "
+                "lists: train again, or rebuild the result from them."
+            )
         result = decode(data)
         if not isinstance(result, cls):
             raise TypeError(f"{cls.__name__}.from_dict got a {type(result).__name__}.")
@@ -93,7 +119,7 @@ def encode(value: Any) -> Any:
             TYPE_KEY: "Tensor",
             "dtype": str(data.dtype).removeprefix("torch."),
             "shape": list(data.shape),
-            "data": data.flatten().tolist(),
+            "data": [_finite(v) for v in data.flatten().tolist()],
         }
     if dataclasses.is_dataclass(value) and type(value).__name__ in Result.registry:
         fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -106,10 +132,15 @@ def encode(value: Any) -> Any:
         if all(isinstance(k, str) and k != TYPE_KEY for k in value):
             return {k: encode(v) for k, v in value.items()}
         return {TYPE_KEY: "dict", "items": [[encode(k), encode(v)] for k, v in value.items()]}
-    if value is None or isinstance(value, (str, bool, int, float)):
+    if isinstance(value, range):
+        return list(value)
+    if isinstance(value, float):
+        text = _finite(value)
+        return value if text is value else {TYPE_KEY: "float", "value": text}
+    if value is None or isinstance(value, (str, bool, int)):
         return value
-    if isinstance(value, numbers.Number):  # numpy scalars
-        return value.item()
+    if isinstance(value, (numbers.Number, np.generic)):  # numpy scalars, np.bool_ too
+        return encode(value.item())
     raise TypeError(f"Cannot encode a {type(value).__name__} in a result: {value!r}.")
 
 
@@ -124,7 +155,10 @@ def decode(value: Any) -> Any:
         return {k: decode(v) for k, v in value.items()}
     if kind == "Tensor":
         dtype = getattr(torch, value["dtype"])
-        return torch.tensor(value["data"], dtype=dtype).reshape(value["shape"])
+        data = [_NON_FINITE.get(v, v) for v in value["data"]]
+        return torch.tensor(data, dtype=dtype).reshape(value["shape"])
+    if kind == "float":
+        return _NON_FINITE[value["value"]]
     if kind == "tuple":
         return tuple(decode(v) for v in value["items"])
     if kind == "dict":
@@ -136,6 +170,18 @@ def decode(value: Any) -> Any:
         )
     fields = {k: decode(v) for k, v in value.items() if k != TYPE_KEY}
     return Result.registry[kind](**fields)
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _finite(value: Any) -> Any:
+    """Floats as JSON allows them: NaN and infinities as strings (strict JSON has none); inside
+    a tensor's data the string alone, elsewhere tagged."""
+    if not isinstance(value, float) or math.isfinite(value):
+        return value
+    text = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return text
 
 
 def _short(value: Any) -> str:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from .digits import digit_images
 from .image_folder import ImageFolder
 from .model_input import model_data_config
-from .shapes import SAMPLE_SIZE, SHAPE_CLASSES, Shapes, load_sample
+from .shapes import SAMPLE_SIZE, SHAPE_CLASSES, SHAPES_MEAN, SHAPES_STD, Shapes, load_sample
 
 __all__ = ["DATA_SOURCES", "Batch", "model_batch"]
 
@@ -68,6 +68,7 @@ def model_batch(
             source = f"{n} Shapes test images rendered at {size[0]}x{size[1]}"
         else:
             raise ValueError(f"Shapes are square; this model takes {size[0]}x{size[1]} images.")
+        images = _renormalized(images, (SHAPES_MEAN, SHAPES_STD), (cfg["mean"], cfg["std"]))
         return Batch(images, source, labels, masks, classes or list(SHAPE_CLASSES))
     if data == "digits":
         images, labels = digit_images(n, size, cfg["mean"], cfg["std"])
@@ -82,3 +83,14 @@ def model_batch(
     found = ImageFolder(folder, model, limit=n)  # skips unreadable files with a warning
     images = torch.stack([image for image, _ in found])
     return Batch(images, f"{len(images)} images from {folder}", classes=classes)
+
+
+def _renormalized(images: Tensor, source: tuple, target: tuple) -> Tensor:
+    """(B, 3, H, W) images normalized with ``source`` (mean, std), normalized with ``target``
+    instead (the model's config)."""
+    if tuple(map(tuple, source)) == tuple(map(tuple, target)):
+        return images
+    (mean, std), (new_mean, new_std) = (
+        (torch.tensor(m).view(3, 1, 1), torch.tensor(s).view(3, 1, 1)) for m, s in (source, target)
+    )
+    return (images * std + mean - new_mean) / new_std

@@ -81,9 +81,12 @@ class HookedModel:
     context.
 
     Example:
+        >>> import timm, torch
         >>> hm = HookedModel(timm.create_model("test_vit"))
+        >>> x = torch.randn(2, 3, 64, 64)
         >>> logits, cache = hm.run_with_cache(x, names="blocks.*.attn.hook_pattern")
         >>> cache.stack("attn.hook_pattern").shape  # (L, B, H, N, N)
+        torch.Size([6, 2, 2, 17, 17])
     """
 
     def __init__(self, model: nn.Module) -> None:

@@ -18,7 +18,7 @@ __all__ = [
 NameSpec = str | re.Pattern | Callable[[str], bool] | Sequence[str | re.Pattern]
 
 GLOB_CHARS = set("*?[")
-_NEGATIVE = re.compile(r"-\d+")
+_NEGATIVE = re.compile(r"-[1-9]\d*")
 
 
 def resolve_negative_indices(name: str, known: Sequence[str]) -> str:

@@ -11,11 +11,23 @@
 
 ``heads=`` reduces the head axis with ``"mean"``, ``"max"`` or ``"min"``, keeps one head (an
 int, negative from the end), or averages the listed heads (a list of ints).
+
+Example:
+    >>> names = [f"blocks.{i}.attn.hook_pattern" for i in range(4)]
+    >>> select_layers([0, -1], names)
+    ['blocks.0.attn.hook_pattern', 'blocks.3.attn.hook_pattern']
+    >>> select_layers(["blocks.2", "blocks.[12].*"], names)  # each layer once
+    ['blocks.2.attn.hook_pattern', 'blocks.1.attn.hook_pattern']
+    >>> import torch
+    >>> pattern = torch.arange(6.0).view(1, 3, 2)  # (B, H, N)
+    >>> reduce_heads(pattern, "max", head_dim=1), reduce_heads(pattern, [0, 2], head_dim=1)
+    (tensor([[4., 5.]]), tensor([[2., 3.]]))
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import numbers
 import re
 from collections.abc import Callable, Sequence
@@ -29,6 +41,7 @@ from .names import GLOB_CHARS, resolve_names, resolve_negative_indices
 __all__ = [
     "HeadSpec",
     "LayerSpec",
+    "head_option",
     "layer_indices",
     "reduce_heads",
     "select_layer",
@@ -49,8 +62,8 @@ def select_layers(
     arg: str = "layers",
     what: str = "layers",
 ) -> list[str]:
-    """The hook names ``spec`` selects, in the order given (a glob or module path adds its
-    matches in forward order).
+    """The hook names ``spec`` selects, each once, in the order given (a glob, regex, callable
+    or module path adds its matches in forward order; a name selected twice counts once).
 
     Args:
         spec: see the module docstring.
@@ -84,7 +97,7 @@ def select_layers(
             chosen += resolve_names(item, named)
         else:
             raise TypeError(_type_message(arg, item, what))
-    return chosen
+    return list(dict.fromkeys(chosen))
 
 
 def select_layer(
@@ -116,23 +129,41 @@ def layer_indices(names: Sequence[str], indexed: Sequence[str]) -> list[int | No
 def _select_name(item: str, indexed: Sequence[str], named: list[str], what: str) -> list[str]:
     """A hook name or glob over ``named``, else a module path over ``indexed``."""
     if GLOB_CHARS & set(item):
-        return resolve_names(item, named)
-    try:
-        name = resolve_negative_indices(item, named)
-    except KeyError:
-        name = None
-    if name in named:
-        return [name]
-    module = resolve_negative_indices(item, indexed) if indexed else item
-    under = [n for n in indexed if n.startswith(module + ".")]
+        matched = fnmatch.filter(named, _without_negatives(item, named) or item)
+        if matched:
+            return matched
+        raise KeyError(_unknown(item, item, indexed, named, what))
+    resolved = _without_negatives(item, named) or _without_negatives(item, indexed) or item
+    if resolved in named:
+        return [resolved]
+    under = [n for n in indexed if n.startswith(resolved + ".")]
     if under:
         return under
-    close = difflib.get_close_matches(item, named, n=3, cutoff=0.5)
+    raise KeyError(_unknown(item, resolved, indexed, named, what))
+
+
+def _without_negatives(item: str, known: Sequence[str]) -> str | None:
+    """``item`` with its negative indices counted back over ``known`` (None where they mean
+    nothing there)."""
+    try:
+        return resolve_negative_indices(item, known)
+    except KeyError:
+        return None
+
+
+def _unknown(item: str, resolved: str, indexed: Sequence[str], named: list[str], what: str) -> str:
+    shown = f"{item!r}" + (f" ({resolved})" if resolved != item else "")
+    close = difflib.get_close_matches(resolved, named, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    raise KeyError(
-        f"{item!r} is none of the {len(named)} {what} ({_span(named)}) and no module path "
-        f"above them.{hint} Ints count "
-        f"the {what} (0..{len(indexed) - 1}, negative from the end); globs work too."
+    others = (
+        f", nor another of the {len(named)} hook names it takes (hook_names() lists them)"
+        if len(named) > len(indexed)
+        else ""
+    )
+    return (
+        f"{shown} matches none of the {len(indexed)} {what} ({_span(list(indexed))}) or a "
+        f"module path above them{others}.{hint} Ints count the {what} "
+        f"(0..{len(indexed) - 1}, negative from the end)."
     )
 
 
@@ -147,6 +178,13 @@ def _type_message(arg: str, value: object, what: str) -> str:
     )
 
 
+def head_option(heads: HeadSpec) -> str | int | list[int]:
+    """``heads`` as stored in a result's options: a reduction name, an int or a list of ints."""
+    if isinstance(heads, (list, tuple, range)):
+        return [int(h) for h in heads]
+    return int(heads) if isinstance(heads, numbers.Integral) else heads
+
+
 def reduce_heads(pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3) -> Tensor:
     """Fuse the head axis ``head_dim`` of ``pattern``: ``"mean"``, ``"max"``, ``"min"``, one
     head (an int, negative from the end) or the mean of the listed heads (a list of ints)."""
@@ -156,13 +194,29 @@ def reduce_heads(pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3) 
         if heads in ("max", "min"):
             return getattr(pattern, heads)(head_dim).values
     elif isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
-        (head,) = check_indices("heads", heads, pattern.shape[head_dim], "heads")
+        (head,) = _head_indices([heads], pattern.shape[head_dim])
         return pattern.select(head_dim, head)
-    elif isinstance(heads, (list, tuple, range)):
-        chosen = check_indices("heads", heads, pattern.shape[head_dim], "heads")
-        index = torch.tensor(chosen, device=pattern.device)
+    elif isinstance(heads, (list, tuple, range)) and len(heads):
+        index = torch.tensor(_head_indices(heads, pattern.shape[head_dim]), device=pattern.device)
         return pattern.index_select(head_dim, index).mean(head_dim)
     raise ValueError(
-        f"heads must be 'mean', 'max', 'min', a head index or a list of head indices; "
+        f"heads must be 'mean', 'max', 'min', a head index or a non-empty list of head indices; "
         f"got {heads!r}."
     )
+
+
+def _head_indices(heads: Sequence[int], count: int) -> list[int]:
+    """``heads`` as indices in [0, count), negative from the end; a ValueError naming the map's
+    head count (stages of a hierarchical model differ)."""
+    chosen = []
+    for head in heads:
+        if isinstance(head, bool) or not isinstance(head, numbers.Integral):
+            raise ValueError(f"heads must hold head indices (ints); got {head!r}.")
+        if not -count <= head < count:
+            raise ValueError(
+                f"heads: head {head} does not exist in a map with {count} heads (valid: "
+                f"0..{count - 1} or -{count}..-1; the stages of a hierarchical model have "
+                "different head counts)."
+            )
+        chosen.append(int(head) % count)
+    return chosen
