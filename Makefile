@@ -6,21 +6,25 @@ STAMP := $(VENV)/.installed
 
 export VIZKIT_FAST ?= 1
 export HF_HUB_OFFLINE ?= 1
+export NO_MKDOCS_2_WARNING ?= 1
+# make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
+export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit notebooks lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit notebooks docs lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(BIN)/python -m pip install -e ".[dev,docs]"
 	touch $(STAMP)
 
 demo: setup
 	$(BIN)/vizkit report --out report
 
 test: lint unit notebooks
+	$(MAKE) docs VIZKIT_DOCS_EXECUTE=false
 
 unit: setup
 	$(BIN)/python -m pytest -q
@@ -29,6 +33,10 @@ notebooks: setup
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout=300 \
 		-p no:cacheprovider notebooks/
+
+docs: setup
+	$(BIN)/python docs/generate.py
+	$(BIN)/mkdocs build --strict --quiet
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
@@ -60,8 +68,8 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256
 
 lint: setup
-	$(BIN)/ruff check vizkit tests benchmarks notebooks
-	$(BIN)/ruff format --check vizkit tests benchmarks notebooks/strip_outputs.py
+	$(BIN)/ruff check vizkit tests benchmarks notebooks docs/*.py
+	$(BIN)/ruff format --check vizkit tests benchmarks notebooks/strip_outputs.py docs/*.py
 
 strip: setup
 	$(BIN)/python notebooks/strip_outputs.py notebooks/*.ipynb

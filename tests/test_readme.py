@@ -1,15 +1,45 @@
-"""The README's Python example runs and shows what it says."""
+"""The README is the entry point: short, its quickstart runs and does what it says; the hook
+example of the manual runs too."""
 
 import re
 from pathlib import Path
 
-README = Path(__file__).parent.parent / "README.md"
+import pytest
+
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+HOOKS = ROOT / "docs" / "concepts" / "hooks.md"
 
 
-def test_readme_example_runs():
-    block = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+def python_blocks(file: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", file.read_text(), re.S)
+
+
+def run(block: str, name: str) -> dict:
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(block, name, "exec"), scope)
+    return scope
+
+
+def test_readme_is_an_entry_point():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    for link in re.findall(r"\]\(([^)#]+)\)", text):  # every relative link resolves
+        assert link.startswith("http") or (ROOT / link).exists(), link
+    (quickstart,) = python_blocks(README)
+    assert len(quickstart.strip().splitlines()) <= 10
+
+
+def test_readme_quickstart_runs():
+    with pytest.warns(UserWarning, match="constant maps"):  # one Grad-CAM map is flat here
+        scope = run(python_blocks(README)[0], "README.md")
+    assert scope["maps"].layers == [0, 3] and tuple(scope["cam"].maps.shape) == (8, 8, 8)
+    assert scope["table"].methods == ["rollout", "gradcam", "random"]
+    assert scope["fig"].data and "class token" in scope["fig"].layout.title.text
+
+
+def test_hook_example_runs_and_shows_what_it_says():
+    scope = run(python_blocks(HOOKS)[0], "docs/concepts/hooks.md")
     assert tuple(scope["cache"].stack("attn.hook_pattern").shape) == (4, 64, 4, 65, 65)
     assert "blocks.3.norm1.hook_out_grad" in scope["grads"]
     assert not (scope["uniform_logits"] - scope["logits"]).abs().max() < 1e-6  # the edit acts

@@ -23,33 +23,11 @@ from .analysis.representations import TOKEN_MODES
 from .datasets import model_batch
 from .hooks import HookedModel
 from .hooks.inputs import check_device
+from .hooks.names import collapsed_names
 
 __all__ = ["main"]
 
 DEFAULT_MODEL = "vit_tiny_shapes"
-
-
-def _collapse_indices(names: Sequence[str], hm: HookedModel) -> dict[str, tuple[list[int], str]]:
-    """Group ``blocks.3.hook_x`` by family ``blocks.{}.hook_x``: family -> (indices, shape)."""
-    families: dict[str, tuple[list[int], str]] = {}
-    for name in names:
-        parts = name.split(".")
-        digits = [i for i, part in enumerate(parts) if part.isdigit()]
-        if not digits:
-            families[name] = ([], hm.tap(name).shape)
-            continue
-        pos = digits[0]
-        family = ".".join([*parts[:pos], "{}", *parts[pos + 1 :]])
-        families.setdefault(family, ([], hm.tap(name).shape))[0].append(int(parts[pos]))
-    return families
-
-
-def _index_range(indices: list[int]) -> str:
-    if not indices:
-        return ""
-    if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 1:
-        return f"{{{indices[0]}..{indices[-1]}}}"
-    return "{" + ",".join(map(str, indices)) + "}"
 
 
 def _is_pattern(name: str) -> bool:
@@ -87,8 +65,8 @@ def info(args: argparse.Namespace) -> int:
         f"\n{len(names)} hook names ({len(generic)} '<module>.hook_out' "
         f"{'included' if args.all_names else 'not listed; --all-names lists them'}):"
     )
-    for family, (indices, shape) in _collapse_indices(shown, hm).items():
-        print(f"  {family.replace('{}', _index_range(indices)):<48} {shape}")
+    for group, first in collapsed_names(shown):
+        print(f"  {group:<48} {hm.tap(first).shape}")
 
     if not any(_is_pattern(n) for n in names):
         print("\nThis model has no attention patterns vizkit can capture.")

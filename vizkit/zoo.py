@@ -240,9 +240,10 @@ def load(
         kwargs: architecture kwargs for a timm name (``num_classes``, ``img_size``, ...).
 
     Raises:
-        KeyError: an unknown name. FileNotFoundError: no such checkpoint or card. ValueError: a
-        tampered, truncated or non-safetensors checkpoint, one of another architecture, or a
-        broken card; each names the file.
+        KeyError: an unknown name.
+        FileNotFoundError: no such checkpoint or card.
+        ValueError: a tampered, truncated or non-safetensors checkpoint, one of another
+            architecture, or a broken card; each names the file.
     """
     if isinstance(name, os.PathLike):
         name = os.fspath(name)

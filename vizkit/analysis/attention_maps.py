@@ -68,7 +68,7 @@ class AttentionResult(Result):
     layout: TokenLayout
     patch_size: tuple[float, float]
     image_size: tuple[int, int]
-    model_layers: list[str]
+    model_layers: list[str] = field(repr=False)
     query: int | None = None
     logits: Tensor | None = field(default=None, repr=False)
     maps: str = "softmax"

@@ -42,6 +42,7 @@ __all__ = ["Result", "decode", "encode"]
 TYPE_KEY = "__type__"
 _PROTOCOL_DEFAULTS = {"options": dict, "layout": lambda: None, "image_size": lambda: None}
 _MAX_LIST = 6  # list items a repr shows before eliding
+_MAX_TEXT = 60  # or characters
 
 
 class Result:
@@ -190,7 +191,7 @@ def _short(value: Any) -> str:
         if value.numel() == 1:
             return f"{value.item():.4g}"
         return f"<{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}>"
-    if isinstance(value, list) and len(value) > _MAX_LIST:
+    if isinstance(value, list) and (len(value) > _MAX_LIST or len(str(value)) > _MAX_TEXT):
         return f"[{_short(value[0])}, ..., {_short(value[-1])}] ({len(value)})"
     if isinstance(value, list):
         return "[" + ", ".join(_short(v) for v in value) + "]"

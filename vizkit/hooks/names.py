@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 __all__ = [
     "NameSpec",
+    "collapsed_names",
     "explicit_names",
     "resolve_names",
     "resolve_negative_indices",
@@ -121,3 +122,29 @@ def explicit_names(spec: NameSpec, known: Sequence[str]) -> set[str]:
         for s in items
         if isinstance(s, str) and not (GLOB_CHARS & set(s))
     }
+
+
+def collapsed_names(names: Sequence[str]) -> list[tuple[str, str]]:
+    """``names`` grouped by their first index, as (``blocks.{0..11}.attn.hook_pattern``, the
+    group's first name), in first-seen order."""
+    groups: dict[str, tuple[list[int], str]] = {}
+    for name in names:
+        parts = name.split(".")
+        digits = [i for i, part in enumerate(parts) if part.isdigit()]
+        if not digits:
+            groups[name] = ([], name)
+            continue
+        pos = digits[0]
+        group = ".".join([*parts[:pos], "{}", *parts[pos + 1 :]])
+        groups.setdefault(group, ([], name))[0].append(int(parts[pos]))
+    return [
+        (group.replace("{}", _index_range(ids)), first) for group, (ids, first) in groups.items()
+    ]
+
+
+def _index_range(indices: list[int]) -> str:
+    if not indices:
+        return ""
+    if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 1:
+        return f"{{{indices[0]}..{indices[-1]}}}"
+    return "{" + ",".join(map(str, indices)) + "}"

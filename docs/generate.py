@@ -1,0 +1,80 @@
+"""Write the manual's generated pages into docs/generated/ (run by `make docs`; never edited):
+
+- hook_names.md: every adapted timm family's hook names and shapes, from the adapters;
+- ledger_<paper>.md: the papers' claims ledgers, from the zoo cards (docs/ledger.py);
+- tutorials/: the notebooks, executed by mkdocs-jupyter at build time;
+- changelog.md: the repository's CHANGELOG.md.
+
+    python docs/generate.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import timm
+import torch
+
+from vizkit.coverage import FAMILIES
+from vizkit.hooks import HookedModel
+from vizkit.hooks.families import family_layout
+from vizkit.hooks.names import collapsed_names
+from vizkit.hooks.taps import PATTERN_KINDS
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+OUT = DOCS / "generated"
+
+
+def hook_names_page() -> str:
+    """One table per adapted family: canonical names (index ranges collapsed) and shapes."""
+    lines = [
+        "| kind | what the map's rows and columns are |",
+        "|---|---|",
+        *(f"| `{kind}` | {meaning} |" for kind, meaning in PATTERN_KINDS.items()),
+        "",
+    ]
+    for family, rep in FAMILIES.items():
+        torch.manual_seed(0)
+        model = timm.create_model(rep.model, pretrained=False, **rep.kwargs)
+        if family_layout(model) is None:
+            continue
+        hm = HookedModel(model)
+        names = [n for n in hm.hook_names() if not n.endswith(".hook_out")]
+        lines += [
+            f"### {family}",
+            "",
+            f"`{rep.model}` ({type(model).__name__}), "
+            f"{len(hm.hook_names()) - len(names)} generic `<module>.hook_out` names not listed.",
+            "",
+            "| hook name | shape | map kind |",
+            "|---|---|---|",
+        ]
+        for group, first in collapsed_names(names):
+            tap = hm.tap(first)
+            lines.append(f"| `{group}` | {tap.shape or ''} | {tap.kind or ''} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    (OUT / "hook_names.md").write_text(hook_names_page())
+    spec = importlib.util.spec_from_file_location("ledger", DOCS / "ledger.py")
+    ledger = sys.modules["ledger"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ledger)
+    ledger.write(OUT)
+    tutorials = OUT / "tutorials"
+    shutil.rmtree(tutorials, ignore_errors=True)
+    tutorials.mkdir()
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        shutil.copy(notebook, tutorials / notebook.name)
+    shutil.copy(ROOT / "CHANGELOG.md", OUT / "changelog.md")
+    print(f"wrote {OUT.relative_to(ROOT)}/", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

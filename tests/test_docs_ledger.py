@@ -1,0 +1,273 @@
+"""The claims ledger of the paper pages (docs/ledger.py): the tables it writes, their values
+against a recomputation straight from the cards' JSON, and criteria that can go either way."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vizkit as vk
+
+ROOT = Path(__file__).resolve().parent.parent
+LEDGER = ROOT / "docs" / "ledger.py"
+PAPERS = ("cait", "refiner", "masks", "sot")
+ALLOWED = {"held", "not held", "inconclusive"}
+
+pytestmark = pytest.mark.skipif(
+    "sot_sum_s0" not in vk.zoo.list(),
+    reason="the paper-study checkpoints of models/ are not in the zoo here",
+)
+
+
+def _import_ledger():
+    """docs/ledger.py loaded from its path as docs/generate.py does (not in sys.modules)."""
+    spec = importlib.util.spec_from_file_location("docs_ledger", LEDGER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ledger():
+    return _import_ledger()
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """The tables as the docs build makes them: the script run in a fresh process."""
+    out = tmp_path_factory.mktemp("generated")
+    subprocess.run([sys.executable, str(LEDGER), str(out)], check=True, cwd=ROOT,
+                   capture_output=True, timeout=120)  # fmt: skip
+    return out
+
+
+def rows(text: str) -> list[list[str]]:
+    """The body rows of the Markdown table in ``text``, as lists of cells."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    assert lines[0] == "| claim | our measurement | seeds | held |"
+    assert lines[1] == "|---|---|---|---|"
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def row(generated: Path, paper: str, claim_start: str) -> list[str]:
+    (found,) = [r for r in rows((generated / f"ledger_{paper}.md").read_text()) if
+                r[0].startswith(claim_start)]  # fmt: skip
+    return found
+
+
+# --- a recomputation from the cards' JSON, sharing no code with docs/ledger.py ---------------
+
+
+def card_json(name: str) -> dict:
+    return json.loads((vk.zoo.path(name).with_suffix(".json")).read_text())
+
+
+def accuracies(prefix: str, seeds=(0, 1, 2)) -> list[float]:
+    return [100 * card_json(f"{prefix}_s{s}")["test_accuracy"] for s in seeds]
+
+
+def verdict(contrast: float, se: float) -> str:
+    return "held" if contrast > 2 * se else "not held" if contrast < -2 * se else "inconclusive"
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} %"
+
+
+# --- the files -------------------------------------------------------------------------------
+
+
+def test_script_writes_the_four_tables(generated, ledger):
+    assert sorted(p.name for p in generated.iterdir()) == sorted(
+        f"ledger_{paper}.md" for paper in PAPERS
+    )
+    for paper in PAPERS:
+        body = rows((generated / f"ledger_{paper}.md").read_text(encoding="utf-8"))
+        assert len(body) == len(ledger.CLAIMS[paper]) >= 4
+        assert [r[0] for r in body] == [c.text.replace("|", "\\|") for c in ledger.CLAIMS[paper]]
+        assert all(len(r) == 4 for r in body)
+
+
+def test_write_returns_the_files_and_matches_the_script(generated, ledger, tmp_path):
+    written = ledger.write(tmp_path / "new" / "folder")
+    assert [p.name for p in written] == [f"ledger_{paper}.md" for paper in PAPERS]
+    for path in written:
+        assert path.read_text(encoding="utf-8") == (generated / path.name).read_text("utf-8")
+
+
+def test_main_usage(ledger, capsys):
+    assert ledger.main([]) == 2
+    assert "usage" in capsys.readouterr().err
+
+
+def test_every_verdict_is_allowed(generated, ledger):
+    assert set(ledger.VERDICTS) == ALLOWED
+    for paper in PAPERS:
+        for cells in rows((generated / f"ledger_{paper}.md").read_text()):
+            assert cells[3] in ALLOWED, cells
+
+
+# --- measured values against the cards -------------------------------------------------------
+
+
+def test_cait_layerscale_uniformity_from_the_histories(generated):
+    """Fig. 4: CV across the blocks of the scaled SA ratios, per tracked epoch, from the raw
+    history records."""
+    cv = {}
+    for name in ("vit_deep_layerscale_shapes", "vit_deep_shapes"):
+        per_epoch = []
+        for record in card_json(name)["history"]:
+            ratios = record["residual_ratios"]
+            values = [v for v, s in zip(ratios["attn"]["data"], ratios["stage"], strict=True)
+                      if s == "self-attention"]  # fmt: skip
+            per_epoch.append(statistics.pstdev(values) / statistics.mean(values))
+        cv[name] = per_epoch
+    cells = row(generated, "cait", "Sec. 4.1.3, Fig. 4 (top)")
+    for name, values in cv.items():
+        assert f"(`{name}`) {' / '.join(f'{v:.2f}' for v in values)}" in cells[1]
+    with_ls, without = cv["vit_deep_layerscale_shapes"], cv["vit_deep_shapes"]
+    expected = ("held" if all(a < b for a, b in zip(with_ls, without, strict=True)) else
+                "not held" if all(a > b for a, b in zip(with_ls, without, strict=True)) else
+                "inconclusive")  # fmt: skip
+    assert cells[2] == "0 (one run each)"
+    assert cells[3] == expected
+
+
+def test_cait_table2_from_the_cards(generated):
+    late, first = accuracies("table2_vit_cls4"), accuracies("table2_vit_cls0")
+    cells = row(generated, "cait", "Table 2: inserting the class token")
+    assert f"(`table2_vit_cls4`) {mean_std(late)}" in cells[1]
+    assert f"(`table2_vit_cls0`) {mean_std(first)}" in cells[1]
+    contrast = statistics.mean(late) - statistics.mean(first)
+    se = math.sqrt((statistics.variance(late) + statistics.variance(first)) / 3)
+    assert f"{contrast:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
+    assert cells[3] == verdict(contrast, se)
+
+
+def test_refiner_kernel_sweep_from_the_cards(generated):
+    k3, k1 = accuracies("refiner_r3_k3"), accuracies("refiner_r3_k1")
+    cells = row(generated, "refiner", "Fig. 6 (App. B.3): a 3 x 3 convolution")
+    assert f"k = 3, r = 3 (`refiner_r3_k3`) {mean_std(k3)}" in cells[1]
+    assert f"k = 1, r = 3 (`refiner_r3_k1`) {mean_std(k1)}" in cells[1]
+    contrast = statistics.mean(k3) - statistics.mean(k1)
+    se = math.sqrt((statistics.variance(k3) + statistics.variance(k1)) / 3)
+    assert f"{contrast:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
+    assert cells[2] == "0, 1, 2"
+    assert cells[3] == verdict(contrast, se)
+
+
+def test_refiner_convergence_from_the_histories(generated):
+    def first_epoch(prefix):
+        return [100 * next(h for h in card_json(f"{prefix}_s{s}")["history"] if h["epoch"] == 1)
+                ["test_accuracy"] for s in range(3)]  # fmt: skip
+
+    r3, r1 = first_epoch("refiner_r3_k3"), first_epoch("refiner_r1_k3")
+    cells = row(generated, "refiner", "Table 1: a larger expansion ratio converges faster")
+    assert mean_std(r3) in cells[1] and mean_std(r1) in cells[1]
+    contrast = statistics.mean(r3) - statistics.mean(r1)
+    se = math.sqrt((statistics.variance(r3) + statistics.variance(r1)) / 3)
+    assert cells[3] == verdict(contrast, se)
+
+
+def test_masks_saturation_contrast_from_the_cards(generated):
+    """Fig. 6: (K3 - ViT) - (K5 - K3), its SE from the three groups' seed spreads."""
+    gap, k3, k5 = accuracies("masks_gap"), accuracies("masks_gmm_k3"), accuracies("masks_gmm_k5")
+    cells = row(generated, "masks", "Fig. 6: accuracy 'will quickly rise")
+    for prefix, values in (("masks_gap", gap), ("masks_gmm_k3", k3), ("masks_gmm_k5", k5)):
+        assert f"(`{prefix}`) {mean_std(values)}" in cells[1]
+    contrast = 2 * statistics.mean(k3) - statistics.mean(gap) - statistics.mean(k5)
+    se = math.sqrt((4 * statistics.variance(k3) + statistics.variance(gap)
+                    + statistics.variance(k5)) / 3)  # fmt: skip
+    assert f"{contrast:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
+    assert cells[3] == verdict(contrast, se)
+
+
+def test_sot_single_seed_ablation_borrows_the_adopted_heads_spread(generated):
+    """Table 3(b): one run each; the SE of a difference of two single runs is sqrt(2) times
+    the seed std of the adopted head (sot_sum, 3 seeds)."""
+    mgcrp = 100 * card_json("sot_sum_s0")["test_accuracy"]
+    gcp = 100 * card_json("sot_pool_gcp_s0")["test_accuracy"]
+    spread = statistics.stdev(accuracies("sot_sum"))
+    cells = row(generated, "sot", "Table 3(b), sum fusion: MGCrP beats GCP")
+    assert f"MGCrP (`sot_sum_s0`) {mgcrp:.2f} %" in cells[1]
+    assert f"pooling gcp (`sot_pool_gcp_s0`) {gcp:.2f} %" in cells[1]
+    se = math.sqrt(2) * spread
+    assert f"{mgcrp - gcp:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
+    assert cells[2] == f"0 (spread of `sot_sum`, seeds 0, 1, 2: {spread:.2f})"
+    assert cells[3] == verdict(mgcrp - gcp, se)
+
+
+def test_sot_table1_from_the_cards(generated):
+    wordt, classt = accuracies("sot_wordt"), accuracies("sot_classt")
+    cells = row(generated, "sot", "Table 1: the word tokens alone")
+    assert mean_std(wordt) in cells[1] and mean_std(classt) in cells[1]
+    contrast = statistics.mean(wordt) - statistics.mean(classt)
+    se = math.sqrt((statistics.variance(wordt) + statistics.variance(classt)) / 3)
+    assert cells[3] == verdict(contrast, se)
+
+
+def test_labels_come_from_the_cards(ledger):
+    """A label names what the cards recorded; seeds trained differently are refused."""
+    cards = [("a", {"kwargs": {"kernel_size": 3}, "architecture": "x"}),
+             ("b", {"kwargs": {"kernel_size": 5}, "architecture": "x"})]  # fmt: skip
+    assert ledger.label("k = {kernel_size}", cards[:1]) == "k = 3"
+    with pytest.raises(ValueError, match="differ in configuration"):
+        ledger.label("k = {kernel_size}", cards)
+
+
+# --- the criteria can fail -------------------------------------------------------------------
+
+
+def _claims():
+    ledger = _import_ledger()
+    return [(paper, i) for paper in PAPERS for i in range(len(ledger.CLAIMS[paper]))]
+
+
+def _forced(ledger, m, sign: float):
+    """``m`` with its values replaced so that the claim's direction holds (sign +1) or is
+    contradicted (sign -1) far beyond any spread."""
+    if isinstance(m, ledger.Contrast):
+        groups = tuple(
+            dataclasses.replace(g, values=tuple(sign * 20 * w + j for j in
+                                                (-0.01, 0.0, 0.01)[: len(g.values)]))
+            for w, g in zip(m.weights, m.groups, strict=True)
+        )  # fmt: skip
+        return dataclasses.replace(m, groups=groups)
+    n = len(m.lower.values)
+    low, high = (0.1,) * n, (0.5,) * n
+    lower, higher = (low, high) if sign > 0 else (high, low)
+    return dataclasses.replace(m, lower=dataclasses.replace(m.lower, values=lower),
+                               higher=dataclasses.replace(m.higher, values=higher))  # fmt: skip
+
+
+@pytest.mark.parametrize(("paper", "index"), _claims())
+def test_criterion_flips_with_the_measurement(ledger, paper, index):
+    claim = ledger.CLAIMS[paper][index]
+    measured = claim.measured()
+    assert claim.verdict(measured) in ALLOWED
+    assert tuple(measured.seeds) == claim.seeds
+    assert claim.verdict(_forced(ledger, measured, +1)) == "held"
+    assert claim.verdict(_forced(ledger, measured, -1)) == "not held"
+
+
+def test_two_se_needs_the_difference_to_clear_the_spread(ledger):
+    def contrast(a, b, reference=None):
+        groups = (ledger.Group("a", "a", tuple(a), tuple(range(len(a)))),
+                  ledger.Group("b", "b", tuple(b), tuple(range(len(b)))))  # fmt: skip
+        return ledger.Contrast(groups, (1.0, -1.0), "a minus b", reference)
+
+    assert ledger.two_se(contrast([80, 81, 82], [70, 71, 72])) == "held"
+    assert ledger.two_se(contrast([70, 71, 72], [80, 81, 82])) == "not held"
+    assert ledger.two_se(contrast([70, 80, 90], [75, 76, 77])) == "inconclusive"
+    assert ledger.two_se(contrast([90], [70])) == "inconclusive"  # one seed, no spread known
+    wide = ledger.Group("ref", "ref", (60.0, 70.0, 80.0), (0, 1, 2))
+    assert ledger.two_se(contrast([90], [80], wide)) == "inconclusive"
+    assert ledger.two_se(contrast([90], [50], wide)) == "held"
