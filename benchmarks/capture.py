@@ -63,8 +63,7 @@ def measure(args, name: str, model, x) -> None:
         assert len(runs["timm"]()) == len(names), "AttentionExtract read other modules"
         times, faults = rotated_rounds(runs, args.repeats, args.device)
 
-    print(header(args, model=name))
-    print_table(times, faults, "plain", args.device)
+    print_table(times, faults, "plain", args, header(args, model=name))
     print()
 
 

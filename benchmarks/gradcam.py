@@ -76,8 +76,8 @@ def main() -> None:
         times, faults = rotated_rounds(runs, args.repeats, args.device)
     cam.__exit__(None, None, None)
 
-    print(header(args, f"; min Pearson vizkit vs grad-cam per map {agreement:.5f}"))
-    print_table(times, faults, "plain", args.device)
+    title = header(args, f"; min Pearson vizkit vs grad-cam per map {agreement:.5f}")
+    print_table(times, faults, "plain", args, title)
     print("saved for backward: " + ", ".join(f"{k} {v / 1e6:,.0f} MB" for k, v in saved.items()))
     print(f"vizkit / tail: {saved['vizkit'] / saved['tail']:.2f}x")
 

@@ -52,12 +52,12 @@ def main() -> None:
     runs = {name: train_step(model.to(args.device), x, y) for name, model in models.items()}
     with precision(args):
         times, faults = rotated_rounds(runs, args.repeats, args.device)
-    print(
+    title = (
         f"vizkit_*_vit_{args.config}, batch {args.batch}, {size} px, forward + backward, "
         f"{args.dtype}, {device_name(args.device)}, torch {torch.__version__}; median of "
         f"{args.repeats} rounds"
     )
-    print_table(times, faults, "vit", args.device)
+    print_table(times, faults, "vit", args, title)
 
 
 if __name__ == "__main__":

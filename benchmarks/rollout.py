@@ -38,8 +38,7 @@ def main() -> None:
     }
     with precision(args):
         times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=1)
-    print(header(args))
-    print_table(times, faults, "plain", args.device)
+    print_table(times, faults, "plain", args, header(args))
 
 
 if __name__ == "__main__":

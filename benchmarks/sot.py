@@ -79,9 +79,9 @@ def main() -> None:
         what = f"vizkit_sot_micro training step, batch {args.batch}"
     with precision(args):
         times, faults = rotated_rounds(runs, args.repeats, args.device)
-    print(f"{what}, forward + backward, {args.dtype}, {device_name(args.device)}, torch "
-          f"{torch.__version__}; median of {args.repeats} rounds")  # fmt: skip
-    print_table(times, faults, "approx 1,1", args.device)
+    title = (f"{what}, forward + backward, {args.dtype}, {device_name(args.device)}, torch "
+             f"{torch.__version__}; median of {args.repeats} rounds")  # fmt: skip
+    print_table(times, faults, "approx 1,1", args, title)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,23 @@
-"""Shared timing for the benchmarks: rotated rounds, median per method, page faults."""
+"""Shared timing for the benchmarks: rotated rounds, median per method, page faults; with
+``--record``, each table is also written to docs/benchmark_results/ stamped with the device,
+threads and versions, from where the manual's benchmarks page is generated."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import hashlib
+import json
+import platform
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import timm
 import torch
 from torch import nn
 
@@ -19,6 +28,9 @@ def add_device_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     """--device (cpu, cuda, ...) and --dtype (float32, or bfloat16/float16 under autocast)."""
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument(
+        "--record", action="store_true", help="also write the table to docs/benchmark_results/"
+    )
     return parser
 
 
@@ -139,12 +151,18 @@ def rotated_rounds(
 
 
 def print_table(
-    times: dict[str, list[float]], faults: dict[str, list[int]], base: str, device: str = "cpu"
+    times: dict[str, list[float]],
+    faults: dict[str, list[int]],
+    base: str,
+    args: argparse.Namespace,
+    title: str,
 ) -> None:
-    """Median milliseconds per method and its ratio to ``base``; the last column is page faults
-    per call (CPU) or peak allocated GPU memory (CUDA), with its ratio to ``base``'s."""
+    """Print ``title`` and the median milliseconds per method with its ratio to ``base``; the
+    last column is page faults per call (CPU) or peak allocated GPU memory (CUDA), with its ratio
+    to ``base``'s. With ``args.record``, also write them (`record`)."""
+    print(title)
     reference = statistics.median(times[base])
-    cuda = device.startswith("cuda")
+    cuda = args.device.startswith("cuda")
     last = "peak extra GPU MB" if cuda else "page faults/call"
     print(f"{'method':<12} {'median ms':>10} {'ratio':>7} {'range ms':>15} {last:>20}")
     for name, values in times.items():
@@ -159,3 +177,59 @@ def print_table(
         print(
             f"{name:<12} {median * 1e3:10.1f} {median / reference:6.2f}x {spread:>15} {column:>20}"
         )
+    if args.record:
+        print(f"recorded in {record(times, faults, base, args, title)}")
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmark_results"
+
+
+def stamp(args: argparse.Namespace) -> dict:
+    """Where and with what a run was measured."""
+    return {
+        "date": datetime.date.today().isoformat(),
+        "device": device_name(args.device),
+        "threads": torch.get_num_threads(),
+        "dtype": args.dtype,
+        "repeats": args.repeats,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "timm": timm.__version__,
+        "vizkit": vk.__version__,
+        "command": "python "
+        + " ".join(Path(a).name if a.endswith(".py") else a for a in sys.argv),  # fmt: skip
+    }
+
+
+def record(
+    times: dict[str, list[float]],
+    faults: dict[str, list[int]],
+    base: str,
+    args: argparse.Namespace,
+    title: str,
+) -> Path:
+    """Write one table as JSON to docs/benchmark_results/: one file per script, device, dtype
+    and configuration (the title before its ";"), replaced by the next run of the same."""
+    cuda = args.device.startswith("cuda")
+    reference = statistics.median(times[base])
+    rows = [
+        {
+            "method": name,
+            "median_ms": statistics.median(values) * 1e3,
+            "ratio": statistics.median(values) / reference,
+            "min_ms": min(values) * 1e3,
+            "max_ms": max(values) * 1e3,
+            ("peak_extra_gpu_mb" if cuda else "page_faults"): (
+                statistics.median(faults[name]) / 1e6 if cuda else statistics.median(faults[name])
+            ),
+        }
+        for name, values in times.items()
+    ]
+    script = Path(sys.argv[0]).stem
+    key = "_".join(part for part in (script, args.device.split(":")[0], args.dtype) if part)
+    configuration = hashlib.sha1(title.split(";")[0].encode()).hexdigest()[:8]
+    file = RESULTS / f"{key}_{configuration}.json"
+    RESULTS.mkdir(exist_ok=True)
+    body = {"benchmark": script, "title": title, "base": base, "stamp": stamp(args), "rows": rows}
+    file.write_text(json.dumps(body, indent=1) + "\n")
+    return file

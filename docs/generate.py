@@ -3,6 +3,8 @@
 - hook_names.md: every adapted timm family's hook names and shapes, from the adapters;
 - ledger_<paper>.md: the papers' claims ledgers, from the zoo cards (docs/ledger.py);
 - tutorials/: the notebooks, executed by mkdocs-jupyter at build time;
+- benchmark_results.md: the tables `make bench` recorded (benchmarks/ with --record) in
+  docs/benchmark_results/, each with its stamp (device, threads, versions, command);
 - changelog.md: the repository's CHANGELOG.md.
 
     python docs/generate.py
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -60,9 +63,45 @@ def hook_names_page() -> str:
     return "\n".join(lines)
 
 
+def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
+    """Every recorded benchmark table, newest first within each benchmark."""
+    runs = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
+    if not runs:
+        return "No recorded runs yet: `make bench` records them.\n"
+    lines = []
+    for run in sorted(runs, key=lambda r: (r["benchmark"], r["stamp"]["date"]), reverse=True):
+        st = run["stamp"]
+        memory = "peak_extra_gpu_mb" if "peak_extra_gpu_mb" in run["rows"][0] else "page_faults"
+        lines += [
+            f"### {run['benchmark']}: {run['title'].split(';')[0]}",
+            "",
+            f"{st['date']}, {_with_threads(st)}, {st['dtype']}, median of "
+            f"{st['repeats']} rounds; python {st['python']}, torch {st['torch']}, timm "
+            f"{st['timm']}, vizkit {st['vizkit']}. `{st['command']}`",
+            "",
+            f"| method | median ms | ratio to {run['base']} | range ms | "
+            f"{'peak extra GPU MB' if memory != 'page_faults' else 'page faults per call'} |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['method']} | {r['median_ms']:.1f} | {r['ratio']:.2f}x | "
+                f"{r['min_ms']:.1f}..{r['max_ms']:.1f} | {r[memory]:,.0f} |"
+                for r in run["rows"]
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _with_threads(stamp: dict) -> str:
+    """The device, with the thread count unless its name says it (a CPU's does)."""
+    threads = f", {stamp['threads']} threads" if "thread" not in stamp["device"] else ""
+    return stamp["device"] + threads
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / "hook_names.md").write_text(hook_names_page())
+    (OUT / "benchmark_results.md").write_text(benchmark_results_page())
     spec = importlib.util.spec_from_file_location("ledger", DOCS / "ledger.py")
     ledger = sys.modules["ledger"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ledger)
