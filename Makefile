@@ -45,11 +45,12 @@ bench: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"
 	$(BIN)/python benchmarks/capture.py --record
 	$(BIN)/python benchmarks/gradcam.py --record
-	$(BIN)/python benchmarks/cka.py
-	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7
-	$(BIN)/python benchmarks/widgets.py
+	$(BIN)/python benchmarks/cka.py --record
+	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7 --record
+	$(BIN)/python benchmarks/widgets.py --record
 	$(BIN)/python benchmarks/masks.py --record
 	$(BIN)/python benchmarks/sot.py --record
+	$(BIN)/python benchmarks/saliency_table.py --record
 
 # the GPU rows of docs/benchmarks.md (needs CUDA; `make bench` covers the CPU)
 bench-gpu: setup
@@ -60,9 +61,9 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --record
 	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
 	$(BIN)/python benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record
-	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3
-	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --dtype bfloat16
-	$(BIN)/python benchmarks/cka_kernels.py --device cuda --model vit_base_patch16_224 --batch 128
+	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --record
+	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --dtype bfloat16 --record
+	$(BIN)/python benchmarks/cka_kernels.py --device cuda --model vit_base_patch16_224 --batch 128 --record
 	$(BIN)/python benchmarks/masks.py --device cuda --batch 256 --record
 	$(BIN)/python benchmarks/sot.py --device cuda --record
 	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256 --record

@@ -31,7 +31,7 @@ import time
 import warnings
 from pathlib import Path
 
-from timing import add_device_options, device_name, precision
+from timing import add_device_options, device_name, precision, record
 
 METHODS = ("forward", "vizkit", "torch-cka", "pytorch-cka")
 MODEL = "deit_tiny_patch16_224"
@@ -146,11 +146,13 @@ def main() -> None:
 
     base = "torch-cka" if "torch-cka" in results else "vizkit"
     reference = np.array(results[base][0]["matrix"])
-    print(
+    title = (
         f"{args.model}, {args.images} images, batch {args.batch}, {args.dtype}, "
         f"{device_name(args.device)}, torch {torch.__version__}; median of {args.rounds} rounds, "
         "one process per run"
     )
+    print(title)
+    table = []
     memory = "GPU MB" if args.device.startswith("cuda") else "peak MB"
     columns = ("wall s", "range", "ratio", "CPU s", "ratio", memory, "ratio", f"vs {base}")
     widths = (7, 11, 6, 6, 6, 8, 6, 12)
@@ -173,6 +175,9 @@ def main() -> None:
             diff,
         ]
         print(f"{method:<12} " + " ".join(row))
+        table.append([method, *(cell.strip() for cell in row)])
+    if args.record:
+        print(f"recorded in {record(args, title, ['method', *columns], table)}")
 
 
 if __name__ == "__main__":

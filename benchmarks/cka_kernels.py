@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 
 import torch
-from timing import build, header, parse_args, precision, timed
+from timing import build, header, parse_args, precision, record, timed
 
 import vizkit as vk
 from vizkit.analysis.cka_kernels import check_kernels, hsic_matrix, kernel
@@ -46,12 +46,18 @@ def main() -> None:
         for name, fn in runs.items():
             fn()
             seconds[name].append(timed(fn, args.device)[0])
-    print(header(args, f"; {len(names)} layers of {features[0].shape[1]:,} features"))
+    title = header(args, f"; {len(names)} layers of {features[0].shape[1]:,} features")
+    print(title)
     base = statistics.median(seconds["forward"])
+    rows = []
     for name, values in seconds.items():
         median = statistics.median(values)
         spread = f"{min(values) * 1e3:.1f}..{max(values) * 1e3:.1f}"
         print(f"{name:<16} {median * 1e3:8.1f} ms {median / base:6.2f}x   range {spread} ms")
+        rows.append([name, f"{median * 1e3:.1f}", f"{median / base:.2f}x", spread])
+    if args.record:
+        columns = ["method", "median ms", "ratio to forward", "range ms"]
+        print(f"recorded in {record(args, title, columns, rows)}")
 
 
 if __name__ == "__main__":

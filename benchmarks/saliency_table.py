@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from timing import add_device_options, device_name, precision
+from timing import add_device_options, device_name, precision, record
 
 import vizkit as vk
 from vizkit.datasets import load_sample
@@ -42,12 +42,20 @@ def main() -> None:
                 model.to(args.device), images, methods=methods, masks=masks, target=labels,
                 level=args.level,
             )  # fmt: skip
-        print(
-            f"\n{name} (test accuracy {card['test_accuracy']:.3f}), 64 sample images, "
+        title = (
+            f"{name} (test accuracy {card['test_accuracy']:.3f}), 64 sample images, "
             f"{args.level} level, {args.dtype}, {device_name(args.device)}"
         )
+        print(f"\n{title}")
         print(table.to_markdown())
         print("best: " + ", ".join(f"{m} {table.best(m)}" for m in table.metrics))
+        if args.record:
+            columns, *rows = [
+                [cell.strip() for cell in line.strip("|").split("|")]
+                for line in table.to_markdown().splitlines()
+                if not line.startswith("|---")
+            ]
+            print(f"recorded in {record(args, title, columns, rows)}")
 
 
 if __name__ == "__main__":

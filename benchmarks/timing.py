@@ -165,6 +165,7 @@ def print_table(
     cuda = args.device.startswith("cuda")
     last = "peak extra GPU MB" if cuda else "page faults/call"
     print(f"{'method':<12} {'median ms':>10} {'ratio':>7} {'range ms':>15} {last:>20}")
+    rows = []
     for name, values in times.items():
         median = statistics.median(values)
         spread = f"{min(values) * 1e3:.1f}..{max(values) * 1e3:.1f}"
@@ -177,8 +178,10 @@ def print_table(
         print(
             f"{name:<12} {median * 1e3:10.1f} {median / reference:6.2f}x {spread:>15} {column:>20}"
         )
+        rows.append([name, f"{median * 1e3:.1f}", f"{median / reference:.2f}x", spread, column])
     if args.record:
-        print(f"recorded in {record(times, faults, base, args, title)}")
+        columns = ["method", "median ms", f"ratio to {base}", "range ms", last]
+        print(f"recorded in {record(args, title, columns, rows)}")
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmark_results"
@@ -191,7 +194,7 @@ def stamp(args: argparse.Namespace) -> dict:
         "device": device_name(args.device),
         "threads": torch.get_num_threads(),
         "dtype": args.dtype,
-        "repeats": args.repeats,
+        "repeats": getattr(args, "repeats", getattr(args, "rounds", None)),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "timm": timm.__version__,
@@ -201,35 +204,16 @@ def stamp(args: argparse.Namespace) -> dict:
     }
 
 
-def record(
-    times: dict[str, list[float]],
-    faults: dict[str, list[int]],
-    base: str,
-    args: argparse.Namespace,
-    title: str,
-) -> Path:
-    """Write one table as JSON to docs/benchmark_results/: one file per script, device, dtype
-    and configuration (the title before its ";"), replaced by the next run of the same."""
-    cuda = args.device.startswith("cuda")
-    reference = statistics.median(times[base])
-    rows = [
-        {
-            "method": name,
-            "median_ms": statistics.median(values) * 1e3,
-            "ratio": statistics.median(values) / reference,
-            "min_ms": min(values) * 1e3,
-            "max_ms": max(values) * 1e3,
-            ("peak_extra_gpu_mb" if cuda else "page_faults"): (
-                statistics.median(faults[name]) / 1e6 if cuda else statistics.median(faults[name])
-            ),
-        }
-        for name, values in times.items()
-    ]
+def record(args: argparse.Namespace, title: str, columns: list[str], rows: list[list]) -> Path:
+    """Write one table (its column names and rows of cells as printed) as JSON to
+    docs/benchmark_results/: one file per script, device, dtype and configuration (the title
+    before its ";"), replaced by the next run of the same."""
     script = Path(sys.argv[0]).stem
-    key = "_".join(part for part in (script, args.device.split(":")[0], args.dtype) if part)
+    key = "_".join((script, args.device.split(":")[0], args.dtype))
     configuration = hashlib.sha1(title.split(";")[0].encode()).hexdigest()[:8]
     file = RESULTS / f"{key}_{configuration}.json"
     RESULTS.mkdir(exist_ok=True)
-    body = {"benchmark": script, "title": title, "base": base, "stamp": stamp(args), "rows": rows}
+    body = {"benchmark": script, "title": title, "stamp": stamp(args), "columns": columns,
+            "rows": [[str(cell) for cell in row] for row in rows]}  # fmt: skip
     file.write_text(json.dumps(body, indent=1) + "\n")
     return file

@@ -11,7 +11,7 @@ import statistics
 import time
 
 import torch
-from timing import add_device_options, device_name, precision
+from timing import add_device_options, device_name, precision, record
 
 import vizkit as vk
 from vizkit.widgets import AttentionExplorer, CKAExplorer, HistoryExplorer, SaliencyComparer
@@ -33,10 +33,18 @@ def main() -> None:
     torch.set_num_threads(2)
     with precision(args):
         rows = measure(args.device)
-    print(f"{args.dtype}, {device_name(args.device)}, torch {torch.__version__}; seconds")
+    title = (
+        f"explorer response, {args.dtype}, {device_name(args.device)}, torch {torch.__version__}"
+    )
+    print(title + "; seconds")
     print(f"{'model':<18} {'change':<42} {'median':>7} {'max':>7}")
+    table = []
     for model, change, seconds in rows:
         print(f"{model:<18} {change:<42} {statistics.median(seconds):7.3f} {max(seconds):7.3f}")
+        table.append([model, change, f"{statistics.median(seconds):.3f}", f"{max(seconds):.3f}"])
+    if args.record:
+        columns = ["model", "change", "median s", "max s"]
+        print(f"recorded in {record(args, title, columns, table)}")
 
 
 def measure(device: str) -> list[tuple[str, str, list[float]]]:

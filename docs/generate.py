@@ -71,22 +71,17 @@ def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
     lines = []
     for run in sorted(runs, key=lambda r: (r["benchmark"], r["stamp"]["date"]), reverse=True):
         st = run["stamp"]
-        memory = "peak_extra_gpu_mb" if "peak_extra_gpu_mb" in run["rows"][0] else "page_faults"
         lines += [
             f"### {run['benchmark']}: {run['title'].split(';')[0]}",
             "",
-            f"{st['date']}, {_with_threads(st)}, {st['dtype']}, median of "
-            f"{st['repeats']} rounds; python {st['python']}, torch {st['torch']}, timm "
-            f"{st['timm']}, vizkit {st['vizkit']}. `{st['command']}`",
+            f"{st['date']}, {_with_threads(st)}, {st['dtype']}"
+            + (f", median of {st['repeats']} rounds" if st.get("repeats") else "")
+            + f"; python {st['python']}, torch {st['torch']}, timm {st['timm']}, vizkit "
+            f"{st['vizkit']}. `{st['command']}`",
             "",
-            f"| method | median ms | ratio to {run['base']} | range ms | "
-            f"{'peak extra GPU MB' if memory != 'page_faults' else 'page faults per call'} |",
-            "|---|---|---|---|---|",
-            *(
-                f"| {r['method']} | {r['median_ms']:.1f} | {r['ratio']:.2f}x | "
-                f"{r['min_ms']:.1f}..{r['max_ms']:.1f} | {r[memory]:,.0f} |"
-                for r in run["rows"]
-            ),
+            "| " + " | ".join(run["columns"]) + " |",
+            "|" + "---|" * len(run["columns"]),
+            *("| " + " | ".join(row) + " |" for row in run["rows"]),
             "",
         ]
     return "\n".join(lines)

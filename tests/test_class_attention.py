@@ -65,3 +65,10 @@ def test_modulated_gray_is_the_papers_recipe():
     torch.testing.assert_close(image.maps, gray * (up - low) / (high - low))
     with pytest.raises(ValueError, match="batch the saliency was computed on"):
         vk.papers.cait.modulated_gray(saliency, x[:1], mean, std)
+
+
+def test_class_attention_is_class_agnostic_so_any_target_scores_it(cait):
+    model, x = cait
+    assert vk.class_attention(model, x).targets is None
+    table = vk.compare_saliency(model, x, methods=("class_attention",), target=[3, 4], steps=4)
+    assert not table.values.isnan().any()  # scored for the given classes, not refused

@@ -52,7 +52,7 @@ def class_attention(
     name = select_layer(default if layer is None else layer, names, what=f"{stage} layers")
     layout = hm.token_layout(image_size, name)
     with torch.no_grad():
-        logits, cache = hm.run_with_cache(x, names=name)
+        _, cache = hm.run_with_cache(x, names=name)
     row = cache[name].mean(2) if stage == "pooling-head" else cache[name][:, :, 0]  # (B, H, N)
     prefix, patches = layout.split(row, dim=-1)
     per_head = layout.to_grid(patches)
@@ -67,7 +67,7 @@ def class_attention(
             "heads": head_option(heads),
         },
         layout=layout,
-        targets=logits.argmax(-1) if logits.ndim == 2 else None,
+        targets=None,  # class-agnostic: the same map whichever class is scored
         extras={
             "per_head": per_head,
             "prefix_mass": prefix.sum(-1),
