@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from .digits import digit_images
 from .image_folder import ImageFolder
 from .model_input import model_data_config
+from .normalize import denormalize, normalize
 from .shapes import SAMPLE_SIZE, SHAPE_CLASSES, SHAPES_MEAN, SHAPES_STD, Shapes, load_sample
 
 __all__ = ["DATA_SOURCES", "Batch", "model_batch"]
@@ -90,7 +91,4 @@ def _renormalized(images: Tensor, source: tuple, target: tuple) -> Tensor:
     instead (the model's config)."""
     if tuple(map(tuple, source)) == tuple(map(tuple, target)):
         return images
-    (mean, std), (new_mean, new_std) = (
-        (torch.tensor(m).view(3, 1, 1), torch.tensor(s).view(3, 1, 1)) for m, s in (source, target)
-    )
-    return (images * std + mean - new_mean) / new_std
+    return normalize(denormalize(images, *source), *target)

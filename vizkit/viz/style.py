@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-import torch
 from plotly.colors import qualitative
 from torch import Tensor, nn
+
+from ..datasets.normalize import denormalize
 
 __all__ = [
     "ATTENTION_SCALE",
@@ -53,7 +54,7 @@ def display_images(
                 f"mean and std need one value per channel ({x.shape[1]}); got mean={mean}, "
                 f"std={std}."
             )
-        x = x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
+        x = denormalize(x, mean, std)
     else:
         low = x.amin(dim=(1, 2, 3), keepdim=True)
         high = x.amax(dim=(1, 2, 3), keepdim=True)
