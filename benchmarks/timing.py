@@ -184,7 +184,8 @@ def print_table(
         print(f"recorded in {record(args, title, columns, rows)}")
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "benchmark_results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "benchmark_results"
 
 
 def stamp(args: argparse.Namespace) -> dict:
@@ -199,9 +200,14 @@ def stamp(args: argparse.Namespace) -> dict:
         "torch": torch.__version__,
         "timm": timm.__version__,
         "vizkit": vk.__version__,
-        "command": "python "
-        + " ".join(Path(a).name if a.endswith(".py") else a for a in sys.argv),  # fmt: skip
+        "command": "python " + " ".join(_from_root(a) for a in sys.argv),
     }
+
+
+def _from_root(argument: str) -> str:
+    """A script path as run from the repository's root (``benchmarks/capture.py``)."""
+    path = Path(argument).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) and path.is_file() else argument
 
 
 def record(args: argparse.Namespace, title: str, columns: list[str], rows: list[list]) -> Path:

@@ -63,6 +63,15 @@ def hook_names_page() -> str:
     return "\n".join(lines)
 
 
+def tutorial(notebook: str) -> str:
+    """The notebook (JSON text) without its cells' tags: they tell nbval which outputs to compare
+    and would show as labels on the page."""
+    content = json.loads(notebook)
+    for cell in content["cells"]:
+        cell["metadata"].pop("tags", None)
+    return json.dumps(content, indent=1, ensure_ascii=False) + "\n"
+
+
 def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
     """Every recorded benchmark table, newest first within each benchmark."""
     runs = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
@@ -71,11 +80,14 @@ def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
     lines = []
     for run in sorted(runs, key=lambda r: (r["benchmark"], r["stamp"]["date"]), reverse=True):
         st = run["stamp"]
+        what, *notes = (part.strip() for part in run["title"].split(";"))
+        for stamped in (f", torch {st['torch']}", f", {st['device']}", f", {st['dtype']}"):
+            what = what.replace(stamped, "")  # the stamp line says these
         lines += [
-            f"### {run['benchmark']}: {run['title'].split(';')[0]}",
+            f"### {run['benchmark']}: {what}",
             "",
             f"{st['date']}, {_with_threads(st)}, {st['dtype']}"
-            + (f", median of {st['repeats']} rounds" if st.get("repeats") else "")
+            + "".join(f"; {note}" for note in notes)
             + f"; python {st['python']}, torch {st['torch']}, timm {st['timm']}, vizkit "
             f"{st['vizkit']}. `{st['command']}`",
             "",
@@ -105,7 +117,7 @@ def main() -> None:
     shutil.rmtree(tutorials, ignore_errors=True)
     tutorials.mkdir()
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        shutil.copy(notebook, tutorials / notebook.name)
+        (tutorials / notebook.name).write_text(tutorial(notebook.read_text()))
     shutil.copy(ROOT / "CHANGELOG.md", OUT / "changelog.md")
     print(f"wrote {OUT.relative_to(ROOT)}/", file=sys.stderr)
 

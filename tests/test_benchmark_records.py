@@ -1,5 +1,5 @@
 """Benchmark tables recorded with --record carry their stamp, and the manual's benchmarks page is
-generated from them."""
+generated from them; the tutorials are the notebooks without nbval's tags."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def test_a_recorded_table_is_stamped_and_rendered(tmp_path, monkeypatch, capsys)
     timing = load(ROOT / "benchmarks" / "timing.py", "timing")
     generate = load(ROOT / "docs" / "generate.py", "generate")
     monkeypatch.setattr(timing, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "benchmarks" / "gradcam.py"), "--record"])
+    assert timing.stamp(argparse.Namespace(device="cpu", dtype="float32"))["command"] == (
+        "python benchmarks/gradcam.py --record"
+    )
     args = argparse.Namespace(device="cpu", dtype="float32", repeats=3, record=True)
     times = {"plain": [0.10, 0.12, 0.11], "vizkit": [0.13, 0.12, 0.14]}
     faults = {"plain": [5, 7, 6], "vizkit": [9, 9, 9]}
@@ -44,3 +48,12 @@ def test_a_recorded_table_is_stamped_and_rendered(tmp_path, monkeypatch, capsys)
     assert f"{run['stamp']['threads']} threads" in page and "deit_small, batch 16" in page
     assert "No recorded runs yet" in generate.benchmark_results_page(tmp_path / "none")
     assert "recorded in" in capsys.readouterr().out
+
+
+def test_tutorials_drop_the_nbval_tags_and_keep_the_cells():
+    generate = load(ROOT / "docs" / "generate.py", "generate")
+    source = (ROOT / "notebooks" / "01_cait.ipynb").read_text()
+    original, page = json.loads(source), json.loads(generate.tutorial(source))
+    assert any("tags" in c["metadata"] for c in original["cells"])
+    assert not any("tags" in c["metadata"] for c in page["cells"])
+    assert [c["source"] for c in page["cells"]] == [c["source"] for c in original["cells"]]

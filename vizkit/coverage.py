@@ -246,6 +246,7 @@ class CoverageRow:
         maps: attention maps by kind, e.g. {"self": 12, "position": 12}.
         results: analysis -> ("works", detail) | ("refused", reason) | ("error", message).
         seconds: time for the whole row.
+        unfired: map names the model lists but does not compute in a forward (should be none).
     """
 
     family: str
@@ -254,6 +255,7 @@ class CoverageRow:
     maps: dict[str, int]
     results: dict[str, tuple[str, str]]
     seconds: float
+    unfired: list[str] = field(default_factory=list)
 
 
 def run_coverage(families: list[str] | None = None, progress: bool = True) -> list[CoverageRow]:
@@ -278,16 +280,34 @@ def _run_family(family: str) -> CoverageRow:
     model = timm.create_model(rep.model, pretrained=False, **rep.kwargs).eval()
     hm = HookedModel(model)
     maps: dict[str, int] = {}
+    map_names = []
     for name in hm.hook_names():
         kind = hm.tap(name).kind or ("self" if name.endswith(".attn.hook_pattern") else "")
         if kind:  # (vizkit's own layers declare their maps as HookPoints)
             maps[kind] = maps.get(kind, 0) + 1
+            map_names.append(name)
     x = _images(model, rep.size)
     results = {}
     for name, run in ANALYSES.items():
         results[name] = _outcome(run, hm, x)
     return CoverageRow(family, rep.model, type(model).__name__, maps, results,
-                       time.perf_counter() - start)  # fmt: skip
+                       time.perf_counter() - start, _unfired(hm, x, map_names))  # fmt: skip
+
+
+def _unfired(hm: HookedModel, x: Tensor, names: list[str]) -> list[str]:
+    """The listed map names that one forward on ``x`` does not compute."""
+    fired, listed = set(), set(names)
+    if not names:
+        return []
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the names that do not fire are the answer
+            with hm.hooks(fwd={listed.__contains__: lambda value, *, name: fired.add(name)}):
+                hm(x)
+    except RuntimeError as error:
+        if "did not fire" not in str(error):
+            raise
+    return [n for n in names if n not in fired]
 
 
 def _outcome(run: Callable, hm: HookedModel, x: Tensor) -> tuple[str, str]:

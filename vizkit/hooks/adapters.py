@@ -51,6 +51,7 @@ from __future__ import annotations
 from timm.layers import AttentionPoolLatent
 from timm.layers.bottleneck_attn import BottleneckAttn
 from timm.models import (
+    coat,
     cpubone,
     crossvit,
     efficientformer,
@@ -168,7 +169,9 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
             taps.append(Tap(f"{name}.hook_pattern", f"{name}.talking_head2", site="input",
                             kind="unplaced", shape="B H N N"))  # fmt: skip
             continue
-        if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj", "query")):
+        if isinstance(module, _NO_MAP) or not any(
+            hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj", "query")
+        ):
             continue
         site = next(
             (child for child, kind in (("attn_drop", nn.Dropout), ("softmax", nn.Softmax))
@@ -195,6 +198,12 @@ _RECOMPUTED_UNPLACED = {
     BottleneckAttn: bottleneck_pattern,
     efficientvit_msra.CascadedGroupAttention: cascaded_group_pattern,
 }
+
+# attention modules with an ``attn_drop`` they never call and no N x N map to read: CoaT's
+# factorized attention (Xu et al., "Co-Scale Conv-Attentional Image Transformers", its
+# factorized attention mechanism) multiplies Q into softmax(K)^T V, a C x C matrix per head, so no
+# map over token pairs exists
+_NO_MAP = (coat.FactorAttnConvRelPosEnc,)
 
 # attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the
 # prefix tokens), CrossViT's fusion of the branches, LeViT's downsampling attention
