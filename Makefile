@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
 export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit notebooks docs lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit notebooks docs findings lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ docs: setup
 	$(BIN)/python docs/generate.py
 	$(BIN)/mkdocs build --strict --quiet
 
+# the paper pages' measured findings (docs/findings/<paper>.json), after retraining a zoo model
+findings: setup
+	$(BIN)/python docs/findings/record.py
+
 lab: setup
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -49,7 +53,8 @@ bench: setup
 	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7 --record
 	$(BIN)/python benchmarks/widgets.py --record
 	$(BIN)/python benchmarks/masks.py --record
-	$(BIN)/python benchmarks/sot.py --record
+	for m in 6 14 24 38; do $(BIN)/python benchmarks/sot.py --m $$m --record; done
+	$(BIN)/python benchmarks/sot.py --what model --record
 	$(BIN)/python benchmarks/saliency_table.py --record
 
 # the GPU rows of docs/benchmarks.md (needs CUDA; `make bench` covers the CPU)
@@ -69,8 +74,8 @@ bench-gpu: setup
 	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256 --record
 
 lint: setup
-	$(BIN)/ruff check vizkit tests benchmarks notebooks docs/*.py
-	$(BIN)/ruff format --check vizkit tests benchmarks notebooks/strip_outputs.py docs/*.py
+	$(BIN)/ruff check vizkit tests benchmarks notebooks docs/*.py docs/findings/*.py
+	$(BIN)/ruff format --check vizkit tests benchmarks notebooks/strip_outputs.py docs/*.py docs/findings/*.py
 
 strip: setup
 	$(BIN)/python notebooks/strip_outputs.py notebooks/*.ipynb

@@ -2,9 +2,10 @@
 them in docs/findings/<paper>.json, which the pages read (mkdocs-macros: ``{{ refiner.f_out.ViT
 }}``), so no measured number on a paper page is typed.
 
-Each ``docs/findings/<paper>.py`` has ``measure() -> dict``: nested dicts of display strings. It
-raises ``statements.FindingChanged`` when a relation the page states in words (e.g. "the ResNet evolves more
-than the ViT") no longer holds, so the page cannot silently contradict its numbers. Each record
+Each ``docs/findings/<paper>.py`` has ``measure() -> dict``: nested dicts of display strings.
+It raises ``statements.FindingChanged`` when a relation the page states in words (e.g. "the
+ResNet evolves more than the ViT") no longer holds, so the page cannot silently contradict its
+numbers. Each record
 is stamped with the date, versions and command, and the sha256 of every zoo model it read;
 ``tests/test_docs_findings.py`` checks that the stamps match the shipped models and recomputes
 the values.

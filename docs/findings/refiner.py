@@ -33,8 +33,8 @@ def measure() -> dict:
     entropy = {k: s["entropy"].mean((1, 2)) for k, s in stats.items()}
     local = max(s["locality"].mean((1, 2)).max().item() for s in stats.values())
     deep = list(DEEP_BLOCKS)
-    expect(bool((entropy["refined"][deep] < entropy["vit"][deep]).all()),
-           "the Refined-ViT's softmax maps are less uniform than the ViT's in the deeper blocks")  # fmt: skip
+    expect(bool((entropy["refined"][deep] < entropy["vit"][deep]).all()), "the Refined-ViT's "
+           "softmax maps are less uniform than the ViT's in the deeper blocks")  # fmt: skip
     expect(local < 0.2, "no model puts much more than uniform attention (9/64 = 0.14) on the 3 x 3 "
            "neighbourhood")  # fmt: skip
 
@@ -57,11 +57,13 @@ def measure() -> dict:
         "negative_mass": fixed(negative),
         "dla_error": _dla_error(models["refined"], images),
         "rfc": {k: {str(r): percent(a) for r, a in acc.items()} for k, acc in rfc.items()},
-        "params": {
-            name: f"{vk.papers.refiner.refined_vit_params(f'vizkit_refined_vit_{name}')['params'] / 1e6:.2f}M"
-            for name in ("base", "s", "m", "l")
-        },
+        "params": {name: f"{_params(name) / 1e6:.2f}M" for name in ("base", "s", "m", "l")},
     }
+
+
+def _params(name: str) -> int:
+    """Table 10: the parameters of Refined-ViT-``name`` as built."""
+    return vk.papers.refiner.refined_vit_params(f"vizkit_refined_vit_{name}")["params"]
 
 
 def _dla_error(refined, images) -> dict[str, str]:

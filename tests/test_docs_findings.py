@@ -1,0 +1,115 @@
+"""The paper pages' measured findings (docs/findings/<paper>.json, written by
+docs/findings/record.py) are of the shipped models, every placeholder on a page resolves, and
+measuring again gives the recorded values."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+
+import vizkit as vk
+
+ROOT = Path(__file__).resolve().parent.parent
+FINDINGS = ROOT / "docs" / "findings"
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def load_recorder():
+    spec = importlib.util.spec_from_file_location("findings_record", FINDINGS / "record.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+record = load_recorder()
+
+
+def recorded(paper: str) -> dict:
+    return json.loads((FINDINGS / f"{paper}.json").read_text(encoding="utf-8"))
+
+
+def page(paper: str) -> str:
+    return (ROOT / "docs" / "papers" / f"{paper}.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("paper", record.PAPERS)
+def test_the_record_is_of_the_shipped_models(paper):
+    content = recorded(paper)
+    assert content["stamp"]["command"] == f"python docs/findings/record.py {paper}"
+    assert content["models"], "a record that read no zoo model"
+    for name, sha256 in content["models"].items():
+        assert vk.zoo.card(name)["sha256"] == sha256, (
+            f"{name} changed since docs/findings/{paper}.json was recorded; run "
+            f"python docs/findings/record.py {paper}"
+        )
+
+
+@pytest.mark.parametrize("paper", record.PAPERS)
+def test_every_placeholder_on_the_page_resolves(paper):
+    text = page(paper)
+    assert text.startswith("---\nrender_macros: true\n---\n"), "the page must opt into macros"
+    body = text.split("---\n", 2)[2]
+    assert "{{ " + paper + "." in body
+    variables = {p: recorded(p) for p in record.PAPERS}
+    jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(body).render(variables)
+    with pytest.raises(jinja2.UndefinedError):
+        jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+            "{{ " + paper + ".no_such_finding }}"
+        ).render(variables)
+
+
+def test_a_changed_statement_stops_the_recording():
+    sys.path.insert(0, str(FINDINGS))
+    try:
+        from statements import FindingChanged, expect
+    finally:
+        sys.path.remove(str(FINDINGS))
+    expect(True, "holds")
+    with pytest.raises(FindingChanged, match="The paper page says: the ResNet evolves more"):
+        expect(False, "the ResNet evolves more")
+
+
+def agree(measured, stored) -> bool:
+    """Equal structure and text; each number within one unit of its last printed digit (an
+    order of magnitude for numbers printed as powers of ten, e.g. a rounding error 3e-16)."""
+    if isinstance(stored, dict):
+        return stored.keys() == measured.keys() and all(
+            agree(measured[k], stored[k]) for k in stored
+        )
+    if isinstance(stored, list):
+        return len(stored) == len(measured) and all(map(agree, measured, stored))
+    a, b = str(measured), str(stored)
+    if NUMBER.sub("#", a) != NUMBER.sub("#", b):
+        return False
+    return all(close(x, y) for x, y in zip(NUMBER.findall(a), NUMBER.findall(b), strict=True))
+
+
+def close(x: str, y: str) -> bool:
+    if "e" in y:
+        return abs(math.log10(abs(float(x)) + 1e-300) - math.log10(abs(float(y)) + 1e-300)) <= 1
+    unit = 10.0 ** -len(y.split(".")[1]) if "." in y else 1.0
+    return abs(float(x) - float(y)) <= unit * 1.001
+
+
+def test_agreement_allows_the_last_digit_only():
+    assert agree({"a": ["0.49", "69.5 %"]}, {"a": ["0.50", "69.4 %"]})
+    assert not agree({"a": ["0.47"]}, {"a": ["0.49"]})
+    assert not agree({"a": "0.49 %"}, {"a": "0.49"})
+    assert agree("3e-16", "9e-17") and not agree("3e-12", "3e-16")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", record.PAPERS)
+def test_measuring_again_gives_the_record(paper):
+    values, models = record.measure(paper)
+    content = recorded(paper)
+    assert models == content["models"]
+    stored = {k: v for k, v in content.items() if k not in ("stamp", "models")}
+    assert agree(values, stored), f"rerun python docs/findings/record.py {paper}"
