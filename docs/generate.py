@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -73,12 +74,12 @@ def tutorial(notebook: str) -> str:
 
 
 def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
-    """Every recorded benchmark table, newest first within each benchmark."""
+    """Every recorded benchmark table, by benchmark, then by configuration (numbers by value)."""
     runs = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
     if not runs:
         return "No recorded runs yet: `make bench` records them.\n"
     lines = []
-    for run in sorted(runs, key=lambda r: (r["benchmark"], r["stamp"]["date"]), reverse=True):
+    for run in sorted(runs, key=lambda r: (r["benchmark"], _natural(r["title"]))):
         st = run["stamp"]
         what, *notes = (part.strip() for part in run["title"].split(";"))
         for stamped in (f", torch {st['torch']}", f", {st['device']}", f", {st['dtype']}"):
@@ -97,6 +98,12 @@ def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _natural(text: str) -> list:
+    """A sort key that orders the numbers in ``text`` by value ("6 x 6" before "14 x 14")."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", text)]  # fmt: skip
 
 
 def _with_threads(stamp: dict) -> str:
