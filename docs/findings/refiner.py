@@ -49,6 +49,10 @@ def measure() -> dict:
     expect(all(rfc[k][1.05] < rfc[k][1.0] / 2 for k in ("vit", "strong", "refined"))
            and rfc["resnet"][1.05] > 0.9, "padding costs the transformers, while the ResNet keeps "
            "its accuracy")  # fmt: skip
+    params = {name: _params(name) for name in ("base", "s", "m", "l")}
+    expect(all(abs(p / 1e6 - paper) < 0.6 for p, paper in zip(params.values(), (86, 25, 55, 81),
+                                                               strict=True)),
+           "the parameter counts match Table 10's 86 / 25 / 55 / 81M")  # fmt: skip
     return {
         "test_images": len(test),
         "f_out": {k: fixed(v) for k, v in f_out.items()},
@@ -57,7 +61,7 @@ def measure() -> dict:
         "negative_mass": fixed(negative),
         "dla_error": _dla_error(models["refined"], images),
         "rfc": {k: {str(r): percent(a) for r, a in acc.items()} for k, acc in rfc.items()},
-        "params": {name: f"{_params(name) / 1e6:.2f}M" for name in ("base", "s", "m", "l")},
+        "params": {name: f"{p / 1e6:.2f}M" for name, p in params.items()},
     }
 
 
