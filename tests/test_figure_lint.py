@@ -273,6 +273,16 @@ BUILDERS = {
         anatomy(), classes=vk.datasets.SHAPE_CLASSES
     ),
     "maps_grid": lambda: vk.papers.sot.maps_grid(shown(), {"Grad-CAM": gradcam()}, [0, 1]),
+    "token_pca_figure": lambda: [
+        vk.viz.token_pca_figure(vk.token_pca(model(VIT), sample()[0]), shown()),
+        vk.viz.token_pca_figure(
+            vk.token_pca(model(VIT), sample()[0], components=4), count=2, components=(1, 2, 3)
+        ),
+    ],  # fmt: skip
+    "token_norms_figure": lambda: [
+        vk.viz.token_norms_figure(vk.token_norms(model(VIT), sample()[0]), shown()),
+        vk.viz.token_norms_figure(vk.token_norms(model(VIT), sample()[0]), layer=0, count=2),
+    ],
     "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
     "epoch_accuracy_curves": lambda: vk.viz.epoch_accuracy_curves(
         {"ViT": zoo("vit_tiny_shapes")[1]["history"]}, "Test accuracy per epoch"

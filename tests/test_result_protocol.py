@@ -51,6 +51,8 @@ EXAMPLES = {
         True,
     ),
     "ResidualRatios": (lambda: vk.residual_ratios(*build("cait")), True),
+    "TokenNorms": (lambda: vk.token_norms(*build("vit")), True),
+    "TokenPCA": (lambda: vk.token_pca(*build("vit"), components=2), True),
     "GammaStats": (lambda: vk.residual_ratios(*build("cait")).gamma_attn, False),
     "CurveResult": (_curve, True),
     "SaliencyTable": (

@@ -27,6 +27,8 @@ from .analysis import occlusion as occlusion
 from .analysis import residual_ratios as residual_ratios
 from .analysis import rollout as rollout
 from .analysis import saliency as saliency
+from .analysis import token_norms as token_norms
+from .analysis import token_pca as token_pca
 from .hooks import ActivationCache as ActivationCache
 from .hooks import HookedModel as HookedModel
 from .hooks import HookPoint as HookPoint
@@ -67,6 +69,8 @@ __all__ = [
     "rollout",
     "saliency",
     "token_layout",
+    "token_norms",
+    "token_pca",
     "unfused_attention",
     "viz",
     "widgets",

@@ -24,6 +24,10 @@ from .residual_norms import layerscale as layerscale
 from .residual_norms import ratio_uniformity as ratio_uniformity
 from .residual_norms import residual_ratios as residual_ratios
 from .saliency_result import SaliencyResult as SaliencyResult
+from .token_norms import TokenNorms as TokenNorms
+from .token_norms import token_norms as token_norms
+from .token_pca import TokenPCA as TokenPCA
+from .token_pca import token_pca as token_pca
 
 __all__ = [
     "AttentionResult",
@@ -32,6 +36,8 @@ __all__ = [
     "LayerScale",
     "ResidualRatios",
     "SaliencyResult",
+    "TokenNorms",
+    "TokenPCA",
     "attention",
     "cka",
     "cka_matrix",
@@ -49,4 +55,6 @@ __all__ = [
     "saliency",
     "self_attention_names",
     "stage_layers",
+    "token_norms",
+    "token_pca",
 ]

@@ -15,6 +15,7 @@ __all__ = [
     "default_representation_layers",
     "representation_layers",
     "token_features",
+    "token_stream_layers",
 ]
 
 TOKEN_MODES = ("flatten", "cls", "mean_patches", "tokens")
@@ -54,6 +55,25 @@ def representation_layers(hm: HookedModel) -> list[str]:
     stages = [f"{f['module']}.hook_out" for f in getattr(hm.model, "feature_info", None) or ()]
     stages = [name for name in stages if name in known]
     return stages if len(stages) > 1 else []
+
+
+def token_stream_layers(hm: HookedModel, image_size: tuple[int, int]) -> list[str]:
+    """Every transformer block's output ``<block>.hook_resid_post`` whose tokens lie on a patch
+    grid (CaiT's class-only stream left out), in forward order; refuses a model with none."""
+    names = [
+        n
+        for n in hm.hook_names()
+        if n.endswith(".hook_resid_post")
+        and hm.tap(n).shape != "B 1 C"
+        and hm.token_layout(image_size, n) is not None
+    ]
+    if not names:
+        raise ValueError(
+            f"{type(hm.model).__name__} has no transformer blocks whose outputs are tokens on a "
+            "patch grid (<block>.hook_resid_post); docs/coverage.md lists the families vizkit "
+            "adapts. For a CNN's feature maps use gradcam() or cka_matrix()."
+        )
+    return names
 
 
 def token_features(

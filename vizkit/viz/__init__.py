@@ -14,6 +14,8 @@ from .saliency import saliency_overlay as saliency_overlay
 from .saliency import saliency_row as saliency_row
 from .saliency import saliency_side_by_side as saliency_side_by_side
 from .style import display_images as display_images
+from .tokens import token_norms_figure as token_norms_figure
+from .tokens import token_pca_figure as token_pca_figure
 from .training import accuracy_over_seeds_figure as accuracy_over_seeds_figure
 from .training import epoch_accuracy_curves as epoch_accuracy_curves
 from .training import training_curves as training_curves
@@ -34,6 +36,8 @@ __all__ = [
     "saliency_row",
     "saliency_side_by_side",
     "epoch_accuracy_curves",
+    "token_norms_figure",
+    "token_pca_figure",
     "training_curves",
     "use_exportable_figures",
 ]

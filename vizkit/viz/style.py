@@ -113,17 +113,24 @@ def map_axes(fig: go.Figure) -> go.Figure:
     return square_cells(fig)
 
 
-def log_axis(fig: go.Figure, axis: str, **titles) -> go.Figure:
-    """A log ``axis`` ("x" or "y", every subplot) ticked at 1, 2, 5 x 10^k over the data's range
-    (1, 2, 3, 5 over less than two decades; every digit where that gives fewer than three
-    ticks), each tick written in full ("0.02", "50"), not plotly's abbreviated minor digits."""
-    values = np.concatenate([
-        np.asarray(getattr(t, axis), dtype=float).ravel()
-        for t in fig.data if getattr(t, axis) is not None
-    ])  # fmt: skip
+def log_axis(
+    fig: go.Figure, axis: str, values: np.ndarray | None = None, **where_and_titles
+) -> go.Figure:
+    """A log ``axis`` ("x" or "y") ticked at 1, 2, 5 x 10^k over the data's range (1, 2, 3, 5
+    over less than two decades; every digit where that gives fewer than three ticks), each tick
+    written in full ("0.02", "50"), not plotly's abbreviated minor digits. The range is that of
+    ``values``, or of every trace's data; ``where_and_titles`` (``row=``, ``col=``, titles) go to
+    the axis update (default: every subplot)."""
+    if values is None:
+        values = np.concatenate([
+            np.asarray(getattr(t, axis), dtype=float).ravel()
+            for t in fig.data if getattr(t, axis) is not None
+        ])  # fmt: skip
+    values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values) & (values > 0)]
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
     if not len(values):
-        return fig.update_layout({f"{axis}axis_type": "log"})
+        return update(type="log", **where_and_titles)
     low, high = values.min(), values.max()
     decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
     steps = (1, 2, 5) if high / low >= 100 else (1, 2, 3, 5)
@@ -131,8 +138,9 @@ def log_axis(fig: go.Figure, axis: str, **titles) -> go.Figure:
         ticks = [m * 10.0**e for e in decades for m in mantissas if low <= m * 10.0**e <= high]
         if len(ticks) >= 3:
             break
-    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-    return update(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks], **titles)
+    return update(
+        type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks], **where_and_titles
+    )
 
 
 def min_max_scaled(values: Tensor) -> Tensor:

@@ -1,0 +1,114 @@
+"""Token norms of the residual stream, and the high-norm tokens of Darcet et al. (2024).
+
+*Vision Transformers Need Registers* (Darcet, Oquab, Mairal, Bojanowski; ICLR 2024), Sec. 2.1
+and Fig. 3: large ViTs trained long enough (DINOv2, OpenCLIP, DeiT-III) turn a few low-information
+patch tokens into "high-norm" tokens, about 10x the norm of the others in the last layers, which
+hold global information and make the attention maps spiky. Their norm distribution is bimodal;
+the paper separates the modes with a threshold (150 for DINOv2 ViT-g). Registers (extra prefix
+tokens) take that role over and the outliers disappear.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.inputs import check_images
+from ..hooks.selection import LayerSpec, select_layers
+from .representations import token_stream_layers
+from .result import Result
+
+__all__ = ["TokenNorms", "token_norms"]
+
+
+@dataclass(repr=False)
+class TokenNorms(Result):
+    """L2 norm of every token of each chosen layer's output.
+
+    Attributes:
+        prefix: (B, L, P) norms of the prefix tokens (class, registers, distillation).
+        patches: (B, L, gh, gw) norms of the patch tokens on the grid.
+        layers: the block outputs' hook names, in forward order.
+        layout: the tokens of those layers (one layout for all: refused otherwise).
+        image_size: (H, W) of the input.
+    """
+
+    prefix: Tensor
+    patches: Tensor
+    layers: list[str]
+    layout: TokenLayout
+    image_size: tuple[int, int]
+
+    def high_norm(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
+        """(B, L, gh, gw) bool: the patch tokens whose norm exceeds ``threshold`` (the paper's
+        fixed cut, e.g. 150 for DINOv2 ViT-g), or by default ``factor`` times the median patch
+        norm of their image and layer (the outliers of Darcet et al. are about 10x the others;
+        a model without them flags none)."""
+        if threshold is None:
+            if not factor > 1:
+                raise ValueError(f"factor must be > 1 (times the median norm); got {factor}.")
+            median = self.patches.flatten(2).median(-1).values  # (B, L)
+            return self.patches > factor * median[..., None, None]
+        return self.patches > threshold
+
+    def high_norm_fraction(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
+        """(L,) the fraction of patch tokens that `high_norm` flags, per layer."""
+        return self.high_norm(threshold, factor).float().mean((0, 2, 3))
+
+
+@analysis_contract
+def token_norms(
+    model: nn.Module | HookedModel, x: Tensor, layers: LayerSpec | None = None
+) -> TokenNorms:
+    """The L2 norm over channels of every token in each block's output (the residual stream).
+
+    Args:
+        model: a ViT-style model whose blocks' outputs are tokens on a patch grid.
+        x: images (B, C, H, W).
+        layers: which block outputs (`vizkit.hooks.select_layers`: ints count the block outputs,
+            negative from the end); default all. Their tokens must share one layout (the blocks
+            of one stage for a hierarchical model, e.g. ``"layers.3.*"`` for Swin).
+
+    Returns:
+        `TokenNorms`: prefix (B, L, P) and patch (B, L, gh, gw) norms, in float32.
+
+    Raises:
+        ValueError: a model without token blocks (a CNN), or layers whose tokens differ.
+    """
+    hm = as_hooked(model)
+    x = check_images(hm.model, x)
+    image_size = tuple(x.shape[-2:])
+    names = token_stream_layers(hm, image_size)
+    chosen = names if layers is None else select_layers(layers, names, what="block outputs")
+    layout = _one_layout(hm, image_size, chosen)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, names=chosen)
+    norms = torch.stack([cache[n].float().norm(dim=-1) for n in chosen], dim=1)  # (B, L, N)
+    if not torch.isfinite(norms).all():
+        raise ValueError("Some token norms are NaN or infinite; check the model and the input.")
+    prefix, patches = layout.split(norms, dim=-1)
+    return TokenNorms(prefix, layout.to_grid(patches), chosen, layout, image_size)
+
+
+def _one_layout(hm: HookedModel, image_size, names: list[str]) -> TokenLayout:
+    """The layout the chosen layers share; refuses layers of different layouts, naming the
+    block outputs (as ints counting them) of each."""
+    layouts = {name: hm.token_layout(image_size, name) for name in names}
+    if len(set(layouts.values())) == 1:
+        return layouts[names[0]]
+    everything = token_stream_layers(hm, image_size)
+    groups: dict[TokenLayout, list[int]] = {}
+    for name, layout in layouts.items():
+        groups.setdefault(layout, []).append(everything.index(name))
+    parts = "; ".join(
+        f"layers {g[0]}..{g[-1]}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x{lay.grid[1]}"
+        for lay, g in groups.items()
+    )
+    raise ValueError(
+        f"The chosen layers hold different tokens ({parts}), so their norms cannot be stacked; "
+        f"choose the layers of one stage, e.g. layers={list(groups.values())[-1]}."
+    )

@@ -1,0 +1,123 @@
+"""Token figures: PCA colour maps of patch tokens, and token norms with their high-norm outliers."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from ..analysis import TokenNorms, TokenPCA
+from ..hooks.selection import LayerSpec, select_layer
+from .overlay import heatmap_on_image
+from .style import ATTENTION_SCALE, finish, log_axis, map_axes, square_cells
+
+__all__ = ["token_norms_figure", "token_pca_figure"]
+
+_BINS = 40  # of the norms' histogram
+
+
+def token_pca_figure(
+    result: TokenPCA,
+    images: np.ndarray | None = None,
+    count: int = 4,
+    components: tuple[int, int, int] = (0, 1, 2),
+) -> go.Figure:
+    """Three principal components of the patch tokens as red, green and blue (`TokenPCA.rgb`,
+    scaled over the whole batch), one panel per image, under the images (B, H, W, 3) uint8
+    when given."""
+    rgb = (result.rgb(components) * 255).round().byte().numpy()  # (B, gh, gw, 3)
+    shown = range(min(count, len(rgb)))
+    height, width = result.image_size
+    if images is not None and (len(images) < len(rgb) or images.shape[1:3] != (height, width)):
+        raise ValueError(
+            f"images must be the {len(rgb)} analysed images at {height}x{width}; got "
+            f"{images.shape}."
+        )
+    rows = 1 if images is None else 2
+    titles = [f"image {i}" for i in shown]
+    fig = make_subplots(rows=rows, cols=len(shown), vertical_spacing=0.04,
+                        horizontal_spacing=0.02, subplot_titles=titles)  # fmt: skip
+    gh, gw = result.layout.grid
+    for col, i in enumerate(shown, start=1):
+        if images is not None:
+            fig.add_trace(go.Image(z=images[i], hoverinfo="skip"), row=1, col=col)
+        fig.add_trace(
+            go.Image(z=rgb[i], x0=(width / gw - 1) / 2, dx=width / gw, y0=(height / gh - 1) / 2,
+                     dy=height / gh, hovertemplate="patch %{y}, %{x}<extra></extra>"),
+            row=rows, col=col,
+        )  # fmt: skip
+    map_axes(fig)
+    shares = ", ".join(
+        f"{c + 1}: {result.explained_variance_ratio[c]:.0%}" for c in components
+    )  # fmt: skip
+    title = (
+        f"PCA of the patch tokens of {_block(result.layer)} over {len(rgb)} images "
+        f"({result.fitted} tokens fitted)<br>components as red, green, blue; variance {shares}"
+    )
+    return finish(fig, title, 260 * rows + 110)
+
+
+def token_norms_figure(
+    result: TokenNorms, images: np.ndarray | None = None, layer: LayerSpec = -1, count: int = 4
+) -> go.Figure:
+    """One layer's patch-token norms on the first ``count`` images (one colour scale, in the
+    stream's units), beside the histogram of every token norm of that layer (patches and
+    prefix tokens): high-norm outliers (Darcet et al. 2024) form a second mode far right."""
+    name = select_layer(layer, result.layers, what="layers of the result")
+    index = result.layers.index(name)
+    norms = result.patches[:, index]  # (B, gh, gw)
+    shown = range(min(count, len(norms)))
+    fig = make_subplots(rows=1, cols=len(shown) + 1, column_widths=[1] * len(shown) + [2],
+                        horizontal_spacing=0.05,
+                        subplot_titles=[f"image {i}" for i in shown] + ["all tokens"])  # fmt: skip
+    for col, i in enumerate(shown, start=1):
+        if images is not None:
+            traces = heatmap_on_image(images[i], norms[i], coloraxis="coloraxis", name="norm")
+        else:
+            hover = "patch %{y}, %{x}: %{z:.3g}<extra></extra>"
+            traces = [go.Heatmap(z=norms[i].numpy(), coloraxis="coloraxis", hovertemplate=hover)]
+        for trace in traces:
+            fig.add_trace(trace, row=1, col=col)
+        fig.update_xaxes(showticklabels=False, row=1, col=col)
+        fig.update_yaxes(showticklabels=False, autorange="reversed", row=1, col=col)
+    hist = len(shown) + 1
+    prefix = result.prefix[:, index].flatten()
+    edges = torch.linspace(0, max(norms.max().item(), prefix.max().item() if len(prefix) else 0)
+                           * 1.02, _BINS + 1)  # fmt: skip
+    counts = []
+    for label, values, color in (("patch tokens", norms.flatten(), "#636EFA"),
+                                 ("prefix tokens", prefix, "#EF553B")):  # fmt: skip
+        if not len(values):
+            continue
+        tally = torch.histogram(values, edges).hist
+        counts.append(tally)
+        bars = go.Bar(
+            x=((edges[1:] + edges[:-1]) / 2).numpy(),
+            y=tally.numpy(),
+            width=(edges[1] - edges[0]).item(),
+            name=label,
+            marker_color=color,
+            opacity=0.75,
+            hovertemplate="norm %{x:.3g}: %{y} tokens<extra></extra>",
+        )
+        fig.add_trace(bars, row=1, col=hist)
+    square_cells(fig)
+    fig.update_xaxes(title_text="token norm", row=1, col=hist)
+    log_axis(fig, "y", torch.cat(counts).numpy(), row=1, col=hist, title_text="tokens")
+    fig.update_layout(
+        coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "norm", "x": -0.08}},
+        barmode="overlay",
+        legend={"x": 1, "xanchor": "right", "y": 1},
+    )
+    flagged = result.high_norm()[:, index].float().mean().item()
+    title = (
+        f"L2 norm of every token of {_block(name)} ({len(norms)} images); "
+        f"{flagged:.1%} of patch tokens above 4x their image's median"
+    )
+    return finish(fig, title, 360)
+
+
+def _block(name: str) -> str:
+    """``blocks.3.hook_resid_post`` -> ``blocks.3``."""
+    return name.rsplit(".hook_", 1)[0]
