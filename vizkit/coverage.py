@@ -217,6 +217,18 @@ def _residual_ratios(model, x):
     return f"{len(result.layers)} blocks"
 
 
+def _token_norms(model, x):
+    result = analysis.token_norms(model, x, layers=-1)
+    return f"{result.layout.num_prefix_tokens} prefix + {result.patches.shape[-2:]}"
+
+
+def _token_pca(model, x):
+    result = analysis.token_pca(model, x, components=2)
+    if not torch.isfinite(result.projections).all():
+        raise AssertionError("non-finite projections")
+    return f"{result.fitted} tokens"
+
+
 def _explorer(model, x):
     from .widgets import AttentionExplorer
 
@@ -233,6 +245,8 @@ ANALYSES: dict[str, Callable[[nn.Module, Tensor], str]] = {
     "gradcam": _map(lambda m, x: analysis.gradcam(m, x)),
     "cka_matrix": _cka,
     "residual_ratios": _residual_ratios,
+    "token_norms": _token_norms,
+    "token_pca": _token_pca,
     "explorer": _explorer,
 }
 

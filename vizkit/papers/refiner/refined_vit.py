@@ -4,7 +4,7 @@ blocks. Tiny CPU variants (32 px, patch 4, Shapes) and the paper's configuration
 The paper's S/M/L (Table 10, App. A.3, B.4) follow the authors' released code: official-mode
 refiner, a convolutional stem, MLP ratio 3, and attention sharing: every second block reuses the
 previous block's softmax map and refines it; the blocks that compute maps do not refine them.
-Without sharing S would have 27.8M parameters instead of Table 10's 25M.
+Without sharing S would have 27.39M parameters instead of Table 10's 25M.
 """
 
 from __future__ import annotations
