@@ -4,6 +4,7 @@ each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -84,6 +85,9 @@ def free_port() -> int:
 @pytest.fixture
 def jupyterlab(tmp_path):
     shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no "official Jupyter news?" toast over the widgets
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
@@ -91,6 +95,7 @@ def jupyterlab(tmp_path):
          f"--ServerApp.root_dir={tmp_path}", "--LabApp.expose_app_in_browser=True",
          "--ServerApp.disable_check_xsrf=True", "--allow-root"],
         stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"),
+        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings")},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 

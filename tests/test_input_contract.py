@@ -36,6 +36,8 @@ ANALYSES = {
     "occlusion": lambda m, x, **k: vk.occlusion(m, x, **k),
     "residual_ratios": lambda m, x, **k: vk.residual_ratios(m, x, **k),
     "cka_matrix": lambda m, x, **k: vk.cka_matrix(m, x, unbiased=False, progress=False, **k),
+    "token_norms": lambda m, x, **k: vk.token_norms(m, x, **k),
+    "token_pca": lambda m, x, **k: vk.token_pca(m, x, components=2, **k),
     "deletion": lambda m, x, **k: vk.metrics.deletion(
         m, x, torch.rand(len(x), 4, 4, generator=torch.Generator().manual_seed(0)), steps=4, **k
     ),

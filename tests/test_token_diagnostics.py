@@ -67,7 +67,7 @@ def test_an_injected_high_norm_token_is_the_one_flagged(vit):
     assert result.high_norm_fraction()[-1] == pytest.approx(1 / (3 * 16))
     cut = result.patches[0, -1, 1, 2].item() - 1e-3
     assert result.high_norm(threshold=cut)[:, -1].sum() == 1
-    with pytest.raises(ValueError, match="factor must be > 1"):
+    with pytest.raises(ValueError, match="factor must be a number > 1"):
         result.high_norm(factor=1.0)
 
 
@@ -115,10 +115,13 @@ def test_pca_fitted_on_a_subset_is_sklearns_on_that_subset(vit):
 
 def test_refusals(vit):
     model, x = vit
-    with pytest.raises(ValueError, match="components=48"):
+    with pytest.raises(ValueError, match="components=48, but the 48 fitted tokens"):
         vk.token_pca(model, x, components=48)
-    with pytest.raises(ValueError, match="components=0"):
-        vk.token_pca(model, x, components=0)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="components must be a positive int"):
+            vk.token_pca(model, x, components=bad)
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        vk.token_norms(model, x).high_norm(threshold=float("nan"))
     with pytest.raises(ValueError, match=r"fit_on must be a bool tensor of shape \(3, 4, 4\)"):
         vk.token_pca(model, x, fit_on=torch.ones(3, 16, dtype=torch.bool))
     with pytest.raises(ValueError, match="three indices"):
@@ -157,3 +160,37 @@ def test_a_hierarchical_model_takes_one_stage():
     last_stage = vk.token_norms(swin, x, layers=[6, 7])
     assert last_stage.patches.shape == (2, 2, 4, 4) and last_stage.prefix.shape == (2, 2, 0)
     assert vk.token_pca(swin, x, layer="layers.1.blocks.1").projections.shape == (2, 3, 14, 14)
+
+
+def test_pca_refuses_components_the_tokens_do_not_vary_along(vit):
+    model, x = vit
+    twice = x[:1].repeat(2, 1, 1, 1)
+    fit_on = torch.zeros(2, 4, 4, dtype=torch.bool)
+    fit_on[:, 0, :2] = True  # four tokens, two of them copies of the other two: one direction
+    assert vk.token_pca(model, twice, components=1, fit_on=fit_on).explained_variance_ratio == 1
+    with pytest.raises(ValueError, match="vary along only 1 directions"):
+        vk.token_pca(model, twice, components=2, fit_on=fit_on)
+    fit_on[:, 0, 1] = False  # the same token twice: no variance at all
+    with pytest.raises(ValueError, match="vary along only 0 directions"):
+        vk.token_pca(model, twice, components=1, fit_on=fit_on)
+
+
+def test_the_median_rule_takes_the_midpoint():
+    layout = vk.TokenLayout(0, (2, 2))
+    patches = torch.tensor([1.0, 1.0, 4.5, 4.5]).reshape(1, 1, 2, 2)
+    norms = vk.analysis.TokenNorms(torch.zeros(1, 1, 0), patches, ["b"], layout, (32, 32))
+    assert not norms.high_norm(factor=2.0).any()  # the median is 2.75, not 1
+    assert norms.high_norm(threshold=4.0).sum() == 2
+
+
+def test_figures_refuse_images_that_are_not_the_batch(vit):
+    model, x = vit
+    norms, pca = vk.token_norms(model, x), vk.token_pca(model, x)
+    shown = vk.viz.display_images(x)
+    for figure, result in ((vk.viz.token_norms_figure, norms), (vk.viz.token_pca_figure, pca)):
+        figure(result, shown, count=10)  # more than the batch: all of it
+        for wrong in (shown.transpose(0, 3, 1, 2), shown[:, :, :32], shown[:1]):
+            with pytest.raises(ValueError, match="images must be the analysed batch"):
+                figure(result, wrong)
+        with pytest.raises(ValueError, match="count must be a positive int"):
+            figure(result, count=0)

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..hooks import HookedModel
 from ..hooks.inputs import check_choice
+from ._model import class_attention_names
 
 __all__ = [
     "TOKEN_MODES",
@@ -59,13 +60,16 @@ def representation_layers(hm: HookedModel) -> list[str]:
 
 def token_stream_layers(hm: HookedModel, image_size: tuple[int, int]) -> list[str]:
     """Every transformer block's output ``<block>.hook_resid_post`` whose tokens lie on a patch
-    grid (CaiT's class-only stream left out), in forward order; refuses a model with none."""
+    grid, in forward order; refuses a model with none. Left out: class-attention blocks (CaiT's
+    class-only stream; XCiT's, where the patch tokens are not attended) and blocks whose tokens
+    are not in raster order (Hiera's unrolled stages)."""
+    class_blocks = {n.rsplit(".attn.", 1)[0] for n in class_attention_names(hm)}
     names = [
         n
         for n in hm.hook_names()
         if n.endswith(".hook_resid_post")
-        and hm.tap(n).shape != "B 1 C"
-        and hm.token_layout(image_size, n) is not None
+        and n.removesuffix(".hook_resid_post") not in class_blocks
+        and _on_grid(hm, image_size, n)
     ]
     if not names:
         raise ValueError(
@@ -74,6 +78,13 @@ def token_stream_layers(hm: HookedModel, image_size: tuple[int, int]) -> list[st
             "adapts. For a CNN's feature maps use gradcam() or cka_matrix()."
         )
     return names
+
+
+def _on_grid(hm: HookedModel, image_size: tuple[int, int], name: str) -> bool:
+    try:
+        return hm.token_layout(image_size, name) is not None
+    except ValueError:  # a stage whose tokens are not in raster order refuses a grid
+        return False
 
 
 def token_features(

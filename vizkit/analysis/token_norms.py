@@ -10,6 +10,7 @@ tokens) take that role over and the outliers disappear.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -49,10 +50,12 @@ class TokenNorms(Result):
         norm of their image and layer (the outliers of Darcet et al. are about 10x the others;
         a model without them flags none)."""
         if threshold is None:
-            if not factor > 1:
-                raise ValueError(f"factor must be > 1 (times the median norm); got {factor}.")
-            median = self.patches.flatten(2).median(-1).values  # (B, L)
+            if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 1):
+                raise ValueError(f"factor must be a number > 1 (times the median); got {factor!r}.")
+            median = self.patches.flatten(2).quantile(0.5, dim=-1)  # (B, L), midpoint of two
             return self.patches > factor * median[..., None, None]
+        if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
+            raise ValueError(f"threshold must be a finite number (a norm); got {threshold!r}.")
         return self.patches > threshold
 
     def high_norm_fraction(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
@@ -105,7 +108,7 @@ def _one_layout(hm: HookedModel, image_size, names: list[str]) -> TokenLayout:
     for name, layout in layouts.items():
         groups.setdefault(layout, []).append(everything.index(name))
     parts = "; ".join(
-        f"layers {g[0]}..{g[-1]}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x{lay.grid[1]}"
+        f"layers {g}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x{lay.grid[1]} patches"
         for lay, g in groups.items()
     )
     raise ValueError(

@@ -46,7 +46,8 @@ class TokenPCA(Result):
     def rgb(self, components: tuple[int, int, int] = (0, 1, 2)) -> Tensor:
         """(B, gh, gw, 3) in [0, 1]: three components as red, green and blue, each min-max
         scaled over the whole batch (so colours compare across images)."""
-        if len(components) != 3 or not all(0 <= c < len(self.components) for c in components):
+        valid = range(len(self.components))
+        if len(components) != 3 or not all(isinstance(c, int) and c in valid for c in components):
             raise ValueError(
                 f"components must be three indices in 0..{len(self.components) - 1}; got "
                 f"{components!r} (fit more with token_pca(..., components=k))."
@@ -81,8 +82,9 @@ def token_pca(
         `TokenPCA`, computed in float64 from an SVD of the centred tokens.
 
     Raises:
-        ValueError: fewer fitted tokens than ``components + 1``, features that are not finite,
-            a ``fit_on`` of the wrong shape, or a model without token blocks.
+        ValueError: more components than the fitted tokens vary along (their numerical rank:
+            none for identical tokens), features that are not finite, a ``fit_on`` of the wrong
+            shape, or a model without token blocks.
     """
     hm = as_hooked(model)
     x = check_images(hm.model, x)
@@ -96,15 +98,17 @@ def token_pca(
     if not torch.isfinite(patches).all():
         raise ValueError(f"The tokens of {name} hold NaN or infinite values; PCA would be NaN.")
     chosen = _fitted_tokens(patches, fit_on, layout)
-    channels = patches.shape[-1]
-    fits = 0 < components < len(chosen) and components <= channels
-    if isinstance(components, bool) or not fits:
-        raise ValueError(
-            f"components={components}: need 1 <= components < the {len(chosen)} fitted tokens "
-            f"and <= their {channels} channels."
-        )
+    if isinstance(components, bool) or not isinstance(components, int) or components < 1:
+        raise ValueError(f"components must be a positive int; got {components!r}.")
     mean = chosen.mean(0)
     _, singular, vh = torch.linalg.svd(chosen - mean, full_matrices=False)
+    rank = int((singular > singular[0] * max(chosen.shape) * torch.finfo(singular.dtype).eps).sum())
+    if components > rank:
+        raise ValueError(
+            f"components={components}, but the {len(chosen)} fitted tokens of {name} vary along "
+            f"only {rank} directions (more tokens than that: more images, or a larger fit_on); "
+            "the further components would be arbitrary."
+        )
     directions = vh[:components]
     largest = directions.gather(1, directions.abs().argmax(1, keepdim=True))
     directions = directions * largest.sign()

@@ -27,13 +27,8 @@ def token_pca_figure(
     scaled over the whole batch), one panel per image, under the images (B, H, W, 3) uint8
     when given."""
     rgb = (result.rgb(components) * 255).round().byte().numpy()  # (B, gh, gw, 3)
-    shown = range(min(count, len(rgb)))
+    shown = _shown(count, len(rgb), images, result.image_size)
     height, width = result.image_size
-    if images is not None and (len(images) < len(rgb) or images.shape[1:3] != (height, width)):
-        raise ValueError(
-            f"images must be the {len(rgb)} analysed images at {height}x{width}; got "
-            f"{images.shape}."
-        )
     rows = 1 if images is None else 2
     titles = [f"image {i}" for i in shown]
     fig = make_subplots(rows=rows, cols=len(shown), vertical_spacing=0.04,
@@ -67,7 +62,7 @@ def token_norms_figure(
     name = select_layer(layer, result.layers, what="layers of the result")
     index = result.layers.index(name)
     norms = result.patches[:, index]  # (B, gh, gw)
-    shown = range(min(count, len(norms)))
+    shown = _shown(count, len(norms), images, result.image_size)
     fig = make_subplots(rows=1, cols=len(shown) + 1, column_widths=[1] * len(shown) + [2],
                         horizontal_spacing=0.05,
                         subplot_titles=[f"image {i}" for i in shown] + ["all tokens"])  # fmt: skip
@@ -116,6 +111,20 @@ def token_norms_figure(
         f"{flagged:.1%} of patch tokens above 4x their image's median"
     )
     return finish(fig, title, 360)
+
+
+def _shown(count: int, batch: int, images: np.ndarray | None, size: tuple[int, int]) -> range:
+    """The images a figure shows: the first ``count`` of the batch; ``images`` must be the batch
+    as (B, H, W, 3) at the analysed size."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive int; got {count!r}.")
+    expected = (batch, *size, 3)
+    if images is not None and tuple(images.shape) != expected:
+        raise ValueError(
+            f"images must be the analysed batch as (B, H, W, 3) uint8, {expected} (e.g. "
+            f"vk.viz.display_images(x, model)); got {tuple(images.shape)}."
+        )
+    return range(min(count, batch))
 
 
 def _block(name: str) -> str:
