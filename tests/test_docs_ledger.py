@@ -78,6 +78,12 @@ def verdict(contrast: float, se: float) -> str:
     return "held" if contrast > 2 * se else "not held" if contrast < -2 * se else "inconclusive"
 
 
+def difference(a: list[float], b: list[float]) -> tuple[float, float]:
+    """The difference of the means of two 3-seed groups and its standard error."""
+    se = math.sqrt((statistics.variance(a) + statistics.variance(b)) / 3)
+    return statistics.mean(a) - statistics.mean(b), se
+
+
 def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} %"
 
@@ -146,8 +152,7 @@ def test_cait_table2_from_the_cards(generated):
     cells = row(generated, "cait", "Table 2: inserting the class token")
     assert f"(`table2_vit_cls4`) {mean_std(late)}" in cells[1]
     assert f"(`table2_vit_cls0`) {mean_std(first)}" in cells[1]
-    contrast = statistics.mean(late) - statistics.mean(first)
-    se = math.sqrt((statistics.variance(late) + statistics.variance(first)) / 3)
+    contrast, se = difference(late, first)
     assert f"{contrast:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
     assert cells[3] == verdict(contrast, se)
 
@@ -157,8 +162,7 @@ def test_refiner_kernel_sweep_from_the_cards(generated):
     cells = row(generated, "refiner", "Fig. 6 (App. B.3): a 3 x 3 convolution")
     assert f"k = 3, r = 3 (`refiner_r3_k3`) {mean_std(k3)}" in cells[1]
     assert f"k = 1, r = 3 (`refiner_r3_k1`) {mean_std(k1)}" in cells[1]
-    contrast = statistics.mean(k3) - statistics.mean(k1)
-    se = math.sqrt((statistics.variance(k3) + statistics.variance(k1)) / 3)
+    contrast, se = difference(k3, k1)
     assert f"{contrast:+.2f} points (2 SE {2 * se:.2f})" in cells[1]
     assert cells[2] == "0, 1, 2"
     assert cells[3] == verdict(contrast, se)
@@ -172,8 +176,7 @@ def test_refiner_convergence_from_the_histories(generated):
     r3, r1 = first_epoch("refiner_r3_k3"), first_epoch("refiner_r1_k3")
     cells = row(generated, "refiner", "Table 1: a larger expansion ratio converges faster")
     assert mean_std(r3) in cells[1] and mean_std(r1) in cells[1]
-    contrast = statistics.mean(r3) - statistics.mean(r1)
-    se = math.sqrt((statistics.variance(r3) + statistics.variance(r1)) / 3)
+    contrast, se = difference(r3, r1)
     assert cells[3] == verdict(contrast, se)
 
 
@@ -209,8 +212,7 @@ def test_sot_table1_from_the_cards(generated):
     wordt, classt = accuracies("sot_wordt"), accuracies("sot_classt")
     cells = row(generated, "sot", "Table 1: the word tokens alone")
     assert mean_std(wordt) in cells[1] and mean_std(classt) in cells[1]
-    contrast = statistics.mean(wordt) - statistics.mean(classt)
-    se = math.sqrt((statistics.variance(wordt) + statistics.variance(classt)) / 3)
+    contrast, se = difference(wordt, classt)
     assert cells[3] == verdict(contrast, se)
 
 

@@ -9,6 +9,7 @@ from statements import expect, fixed, percent
 
 import vizkit as vk
 from vizkit.analysis.attention_stats import locality_mass
+from vizkit.models import param_count
 
 MODELS = {
     "vit": "refiner_vit_shapes",
@@ -74,20 +75,13 @@ def measure() -> dict:
         "dla_error": _dla_error(models["refined"], images),
         "rfc": {k: {str(r): percent(a) for r, a in acc.items()} for k, acc in rfc.items()},
         "params": {name: f"{p / 1e6:.2f}M" for name, p in params.items()},
-        "params_s_unshared": f"{_unshared_s_params() / 1e6:.2f}M",
+        "params_s_unshared": f"{param_count('vizkit_refined_vit_s', share_blocks=0) / 1e6:.2f}M",
     }
 
 
 def _params(name: str) -> int:
     """Table 10: the parameters of Refined-ViT-``name`` as built."""
     return vk.papers.refiner.refined_vit_params(f"vizkit_refined_vit_{name}")["params"]
-
-
-def _unshared_s_params() -> int:
-    """Refined-ViT-S with every block refining its own map (``share_blocks=0``)."""
-    with torch.device("meta"):
-        model = vk.create_model("vizkit_refined_vit_s", share_blocks=0)
-    return sum(p.numel() for p in model.parameters())
 
 
 def _dla_error(refined, images) -> dict[str, str]:

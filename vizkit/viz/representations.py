@@ -10,14 +10,9 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..analysis import CKAResult, FeatureEvolution, LayerScale, ResidualRatios
-from .style import CKA_SCALE, epoch_shades, finish, palette, square_cells
+from .style import CKA_SCALE, epoch_shades, finish, layer_label, palette, square_cells
 
 __all__ = ["cka_heatmap", "feature_evolution_curves", "layerscale_heatmap", "residual_ratio_curves"]
-
-
-def _short(name: str) -> str:
-    """``blocks.3.hook_resid_post`` -> ``blocks.3``."""
-    return name.removeprefix("model_b:").rsplit(".hook_", 1)[0]
 
 
 def cka_heatmap(result: CKAResult, title: str | None = None) -> go.Figure:
@@ -26,8 +21,8 @@ def cka_heatmap(result: CKAResult, title: str | None = None) -> go.Figure:
     fig = go.Figure(
         go.Heatmap(
             z=result.matrix.numpy(),
-            x=[_short(n) for n in result.layers_b],
-            y=[_short(n) for n in result.layers_a],
+            x=[layer_label(n) for n in result.layers_b],
+            y=[layer_label(n) for n in result.layers_a],
             colorscale=CKA_SCALE,
             zmin=0,
             zmax=1,
@@ -63,7 +58,7 @@ def feature_evolution_curves(curves: Mapping[str, FeatureEvolution]) -> go.Figur
                 go.Scatter(
                     x=evo.depth.tolist(), y=values.tolist(), mode="lines+markers", name=label,
                     legendgroup=label, showlegend=col == 1, line={"color": color},
-                    text=[_short(n) for n in evo.layers],
+                    text=[layer_label(n) for n in evo.layers],
                     hovertemplate="%{text}: %{y:.3f}<extra>" + label + "</extra>",
                 ),
                 row=1, col=col,

@@ -18,6 +18,7 @@ __all__ = [
     "display_images",
     "epoch_shades",
     "finish",
+    "layer_label",
     "map_axes",
     "min_max_scaled",
     "palette",
@@ -103,6 +104,12 @@ def square_cells(fig: go.Figure) -> go.Figure:
         fig.layout["yaxis" + y[1:]].update(scaleanchor=x, constrain="domain")
         fig.layout["xaxis" + x[1:]].update(constrain="domain")
     return fig
+
+
+def layer_label(name: str) -> str:
+    """A hook name as a figure labels its layer: ``blocks.3.hook_resid_post`` -> ``blocks.3``
+    (a second model's ``model_b:`` prefix dropped)."""
+    return name.removeprefix("model_b:").rsplit(".hook_", 1)[0]
 
 
 def map_axes(fig: go.Figure) -> go.Figure:

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 from ..analysis import TokenNorms, TokenPCA
 from ..hooks.selection import LayerSpec, select_layer
 from .overlay import heatmap_on_image
-from .style import ATTENTION_SCALE, finish, log_axis, map_axes, square_cells
+from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, square_cells
 
 __all__ = ["token_norms_figure", "token_pca_figure"]
 
@@ -47,7 +47,7 @@ def token_pca_figure(
         f"{c + 1}: {result.explained_variance_ratio[c]:.0%}" for c in components
     )  # fmt: skip
     title = (
-        f"PCA of the patch tokens of {_block(result.layer)} over {len(rgb)} images "
+        f"PCA of the patch tokens of {layer_label(result.layer)} over {len(rgb)} images "
         f"({result.fitted} tokens fitted)<br>components as red, green, blue; variance {shares}"
     )
     return finish(fig, title, 260 * rows + 110)
@@ -107,7 +107,7 @@ def token_norms_figure(
     )
     flagged = result.high_norm()[:, index].float().mean().item()
     title = (
-        f"L2 norm of every token of {_block(name)} ({len(norms)} images); "
+        f"L2 norm of every token of {layer_label(name)} ({len(norms)} images); "
         f"{flagged:.1%} of patch tokens above 4x their image's median"
     )
     return finish(fig, title, 360)
@@ -125,8 +125,3 @@ def _shown(count: int, batch: int, images: np.ndarray | None, size: tuple[int, i
             f"vk.viz.display_images(x, model)); got {tuple(images.shape)}."
         )
     return range(min(count, batch))
-
-
-def _block(name: str) -> str:
-    """``blocks.3.hook_resid_post`` -> ``blocks.3``."""
-    return name.rsplit(".hook_", 1)[0]
