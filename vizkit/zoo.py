@@ -25,6 +25,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from .models.names import create_timm_model, did_you_mean
+
 __all__ = [
     "PACKAGE_MODELS",
     "accuracy_over_seeds",
@@ -78,7 +80,10 @@ def _folder(name: str) -> Path:
     if name in found:
         return found[name]
     _refuse_missing_paper_checkpoint(name)
-    raise KeyError(f"No zoo model {name!r}. The zoo has: {', '.join(sorted(found)) or 'nothing'}.")
+    raise KeyError(
+        f"No zoo model {name!r}.{did_you_mean(name, found)} vk.zoo.list() lists the "
+        f"{len(found)} zoo models."
+    )
 
 
 def _refuse_missing_paper_checkpoint(name: str) -> None:
@@ -260,10 +265,11 @@ def load(
     if not timm.is_model(name):
         _refuse_missing_paper_checkpoint(name)
         raise KeyError(
-            f"{name!r} is neither a zoo model ({', '.join(list()) or 'none'}) nor a "
-            "timm architecture (timm.list_models lists those)."
+            f"{name!r} is neither a zoo model nor a timm architecture.{did_you_mean(name)}"
+            f" vk.zoo.list() lists the {len(list())} zoo models, timm.list_models('pattern*') "
+            "the timm ones."
         )
-    model = timm.create_model(name, pretrained=pretrained, **kwargs)
+    model = create_timm_model(name, pretrained=pretrained, **kwargs)
     info = {"architecture": name, "kwargs": kwargs, "weights": "random"}
     if pretrained:
         info["weights"] = "timm pretrained"

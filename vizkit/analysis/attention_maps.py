@@ -13,6 +13,7 @@ from ..hooks.inputs import (
     DEFAULT_MAX_BYTES,
     check_choice,
     check_count,
+    check_image_batch,
     check_images,
     check_values_finite,
 )
@@ -171,11 +172,13 @@ class AttentionResult(Result):
 
 
 def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | None = None) -> int:
-    """Bytes the captured patterns of ``names`` take for batch ``x``: sum of B*H*Nq*N*bytes."""
+    """Bytes the captured patterns of ``names`` take for batch ``x`` (cast to the model's
+    floating dtype, as `check_images` does): sum of B*H*Nq*N*bytes."""
     layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
     n = layout.num_tokens
     heads = sum(hm.model.get_submodule(name.rsplit(".", 1)[0]).num_heads for name in names)
-    return len(x) * heads * (1 if query is not None else n) * n * float_bytes(x)
+    weight = next((p for p in hm.model.parameters() if p.is_floating_point()), x)
+    return len(x) * heads * (1 if query is not None else n) * n * float_bytes(weight)
 
 
 @analysis_contract
@@ -220,7 +223,7 @@ def attention(
             above ``max_bytes`` (the message gives its size and how to shrink it).
     """
     hm = as_hooked(model)
-    x = check_images(hm.model, x)
+    check_image_batch(hm.model, x)  # the size check below reads no values; check_images does
     check_choice("maps", maps, ("softmax", "applied"))
     max_bytes = check_count("max_bytes", max_bytes)
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
@@ -235,6 +238,7 @@ def attention(
             f"max_bytes={max_bytes / 2**20:.1f} MiB. Pass layers=[...] for a subset, "
             "query='cls' (one row per head), a smaller batch, or a larger max_bytes."
         )
+    x = check_images(hm.model, x)
     captured: dict[str, Tensor] = {}
 
     def keep(pattern: Tensor, *, name: str) -> None:

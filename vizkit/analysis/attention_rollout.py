@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
-from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_images
+from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_image_batch, check_images
 from ..hooks.selection import HeadSpec, head_option, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
@@ -36,11 +36,14 @@ __all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
 _MIXED = ".attn.hook_pattern_mixed"
 
 
-def check_row_stochastic(pattern: Tensor, name: str, atol: float = 1e-3) -> None:
+def check_row_stochastic(pattern: Tensor, name: str, atol: float | None = None) -> None:
     """Raise a ValueError if ``pattern`` (..., Nq, N) has negative entries or rows not summing
-    to 1."""
+    to 1 (summed in float32) within ``atol``; default: 1e-3, or the machine epsilon of a
+    coarser dtype (a bfloat16 softmax rounds each entry, so its rows sum to 1 within 2^-7)."""
+    if atol is None:
+        atol = max(1e-3, torch.finfo(pattern.dtype).eps)
     negative = pattern.min().item() < -atol
-    off = (pattern.sum(-1) - 1).abs().max().item()
+    off = (pattern.float().sum(-1) - 1).abs().max().item()
     if negative or off > atol:
         raise ValueError(
             f"{name} is not row-stochastic (min {pattern.min().item():.3g}, row sums off by "
@@ -260,7 +263,7 @@ def grad_rollout(
         reads the class token, else (average-pooled heads) the mean over the patch rows.
     """
     hm = as_hooked(model)
-    x = check_images(hm.model, x)
+    check_image_batch(hm.model, x)  # the size check below reads no values; check_images does
     names = applied_attention_names(hm)
     last = hm.token_layout(tuple(x.shape[-2:]), names[-1])
     if any(n.endswith(_MIXED) for n in names) or not last.class_token:
@@ -280,6 +283,7 @@ def grad_rollout(
             f"above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the maps are "
             "per image) or a larger max_bytes."
         )
+    x = check_images(hm.model, x)
     patterns: dict[str, Tensor] = {}
     relevance: Tensor | None = None  # (I + W_L) ... (I + W_k), built from the last layer back
     done: list[str] = []

@@ -1,4 +1,5 @@
-"""Data: generated shapes with masks, real images that ship inside packages, user folders."""
+"""Data: generated shapes with masks, real images that ship inside packages, the user's own
+images (`load_images`: files, folders, PIL images, arrays)."""
 
 from .batch import DATA_SOURCES as DATA_SOURCES
 from .batch import Batch as Batch
@@ -10,6 +11,8 @@ from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
 from .shapes import load_sample as load_sample
 from .shapes import render_shapes as render_shapes
+from .user_images import LoadedImages as LoadedImages
+from .user_images import load_images as load_images
 
 __all__ = [
     "DATA_SOURCES",
@@ -17,8 +20,10 @@ __all__ = [
     "Batch",
     "Digits",
     "ImageFolder",
+    "LoadedImages",
     "Shapes",
     "digit_images",
+    "load_images",
     "load_sample",
     "model_batch",
     "render_shapes",

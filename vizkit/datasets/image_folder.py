@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from .model_input import model_data_config
 
-__all__ = ["ImageFolder", "read_image"]
+__all__ = ["ImageFolder", "read_image", "readable_images"]
 
 # what PIL raises for a file that is no image, a truncated one, or a decompression bomb
 _UNREADABLE = (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
@@ -27,14 +27,41 @@ def read_image(file: Path) -> Image.Image:
             return image.convert("RGB")
 
 
-class ImageFolder(Dataset):
-    """The readable images directly in ``path`` (sorted by name; the first ``limit`` of them if
-    given), resized, cropped and normalized as ``model``'s pretrained config prescribes (timm's
-    eval transform).
+def readable_images(path: str | Path, limit: int | None = None) -> list[Path]:
+    """The readable image files directly in folder ``path``, sorted by name (the first
+    ``limit``); files that are not images, truncated files and decompression bombs are skipped
+    with one warning naming each and why.
 
-    Every file is decoded once here, so files that are not images, truncated files and
-    decompression bombs are skipped with one warning naming each and why. Items are
-    ``(image (3, H, W) float32, file name)``.
+    Raises:
+        FileNotFoundError: no such folder. ValueError: no readable image in it.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"No folder at {folder}.")
+    files: list[Path] = []
+    skipped: list[str] = []
+    for file in sorted(p for p in folder.iterdir() if p.is_file()):
+        if len(files) == limit:
+            break
+        try:
+            read_image(file)
+            files.append(file)
+        except _UNREADABLE as error:
+            why = "not an image" if isinstance(error, UnidentifiedImageError) else error
+            skipped.append(f"{file.name} ({why})")
+    if not files:
+        detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
+        raise ValueError(f"{folder} holds no readable image (png, jpg, ...){detail}.")
+    if skipped:
+        warnings.warn(f"skipped unreadable file(s): {'; '.join(skipped)}", stacklevel=3)
+    return files
+
+
+class ImageFolder(Dataset):
+    """The readable images directly in ``path`` (`readable_images`: sorted by name, the first
+    ``limit``, unreadable files skipped with a warning), resized, cropped and normalized as
+    ``model``'s data config prescribes (timm's eval transform). Items are ``(image (3, H, W)
+    float32, file name)``; `load_images` gives a whole folder as one batch.
 
     Raises:
         ValueError: the folder holds no readable image (the skipped files are named).
@@ -42,26 +69,8 @@ class ImageFolder(Dataset):
     """
 
     def __init__(self, path: str | Path, model: nn.Module, limit: int | None = None):
-        folder = Path(path)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"No folder at {folder}.")
         self.transform = create_transform(**model_data_config(model))
-        self.files: list[Path] = []
-        skipped: list[str] = []
-        for file in sorted(p for p in folder.iterdir() if p.is_file()):
-            if len(self.files) == limit:
-                break
-            try:
-                read_image(file)
-                self.files.append(file)
-            except _UNREADABLE as error:
-                why = "not an image" if isinstance(error, UnidentifiedImageError) else error
-                skipped.append(f"{file.name} ({why})")
-        if not self.files:
-            detail = f"; skipped {'; '.join(skipped)}" if skipped else ""
-            raise ValueError(f"{folder} holds no readable image (png, jpg, ...){detail}.")
-        if skipped:
-            warnings.warn(f"skipped unreadable file(s): {'; '.join(skipped)}", stacklevel=2)
+        self.files = readable_images(path, limit)
 
     def __len__(self) -> int:
         return len(self.files)

@@ -81,6 +81,17 @@ from .taps import Tap
 __all__ = ["build_taps"]
 
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict)
+# modules whose 4-D output is channels-first by definition (B, C, h, w)
+_CHANNELS_FIRST = (
+    nn.Conv2d,
+    nn.ConvTranspose2d,
+    nn.BatchNorm2d,
+    nn.InstanceNorm2d,
+    nn.MaxPool2d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool2d,
+)
 
 
 def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap]:
@@ -111,7 +122,8 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
         elif isinstance(module, HookPoint):
             taps.append(Tap(name=path, module=path))
         elif not isinstance(module, _CONTAINERS):
-            taps.append(Tap(name=f"{path}.hook_out", module=path))
+            shape = "B C h w" if isinstance(module, _CHANNELS_FIRST) else ""
+            taps.append(Tap(name=f"{path}.hook_out", module=path, shape=shape))
         taps.extend(derived.get(path, ()))
 
     visit("", model)

@@ -603,11 +603,19 @@ def _require_fired(
 
 
 def _check_replacement(name: str, new: Any, value: Tensor) -> None:
+    """Raise unless the hook's return ``new`` can stand in for ``value``: a tensor of its shape,
+    dtype and device (the forward would fail deep inside torch, or silently change precision)."""
     if not isinstance(new, Tensor) or new.shape != value.shape:
         got = tuple(new.shape) if isinstance(new, Tensor) else type(new).__name__
         raise ValueError(
             f"The hook on {name} returned {got}; a replacement must be a tensor of "
             f"the activation's shape {tuple(value.shape)} (or None to keep it)."
+        )
+    if new.dtype != value.dtype or new.device != value.device:
+        raise TypeError(
+            f"The hook on {name} returned a {new.dtype} tensor on {new.device}; the activation "
+            f"is {value.dtype} on {value.device}. Cast it back, e.g. .to({value.dtype}, "
+            f"'{value.device}'), or return None to keep the activation."
         )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "check_choice",
     "check_count",
     "check_device",
+    "check_image_batch",
     "check_images",
     "check_indices",
     "check_maps",
@@ -74,22 +75,7 @@ def check_images(model: nn.Module, x: Tensor) -> Tensor:
             NaN / Inf values (the samples are named).
     """
     model = unwrap_model(model)
-    if not isinstance(x, Tensor):
-        hint = " Convert with torch.from_numpy(x)." if type(x).__module__ == "numpy" else ""
-        raise TypeError(
-            f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.{hint}"
-        )
-    if not x.is_floating_point():
-        raise TypeError(
-            f"Expected floating-point images normalized as the model was trained; got dtype "
-            f"{x.dtype}. Convert with x.float() / 255 and normalize with the model's mean and "
-            "std (timm.data.resolve_data_config(model=model))."
-        )
-    validate_input(model, x)
-    if len(x) == 0:
-        raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
-    if x.is_meta:
-        raise ValueError("The images are meta tensors (no data); pass real images.")
+    check_image_batch(model, x)
     check_values_finite("images", x)
     dtype, device = _floating_dtype(model), _device(model)
     cast = x.to(device=device or x.device, dtype=dtype or x.dtype)
@@ -99,6 +85,28 @@ def check_images(model: nn.Module, x: Tensor) -> Tensor:
             f"{x.abs().max().item():.3g}); normalize them as the model was trained."
         )
     return cast
+
+
+def check_image_batch(model: nn.Module, x: Tensor) -> None:
+    """The checks of `check_images` that read no values: type, dtype, rank, channels, size,
+    an empty or meta batch. Cheap for any batch size, so an analysis can refuse an oversized
+    capture before `check_images` scans every value."""
+    if not isinstance(x, Tensor):
+        hint = " Convert with torch.from_numpy(x)." if type(x).__module__ == "numpy" else ""
+        raise TypeError(
+            f"Expected an image batch tensor (B, C, H, W); got {type(x).__name__}.{hint}"
+        )
+    if not x.is_floating_point():
+        raise TypeError(
+            f"Expected floating-point images normalized as the model was trained; got dtype "
+            f"{x.dtype}. vk.datasets.load_images(images, model) resizes and normalizes files, "
+            "PIL images and uint8 arrays or tensors for the model."
+        )
+    validate_input(unwrap_model(model), x)
+    if len(x) == 0:
+        raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
+    if x.is_meta:
+        raise ValueError("The images are meta tensors (no data); pass real images.")
 
 
 def check_device(device: object) -> torch.device:
@@ -134,7 +142,8 @@ def check_maps(what: str, value: object, axes: str = "(B, h, w)", variable: str 
         raise TypeError(f"{what} must be real; got dtype {value.dtype}. Pass .abs().")
     if value.ndim != 3:
         hint = {
-            2: f" Add the batch axis: {variable}[None].",
+            2: f" A 2-D tensor is one map: if it is one image's (h, w), add the batch axis "
+            f"({variable}[None]); B images need one full map each, (B, h, w).",
             4: f" Drop the channel axis: {variable}[:, 0].",
         }
         raise ValueError(

@@ -125,14 +125,16 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
     channels = _in_channels(model)
     expected = f"(B, {channels if channels else 'C'}, H, W)"
     if x.ndim != 4:
-        hint = " Add the batch axis with x.unsqueeze(0)." if x.ndim == 3 else ""
         raise ValueError(
-            f"Expected an image batch of shape {expected}; got {tuple(x.shape)}.{hint}"
+            f"Expected an image batch of shape {expected}; got {tuple(x.shape)}."
+            + _rank_hint(x, channels)
         )
     if channels is not None and x.shape[1] != channels:
+        last = x.shape[-1] == channels
+        hint = " It looks channels-last (B, H, W, C): pass x.permute(0, 3, 1, 2)." if last else ""
         raise ValueError(
             f"The model takes {channels}-channel images {expected}; got "
-            f"{x.shape[1]} channels in shape {tuple(x.shape)}."
+            f"{x.shape[1]} channels in shape {tuple(x.shape)}.{hint}"
         )
     pe = _patch_embed(model)
     if pe is None or getattr(pe, "img_size", None) is None:
@@ -143,8 +145,9 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
             h, w = pe.img_size
             raise ValueError(
                 f"The model was built for {h}x{w} inputs, shape (B, {x.shape[1]}, {h}, "
-                f"{w}); got {hw[0]}x{hw[1]}. Resize the images, or create the model "
-                f"with img_size={hw[0]} (or dynamic_img_size=True)."
+                f"{w}); got {hw[0]}x{hw[1]}. Resize the images to {h}x{w} "
+                "(vk.datasets.load_images(files, model) does it), or create the model for "
+                f"their size: {_size_argument(hw, (ph, pw))}."
             )
     elif not getattr(pe, "dynamic_img_pad", False) and (hw[0] % ph or hw[1] % pw):
         raise ValueError(
@@ -152,6 +155,31 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
             f"{ph}x{pw}; resize to multiples of it or create the model with "
             "dynamic_img_pad=True."
         )
+
+
+def _rank_hint(x: Tensor, channels: int | None) -> str:
+    """How to turn a batch of the wrong rank into (B, C, H, W), where the shape tells."""
+    if x.ndim == 3 and channels is not None and x.shape[-1] == channels != x.shape[0]:
+        return " It looks like one channels-last image (H, W, C): x.permute(2, 0, 1)[None]."
+    if x.ndim == 3:
+        return " Add the batch axis with x.unsqueeze(0)."
+    if x.ndim == 2:
+        return " It looks like one grey image (H, W): x[None, None] (and repeat the channels)."
+    return ""
+
+
+def _size_argument(hw: tuple[int, int], patch: tuple[int, int]) -> str:
+    """The model argument for images of size ``hw``: ``img_size=(H, W)``, after resizing to
+    the nearest multiples of the patch size where ``hw`` is not one (the patch embedding would
+    cut the remainder off)."""
+    rounded = tuple(max(p, round(s / p) * p) for s, p in zip(hw, patch, strict=True))
+    multiple = f"multiples of the patch size {patch[0]}x{patch[1]}"
+    if rounded == hw:
+        return f"img_size={hw} (or dynamic_img_size=True for any {multiple})"
+    return (
+        f"img_size={rounded}, after resizing the images to {rounded[0]}x{rounded[1]}, "
+        f"{multiple} (dynamic_img_size=True takes any such size)"
+    )
 
 
 def covers(h: int, w: int, image_size: tuple[int, int]) -> bool:

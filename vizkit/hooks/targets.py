@@ -79,6 +79,12 @@ def class_indices(target: Target, batch: int) -> Tensor:
     if isinstance(target, np.ndarray) or isinstance(target, np.generic):
         target = torch.from_numpy(np.asarray(target))
     if isinstance(target, Tensor):
+        if target.ndim == 2 and target.shape[-1] > 1:
+            raise ValueError(
+                f"target must be {valid}; got a {tuple(target.shape)} tensor, one row of "
+                "scores per sample (one-hot labels or probabilities?). Pass the class "
+                "indices: target.argmax(dim=1)."
+            )
         if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
             raise TypeError(
                 f"target must be {valid}; got a {target.dtype} tensor. Class indices are "

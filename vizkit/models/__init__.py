@@ -13,9 +13,13 @@ from torch import nn
 
 from .. import papers as papers  # registers every vizkit_* model with timm
 from .counting import param_count as param_count
+from .names import create_timm_model as create_timm_model
+from .names import did_you_mean as did_you_mean
 
 __all__ = [
     "create_model",
+    "create_timm_model",
+    "did_you_mean",
     "param_count",
 ]
 
@@ -23,9 +27,9 @@ __all__ = [
 def create_model(name: str, **kwargs: Any) -> nn.Module:
     """Build a model by timm name (``vit_small_patch16_224``, ``vizkit_*``); a pass-through to
     ``timm.create_model`` with the same keyword arguments (``pretrained``, ``num_classes``,
-    ``img_size``, ``checkpoint_path``, ...)."""
+    ``img_size``, ``checkpoint_path``, ...). Offline, ``pretrained=True`` without the weights in
+    the local cache raises an OSError saying how to load a local file instead."""
     if not timm.is_model(name):
-        close = timm.list_models(f"*{name.split('_')[0]}*")[:8]
-        hint = f" Similar names: {', '.join(close)}." if close else ""
-        raise ValueError(f"Unknown model {name!r}.{hint} timm.list_models('pattern*') lists all.")
-    return timm.create_model(name, **kwargs)
+        close = did_you_mean(name, timm.list_models())
+        raise ValueError(f"Unknown model {name!r}.{close} timm.list_models('pattern*') lists all.")
+    return create_timm_model(name, **kwargs)
