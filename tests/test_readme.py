@@ -15,8 +15,8 @@ def python_blocks(file: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", file.read_text(), re.S)
 
 
-def run(block: str, name: str) -> dict:
-    scope: dict = {}
+def run(block: str, name: str, scope: dict | None = None) -> dict:
+    scope = {} if scope is None else scope
     exec(compile(block, name, "exec"), scope)
     return scope
 
@@ -43,3 +43,12 @@ def test_hook_example_runs_and_shows_what_it_says():
     assert tuple(scope["cache"].stack("attn.hook_pattern").shape) == (4, 64, 4, 65, 65)
     assert "blocks.3.norm1.hook_out_grad" in scope["grads"]
     assert not (scope["uniform_logits"] - scope["logits"]).abs().max() < 1e-6  # the edit acts
+
+
+@pytest.mark.slow
+def test_timm_model_how_to_runs_and_shows_what_it_says():
+    scope: dict = {}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "your-timm-model.md")):
+        run(block, f"your-timm-model.md block {i}", scope)
+    assert tuple(scope["x_photo"].shape) == (1, 3, 224, 320) and scope["files"] == ["image 0"]
+    assert scope["fig"].data and scope["shown"].shape == (1, 224, 320, 3)
