@@ -5,6 +5,9 @@ import re
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
+import vizkit as vk
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -30,9 +33,15 @@ def test_readme_is_an_entry_point():
     assert len(quickstart.strip().splitlines()) <= 10
 
 
-def test_readme_quickstart_runs():
+def test_readme_quickstart_runs(tmp_path, monkeypatch):
+    photos = tmp_path / "photos"  # the reader's own images
+    photos.mkdir()
+    for i, image in enumerate(vk.viz.display_images(vk.datasets.load_sample()[0][:3])):
+        Image.fromarray(image).resize((48, 40)).save(photos / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
     with pytest.warns(UserWarning, match="constant maps"):  # one Grad-CAM map is flat here
         scope = run(python_blocks(README)[0], "README.md")
+    assert tuple(scope["yours"].x.shape) == (3, 3, 32, 32) and scope["yours"].names[0] == "0.png"
     assert scope["maps"].layers == [0, 3] and tuple(scope["cam"].maps.shape) == (8, 8, 8)
     assert scope["table"].methods == ["rollout", "gradcam", "random"]
     assert scope["fig"].data and "class token" in scope["fig"].layout.title.text
