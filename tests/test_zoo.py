@@ -100,10 +100,12 @@ def test_pickles_are_refused_without_unpickling(tmp_path):
     assert not marker.exists()
 
 
-def test_unknown_names_list_the_zoo(zoo_dir):
-    with pytest.raises(KeyError, match="tiny_digits"):
-        zoo.load("nope_model")
-    with pytest.raises(KeyError, match="tiny_digits"):
+def test_unknown_names_suggest_the_closest_zoo_models(zoo_dir):
+    with pytest.raises(KeyError, match=r"Did you mean: tiny_digits\?"):
+        zoo.load("tiny_digit")
+    with pytest.raises(KeyError, match=r"Did you mean: tiny_digits\?"):
+        zoo.card("tiny_digit")
+    with pytest.raises(KeyError, match=r"nope_model.\. vk\.zoo\.list\(\) lists the 1 zoo model\."):
         zoo.card("nope_model")
 
 

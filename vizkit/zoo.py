@@ -82,7 +82,7 @@ def _folder(name: str) -> Path:
     _refuse_missing_paper_checkpoint(name)
     raise KeyError(
         f"No zoo model {name!r}.{did_you_mean(name, found)} vk.zoo.list() lists the "
-        f"{len(found)} zoo models."
+        f"{_count(found)}."
     )
 
 
@@ -220,6 +220,12 @@ def _load_weights(model: nn.Module, weights: dict, file: Path, architecture: str
     model.load_state_dict(weights)
 
 
+def _count(names: Iterable[str]) -> str:
+    """``3 zoo models`` / ``1 zoo model``."""
+    n = len(builtins.list(names))
+    return f"{n} zoo model{'' if n == 1 else 's'}"
+
+
 def _some(label: str, items: builtins.list[str], shown: int = 3) -> str:
     """``label: a, b, c (+ 4 more)``, or "" for no items."""
     if not items:
@@ -266,8 +272,8 @@ def load(
         _refuse_missing_paper_checkpoint(name)
         raise KeyError(
             f"{name!r} is neither a zoo model nor a timm architecture.{did_you_mean(name)}"
-            f" vk.zoo.list() lists the {len(list())} zoo models, timm.list_models('pattern*') "
-            "the timm ones."
+            f" vk.zoo.list() lists the {_count(list())}, timm.list_models('pattern*') the "
+            "timm ones."
         )
     model = create_timm_model(name, pretrained=pretrained, **kwargs)
     info = {"architecture": name, "kwargs": kwargs, "weights": "random"}
