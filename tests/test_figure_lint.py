@@ -2,14 +2,16 @@
 core zoo and of one model per paper. Each figure has a title; square maps have square cells in
 every subplot (not only the first); colour carries a value only with a colour bar; curves and
 bars have axis titles; accuracy reads in percent; log axes are ticked in full numbers; class
-names, not numbers, where the data has names; and no label contradicts the model (LayerScale
-where there is none)."""
+names, not numbers, where the data has names; no label contradicts the model (LayerScale
+where there is none); no annotation (subplot titles) under 12 px; and a colour bar of attention
+weights starts at 0 (so that panels and figures compare)."""
 
 from __future__ import annotations
 
 import re
 from functools import cache
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -22,6 +24,7 @@ from vizkit.report.inputs import load_inputs
 from vizkit.report.sections import SECTIONS, NotApplicable
 
 GRID = (8, 8)  # the Shapes models' patch grid (32 px, patch 4)
+MIN_FONT = 12  # px, the smallest legible text (subplot titles of 10-11 px were too small)
 
 
 def faults(fig: go.Figure) -> list[str]:
@@ -64,7 +67,31 @@ def faults(fig: go.Figure) -> list[str]:
     for text in _texts(fig):
         if re.search(r"\bclass \d+\b", text):
             found.append(f"a class number where the data has names: {text!r}")
+    for note in fig.layout.annotations or ():
+        if note.font.size is not None and note.font.size < MIN_FONT:
+            found.append(f"{note.font.size} px text: {note.text!r}")
+    for bar, low, values in _colour_bars(fig):
+        if bar.lower().startswith("weight") and np.nanmin(values) >= 0 and low != 0:
+            found.append(f"colour bar {bar!r} of weights (all >= 0) does not start at 0")
     return found
+
+
+def _colour_bars(fig: go.Figure):
+    """(title, the fixed lower end or None where plotly picks it, every value) of each colour
+    bar: a heatmap's own, or a colour axis shared by heatmaps. Plotly fixes the range only where
+    both ends are given."""
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap) and t.z is not None]
+    for t in (t for t in heatmaps if not t.coloraxis):
+        fixed = None not in (t.zmin, t.zmax) and t.zauto is not True
+        yield t.colorbar.title.text or "", t.zmin if fixed else None, _values([t])
+    for name in {t.coloraxis for t in heatmaps if t.coloraxis}:
+        axis, shared = fig.layout[name], [t for t in heatmaps if t.coloraxis == name]
+        fixed = None not in (axis.cmin, axis.cmax) and axis.cauto is not True
+        yield axis.colorbar.title.text or "", axis.cmin if fixed else None, _values(shared)
+
+
+def _values(heatmaps) -> np.ndarray:
+    return np.concatenate([np.asarray(t.z, dtype=float).ravel() for t in heatmaps])
 
 
 def _is_square_map(trace) -> bool:
@@ -393,3 +420,11 @@ def test_the_lint_catches_what_it_names(broken, fault):
     assert any("abbreviated" in f for f in faults(curves.update_yaxes(type="log")))
     numbered = go.Figure(layout={"title": {"text": "Grad-CAM, explains class 7"}})
     assert any("class number" in f for f in faults(numbered))
+    small = vk.viz.predictions_figure(shown(), probabilities(), sample()[1], classes())
+    assert faults(small) == []
+    assert any("10 px text" in f for f in faults(small.update_annotations(font_size=10)))
+    row = vk.viz.query_attention(vit_attention(), shown(), query=(2, 3))
+    assert faults(row) == []
+    heatmap = {"type": "heatmap"}
+    assert any("start at 0" in f for f in faults(row.update_traces(zmin=None, selector=heatmap)))
+    assert any("start at 0" in f for f in faults(row.update_traces(zmin=0.01, selector=heatmap)))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import ipywidgets
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 import timm
 import torch
@@ -13,6 +16,7 @@ from plotly.callbacks import Points
 import vizkit as vk
 from vizkit.datasets import Shapes
 from vizkit.train import TRACKERS, TrainConfig, train
+from vizkit.viz.renderer import EXPORTABLE_RENDERER
 from vizkit.widgets import (
     AttentionExplorer,
     CKAExplorer,
@@ -20,6 +24,7 @@ from vizkit.widgets import (
     SaliencyComparer,
     tracked_quantities,
 )
+from vizkit.widgets import explorer as explorer_module
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +92,102 @@ def test_explorer_state_is_what_a_reloaded_page_draws(shapes_vit):
     assert len(state["_widget_data"]) == len(explorer.figure.data) == 2
     assert np.array_equal(state["_widget_data"][1]["z"], explorer.figure.data[1].z)
     assert "layer 1" in state["_widget_layout"]["title"]["text"]
+
+
+class PlotlyView:
+    """What a browser's plotly.js view of a FigureWidget holds: the synced state it opened with,
+    then every message the kernel sends applied as plotly.js applies it (a value replaces the
+    property whole, None removes it)."""
+
+    def __init__(self, figure: go.FigureWidget) -> None:
+        self.layout = deepcopy(figure._widget_layout)
+        self.data = deepcopy(figure._widget_data)
+        figure.observe(self._message, names=["_py2js_relayout", "_py2js_restyle", "_py2js_update"])
+        figure.observe(self._unexpected, names=["_py2js_addTraces", "_py2js_deleteTraces"])
+
+    def _message(self, change) -> None:
+        msg = change["new"]
+        if msg is None:
+            return  # the trait is reset after each message
+        layout = msg.get("relayout_data", msg.get("layout_data")) or {}
+        style = msg.get("restyle_data", msg.get("style_data")) or {}
+        traces = msg.get("restyle_traces", msg.get("style_traces"))
+        for path, value in layout.items():
+            _set(self.layout, path, value)
+        for path, value in style.items():  # a list holds a value per trace
+            for i, trace in enumerate(traces):
+                each = value[i % len(value)] if isinstance(value, list) else value
+                _set(self.data[trace], path, each)
+
+    def _unexpected(self, change) -> None:
+        if change["new"] is not None:
+            raise AssertionError("the view's traces were replaced, not updated")
+
+
+def _set(tree: dict, path: str, value) -> None:
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    if value is None:
+        tree.pop(leaf, None)
+    else:
+        tree[leaf] = deepcopy(value)
+
+
+def test_the_browser_drops_what_the_previous_view_set(shapes_vit):
+    """Issue 32: a patch's outline (and the query row's colour range) stayed in the browser
+    after switching to class attention or rollout, while Python had none."""
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    view = PlotlyView(explorer.figure)
+    explorer.select((2, 3))
+    assert len(view.layout["shapes"]) == 1
+    for choice in ("class attention", "rollout", "query row", "rollout"):
+        explorer.view.value = choice
+        python = explorer.figure.to_plotly_json()
+        assert set(view.layout) == set(python["layout"]), choice
+        assert view.layout.get("shapes", []) == python["layout"].get("shapes", [])
+        for shown, trace in zip(view.data, python["data"], strict=True):
+            assert set(shown) - {"uid"} == set(trace) - {"uid"}, choice
+    assert "zmin" not in view.data[1] and "shapes" not in view.layout  # rollout: automatic
+
+
+def test_explorer_shows_its_widget_then_a_static_copy_that_follows_it(shapes_vit, monkeypatch):
+    """Displayed: the widget (no HTML of its own, or an export without widget state would draw
+    the view twice), then the view as HTML that hides itself beside a drawn widget and that each
+    refresh updates (an export shows the view the explorer ended on)."""
+    model, images, _ = shapes_vit
+    shown = []
+    monkeypatch.setattr(explorer_module, "display", lambda b, **kw: shown.append((b, kw)))
+    monkeypatch.setattr(pio.renderers, "default", EXPORTABLE_RENDERER)
+    explorer = AttentionExplorer(model, images[:2])
+    explorer._ipython_display_()
+    (widget, _), (static, where) = shown
+    assert set(widget) == {"application/vnd.jupyter.widget-view+json", "text/plain"}
+    key = explorer._key
+    html = static["text/html"]
+    assert f"body:has(.vizkit-explorer-{key} .js-plotly-plot) .vizkit-static-{key}" in html
+    assert f'class="vizkit-static vizkit-static-{key}"' in html
+    assert "Plotly.newPlot" in html and "click a patch to make it the query" in html
+    explorer.view.value = "rollout"
+    update, how = shown[-1]
+    assert how == {**where, "update": True} and where["display_id"] == key
+    assert "rollout of image 0" in update["text/html"]
+    assert "click a patch" not in update["text/html"]
+
+
+def test_static_view_keeps_the_click_a_patch_subtitle(shapes_vit):
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    title = explorer.static().layout.title.text
+    assert title.endswith("<br><sup>click a patch to make it the query</sup>")
+
+
+def test_query_row_colour_bar_starts_at_zero(shapes_vit):
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    heatmap = explorer.figure.data[1]
+    assert (heatmap.zmin, heatmap.zmax) == (0, pytest.approx(float(heatmap.z.max())))
 
 
 def test_explorer_controls_sit_on_a_full_width_grid(shapes_vit):

@@ -42,6 +42,12 @@ def outline_patch(fig: go.Figure, patch: tuple[int, int], grid: tuple[int, int],
     return fig
 
 
+def weight_range(weights: torch.Tensor) -> tuple[float, float]:
+    """The colour range of attention weights: from 0 (no attention), as `attention_grid`'s, to
+    their maximum."""
+    return 0.0, max(weights.max().item(), 1e-12)
+
+
 COLOUR_SCALES = ("robust", "shared", "per_panel")
 
 
@@ -140,9 +146,8 @@ def query_attention(
     query = default_query(result) if query is None else query
     layer = result.position(layer)
     row = result.row(query, heads=heads)[layer, image]  # (gh, gw)
-    fig = go.Figure(
-        heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE, value="weight")
-    )
+    fig = go.Figure(heatmap_on_image(images[image], row, colorscale=ATTENTION_SCALE,
+                                     value="weight", zrange=weight_range(row)))  # fmt: skip
     if isinstance(query, tuple):
         outline_patch(fig, query, result.layout.grid, images.shape[1:3])
     map_axes(fig)

@@ -14,6 +14,7 @@ from ..datasets.normalize import denormalize
 __all__ = [
     "ATTENTION_SCALE",
     "CKA_SCALE",
+    "MIN_FONT_SIZE",
     "SALIENCY_SCALE",
     "display_images",
     "epoch_shades",
@@ -29,6 +30,7 @@ SALIENCY_SCALE = "cividis"  # as the CaiT paper's Fig. 7
 ATTENTION_SCALE = "viridis"
 CKA_SCALE = "magma"
 MASK_SCALE = "RdBu_r"
+MIN_FONT_SIZE = 12  # px: `finish` raises smaller annotations (subplot titles) to it
 
 
 def display_images(
@@ -73,8 +75,12 @@ def epoch_shades(count: int, scale: str = "Blues") -> list[str]:
 
 
 def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
-    """Common layout: a title that names the quantity, compact margins, white template."""
+    """Common layout: a title that names the quantity, compact margins, white template, no
+    annotation (subplot titles) under `MIN_FONT_SIZE`."""
     notes = fig.layout.annotations or ()
+    for note in notes:
+        if note.font.size is not None and note.font.size < MIN_FONT_SIZE:
+            note.font.size = MIN_FONT_SIZE
     top = 95 if "<br>" in title else 70
     if any("<br>" in (a.text or "") for a in notes):
         top += 25  # two-line subplot titles sit between the title and the plots

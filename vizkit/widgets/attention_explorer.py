@@ -12,7 +12,7 @@ from .. import analysis
 from ..hooks import HookedModel, reduce_heads
 from ..hooks.inputs import check_images
 from ..viz import display_images
-from ..viz.attention import default_query, outline_patch, query_label
+from ..viz.attention import default_query, outline_patch, query_label, weight_range
 from ..viz.overlay import heatmap_on_image
 from ..viz.style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes
 from .explorer import Explorer
@@ -96,12 +96,13 @@ class AttentionExplorer(Explorer):
                 f"Attention of {query_label(query)} at layer {result.layers[0]}, head {head}"
                 "<br><sup>click a patch to make it the query</sup>"
             )
-            scale, value = ATTENTION_SCALE, "weight"
+            scale, value, zrange = ATTENTION_SCALE, "weight", weight_range(values)
         else:
             saliency = self._saliency(view, i)
-            values, scale, value = saliency.maps[0], SALIENCY_SCALE, view
+            values, scale, value, zrange = saliency.maps[0], SALIENCY_SCALE, view, None
             title = f"{view} of image {i}<br><sup>layer and head do not apply</sup>"
-        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, value=value))
+        fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, value=value,
+                                         zrange=zrange))  # fmt: skip
         if view == "query row" and query != "cls":
             outline_patch(fig, query, result.layout.grid, self.display.shape[1:3])
         map_axes(fig)

@@ -1,17 +1,24 @@
 """What every explorer shares: a figure widget that is replaced in place, a
-per-image cache, and a static fallback."""
+per-image cache, and a static copy of the current view shown beside the widget."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from copy import deepcopy
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+from IPython.display import display
+
+from ..viz.renderer import html_copy
 
 __all__ = ["Explorer"]
+
+EXPLORER_CLASS = "vizkit-explorer"  # on the widget's box, with a per-explorer class beside it
+STATIC_CLASS = "vizkit-static"  # on the static copy of its view
 
 
 class Explorer(ABC):
@@ -21,8 +28,12 @@ class Explorer(ABC):
     Subclasses implement `_figure()` (the plotly figure for the current control values), may
     implement `_applicable()` (the controls that do nothing in the current view, disabled),
     and call `refresh()` when a control changes. ``last_update_seconds`` is how long the last
-    refresh took; `static()` returns the current figure as a plain plotly Figure (for HTML
-    export, or environments without widgets).
+    refresh took; `static()` returns the current figure as a plain plotly Figure.
+
+    Displayed, an explorer is two outputs: the widget, then its current view as static HTML,
+    which each refresh updates. The static copy hides itself once the widget's figure is drawn
+    (a live JupyterLab); where no widget manager draws it (an HTML export, readers without
+    widgets) it is what one sees.
     """
 
     def __init__(self) -> None:
@@ -31,6 +42,8 @@ class Explorer(ABC):
         self.last_update_seconds = 0.0
         self._cache: dict[Hashable, object] = {}
         self.computed = 0  # cache misses, for tests and the curious
+        self._key = uuid.uuid4().hex  # pairs the displayed widgets with their static copies
+        self._static_shown = False
 
     def cached(self, key: Hashable, compute: Callable[[], object]) -> object:
         """``compute()`` once per key (e.g. per image and view)."""
@@ -40,20 +53,29 @@ class Explorer(ABC):
         return self._cache[key]
 
     def refresh(self, *_) -> None:
-        """Redraw the figure for the current control values."""
+        """Redraw the figure for the current control values.
+
+        Updating a trace or assigning a layout sends the browser only the new values, so what
+        the previous view set and the new one does not (the query's outline) is cleared first,
+        in Python and in the browser alike.
+        """
         start = time.perf_counter()
         new = self._figure()
         with self.figure.batch_update():
             if _same_structure(self.figure, new):
-                for old, trace in zip(self.figure.data, new.data, strict=True):
+                for index, (old, trace) in enumerate(zip(self.figure.data, new.data, strict=True)):
+                    self.figure.plotly_restyle(_stale(old, trace, keep=("uid",)), index)
                     old.update(trace.to_plotly_json(), overwrite=True)
             else:
                 self.figure.data = []
                 self.figure.add_traces(list(new.data))
+            self.figure.plotly_relayout(_stale(self.figure.layout, new.layout))
             self.figure.layout = new.layout
         _keep_state_for_new_views(self.figure)
         for control in self.controls:
             control.disabled = control in self._inapplicable()
+        if self._static_shown:
+            display(self._static_bundle(), raw=True, display_id=self._key, update=True)
         self.last_update_seconds = time.perf_counter() - start
 
     def static(self) -> go.Figure:
@@ -71,19 +93,26 @@ class Explorer(ABC):
             layout=widgets.Layout(grid_template_columns="repeat(2, minmax(0, 1fr))",
                                   grid_gap="4px 24px"),
         )  # fmt: skip
-        return widgets.VBox([grid, self.figure])
+        return widgets.VBox([grid, self.figure]).add_class(EXPLORER_CLASS)
 
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        """The widget where the frontend renders widgets (JupyterLab 4); elsewhere the current
-        view as a static figure (HTML: an export with ``store_widget_state=False``, readers
-        without widgets) and a line that says what this is."""
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        bundle["text/html"] = self.static().to_html(include_plotlyjs=False, full_html=False)
-        bundle["text/plain"] = (
-            f"{type(self).__name__}: an interactive explorer (needs a widget-enabled frontend "
-            "such as JupyterLab 4); .static() returns the current view as a plotly figure."
+    def _ipython_display_(self) -> None:
+        """The widget, then its current view as static HTML that a drawn widget hides."""
+        box = self.widget.add_class(f"{EXPLORER_CLASS}-{self._key}")
+        widget = box._repr_mimebundle_()
+        widget["text/plain"] = (
+            f"{type(self).__name__}: an interactive explorer (needs a running kernel and a "
+            "widget frontend such as JupyterLab 4); its current view follows."
         )
-        return bundle
+        display(widget, raw=True)
+        display(self._static_bundle(), raw=True, display_id=self._key)
+        self._static_shown = True
+
+    def _static_bundle(self) -> dict[str, str]:
+        name = type(self).__name__
+        return {
+            "text/html": _static_html(self.static(), name, self._key),
+            "text/plain": f"{name}: .static() returns its current view as a plotly figure.",
+        }
 
     @abstractmethod
     def _figure(self) -> go.Figure:
@@ -96,6 +125,29 @@ class Explorer(ABC):
     def _observe(self, *controls: widgets.Widget) -> None:
         for control in controls:
             control.observe(self.refresh, names="value")
+
+
+def _static_html(figure: go.Figure, name: str, key: str) -> str:
+    """``figure`` as captioned HTML, hidden by CSS wherever an explorer box ``key`` names holds a
+    drawn plotly figure (a live widget)."""
+    plot = html_copy(figure) or (
+        "<p>Not drawn: this kernel's plotly renderer makes no HTML "
+        "(vk.viz.use_exportable_figures() makes it).</p>"
+    )
+    mine = f"{STATIC_CLASS}-{key}"
+    hide = f"body:has(.{EXPLORER_CLASS}-{key} .js-plotly-plot) .{mine} {{display: none}}"
+    note = f"{name}: its last view (static; the controls need a running kernel)"
+    return (
+        f'<div class="{STATIC_CLASS} {mine}"><style>{hide}</style>'
+        f'<p style="color: #666; font-size: 13px; margin: 0">{note}</p>{plot}</div>'
+    )
+
+
+def _stale(old, new, keep: Collection[str] = ()) -> dict[str, None]:
+    """``{property: None}`` for each top-level property ``old`` (a trace or a layout) sets and
+    ``new`` does not, ``keep`` aside: a plotly restyle or relayout that clears them. A nested
+    one needs none: an update replaces each top-level property whole."""
+    return dict.fromkeys(set(old.to_plotly_json()).difference(new.to_plotly_json(), keep))
 
 
 def _keep_state_for_new_views(figure: go.FigureWidget) -> None:
