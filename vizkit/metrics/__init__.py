@@ -1,5 +1,8 @@
-"""Faithfulness (deletion/insertion) and localization (against object masks) of saliency maps."""
+"""Faithfulness (deletion/insertion) and localization (against object masks) of saliency maps,
+and whether a prediction is far enough from chance for them to mean anything."""
 
+from .chance import near_chance as near_chance
+from .chance import prediction_certainty as prediction_certainty
 from .compare import METHODS as METHODS
 from .compare import SaliencyTable as SaliencyTable
 from .compare import compare_saliency as compare_saliency
@@ -19,7 +22,9 @@ __all__ = [
     "deletion",
     "energy_in_mask",
     "insertion",
+    "near_chance",
     "pointing_game",
+    "prediction_certainty",
     "random_saliency",
     "top_iou",
 ]

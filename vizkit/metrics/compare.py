@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from .. import analysis
 from ..analysis.result import Result
@@ -20,7 +21,8 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
-from .faithfulness import LEVELS, curve_steps, deletion, insertion, unit_count
+from .chance import near_chance, prediction_certainty
+from .faithfulness import LEVELS, curve_steps, perturbation_curve, unit_count
 from .localization import check_masks, energy_in_mask, pointing_game, top_iou
 
 __all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency"]
@@ -57,6 +59,9 @@ METHODS: dict[str, Method] = {
     "random": random_saliency,
 }
 
+CURVES = {"deletion_auc": ("deletion", "zero"), "insertion_auc": ("insertion", "blur")}
+CURVE_BATCH = 256  # perturbed images per forward pass
+
 # metric -> True when higher is better
 METRICS = {
     "deletion_auc": False,
@@ -75,12 +80,16 @@ class SaliencyTable(Result):
         methods: row names.
         metrics: column names (see `METRICS` for which direction is better).
         values: (methods, metrics); NaN where a method does not apply to the model.
-        seconds: time each method took to compute its maps.
+        seconds: wall time of each method: making its maps and scoring them (NaN if skipped).
         notes: why a method was skipped, or which samples it left unscored.
         per_image: (methods, metrics, B) the scores of each image (NaN where skipped).
         results: the maps of each method that ran, by name.
         options: ``level`` and ``steps`` of the curves.
         layout, image_size: the model's tokens and (H, W) of the images.
+        near_chance: (B,) bool, the images whose prediction is too close to chance for
+            deletion and insertion to mean anything (`vizkit.metrics.near_chance`).
+        target_probability, prediction_entropy: (B,) the probability of the class explained
+            and the softmax's entropy over its maximum (`vizkit.metrics.prediction_certainty`).
     """
 
     methods: list[str]
@@ -93,18 +102,60 @@ class SaliencyTable(Result):
     options: dict = field(default_factory=dict)
     layout: TokenLayout | None = None
     image_size: tuple[int, int] | None = None
+    near_chance: Tensor | None = None
+    target_probability: Tensor | None = None
+    prediction_entropy: Tensor | None = None
 
     def best(self, metric: str) -> str:
-        """The method with the best value of ``metric`` (one of ``metrics``)."""
+        """The method with the best value of ``metric`` (one of ``metrics``). Deletion and
+        insertion are not ranked when every prediction is near chance (see `caution`)."""
         column = self.values[:, self.metrics.index(check_choice("metric", metric, self.metrics))]
         if bool(column.isnan().all()):
             raise ValueError(
                 f"No method has a {metric} score (every method was skipped; see notes)."
             )
+        if metric in CURVES and self.near_chance is not None and bool(self.near_chance.all()):
+            raise ValueError(
+                f"{metric} is not ranked: {self.caution()} The scores are in table.values."
+            )
         column = column if METRICS[metric] else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
 
+    def caution(self, image: int | None = None) -> str:
+        """A warning naming the images whose prediction is near chance (of ``image`` only,
+        when given); "" when there are none."""
+        if self.near_chance is None:
+            return ""
+        chosen = range(len(self.near_chance)) if image is None else [image]
+        flagged = [i for i in chosen if bool(self.near_chance[i])]
+        if not flagged:
+            return ""
+        if image is not None:
+            which = f"Prediction near chance on image {image}"
+        elif len(flagged) == len(self.near_chance):
+            which = "Predictions near chance on every image"
+        else:
+            which = f"Predictions near chance on images {_listed(flagged)}"
+        probability = _span(self.target_probability[flagged], 3)
+        entropy = _span(self.prediction_entropy[flagged], 2)
+        return (
+            f"{which} (probability of the class explained {probability}, softmax entropy "
+            f"{entropy} of the maximum): deletion and insertion scores measure noise here, "
+            "not the methods."
+        )
+
+    def settings(self) -> str:
+        """What the scores and seconds are: the curves' baselines, steps and level."""
+        if not self.options:
+            return ""
+        return (
+            f"Deletion (zero baseline) and insertion (blur baseline) curves of "
+            f"{self.options['steps']} steps at {self.options['level']} level; seconds: making "
+            "each method's maps and scoring them."
+        )
+
     def to_markdown(self) -> str:
+        """The table in markdown, the caution (if any), notes and settings below it."""
         arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
         lines = [
             "| method | " + " | ".join(arrows) + " | seconds |",
@@ -113,7 +164,8 @@ class SaliencyTable(Result):
         for i, method in enumerate(self.methods):
             cells = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 2)]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+        below = [f"**Caution**: {c}" for c in [self.caution()] if c] + self._footnotes()
+        return "\n".join(lines + ["", *below] if below else lines)
 
     def __str__(self) -> str:
         return self.to_markdown()
@@ -128,9 +180,17 @@ class SaliencyTable(Result):
             values = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 3)]
             cells = "".join(f"<td>{v}</td>" for v in values)
             rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
-        notes = "; ".join(f"{name}: {note}" for name, note in self.notes.items())
-        caption = f"<caption>{html.escape(notes)}</caption>" if notes else ""
+        lines = [html.escape(line) for line in self._footnotes()]
+        caution = self.caution()
+        if caution:
+            lines.insert(0, f"<strong>⚠ {html.escape(caution)}</strong>")
+        caption = f"<caption>{'<br>'.join(lines)}</caption>" if lines else ""
         return f"<table class='scores'>{caption}<tr>{head}</tr>{rows}</table>"
+
+    def _footnotes(self) -> list[str]:
+        """The notes on skipped methods and samples, and the settings."""
+        notes = "; ".join(f"{name}: {note}" for name, note in self.notes.items())
+        return [line for line in (notes, self.settings()) if line]
 
 
 @analysis_contract
@@ -142,6 +202,7 @@ def compare_saliency(
     target: Target = None,
     level: str = "patch",
     steps: int | None = None,
+    progress: bool = True,
 ) -> SaliencyTable:
     """Score saliency methods on one batch: deletion and insertion AUC, and with ``masks``
     the pointing game, energy in the mask and IoU of the top region.
@@ -154,56 +215,93 @@ def compare_saliency(
         masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
         target: the class every method explains (default: the model's prediction).
         level: unit of the deletion/insertion curves, "patch" or "pixel".
-        steps: points of each deletion/insertion curve, in [1, units]; None: min(64, units).
+        steps: steps of each deletion/insertion curve, in [1, units]; None: min(16, units).
+            Each step is a forward pass of every image for every method and curve, so the
+            cost grows with it: ``steps=64`` (vizkit 0.1's default) gives finer AUCs at 4x.
+        progress: show a progress bar over the perturbed images (tqdm, notebook-aware).
 
     Every input is checked before any method runs. A method that raises ValueError for this
     model (e.g. class attention without a class token), or whose maps do not fit the images or
-    hold NaN / Inf, gets a NaN row and a warning; the reason is kept in ``notes``.
+    hold NaN / Inf, gets a NaN row and a warning; the reason is kept in ``notes``. Images whose
+    prediction is near chance (`vizkit.metrics.near_chance`) are named in a warning and in
+    the table (``near_chance``, `SaliencyTable.caution`).
     """
     x = check_images(model.model, x)
     chosen = _resolve(methods)
     check_choice("level", level, LEVELS)
     steps = curve_steps(steps, unit_count(model.model, tuple(x.shape[-2:]), level), level)
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be True or False; got {progress!r}.")
     if masks is not None:
         masks = _masks_for(masks, x)
     with torch.no_grad():
-        targets = target_indices(model.model(x), target)
+        logits = model.model(x)
+    targets = target_indices(logits, target)
     metrics = ["deletion_auc", "insertion_auc"]
     if masks is not None:
         metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
     per_image, seconds, notes, results = [], [], {}, {}
-    for name, fn in chosen:
-        start = time.perf_counter()
-        try:
-            result = _run_method(name, fn, model, x, targets)
-        except ValueError as error:
-            warnings.warn(f"compare_saliency: {name} skipped: {error}", stacklevel=3)
-            notes[name] = str(error)
-            per_image.append(torch.full((len(metrics), len(x)), math.nan))
-            seconds.append(math.nan)
-            continue
-        seconds.append(time.perf_counter() - start)
-        results[name] = result
-        flat = constant_maps(result.maps).cpu()
-        if bool(flat.any()):
-            samples = flat.nonzero()[:, 0].tolist()
-            notes[name] = (
-                f"samples {samples} have constant maps (no pixel ranked above another): "
-                "not scored, left out of the means"
+    share = len(CURVES) * len(x) * (steps + 1)  # perturbed images per method
+    with tqdm(total=share * len(chosen), desc="compare_saliency", unit="image",
+              disable=not progress, leave=False) as bar:  # fmt: skip
+        for i, (name, fn) in enumerate(chosen):
+            bar.set_postfix_str(name)
+            start = time.perf_counter()
+            scored, result, note = _method_scores(
+                name, fn, model, x, targets, masks, metrics, level, steps, bar
             )
-            warnings.warn(f"compare_saliency: {name}: {notes[name]}.", stacklevel=3)
-        scored = _ranked_scores(model, x, result, targets, masks, flat, metrics, level, steps)
-        per_image.append(scored)
+            seconds.append(time.perf_counter() - start if result is not None else math.nan)
+            bar.update(share * (i + 1) - bar.n)  # what constant or skipped maps left unrun
+            per_image.append(scored)
+            if note:
+                notes[name] = note
+                said = f"{name}: {note}." if result is not None else f"{name} skipped: {note}"
+                warnings.warn(f"compare_saliency: {said}", stacklevel=3)
+            if result is not None:
+                results[name] = result
     per_image = torch.stack(per_image)  # (methods, metrics, B)
-    names = [name for name, _ in chosen]
-    means = per_image.nanmean(-1)
     image_size = tuple(x.shape[-2:])
-    return SaliencyTable(
-        names, metrics, means, seconds, notes, per_image, results,
-        options={"level": level, "steps": steps},
-        layout=model.token_layout(image_size),
-        image_size=image_size,
+    entropy, probability = prediction_certainty(logits, targets)
+    table = SaliencyTable(
+        [name for name, _ in chosen], metrics, per_image.nanmean(-1), seconds, notes,
+        per_image, results, options={"level": level, "steps": steps},
+        layout=model.token_layout(image_size), image_size=image_size,
+        near_chance=near_chance(logits, targets).cpu(), target_probability=probability.cpu(),
+        prediction_entropy=entropy.cpu(),
     )  # fmt: skip
+    if table.caution():
+        warnings.warn(f"compare_saliency: {table.caution()}", stacklevel=3)
+    return table
+
+
+def _method_scores(
+    name: str,
+    fn: Method,
+    hm: HookedModel,
+    x: Tensor,
+    targets: Tensor,
+    masks: Tensor | None,
+    metrics: list[str],
+    level: str,
+    steps: int,
+    bar: tqdm,
+) -> tuple[Tensor, SaliencyResult | None, str]:
+    """(metrics, B) scores of method ``name`` on images x (B, C, H, W), its maps (None if it was
+    skipped) and a note ("" if none): why it was skipped, or which samples it left unscored."""
+    try:
+        result = _run_method(name, fn, hm, x, targets)
+    except ValueError as error:
+        return torch.full((len(metrics), len(x)), math.nan), None, str(error)
+    flat = constant_maps(result.maps).cpu()
+    note = ""
+    if bool(flat.any()):
+        samples = flat.nonzero()[:, 0].tolist()
+        note = (
+            f"samples {samples} have constant maps (no pixel ranked above another): "
+            "not scored, left out of the means"
+        )
+    scored = _ranked_scores(hm, x, result, targets, masks, flat, metrics, level, steps, bar)
+    return scored, result, note
 
 
 def _ranked_scores(
@@ -216,6 +314,7 @@ def _ranked_scores(
     metrics: list[str],
     level: str,
     steps: int,
+    bar: tqdm,
 ) -> Tensor:
     """(metrics, B) scores of ``result``; NaN for the samples whose maps are constant (``flat``,
     (B,) bool), which rank nothing."""
@@ -228,7 +327,7 @@ def _ranked_scores(
         return None if t is None else t[rows.to(t.device)]
 
     kept = dataclasses.replace(result, maps=pick(result.maps), targets=pick(result.targets))
-    scores = _scores(hm, pick(x), kept, pick(targets), pick(masks), level, steps)
+    scores = _scores(hm, pick(x), kept, pick(targets), pick(masks), level, steps, bar)
     scored[:, rows] = torch.stack([scores[m].float().cpu() for m in metrics])
     return scored
 
@@ -255,11 +354,15 @@ def _scores(
     masks: Tensor | None,
     level: str,
     steps: int,
+    bar: tqdm,
 ) -> dict[str, Tensor]:
-    """Each metric's (B,) scores of ``result`` on images x (B, C, H, W) and masks (B, H, W)."""
+    """Each metric's (B,) scores of ``result`` on images x (B, C, H, W) and masks (B, H, W);
+    the curves advance ``bar``."""
     scores = {
-        "deletion_auc": deletion(hm, x, result, targets, level=level, steps=steps).auc,
-        "insertion_auc": insertion(hm, x, result, targets, level=level, steps=steps).auc,
+        metric: perturbation_curve(
+            kind, hm, x, result, targets, level, baseline, steps, CURVE_BATCH, bar
+        ).auc
+        for metric, (kind, baseline) in CURVES.items()
     }
     if masks is not None:
         scores["pointing_game"] = pointing_game(result, masks)
@@ -310,6 +413,17 @@ def _pair(method: object) -> tuple[str, Method]:
             f"SaliencyResult) pair; got {method!r}."
         )
     return method
+
+
+def _span(values: Tensor, digits: int) -> str:
+    """ "0.003", or "0.001 to 0.004" when the (n,) values differ at ``digits`` decimals."""
+    low, high = (f"{v:.{digits}f}" for v in (values.min().item(), values.max().item()))
+    return low if low == high else f"{low} to {high}"
+
+
+def _listed(indices: list[int]) -> str:
+    """The first ten indices, "..." after them."""
+    return str(indices[:10])[:-1] + (", ...]" if len(indices) > 10 else "]")
 
 
 def _cell(value: float, digits: int) -> str:

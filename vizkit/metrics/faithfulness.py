@@ -12,12 +12,15 @@ images (`vizkit.hooks.inputs.check_images`), maps that do not fit them or hold N
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
@@ -34,12 +37,14 @@ __all__ = [
     "curve_steps",
     "deletion",
     "insertion",
+    "perturbation_curve",
     "unit_count",
 ]
 
 BASELINES = ("blur", "mean", "zero")
 LEVELS = ("patch", "pixel")
-DEFAULT_STEPS = 64  # points of a curve when steps=None (fewer where there are fewer units)
+DEFAULT_STEPS = 16  # steps of a curve when steps=None (fewer where there are fewer units);
+# 64 (vizkit 0.1's default) is ``steps=64`` away: 4x the forward passes, a finer AUC
 
 
 @dataclass(repr=False)
@@ -75,7 +80,7 @@ class CurveResult(Result):
 
 def curve_steps(steps: int | None, units: int, level: str) -> int:
     """The number of steps of a curve over ``units`` units: ``steps`` in [1, units], or
-    min(64, units) for None."""
+    min(16, units) for None."""
     if steps is None:
         return min(DEFAULT_STEPS, units)
     steps = check_count("steps", steps, 1)
@@ -145,7 +150,7 @@ def _unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, i
     return F.avg_pool2d(pixels, unit)[:, 0]
 
 
-def _curve(
+def perturbation_curve(
     kind: str,
     hm: HookedModel,
     x: Tensor,
@@ -155,8 +160,11 @@ def _curve(
     baseline: str,
     steps: int | None,
     batch_size: int,
+    progress: bool | tqdm,
 ) -> CurveResult:
-    """The curve of ``kind`` for images x (B, C, H, W) and maps (B, h, w), checked first."""
+    """The ``kind`` ("deletion" or "insertion") curve for images x (B, C, H, W) and maps
+    (B, h, w), checked first; ``progress``: show a bar, or an open bar to advance by the
+    perturbed images scored (`compare_saliency` shares one over its methods)."""
     x = check_images(hm.model, x)
     check_choice("baseline", baseline, BASELINES)
     batch_size = check_count("batch_size", batch_size, 1)
@@ -168,10 +176,10 @@ def _curve(
     units = cells[0].numel()
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
-    with torch.no_grad():
+    with torch.no_grad(), _bar(progress, len(x) * len(counts), kind) as bar:
         targets = _scored_classes(hm.model(x), target, saliency)
         base = baseline_images(x, baseline)
-        scores = _scores(kind, hm.model, x, base, cells, unit, counts, targets, batch_size)
+        scores = _scores(kind, hm.model, x, base, cells, unit, counts, targets, batch_size, bar)
     fractions = (counts.float() / units).to(x.device)
     return CurveResult(
         kind=kind,
@@ -183,6 +191,19 @@ def _curve(
         layout=hm.token_layout(image_size),
         image_size=image_size,
     )
+
+
+@contextlib.contextmanager
+def _bar(progress: bool | tqdm, total: int, desc: str) -> Iterator[tqdm]:
+    """A progress bar over ``total`` perturbed images (silent for ``progress=False``), or the
+    caller's open bar ``progress``."""
+    if isinstance(progress, tqdm):
+        yield progress
+        return
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be True or False; got {progress!r}.")
+    with tqdm(total=total, desc=desc, unit="image", disable=not progress, leave=False) as bar:
+        yield bar
 
 
 def _scored_classes(logits: Tensor, target: Target, saliency: SaliencyResult | Tensor) -> Tensor:
@@ -214,10 +235,11 @@ def _scores(
     counts: Tensor,
     targets: Tensor,
     batch_size: int,
+    bar: tqdm,
 ) -> Tensor:
     """(B, S + 1) probability of ``targets`` (B,) with the first ``counts`` (S + 1,) units by
     ``cells`` (B, gh, gw) taken from ``base`` (deletion) or from ``x`` (insertion), both
-    (B, C, H, W); ``batch_size`` perturbed images per forward."""
+    (B, C, H, W); ``batch_size`` perturbed images per forward, each batch a step of ``bar``."""
     rank = rank_descending(cells.flatten(1))
     scores = torch.empty(len(x), len(counts), device=x.device)
     pairs = [(b, k) for b in range(len(x)) for k in range(len(counts))]
@@ -231,6 +253,7 @@ def _scores(
         source, fill = (base[b], x[b]) if kind == "insertion" else (x[b], base[b])
         probs = model(source * (1 - mask) + fill * mask).float().softmax(-1)
         scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
+        bar.update(len(chunk))
     return scores
 
 
@@ -244,6 +267,7 @@ def deletion(
     baseline: str = "zero",
     steps: int | None = None,
     batch_size: int = 256,
+    progress: bool = True,
 ) -> CurveResult:
     """Deletion curve: remove the most salient units first (lower AUC = more faithful).
 
@@ -256,13 +280,17 @@ def deletion(
         target: class scored: int, B ints or None (argmax of the clean image).
         level: "patch" (the model's patches; CNNs: an 8 x 8 grid) or "pixel".
         baseline: "zero", "mean" or "blur" (see `baseline_images`).
-        steps: number of removal steps, in [1, units]; None: min(64, units).
+        steps: number of removal steps, in [1, units]; None: min(16, units). Each step is a
+            forward pass of every image: ``steps=64`` gives a finer AUC at 4x the cost.
         batch_size: perturbed images per forward pass, >= 1.
+        progress: show a progress bar over the perturbed images (tqdm, notebook-aware).
 
     Raises:
         TypeError / ValueError: any input above out of its range; the message says which.
     """
-    return _curve("deletion", model, x, saliency, target, level, baseline, steps, batch_size)
+    return perturbation_curve(
+        "deletion", model, x, saliency, target, level, baseline, steps, batch_size, progress
+    )
 
 
 @analysis_contract
@@ -275,7 +303,10 @@ def insertion(
     baseline: str = "blur",
     steps: int | None = None,
     batch_size: int = 256,
+    progress: bool = True,
 ) -> CurveResult:
     """Insertion curve: reveal the most salient units first, starting from ``baseline``
     (higher AUC = more faithful). Arguments and errors as in `deletion`."""
-    return _curve("insertion", model, x, saliency, target, level, baseline, steps, batch_size)
+    return perturbation_curve(
+        "insertion", model, x, saliency, target, level, baseline, steps, batch_size, progress
+    )

@@ -49,11 +49,23 @@ def saliency_side_by_side(
     classes: Sequence[str] | None = None,
 ) -> go.Figure:
     """Every method of a `compare_saliency` table on one image, each map min-max scaled, the
-    image's scores in the panel titles (↑/↓: higher/lower is better); the title names the
-    class explained (by name with ``classes``)."""
+    image's scores in the panel titles (↑/↓: higher/lower is better) and the legend below
+    naming only the scores computed; the title names the class explained (by name with
+    ``classes``) and warns when the image's prediction is near chance (`SaliencyTable.caution`).
+    """
     methods = list(table.results)
     if not methods:
         raise ValueError("The table holds no maps (every method was skipped); see table.notes.")
+    explaining = [r for r in table.results.values() if r.targets is not None]
+    explained = _explained(explaining[0], image, classes) if explaining else ""
+    title = f"Saliency methods on image {image}{explained} (maps min-max scaled)"
+    return side_by_side(table, images, image, title)
+
+
+def side_by_side(table: SaliencyTable, images: np.ndarray, image: int, title: str) -> go.Figure:
+    """`saliency_side_by_side` under ``title`` (the `SaliencyComparer` numbers its images its
+    own way), with the near-chance warning of ``image`` as a second line."""
+    methods = list(table.results)
     for name in methods:
         _check(table.results[name], images, image)
     fig = _overlay_row(
@@ -61,14 +73,13 @@ def saliency_side_by_side(
         [table.results[name].maps[image] for name in methods],
         [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods],
     )
-    legend = ", ".join(f"{s} = {m} {'↑' if METRICS[m] else '↓'}" for m, s in _SHORT.items())
     fig.add_annotation(
-        text=legend, x=0, y=-0.08, xref="paper", yref="paper", showarrow=False, font_size=11,
-        xanchor="left",
+        text=_legend(table), x=0, y=-0.08, xref="paper", yref="paper", showarrow=False,
+        font_size=11, xanchor="left",
     )  # fmt: skip
-    explained = _explained(table.results[methods[0]], image, classes)
-    finish(fig, f"Saliency methods on image {image}{explained} (maps min-max scaled)", 480)
-    fig.update_layout(margin={"t": 135})
+    caution = _near_chance(table, image)
+    finish(fig, title + caution, 480 + (40 if caution else 0))
+    fig.update_layout(margin={"t": 190 if caution else 135})
     fig.update_annotations(font_size=10)
     return fig
 
@@ -114,6 +125,27 @@ def _scores(table: SaliencyTable, method: str, image: int) -> str:
         if not math.isnan(v)
     ]
     return "<br>".join(" · ".join(cells[i : i + 2]) for i in range(0, len(cells), 2))  # narrow
+
+
+def _legend(table: SaliencyTable) -> str:
+    """The short names of the scores in ``table`` (only those computed), with the curves'
+    steps."""
+    legend = ", ".join(f"{_SHORT[m]} = {m} {'↑' if METRICS[m] else '↓'}" for m in table.metrics)
+    steps = table.options.get("steps")
+    return legend + (f" (curves of {steps} steps)" if steps else "")
+
+
+def _near_chance(table: SaliencyTable, image: int) -> str:
+    """A red second title line when the prediction on ``image`` is near chance, else ""."""
+    if table.near_chance is None or not bool(table.near_chance[image]):
+        return ""
+    probability = table.target_probability[image].item()
+    entropy = table.prediction_entropy[image].item()
+    return (
+        f"<br><span style='color:#b2182b'>⚠ Prediction near chance (class explained p = "
+        f"{probability:.3f}, softmax entropy {entropy:.2f} of max): these scores measure "
+        "noise</span>"
+    )
 
 
 def _scaled(result: SaliencyResult, image: int):
