@@ -74,6 +74,21 @@ def test_saliency_figures_use_cividis_and_show_scores(vit_and_images):
     assert all(t.opacity == opacity for t in fig.data if isinstance(t, go.Heatmap))
     page = table._repr_html_()  # JupyterLab shows the table, not a pipe table
     assert page.startswith("<table") and "deletion_auc ↓" in page and "<td>rollout</td>" in page
+    assert "IoU = mask_iou ↑" in _legend(fig) and "curves of 8 steps" in _legend(fig)
+
+
+def test_saliency_legend_lists_only_the_computed_scores(vit_and_images):
+    model, images, _, _ = vit_and_images
+    table = vk.compare_saliency(model, images, ["rollout", "random"], steps=4, progress=False)
+    fig = viz.saliency_side_by_side(table, viz.display_images(images, model))
+    assert _legend(fig) == "del = deletion_auc ↓, ins = insertion_auc ↑ (curves of 4 steps)"
+    titles = " ".join(a.text for a in fig.layout.annotations)
+    assert "point" not in titles and "energy" not in titles and "IoU" not in titles
+
+
+def _legend(fig: go.Figure) -> str:
+    """The text under a side-by-side figure's panels."""
+    return next(a.text for a in fig.layout.annotations if a.text.startswith("del = "))
 
 
 def test_residual_ratio_curves_shade_epochs(vit_and_images):

@@ -235,7 +235,7 @@ def test_saliency_comparer_shows_each_images_scores(shapes_vit):
     titles = [a.text for a in comparer.figure.layout.annotations]
     assert "image 2" in comparer.figure.layout.title.text
     expected = vk.compare_saliency(
-        model, images[2:3], ["rollout", "random"], masks=masks[2:3], steps=16
+        model, images[2:3], ["rollout", "random"], masks=masks[2:3], steps=comparer.steps
     )
     rollout_title = next(t for t in titles if "rollout" in t)
     assert f"point {expected.values[0, 2]:.2f}" in rollout_title

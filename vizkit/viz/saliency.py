@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
-from .style import finish, map_axes, min_max_scaled
+from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
 
 __all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
 
@@ -75,12 +75,11 @@ def side_by_side(table: SaliencyTable, images: np.ndarray, image: int, title: st
     )
     fig.add_annotation(
         text=_legend(table), x=0, y=-0.08, xref="paper", yref="paper", showarrow=False,
-        font_size=11, xanchor="left",
+        xanchor="left",
     )  # fmt: skip
     caution = _near_chance(table, image)
     finish(fig, title + caution, 480 + (40 if caution else 0))
-    fig.update_layout(margin={"t": 190 if caution else 135})
-    fig.update_annotations(font_size=10)
+    fig.update_layout(margin={"t": 215 if caution else 160})
     return fig
 
 
@@ -111,7 +110,7 @@ def _explained(result: SaliencyResult, image: int, classes: Sequence[str] | None
 def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.Figure:
     fig = overlay_grid([list(zip(images, maps, strict=True))], subplot_titles=titles,
                        horizontal_spacing=0.02)  # fmt: skip
-    fig.update_annotations(font_size=11)
+    fig.update_annotations(font_size=MIN_FONT_SIZE)  # plotly's 16 px crowds the score lines
     return opacity_slider(fig)
 
 
