@@ -4,6 +4,7 @@ each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -114,12 +115,41 @@ def jupyterlab(tmp_path):
 
 
 EXPLORER_STATE = """
-const boxes = [...document.querySelectorAll('.widget-vbox')].filter(
+const boxes = [...document.querySelectorAll('.vizkit-explorer')].filter(
     b => b.querySelector('.js-plotly-plot') && b.querySelector('.widget-slider'));
 if (!boxes.length) return null;
 const gd = boxes[0].querySelector('.js-plotly-plot');
 if (!gd.data || gd.data.length < 2 || !gd.layout.title) return null;
 return gd.layout.title.text + ' | ' + JSON.stringify(gd.data[1].z).length;
+"""
+
+# the first explorer's view as its plot div holds it: title and query outlines
+BROWSER_VIEW = """
+const gd = document.querySelector('.vizkit-explorer .js-plotly-plot');
+const shapes = (gd && gd.layout.shapes) || [];
+return gd && {title: gd.layout.title.text,
+              shapes: shapes.map(s => [s.type, s.x0, s.x1, s.y0, s.y1])};
+"""
+
+# the same, as the kernel's `explorer` holds it (run beside the notebook, no cell added)
+KERNEL_VIEW = """
+const done = arguments[arguments.length - 1];
+const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+const future = kernel.requestExecute({code: arguments[0], store_history: false});
+let out = '';
+future.onIOPub = msg => { if (msg.header.msg_type === 'stream') out += msg.content.text; };
+future.done.then(() => done(out), error => done(String(error)));
+"""
+KERNEL_CODE = """print(__import__("json").dumps({
+    "title": explorer.figure.layout.title.text,
+    "shapes": [[s.type, s.x0, s.x1, s.y0, s.y1] for s in explorer.figure.layout.shapes]}))"""
+
+# static copies of the explorers' views: present in the notebook, none shown beside a widget
+STATIC_COPIES = """
+const copies = [...document.querySelectorAll('.vizkit-static')];
+return {copies: copies.length, shown: copies.filter(c => c.getClientRects().length).length,
+        drawn: [...document.querySelectorAll('.vizkit-explorer .js-plotly-plot')].filter(
+            gd => gd.querySelector('.main-svg')).length};
 """
 
 
@@ -145,7 +175,21 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     before = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 30, "the AttentionExplorer")
     browser.save_screenshot(str(tmp_path / "explorer_before.png"))
     assert "layer 3" in before  # the last layer is shown first
+    assert_one_view_per_explorer(browser)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", explorer_box(browser))
+    browser.save_screenshot(str(tmp_path / "explorer_end.png"))  # no static copy below it
+
+    # issue 32: after a click on a patch its outline stayed in the browser in the other views
+    click_a_patch(browser)
+    assert_browser_draws_kernel_view(browser, "Attention of patch")
+    assert len(browser.execute_script(BROWSER_VIEW)["shapes"]) == 1
+    for view in ("class attention", "rollout", "query row"):
+        click_view(browser, view)
+        assert_browser_draws_kernel_view(browser, view.replace("query row", "Attention of"))
+    browser.save_screenshot(str(tmp_path / "explorer_query.png"))
+    before = browser.execute_script(EXPLORER_STATE)
     assert "layer 2" in move_layer_slider_left(browser, before)
+    assert_browser_draws_kernel_view(browser, "layer 2")
     browser.save_screenshot(str(tmp_path / "explorer_after.png"))
 
     # a reload while the kernel runs: the saved output points at the widget, which comes back
@@ -156,7 +200,67 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     reloaded = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 90, "the reloaded explorer")
     browser.save_screenshot(str(tmp_path / "explorer_reloaded.png"))
     assert "layer 2" in reloaded
+    assert_one_view_per_explorer(browser)
     assert "layer 1" in move_layer_slider_left(browser, reloaded)
+    assert_browser_draws_kernel_view(browser, "layer 1")
+
+
+def assert_one_view_per_explorer(browser) -> None:
+    """Each explorer's widget is drawn and the static copy of its view beside it hidden."""
+    state = wait_for(
+        lambda: (s := browser.execute_script(STATIC_COPIES))["drawn"] >= 2 and s,
+        60,
+        "both explorers of the quickstart to draw",
+    )
+    assert state == {"copies": 2, "shown": 0, "drawn": 2}
+
+
+def assert_browser_draws_kernel_view(browser, expected: str) -> None:
+    """The kernel's explorer shows ``expected`` in its title, and the browser draws exactly
+    the kernel's view: title and query outlines."""
+    kernel = wait_for(
+        lambda: (
+            (v := json.loads(browser.execute_async_script(KERNEL_VIEW, KERNEL_CODE)))
+            and expected in v["title"]
+            and v
+        ),
+        60,
+        f"the kernel's explorer to show {expected!r}",
+    )
+    seen = []
+    try:
+        wait_for(lambda: seen.append(browser.execute_script(BROWSER_VIEW)) or seen[-1] == kernel,
+                 30, "the browser to draw the kernel's view")  # fmt: skip
+    except AssertionError:
+        raise AssertionError(f"browser {seen[-1]} != kernel {kernel}") from None
+
+
+def explorer_box(browser):
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.CSS_SELECTOR, ".vizkit-explorer")[0]
+
+
+def click_a_patch(browser) -> None:
+    """Click the explorer's map a quarter of its size up and left of its centre."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    cover = explorer_box(browser).find_element(By.CSS_SELECTOR, ".nsewdrag")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cover)
+    x, y = -cover.size["width"] // 4, -cover.size["height"] // 4
+    ActionChains(browser).move_to_element_with_offset(cover, x, y).pause(0.5).click().perform()
+
+
+def click_view(browser, view: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    (button,) = [
+        b for b in explorer_box(browser).find_elements(By.CSS_SELECTOR, ".widget-toggle-button")
+        if b.text.strip() == view
+    ]  # fmt: skip
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+    button.click()
 
 
 def move_layer_slider_left(browser, before: str) -> str:
@@ -164,12 +268,7 @@ def move_layer_slider_left(browser, before: str) -> str:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    boxes = [
-        b for b in browser.find_elements(By.CSS_SELECTOR, ".widget-vbox")
-        if b.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-        and b.find_elements(By.CSS_SELECTOR, ".widget-slider")
-    ]  # fmt: skip
-    layer_slider = boxes[0].find_elements(By.CSS_SELECTOR, ".widget-slider")[1]  # image, layer
+    layer_slider = explorer_box(browser).find_elements(By.CSS_SELECTOR, ".widget-slider")[1]
     handle = layer_slider.find_element(By.CSS_SELECTOR, ".noUi-handle")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
     handle.click()

@@ -1,37 +1,119 @@
-"""A notebook exported to HTML (``jupyter nbconvert --to html --execute``) shows every figure,
-offline: the notebooks call `vk.viz.use_exportable_figures`, which embeds plotly.js once. An
-explorer's output carries its current view as static HTML beside the widget; the export shows
-it where the widget state is not stored (``--ExecutePreprocessor.store_widget_state=False``:
-nbconvert's widget manager comes from a CDN and cannot draw a plotly FigureWidget)."""
+"""A notebook exported to HTML (``jupyter nbconvert --to html --execute``) shows every figure and
+every explorer's view, offline: the notebooks call `vk.viz.use_exportable_figures`, which embeds
+plotly.js once, and an explorer shows the static copy of its view as an output of its own after
+the widget. That copy is drawn with the default export too, where the widget state is stored and
+nbconvert hands the widget's output to a widget manager fetched from a CDN (issue 32: the
+explorers were empty there), as with ``--ExecutePreprocessor.store_widget_state=False``."""
 
 from __future__ import annotations
 
 import re
+from copy import deepcopy
 from pathlib import Path
 
 import nbformat
 import pytest
+import test_browser
 from nbconvert import HTMLExporter
 from nbconvert.preprocessors import ExecutePreprocessor
+from test_browser import wait_for
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 PLOTLY_JSON = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
+STATE = "application/vnd.jupyter.widget-state+json"
+browser = test_browser.browser  # the headless Chromium fixture
+EXPLORERS = {
+    "00_quickstart": ["AttentionExplorer", "HistoryExplorer"],
+    "01_cait": ["LayerScaleExplorer"],  # shown before any figure: its copy embeds plotly.js
+}
+FIRST_VIEW = {  # the title of the first explorer's view, as drawn
+    "00_quickstart": "Attention of the class token at layer 3, head mean"
+    "<br><sup>click a patch to make it the query</sup>",
+    "01_cait": "LayerScale at init: the attn branch is scaled by ε = 0.1",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPLORERS))
+def executed(request, tmp_path_factory) -> tuple[str, nbformat.NotebookNode]:
+    """A shipped notebook executed as ``nbconvert --execute`` does by default (widget state
+    stored in the notebook's metadata)."""
+    name = request.param
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    where = tmp_path_factory.mktemp(name)
+    ExecutePreprocessor(timeout=300).preprocess(notebook, {"metadata": {"path": str(where)}})
+    return name, notebook
+
+
+def exports(notebook: nbformat.NotebookNode) -> dict[str, str]:
+    """The HTML of the default export and of one run with ``store_widget_state=False`` (the
+    same outputs, no widget state)."""
+    without = deepcopy(notebook)
+    without.metadata.pop("widgets")
+    return {
+        "default": HTMLExporter().from_notebook_node(notebook)[0],
+        "store_widget_state=False": HTMLExporter().from_notebook_node(without)[0],
+    }
+
+
+def outputs(notebook: nbformat.NotebookNode, kind) -> list[dict]:
+    return [o for c in notebook.cells for o in c.get("outputs", []) if kind(o.get("data", {}))]
 
 
 @pytest.mark.slow
-def test_exported_quickstart_draws_every_figure_offline(tmp_path):
-    notebook = nbformat.read(NOTEBOOKS / "00_quickstart.ipynb", as_version=4)
-    execute = ExecutePreprocessor(timeout=300, store_widget_state=False)
-    execute.preprocess(notebook, {"metadata": {"path": str(tmp_path)}})
-    outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
-    figures = [o for o in outputs if PLOTLY_JSON in o.get("data", {})]
-    explorers = [o for o in outputs if WIDGET in o.get("data", {})]
-    assert len(figures) >= 5, f"the quickstart shows {len(figures)} figures"
-    assert len(explorers) == 2  # the attention and history explorers
-    assert all("text/html" in o["data"] for o in figures + explorers), "no HTML copy"
-    html, _ = HTMLExporter().from_notebook_node(notebook)
-    assert len(re.findall(r"Plotly\.newPlot\(", html)) == len(figures) + len(explorers)
-    assert "Attention of the class token at layer 3" in html  # the explorer's view
-    assert not re.search(r"<script[^>]*src=[\"']https?://[^\"']*plot", html)  # nothing fetched
-    assert html.count("plotly.js v") >= 1  # the library itself is embedded
+def test_exported_notebook_holds_every_figure_and_explorer_view(executed):
+    name, notebook = executed
+    figures = outputs(notebook, lambda data: PLOTLY_JSON in data)
+    widgets = outputs(notebook, lambda data: "interactive explorer" in data.get("text/plain", ""))
+    copies = outputs(notebook, lambda data: "vizkit-static" in data.get("text/html", ""))
+    assert [o["data"]["text/plain"].split(":")[0] for o in widgets] == EXPLORERS[name]
+    assert len(figures) >= 3 and len(copies) == len(widgets)
+    state = notebook.metadata.widgets[STATE]["state"]
+    assert all(o["data"][WIDGET]["model_id"] in state for o in widgets)  # what hid them
+    assert all("text/html" not in o["data"] for o in widgets)  # else drawn twice without state
+    for how, html in exports(notebook).items():
+        assert len(re.findall(r"Plotly\.newPlot\(", html)) == len(figures) + len(copies), how
+        assert len(re.findall(r'class="vizkit-static ', html)) == len(copies), how
+        assert FIRST_VIEW[name].split("<br>")[0].replace("ε", "\\u03b5") in html, how
+        assert not re.search(r"<script[^>]*src=[\"']https?://[^\"']*plot", html)  # not fetched
+        assert html.count("plotly.js v") >= 1  # the library itself is embedded
+
+
+# every figure drawn, and which static copies of explorers' views are shown, drawn, and titled
+DRAWN = """
+const drawn = gd => !!(gd._fullLayout && gd.querySelector('.main-svg'));
+const plots = [...document.querySelectorAll('.js-plotly-plot')];
+const copies = [...document.querySelectorAll('.vizkit-static')];
+return {plots: plots.length, drawn: plots.filter(drawn).length,
+        copies: copies.filter(c => c.getClientRects().length).map(c => {
+            const gd = c.querySelector('.js-plotly-plot');
+            return [c.querySelector('p').textContent.split(':')[0],
+                    !!gd && drawn(gd) && gd.layout.title.text];
+        })};
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_exported_notebook_draws_every_figure_and_explorer_offline(executed, browser, tmp_path):
+    """In headless Chromium without network: every figure drawn, each explorer's view shown
+    once, and no error but the failed fetches of the CDN's scripts (the widget manager,
+    MathJax, require.js) that nbconvert's page asks for."""
+    name, notebook = executed
+    figures = len(outputs(notebook, lambda data: PLOTLY_JSON in data))
+    for how, html in exports(notebook).items():
+        page = tmp_path / f"{name} {how}.html"
+        page.write_text(html)
+        browser.get(page.as_uri())
+        seen = wait_for(
+            lambda: (s := browser.execute_script(DRAWN))["drawn"] == s["plots"] > figures and s,
+            60,
+            f"{name} ({how}) to draw its figures",
+        )
+        browser.save_screenshot(str(page.with_suffix(".png")))
+        assert seen["drawn"] == figures + len(EXPLORERS[name]), how
+        assert [explorer for explorer, _ in seen["copies"]] == EXPLORERS[name], how
+        assert all(title for _, title in seen["copies"]), how
+        assert seen["copies"][0][1] == FIRST_VIEW[name], how
+        errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert [e for e in errors if not re.match(r"https://\S+ - Failed to load", e)] == []

@@ -101,7 +101,7 @@ class Explorer(ABC):
         widget = box._repr_mimebundle_()
         widget["text/plain"] = (
             f"{type(self).__name__}: an interactive explorer (needs a running kernel and a "
-            "widget frontend such as JupyterLab 4); its current view follows."
+            "widget frontend such as JupyterLab 4)."
         )
         display(widget, raw=True)
         display(self._static_bundle(), raw=True, display_id=self._key)
