@@ -1,6 +1,8 @@
 """In a real browser (headless Chromium): the demo report renders every figure without console
-errors, and the quickstart's AttentionExplorer works in JupyterLab. Screenshots are saved in
-each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-driver."""
+errors, and the quickstart's AttentionExplorer works in JupyterLab: each explorer drawn once (its
+static copy hidden), and after every control change (a click on a patch, a view, a slider) the
+browser draws the kernel's view. Screenshots are saved in each test's temporary folder.
+`.ci/run` installs Debian's chromium and chromium-driver."""
 
 from __future__ import annotations
 
@@ -176,8 +178,10 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     browser.save_screenshot(str(tmp_path / "explorer_before.png"))
     assert "layer 3" in before  # the last layer is shown first
     assert_one_view_per_explorer(browser)
-    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", explorer_box(browser))
-    browser.save_screenshot(str(tmp_path / "explorer_end.png"))  # no static copy below it
+    browser.set_window_size(1400, 2400)  # the whole explorer and what follows it
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", explorer_box(browser))
+    browser.save_screenshot(str(tmp_path / "explorer_whole.png"))  # no static copy below it
+    browser.set_window_size(1400, 1000)
 
     # issue 32: after a click on a patch its outline stayed in the browser in the other views
     click_a_patch(browser)
