@@ -69,7 +69,7 @@ def fig7_gallery(
         fig.add_trace(go.Heatmap(z=maps[i].numpy(), coloraxis="coloraxis"),
                       row=i // columns + 1, col=i % columns + 1)  # fmt: skip
     map_axes(fig)
-    fig.update_annotations(font_size=11)
+    fig.update_annotations(font_size=12)
     fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": 1})
     title = (
         "Regions of focus of the first class-attention layer (CaiT Fig. 7; classes above "

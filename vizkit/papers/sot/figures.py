@@ -118,6 +118,6 @@ def maps_grid(
     cells = [[(images[i], maps[name].maps[i]) for name in names] for i in indices]
     fig = overlay_grid(cells, subplot_titles=titles, horizontal_spacing=0.02,
                        vertical_spacing=0.06)  # fmt: skip
-    fig.update_annotations(font_size=10)
+    fig.update_annotations(font_size=12)
     finish(opacity_slider(fig), "Maps side by side (each min-max scaled)", 230 * len(indices) + 80)
     return fig
