@@ -3,8 +3,9 @@
 Runs every applicable method on the committed 64-image sample (vizkit/datasets/shapes_sample.npz) of
 vit_tiny_shapes and cait_tiny_shapes, explaining the true class, and prints one markdown table per
 model: deletion/insertion AUC (patch level, zero/blur baselines) and, against the object masks,
-pointing game, energy in the mask and IoU of the top region (mask-sized).
-Usage: python benchmarks/saliency_table.py [--level patch|pixel] [--device cuda]
+pointing game, energy in the mask and IoU of the top region (mask-sized); seconds: each method's
+maps and their scoring. --steps sets the curves' steps (default: compare_saliency's, 16).
+Usage: python benchmarks/saliency_table.py [--level patch|pixel] [--steps 64] [--device cuda]
        [--dtype bfloat16]
 """
 
@@ -32,6 +33,7 @@ METHODS = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--level", default="patch", choices=["patch", "pixel"])
+    parser.add_argument("--steps", type=int, default=None, help="steps of each curve")
     args = add_device_options(parser).parse_args()
     torch.manual_seed(0)
     images, labels, masks = load_sample()
@@ -40,11 +42,12 @@ def main() -> None:
         with precision(args):
             table = vk.compare_saliency(
                 model.to(args.device), images, methods=methods, masks=masks, target=labels,
-                level=args.level,
+                level=args.level, steps=args.steps, progress=False,
             )  # fmt: skip
         title = (
             f"{name} (test accuracy {card['test_accuracy']:.3f}), 64 sample images, "
-            f"{args.level} level, {args.dtype}, {device_name(args.device)}"
+            f"{args.level} level, curves of {table.options['steps']} steps, {args.dtype}, "
+            f"{device_name(args.device)}"
         )
         print(f"\n{title}")
         print(table.to_markdown())
@@ -53,7 +56,7 @@ def main() -> None:
             columns, *rows = [
                 [cell.strip() for cell in line.strip("|").split("|")]
                 for line in table.to_markdown().splitlines()
-                if not line.startswith("|---")
+                if line.startswith("|") and not line.startswith("|---")
             ]
             print(f"recorded in {record(args, title, columns, rows)}")
 

@@ -148,10 +148,10 @@ class SaliencyTable(Result):
         """What the scores and seconds are: the curves' baselines, steps and level."""
         if not self.options:
             return ""
+        curves = " and ".join(f"{kind} ({baseline} baseline)" for kind, baseline in CURVES.values())
         return (
-            f"Deletion (zero baseline) and insertion (blur baseline) curves of "
-            f"{self.options['steps']} steps at {self.options['level']} level; seconds: making "
-            "each method's maps and scoring them."
+            f"{curves.capitalize()} curves of {self.options['steps']} steps at "
+            f"{self.options['level']} level; seconds: making each method's maps and scoring them."
         )
 
     def to_markdown(self) -> str:
