@@ -104,10 +104,8 @@ def _loop_stats(pattern: np.ndarray, prefix: int, grid: tuple[int, int], patch: 
 
 def test_statistics_match_loops_and_scipy():
     model, x = build("deit_distilled")  # 2 prefix tokens
-    result = vk.attention(model, x, layers=[0])
-    stats = result.stats()
-    pattern = result.patterns[0, 1].double().numpy()
-    expected = _loop_stats(pattern, 2, result.layout.grid, result.patch_size[0])
+    result = vk.attention(model, x, layers=[0, 1])
+    stats = result.stats()  # computed a layer at a time
     names = {
         "entropy": "entropy",
         "kl": "kl_uniform",
@@ -116,8 +114,28 @@ def test_statistics_match_loops_and_scipy():
         "local": "locality",
         "div": "diversity",
     }
-    for loop_name, name in names.items():
-        np.testing.assert_allclose(stats[name][0, 1].numpy(), expected[loop_name], rtol=1e-4)
+    for layer in (0, 1):
+        pattern = result.patterns[layer, 1].double().numpy()
+        expected = _loop_stats(pattern, 2, result.layout.grid, result.patch_size[0])
+        for loop_name, name in names.items():
+            np.testing.assert_allclose(
+                stats[name][layer, 1].numpy(), expected[loop_name], rtol=1e-4
+            )
+
+
+def test_head_divergence_pairs_match_scipy_over_leading_axes():
+    p = torch.rand(2, 2, 3, 4, 5, generator=torch.Generator().manual_seed(0)).softmax(-1)
+    p[0, 1, 2, :, :3] = 0  # zeros in a row: 0 log 0 = 0
+    p = p / p.sum(-1, keepdim=True)
+    divergence = attention_stats.head_divergence(p)  # (B, L, H, H) from (B, L, H, Nq, N)
+    assert divergence.shape == (2, 2, 3, 3) and divergence.dtype == torch.float32
+    for b, layer, i, j in np.ndindex(2, 2, 3, 3):
+        rows = p[b, layer].double().numpy()
+        expected = np.mean([jensenshannon(rows[i, q], rows[j, q]) ** 2 for q in range(4)])
+        assert abs(float(divergence[b, layer, i, j]) - expected) < 1e-6
+    heads_first = attention_stats.head_divergence(p.movedim(2, 0), head_dim=0)
+    assert torch.equal(heads_first, divergence)
+    assert attention_stats.head_divergence(p[:0]).shape == (0, 2, 3, 3)
 
 
 def test_statistics_extremes():

@@ -107,6 +107,28 @@ def test_captum_wrappers_equal_direct_calls(key):
     assert ig.targets.tolist() == [1, 4] and ig.maps.shape == x.shape[:1] + x.shape[2:]
 
 
+def test_integrated_gradients_keeps_a_batch_below_the_image_count():
+    """captum raises an internal batch below B to B; vizkit splits the images instead, so no
+    pass holds more than internal_batch_size images, and the maps are the same."""
+    model, x = build("vit")
+    target, start = torch.tensor([1, 4]), torch.randn_like(x)
+    whole = vk.integrated_gradients(model, x, target=target, baseline=start, n_steps=6)
+    sizes = []
+    handle = model.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
+    try:
+        split = vk.integrated_gradients(
+            model, x, target=target, baseline=start, n_steps=6, internal_batch_size=1
+        )
+    finally:
+        handle.remove()
+    assert sizes[1:] == [1] * 12  # after the forward that resolves targets: 2 images x 6 steps
+    torch.testing.assert_close(split.maps, whole.maps, rtol=1e-4, atol=1e-6)
+    by_callable = vk.integrated_gradients(
+        model, x, target=lambda out: out[:, 1], n_steps=6, internal_batch_size=1
+    )
+    assert by_callable.maps.shape == whole.maps.shape and by_callable.targets is None
+
+
 def test_occlusion_window_defaults_to_the_patch():
     model, x = build("vit")
     assert vk.occlusion(model, x).options["window"] == tuple(model.patch_embed.patch_size)

@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from vizkit import zoo
@@ -119,3 +120,44 @@ def test_masked_model_report_shows_its_learned_masks(tmp_path):
     page = build_report("masks_gmm_k5_s0", n=2, out=tmp_path, progress=False).read_text()
     assert "<h2>Learned attention masks</h2>" in page
     assert "Mask against distance" in page and "GMM paper Fig. 3" in page
+
+
+@pytest.fixture(scope="module")
+def wide_model(tmp_path_factory):
+    """A random-init timm ViT with ImageNet's 1000 classes (32 px, 8 px patches, 2 blocks) as a
+    checkpoint with its card and no data set of its own."""
+    import hashlib
+    import json
+
+    import timm
+    from safetensors.torch import save_file
+
+    kwargs = {"img_size": 32, "patch_size": 8, "depth": 2}
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", **kwargs)
+    file = tmp_path_factory.mktemp("wide") / "wide.safetensors"
+    save_file(model.state_dict(), str(file))
+    card = {"architecture": "vit_tiny_patch16_224", "kwargs": kwargs,
+            "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}  # fmt: skip
+    file.with_suffix(".json").write_text(json.dumps(card))
+    return str(file)
+
+
+def test_a_1000_class_model_on_shapes_names_classes_by_index(wide_model, tmp_path, capsys):
+    args = ["--model", wide_model, "--data", "shapes", "--n", "2", "--out", str(tmp_path)]
+    assert main(["report", *args]) == 0
+    page = (tmp_path / "index.html").read_text()
+    assert "<h2>Predictions</h2>" in page and "Saliency methods compared" in page
+    assert "not of this model&#x27;s 1000 classes" in page  # the Shapes labels are dropped
+    assert "class names do not fit" not in page  # the Shapes names are never offered
+    assert "near chance" in page and "class='caution'" in page
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_labels_and_class_names_are_kept_only_where_they_are_the_models():
+    own = load_inputs("vit_tiny_shapes", n=2)
+    assert own.labels is not None and len(own.classes) == 10 and own.class_note == ""
+    other = load_inputs("vit_tiny_digits", "shapes", n=2)
+    assert other.labels is None  # Shapes labels are not digits
+    assert other.classes == zoo.card("vit_tiny_digits")["classes"]
+    assert "classes of shapes, not of this model's 10 classes" in other.class_note

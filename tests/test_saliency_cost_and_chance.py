@@ -75,8 +75,10 @@ def test_seconds_cover_scoring(random_vit):
         wall = time.perf_counter() - start
     finally:
         handle.remove()
-    scored = sum(images[1:])  # after the forward pass that picks the targets
-    assert scored >= 2 * len(x) * 5  # deletion and insertion, 5 points of 2 images each
+    ends = images[:3]  # the curves' ends, shared by the methods: the images and 2 baselines
+    assert ends == [len(x)] * 3
+    scored = sum(images[3:])
+    assert scored == 2 * len(x) * 3  # deletion and insertion, the 3 steps between their ends
     assert table.seconds[0] >= SLEEP * scored
     assert table.seconds[0] <= wall
     assert "seconds: making each method's maps and scoring them" in table.to_markdown()
@@ -106,7 +108,7 @@ def test_progress_bar_shows_and_completes(random_vit, capsys, monkeypatch):
     methods = [("refused", refused), ("instant", instant)]
     quiet(lambda: vk.compare_saliency(model, x, methods, masks=masks, steps=4))
     desc, n, total = Recorded.bars[-1]
-    assert desc.startswith("compare_saliency") and n == total == 2 * 2 * 2 * 5
+    assert desc.startswith("compare_saliency") and n == total == 2 * 2 * 2 * 3
     with pytest.raises(TypeError, match="progress must be True or False"):
         vk.compare_saliency(model, x, ["random"], progress="yes")
     with pytest.raises(TypeError, match="progress must be True or False"):
@@ -117,10 +119,20 @@ def test_comparer_shows_progress_only_when_asked(shapes, capsys):
     model, x, masks, _ = shapes
     SaliencyComparer(model, x, masks, methods=["random"])
     assert "compare_saliency" in capsys.readouterr().err
-    comparer = SaliencyComparer(model, x, masks, methods=["random"], progress=False)
+    seen, comparers = [], []
+
+    def spy(hm, images, targets):
+        seen.extend(c.status.value for c in comparers)  # the line beside the slider meanwhile
+        return instant(hm, images, targets)
+
+    comparer = SaliencyComparer(model, x, masks, methods=[("spy", spy)], progress=False)
+    comparers.append(comparer)
     comparer.image.value = 1
     assert capsys.readouterr().err == ""
-    assert comparer.table(1).options["steps"] == 8
+    assert seen == ["scoring image 1 with 1 method…"]
+    table = comparer.table(1)
+    assert table.options["steps"] == 8
+    assert comparer.status.value == f"image 1 scored in {table.seconds[0]:.1f} s (8-step curves)"
 
 
 def test_near_chance_flags_uniform_and_tiny_predictions():

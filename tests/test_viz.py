@@ -193,3 +193,24 @@ def test_refiner_figures_draw_every_stage_and_model():
     seeds = {"a": {"mean": 0.5, "std": 0.1, "accuracies": [0.4, 0.6], "seeds": [0, 1]}}
     assert viz.accuracy_over_seeds_figure(seeds, "t").data[0].y == (0.5,)
     assert vk.papers.refiner.crop_ratio_curves({"m": {0.9: 0.5, 1.1: 0.6}}).data[0].x == (0.9, 1.1)
+
+
+def test_predictions_name_classes_by_index_and_flag_near_chance(vit_and_images):
+    model, images, labels, _ = vit_and_images
+    shown = viz.display_images(images, model)
+    sure = torch.full((4, 1000), -10.0)
+    sure[torch.arange(4), torch.tensor([3, 999, 7, 500])] = 10.0
+    fig = viz.predictions_figure(shown, sure.softmax(-1), None, [f"shape {k}" for k in range(10)])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:2] == ["3 1.00", "999 1.00"]  # 10 names for 1000 classes: by index
+    assert "10 class names for 1000 classes: classes shown by index" in fig.layout.title.text
+    mixed = sure.clone()
+    mixed[1:3] = 0.0  # images 1 and 2: a uniform softmax over 1000 classes
+    fig = viz.predictions_figure(shown, mixed.softmax(-1), torch.tensor([3, 1, 2, 500]))
+    titles = [a.text for a in fig.layout.annotations]
+    assert "near chance" not in titles[0] + titles[3] and "green" in titles[0]
+    for title in titles[1:3]:
+        assert "near chance" in title and "(1/K 0.001)" in title and "true " in title
+    assert "near chance on 2 of 4 images" in fig.layout.title.text
+    with pytest.raises(ValueError, match=r"classes of the model, in 0\.\.9; got 0\.\.12"):
+        viz.predictions_figure(shown, mixed[:, :10].softmax(-1), torch.tensor([0, 12, 1, 2]))

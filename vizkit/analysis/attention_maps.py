@@ -152,7 +152,15 @@ class AttentionResult(Result):
         renormalized, and add ``negative_mass`` (share of |A| on negative entries) and
         ``row_sum_deviation`` (|row sum - 1|), both 0 for softmax maps.
         """
-        p = self.patterns
+        blocks = [[self._head_stats(p, locality_radius) for p in layer] for layer in self.patterns]
+        return {
+            key: torch.stack([torch.stack([s[key] for s in layer]) for layer in blocks])
+            for key in blocks[0][0]
+        }
+
+    def _head_stats(self, p: Tensor, locality_radius: int) -> dict[str, Tensor]:
+        """`stats` of one image's patterns in one layer (H, Nq, N) -> (H,) each: one block at a
+        time bounds the float64 work's memory to a block's, whatever the batch and depth."""
         extra = {}
         if self.maps == "applied":
             extra = {
@@ -161,7 +169,7 @@ class AttentionResult(Result):
             }
             p = stats.absolute_rows(p)
         out = {"entropy": stats.query_entropy(p), "kl_uniform": stats.kl_to_uniform(p)}
-        if p.shape[2] > 1:
+        if p.shape[0] > 1:  # heads
             out["diversity"] = stats.head_diversity(p)
         if self.query is None:
             out["distance_patches"] = stats.mean_attention_distance(p, self.layout)

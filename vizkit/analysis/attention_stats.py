@@ -100,13 +100,28 @@ def locality_mass(pattern: Tensor, layout: TokenLayout, radius: int = 1) -> Tens
 
 def head_divergence(pattern: Tensor, head_dim: int = -3) -> Tensor:
     """Pairwise Jensen-Shannon divergence between heads (nats, in [0, log 2]), averaged over
-    queries: (..., H, Nq, N) -> (..., H, H)."""
-    p = pattern.movedim(head_dim, -3).double()
-    a, b = p.unsqueeze(-3), p.unsqueeze(-4)  # (..., H, 1, Nq, N), (..., 1, H, Nq, N)
-    m = (a + b) / 2
-    kl_am = (torch.special.xlogy(a, a) - torch.special.xlogy(a, m)).sum(-1)
-    kl_bm = (torch.special.xlogy(b, b) - torch.special.xlogy(b, m)).sum(-1)
-    return ((kl_am + kl_bm) / 2).mean(-1).to(pattern.dtype)
+    queries: (..., H, Nq, N) -> (..., H, H). Computed in float64 one (H, Nq, N) block at a time,
+    so the (H, H, Nq, N) pairs never exist for more than one image and layer."""
+    p = pattern.movedim(head_dim, -3)
+    heads = p.shape[-3]
+    blocks = [_js_pairs(block.double()) for block in p.reshape(-1, *p.shape[-3:])]
+    out = torch.stack(blocks) if blocks else torch.zeros(0, heads, heads, dtype=torch.float64)
+    return out.reshape(*p.shape[:-3], heads, heads).to(pattern.dtype)
+
+
+def _js_pairs(p: Tensor) -> Tensor:
+    """JS divergence of every pair of heads' rows, averaged over queries: (H, Nq, N) -> (H, H),
+    as H(m) - (H(a) + H(b)) / 2 with m the pair's mean; each unordered pair once."""
+    heads = len(p)
+    a, b = torch.triu_indices(heads, heads, 1, device=p.device)
+    negative_entropy = torch.special.xlogy(p, p).sum(-1)  # (H, Nq)
+    m = (p[a] + p[b]) / 2  # (pairs, Nq, N)
+    halves = (negative_entropy[a] + negative_entropy[b]) / 2
+    js = (halves - torch.special.xlogy(m, m).sum(-1)).mean(-1)
+    out = p.new_zeros(heads, heads)
+    out[a, b] = js
+    out[b, a] = js
+    return out
 
 
 def head_diversity(pattern: Tensor, head_dim: int = -3) -> Tensor:

@@ -74,22 +74,28 @@ def integrated_gradients(
     internal_batch_size: int = 64,
 ) -> SaliencyResult:
     """captum IntegratedGradients; maps (B, H, W) are the attributions summed over channels
-    (signed). ``baseline``: a value or a (B, C, H, W) tensor, in the model's normalized space."""
+    (signed). ``baseline``: a value or a (B, C, H, W) tensor, in the model's normalized space.
+    ``internal_batch_size``: interpolated images per forward and backward pass, which bounds the
+    activations held; below B the batch is split (captum alone would raise it to B)."""
     n_steps = check_count("n_steps", n_steps)
     internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = _prepare(model, x, target)
     baseline = _check_baseline(baseline, x)
+    method = _captum().IntegratedGradients(forward)
     with frozen_parameters(hm.model):  # gradients of the input only
-        attributions = (
-            _captum()
-            .IntegratedGradients(forward)
-            .attribute(
-                x,
-                baselines=baseline,
-                target=targets,
-                n_steps=n_steps,
-                internal_batch_size=internal_batch_size,
-            )
+        attributions = torch.cat(
+            [
+                method.attribute(
+                    images,
+                    baselines=start,
+                    target=chosen,
+                    n_steps=n_steps,
+                    internal_batch_size=internal_batch_size,
+                )
+                for images, start, chosen in _image_chunks(
+                    x, baseline, targets, internal_batch_size
+                )
+            ]
         )
     options = {"n_steps": n_steps, "baseline": _describe(baseline)}
     return _result(attributions, "integrated_gradients", "sum", targets, options)
@@ -147,6 +153,21 @@ def occlusion(
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
     return _result(attributions, "occlusion", "mean", targets, options)
+
+
+def _image_chunks(
+    x: Tensor, baseline: float | Tensor, targets: Tensor | None, size: int
+) -> list[tuple[Tensor, float | Tensor, Tensor | None]]:
+    """The batch x (B, C, H, W) with its baseline and targets (B,) in chunks of ``size``
+    images (one chunk when B <= size)."""
+    images = x.split(size)
+    starts = (
+        baseline.expand_as(x).split(size)
+        if isinstance(baseline, Tensor)
+        else [baseline] * len(images)
+    )
+    chosen = targets.split(size) if targets is not None else [None] * len(images)
+    return list(zip(images, starts, chosen, strict=True))
 
 
 def _check_baseline(baseline: float | Tensor, x: Tensor) -> float | Tensor:

@@ -154,6 +154,7 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
     An unscaled branch is the scaled one divided by its LayerScale λ (exact in eval mode); where
     λ has zeros it is read from the branch module's output instead."""
     pending: dict[str, Tensor] = {}  # the attention branch until the mid stream; raw branches
+    # (each popped when read, so no block holds a float64 copy of its activations after it)
 
     def tokens(activation: Tensor, name: str) -> Tensor:
         require_per_image(name, activation, batch)
@@ -175,7 +176,9 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
 
     def branch(quantity: str, gamma: Tensor | None):
         def read(activation: Tensor, *, name: str) -> None:
-            a = pending[quantity] = tokens(activation, name)
+            a = tokens(activation, name)
+            if quantity == "attn":
+                pending["attn"] = a  # x_l = x'_l - attention branch, at the mid stream
             squares[(p, quantity)] = _sq(a)
             squares[(p, f"{quantity}_unscaled")] = _sq(unscaled(quantity, a, gamma, name))
 
@@ -190,7 +193,7 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
     def middle(activation: Tensor, *, name: str) -> None:
         a = tokens(activation, name)
         squares[(p, "x_mid")] = _sq(a)
-        squares[(p, "x")] = _sq(a - pending["attn"])
+        squares[(p, "x")] = _sq(a - pending.pop("attn"))
 
     gammas = dict(zip(("attn", "mlp"), layerscale_gammas(hm.model, p), strict=True))
     for quantity, gamma in gammas.items():

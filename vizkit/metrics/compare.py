@@ -22,7 +22,14 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
 from .chance import near_chance, prediction_certainty
-from .faithfulness import LEVELS, curve_steps, perturbation_curve, unit_count
+from .faithfulness import (
+    LEVELS,
+    CurveEnds,
+    batch_images,
+    curve_steps,
+    perturbation_curve,
+    unit_count,
+)
 from .localization import check_masks, energy_in_mask, pointing_game, top_iou
 
 __all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency"]
@@ -60,7 +67,6 @@ METHODS: dict[str, Method] = {
 }
 
 CURVES = {"deletion_auc": ("deletion", "zero"), "insertion_auc": ("insertion", "blur")}
-CURVE_BATCH = 256  # perturbed images per forward pass
 
 # metric -> True when higher is better
 METRICS = {
@@ -234,21 +240,23 @@ def compare_saliency(
         raise TypeError(f"progress must be True or False; got {progress!r}.")
     if masks is not None:
         masks = _masks_for(masks, x)
-    with torch.no_grad():
-        logits = model.model(x)
+    batch_size = batch_images(None, tuple(x.shape[-2:]))
+    with torch.no_grad():  # the curves' ends, the same for every method
+        ends = CurveEnds.compute(model.model, x, [b for _, b in CURVES.values()], batch_size)
+    logits = ends.logits
     targets = target_indices(logits, target)
     metrics = ["deletion_auc", "insertion_auc"]
     if masks is not None:
         metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
     per_image, seconds, notes, results = [], [], {}, {}
-    share = len(CURVES) * len(x) * (steps + 1)  # perturbed images per method
+    share = len(CURVES) * len(x) * (steps - 1)  # perturbed images per method
     with tqdm(total=share * len(chosen), desc="compare_saliency", unit="image",
               disable=not progress, leave=False) as bar:  # fmt: skip
         for i, (name, fn) in enumerate(chosen):
             bar.set_postfix_str(name)
             start = time.perf_counter()
             scored, result, note = _method_scores(
-                name, fn, model, x, targets, masks, metrics, level, steps, bar
+                name, fn, model, x, targets, masks, metrics, level, steps, bar, ends
             )
             seconds.append(time.perf_counter() - start if result is not None else math.nan)
             bar.update(share * (i + 1) - bar.n)  # what constant or skipped maps left unrun
@@ -285,6 +293,7 @@ def _method_scores(
     level: str,
     steps: int,
     bar: tqdm,
+    ends: CurveEnds,
 ) -> tuple[Tensor, SaliencyResult | None, str]:
     """(metrics, B) scores of method ``name`` on images x (B, C, H, W), its maps (None if it was
     skipped) and a note ("" if none): why it was skipped, or which samples it left unscored."""
@@ -300,7 +309,7 @@ def _method_scores(
             f"samples {samples} have constant maps (no pixel ranked above another): "
             "not scored, left out of the means"
         )
-    scored = _ranked_scores(hm, x, result, targets, masks, flat, metrics, level, steps, bar)
+    scored = _ranked_scores(hm, x, result, targets, masks, flat, metrics, level, steps, bar, ends)
     return scored, result, note
 
 
@@ -315,6 +324,7 @@ def _ranked_scores(
     level: str,
     steps: int,
     bar: tqdm,
+    ends: CurveEnds,
 ) -> Tensor:
     """(metrics, B) scores of ``result``; NaN for the samples whose maps are constant (``flat``,
     (B,) bool), which rank nothing."""
@@ -327,7 +337,9 @@ def _ranked_scores(
         return None if t is None else t[rows.to(t.device)]
 
     kept = dataclasses.replace(result, maps=pick(result.maps), targets=pick(result.targets))
-    scores = _scores(hm, pick(x), kept, pick(targets), pick(masks), level, steps, bar)
+    scores = _scores(
+        hm, pick(x), kept, pick(targets), pick(masks), level, steps, bar, ends.rows(rows)
+    )
     scored[:, rows] = torch.stack([scores[m].float().cpu() for m in metrics])
     return scored
 
@@ -355,12 +367,13 @@ def _scores(
     level: str,
     steps: int,
     bar: tqdm,
+    ends: CurveEnds,
 ) -> dict[str, Tensor]:
     """Each metric's (B,) scores of ``result`` on images x (B, C, H, W) and masks (B, H, W);
-    the curves advance ``bar``."""
+    the curves (whose ends are ``ends``) advance ``bar``."""
     scores = {
         metric: perturbation_curve(
-            kind, hm, x, result, targets, level, baseline, steps, CURVE_BATCH, bar
+            kind, hm, x, result, targets, level, baseline, steps, None, bar, ends
         ).auc
         for metric, (kind, baseline) in CURVES.items()
     }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -32,6 +32,7 @@ from ..hooks.targets import target_indices
 __all__ = [
     "BASELINES",
     "LEVELS",
+    "CurveEnds",
     "CurveResult",
     "baseline_images",
     "curve_steps",
@@ -45,6 +46,9 @@ BASELINES = ("blur", "mean", "zero")
 LEVELS = ("patch", "pixel")
 DEFAULT_STEPS = 16  # steps of a curve when steps=None (fewer where there are fewer units);
 # 64 (vizkit 0.1's default) is ``steps=64`` away: 4x the forward passes, a finer AUC
+BATCH_PIXELS = 2**19  # pixels per forward pass when batch_size=None: 10 images of 224 x 224
+# (a ViT-S's activations of one pass stay near 0.1 GB), 128 of 64 x 64
+MAX_BATCH = 256
 
 
 @dataclass(repr=False)
@@ -150,6 +154,50 @@ def _unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, i
     return F.avg_pool2d(pixels, unit)[:, 0]
 
 
+def batch_images(batch_size: int | None, image_size: tuple[int, int]) -> int:
+    """Images per forward pass: ``batch_size`` (>= 1), or for None as many (H, W) images as
+    hold `BATCH_PIXELS` pixels (at least 1, at most `MAX_BATCH`), so that the activations of one
+    pass stay bounded whatever the image size."""
+    if batch_size is None:
+        return max(1, min(MAX_BATCH, BATCH_PIXELS // (image_size[0] * image_size[1])))
+    return check_count("batch_size", batch_size, 1)
+
+
+@dataclass
+class CurveEnds:
+    """The two ends of every deletion and insertion curve of a batch, which no saliency map
+    changes: the model's logits (B, K) on the images (nothing removed, or everything revealed)
+    and its softmax (B, K) on each baseline (everything removed, or nothing revealed).
+    `compare_saliency` computes them once for all its methods' curves."""
+
+    logits: Tensor
+    baselines: dict[str, Tensor]
+
+    @classmethod
+    def compute(
+        cls, model: nn.Module, x: Tensor, kinds: Iterable[str], batch_size: int
+    ) -> CurveEnds:
+        """The ends for images x (B, C, H, W) and the baselines ``kinds``, ``batch_size``
+        images per forward pass (call under ``torch.no_grad``)."""
+        baselines = {
+            kind: _forward(model, baseline_images(x, kind), batch_size).float().softmax(-1)
+            for kind in kinds
+        }
+        return cls(_forward(model, x, batch_size), baselines)
+
+    def rows(self, rows: Tensor) -> CurveEnds:
+        """The ends of the images ``rows`` (indices into the batch)."""
+        return CurveEnds(
+            self.logits[rows.to(self.logits.device)],
+            {k: p[rows.to(p.device)] for k, p in self.baselines.items()},
+        )
+
+
+def _forward(model: nn.Module, x: Tensor, batch_size: int) -> Tensor:
+    """model(x) for images x (B, C, H, W), ``batch_size`` images at a time."""
+    return torch.cat([model(chunk) for chunk in x.split(batch_size)])
+
+
 def perturbation_curve(
     kind: str,
     hm: HookedModel,
@@ -159,16 +207,18 @@ def perturbation_curve(
     level: str,
     baseline: str,
     steps: int | None,
-    batch_size: int,
+    batch_size: int | None,
     progress: bool | tqdm,
+    ends: CurveEnds | None = None,
 ) -> CurveResult:
     """The ``kind`` ("deletion" or "insertion") curve for images x (B, C, H, W) and maps
     (B, h, w), checked first; ``progress``: show a bar, or an open bar to advance by the
-    perturbed images scored (`compare_saliency` shares one over its methods)."""
+    perturbed images scored (`compare_saliency` shares one over its methods); ``ends``: the
+    curves' ends when known (`CurveEnds`), else they are computed here."""
     x = check_images(hm.model, x)
     check_choice("baseline", baseline, BASELINES)
-    batch_size = check_count("batch_size", batch_size, 1)
     image_size = tuple(x.shape[-2:])
+    batch_size = batch_images(batch_size, image_size)
     unit = _unit_size(hm.model, image_size, level)
     _check_tiles(image_size, unit, level)
     maps = saliency_maps(saliency, len(x), image_size)
@@ -176,10 +226,17 @@ def perturbation_curve(
     units = cells[0].numel()
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
-    with torch.no_grad(), _bar(progress, len(x) * len(counts), kind) as bar:
-        targets = _scored_classes(hm.model(x), target, saliency)
+    with torch.no_grad(), _bar(progress, len(x) * (steps - 1), kind) as bar:
+        if ends is None or baseline not in ends.baselines:
+            ends = CurveEnds.compute(hm.model, x, [baseline], batch_size)
+        targets = _scored_classes(ends.logits, target, saliency)
+        clean = ends.logits.float().softmax(-1)
+        outer = (clean, ends.baselines[baseline])  # nothing removed, everything removed
+        outer = outer[::-1] if kind == "insertion" else outer
         base = baseline_images(x, baseline)
-        scores = _scores(kind, hm.model, x, base, cells, unit, counts, targets, batch_size, bar)
+        scores = _scores(
+            kind, hm.model, x, base, cells, unit, counts, targets, batch_size, bar, outer
+        )
     fractions = (counts.float() / units).to(x.device)
     return CurveResult(
         kind=kind,
@@ -236,13 +293,18 @@ def _scores(
     targets: Tensor,
     batch_size: int,
     bar: tqdm,
+    outer: tuple[Tensor, Tensor],
 ) -> Tensor:
     """(B, S + 1) probability of ``targets`` (B,) with the first ``counts`` (S + 1,) units by
     ``cells`` (B, gh, gw) taken from ``base`` (deletion) or from ``x`` (insertion), both
-    (B, C, H, W); ``batch_size`` perturbed images per forward, each batch a step of ``bar``."""
+    (B, C, H, W); ``batch_size`` perturbed images per forward, each batch a step of ``bar``.
+    The first and last steps move no unit or every unit: their images are the curve's start and
+    end, whose softmax (B, K) ``outer`` holds, so only the S - 1 steps between are run."""
     rank = rank_descending(cells.flatten(1))
     scores = torch.empty(len(x), len(counts), device=x.device)
-    pairs = [(b, k) for b in range(len(x)) for k in range(len(counts))]
+    for column, probs in zip((0, -1), outer, strict=True):
+        scores[:, column] = probs.to(x.device).gather(1, targets[:, None])[:, 0]
+    pairs = [(b, k) for b in range(len(x)) for k in range(1, len(counts) - 1)]
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
         b = torch.tensor([p[0] for p in chunk], device=x.device)
@@ -266,7 +328,7 @@ def deletion(
     level: str = "patch",
     baseline: str = "zero",
     steps: int | None = None,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     progress: bool = True,
 ) -> CurveResult:
     """Deletion curve: remove the most salient units first (lower AUC = more faithful).
@@ -282,7 +344,8 @@ def deletion(
         baseline: "zero", "mean" or "blur" (see `baseline_images`).
         steps: number of removal steps, in [1, units]; None: min(16, units). Each step is a
             forward pass of every image: ``steps=64`` gives a finer AUC at 4x the cost.
-        batch_size: perturbed images per forward pass, >= 1.
+        batch_size: perturbed images per forward pass, >= 1; None: as many as hold 2**19
+            pixels (10 images of 224 x 224, at most 256), which bounds the activations held.
         progress: show a progress bar over the perturbed images (tqdm, notebook-aware).
 
     Raises:
@@ -302,7 +365,7 @@ def insertion(
     level: str = "patch",
     baseline: str = "blur",
     steps: int | None = None,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     progress: bool = True,
 ) -> CurveResult:
     """Insertion curve: reveal the most salient units first, starting from ``baseline``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -32,6 +33,7 @@ def build_report(
         device: where the model runs.
     """
     inputs = load_inputs(model, data, n, checkpoint, device)
+    inputs.progress = progress
     sections: list[Section] = []
     skipped: dict[str, str] = {}
     for name, build in tqdm(SECTIONS.items(), desc="report", disable=not progress):
@@ -39,4 +41,16 @@ def build_report(
             sections.append(build(inputs))
         except NotApplicable as reason:
             skipped[name] = str(reason)
+        _return_freed_memory()
     return write_page(sections, skipped, f"vizkit report: {inputs.name}", Path(out))
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory a section freed back to the system. glibc keeps freed heap memory for
+    reuse, fragmented by the sections' differently sized tensors, so without this each section
+    starts from the last one's high-water mark (`benchmarks/report.py` measures the peak). A
+    no-op where the C library has no ``malloc_trim`` (macOS, musl)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

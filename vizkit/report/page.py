@@ -18,6 +18,7 @@ body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1200px; pa
        color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
 nav a { margin-right: 1em; } .note { color: #666; } .figure { margin: 1em 0; }
+.caution { color: #b2182b; font-weight: 600; }
 table { border-collapse: collapse; margin: 0.5em 0; } th, td { padding: 0.25em 0.8em;
   border-bottom: 1px solid #eee; text-align: left; } td { font-variant-numeric: tabular-nums; }
 table.scores { display: block; overflow-x: auto; max-width: 100%; }

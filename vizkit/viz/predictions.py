@@ -1,4 +1,4 @@
-"""The images with the model's predictions."""
+"""The images with the model's predictions, or a warning where a prediction is near chance."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from ..metrics.chance import near_chance, prediction_certainty
 from .style import finish
 
 __all__ = ["predictions_figure"]
+
+_CAUTION = "#b2182b"
 
 
 def predictions_figure(
@@ -22,26 +25,28 @@ def predictions_figure(
     columns: int = 8,
 ) -> go.Figure:
     """Each image with its top class and probability (green: correct, red: wrong, with labels).
+    An image whose prediction is near chance (`vizkit.metrics.near_chance`: a near-uniform
+    softmax, or a top class with a tiny probability) names no class: its title says "near
+    chance" and the figure's title counts such images.
 
     Args:
         images: display images (B, H, W, 3) uint8; probabilities: (B, K) softmax outputs.
+        labels: (B,) the images' classes among the model's K (not another data set's).
+        classes: the names of the K classes; names of another count are not used (classes
+            are shown by index, and the title says so).
     """
     if len(images) != len(probabilities):
         raise ValueError(f"{len(images)} images but {len(probabilities)} predictions.")
-    top_p, top = probabilities.float().cpu().max(1)
-    names = (
-        list(classes) if classes is not None else [str(k) for k in range(probabilities.shape[1])]
-    )
-    titles = []
-    for i in range(len(images)):
-        text = f"{names[int(top[i])]} {top_p[i]:.2f}"
-        if labels is not None:
-            ok = int(labels[i]) == int(top[i])
-            color = "green" if ok else "red"
-            text = f"<span style='color:{color}'>{text}</span>" + (
-                "" if ok else f"<br>true {names[int(labels[i])]}"
-            )
-        titles.append(text)
+    p = probabilities.detach().float().cpu()
+    count = p.shape[1]
+    _check_labels(labels, count)
+    names = list(classes) if classes is not None and len(classes) == count else None
+    chance = near_chance(p.clamp_min(1e-30).log()).tolist()
+    top_p, top = p.max(1)
+    titles = [
+        _title(names, int(top[i]), float(top_p[i]), count, chance[i], _label(labels, i))
+        for i in range(len(images))
+    ]
     rows = -(-len(images) // columns)
     cols = min(columns, len(images))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.12)
@@ -50,4 +55,56 @@ def predictions_figure(
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_annotations(font_size=11)
-    return finish(fig, "Predictions (top class and its probability)", 140 + 150 * rows)
+    title = "Predictions (top class and its probability)" + _summary(p, chance, classes, count)
+    return finish(fig, title, 160 + 150 * rows)
+
+
+def _check_labels(labels: Tensor | None, count: int) -> None:
+    if labels is None:
+        return
+    if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < count:
+        raise ValueError(
+            f"labels must be classes of the model, in 0..{count - 1}; got "
+            f"{int(labels.min())}..{int(labels.max())}. Pass labels=None when the images' "
+            "labels belong to another data set."
+        )
+
+
+def _label(labels: Tensor | None, image: int) -> int | None:
+    return None if labels is None else int(labels[image])
+
+
+def _name(names: list[str] | None, index: int) -> str:
+    return names[index] if names is not None else str(index)
+
+
+def _title(
+    names: list[str] | None, top: int, p: float, count: int, chance: bool, label: int | None
+) -> str:
+    """One image's title: its top class and probability, or "near chance" and the top
+    probability beside the uniform 1/K; the true class with labels."""
+    truth = "" if label is None else f"<br>true {_name(names, label)}"
+    if chance:
+        text = f"near chance<br>top p {p:.2g} (1/K {1 / count:.2g})"
+        return f"<span style='color:{_CAUTION}'>{text}</span>{truth}"
+    text = f"{_name(names, top)} {p:.2f}"
+    if label is None:
+        return text
+    ok = label == top
+    return f"<span style='color:{'green' if ok else 'red'}'>{text}</span>" + ("" if ok else truth)
+
+
+def _summary(p: Tensor, chance: list[bool], classes: Sequence[str] | None, count: int) -> str:
+    """Second title lines: how many predictions are near chance, and why names are not used."""
+    lines = []
+    if any(chance):
+        entropy, top = prediction_certainty(p.clamp_min(1e-30).log())
+        flagged = [i for i, c in enumerate(chance) if c]
+        lines.append(
+            f"<span style='color:{_CAUTION}'>⚠ near chance on {len(flagged)} of {len(chance)} "
+            f"images (top p ≤ {float(top[flagged].max()):.2g}, softmax entropy ≥ "
+            f"{float(entropy[flagged].min()):.2f} of its max): no class is predicted</span>"
+        )
+    if classes is not None and len(classes) != count:
+        lines.append(f"{len(classes)} class names for {count} classes: classes shown by index")
+    return "".join(f"<br>{line}" for line in lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import ipywidgets as widgets
@@ -21,7 +22,8 @@ class SaliencyComparer(Explorer):
     """Saliency methods on one image at a time: maps side by side, each image's deletion and
     insertion AUC (and, with ``masks``, pointing game, energy in the mask, IoU) in the titles,
     and a warning in the title where the prediction is near chance. Each image is scored on its
-    first visit, with a progress bar, and cached; revisiting only redraws.
+    first visit, with a progress bar (and a line beside the slider saying what is being scored,
+    then what it cost), and cached; revisiting only redraws.
 
     Args:
         images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
@@ -57,7 +59,8 @@ class SaliencyComparer(Explorer):
         self.display = display_images(images, model, mean, std)
         self.steps, self.progress = steps, progress
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
-        self.controls = [self.image]
+        self.status = widgets.Label()  # what scoring is under way, or what it cost
+        self.controls = [self.image, self.status]
         self._observe(self.image)
         self.refresh()
 
@@ -65,18 +68,23 @@ class SaliencyComparer(Explorer):
         """The `SaliencyTable` of one image (computed on first use)."""
         masks = None if self.masks is None else self.masks[image : image + 1]
         x = self.images[image : image + 1]
-        return self.cached(
-            image,
-            lambda: compare_saliency(
+
+        def score():
+            count = f"{len(self.methods)} method" + "s" * (len(self.methods) != 1)
+            self.status.value = f"scoring image {image} with {count}…"
+            return compare_saliency(
                 self.model, x, self.methods, masks=masks, steps=self.steps, progress=self.progress
-            ),
-        )
+            )
+
+        return self.cached(image, score)
 
     def _figure(self) -> go.Figure:
         i = self.image.value
-        return side_by_side(
-            self.table(i), self.display[i : i + 1], 0, f"Saliency methods on image {i}"
-        )
+        table = self.table(i)
+        seconds = sum(s for s in table.seconds if not math.isnan(s))
+        steps = table.options["steps"]
+        self.status.value = f"image {i} scored in {seconds:.1f} s ({steps}-step curves)"
+        return side_by_side(table, self.display[i : i + 1], 0, f"Saliency methods on image {i}")
 
 
 def _default_methods(model: nn.Module) -> list[str]:
