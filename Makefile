@@ -56,6 +56,9 @@ bench: setup
 	for m in 6 14 24 38; do $(BIN)/python benchmarks/sot.py --m $$m --record; done
 	$(BIN)/python benchmarks/sot.py --what model --record
 	$(BIN)/python benchmarks/saliency_table.py --record
+	$(BIN)/python benchmarks/saliency_cost.py --threads 1 --record
+	$(BIN)/python benchmarks/report_settings.py --record
+	$(BIN)/python benchmarks/report.py --against e024d58 --repeats 3 --record
 
 # the GPU rows of docs/benchmarks.md (needs CUDA; `make bench` covers the CPU)
 bench-gpu: setup

@@ -94,7 +94,9 @@ def main() -> None:
     for name, cost in median.items():
         base = median[RUNS[name][1]]
         table = last[name] if hasattr(last[name], "seconds") else last[name].table(0)
-        cells = [f"{cost[k]:.{k != 'forward images'}f} ({cost[k] / base[k]:.2f}x)" for k in COSTS]
+        cells = [
+            f"{cost[k]:.{int(k != 'forward images')}f} ({cost[k] / base[k]:.2f}x)" for k in COSTS
+        ]
         summed = sum(s for s in table.seconds if s == s)
         rows.append([name, table.options["steps"], *cells, f"{summed:.1f}"])
         per_method = ", ".join(

@@ -1,8 +1,8 @@
 """In a real browser (headless Chromium): the demo report renders every figure without console
-errors, and the quickstart's AttentionExplorer works in JupyterLab: each explorer drawn once (its
-static copy hidden), and after every control change (a click on a patch, a view, a slider) the
-browser draws the kernel's view. Screenshots are saved in each test's temporary folder.
-`.ci/run` installs Debian's chromium and chromium-driver."""
+errors and its score table fits a 900 px window, and the quickstart's AttentionExplorer works
+in JupyterLab: each explorer drawn once (its static copy hidden), and after every control change
+(a click on a patch, a view, a slider) the browser draws the kernel's view. Screenshots are
+saved in each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-driver."""
 
 from __future__ import annotations
 
@@ -77,6 +77,27 @@ def test_report_renders_every_figure_without_console_errors(browser, tmp_path):
     browser.save_screenshot(str(tmp_path / "report.png"))
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+    browser.set_window_size(900, 1000)  # a narrow window: the score table wraps, no scrolling
+    browser.refresh()  # figures lay out for the window they open in
+    wait_for(
+        lambda: (
+            browser.execute_script(
+                "return document.querySelectorAll('.js-plotly-plot .main-svg').length"
+            )
+            >= expected
+        ),
+        30,
+        "the figures to render at 900 px",
+    )
+    table = browser.find_element("css selector", "table.scores")
+    browser.execute_script("arguments[0].scrollIntoView()", table)
+    widths = browser.execute_script(
+        "const t = arguments[0]; return [t.scrollWidth, t.clientWidth, "
+        "document.documentElement.scrollWidth, document.documentElement.clientWidth]",
+        table,
+    )
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths
+    browser.save_screenshot(str(tmp_path / "report_900.png"))
 
 
 def free_port() -> int:

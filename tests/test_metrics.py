@@ -155,3 +155,27 @@ def test_compare_saliency_table(shapes):
     assert table.values[0].isnan().all() and "rollout" in table.notes
     with pytest.raises(KeyError, match="known: rollout"):
         vk.compare_saliency(model, x, methods=["lime"])
+
+
+def test_curve_ends_are_reused_computed_when_missing_and_checked():
+    model, x = build("vit")
+    hm = vk.HookedModel(model)
+    maps = torch.rand(2, 4, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ends = faithfulness.CurveEnds.compute(model, x, ["zero"], batch_size=1)
+    plain = vk.metrics.insertion(model, x, maps, steps=4, progress=False)
+    images = []
+    handle = model.register_forward_pre_hook(lambda module, args: images.append(len(args[0])))
+    try:
+        shared = faithfulness.perturbation_curve(
+            "insertion", hm, x, maps, None, "patch", "blur", 4, None, False, ends
+        )
+    finally:
+        handle.remove()
+    assert images == [2, 2 * 3]  # the missing blur baseline, then the 3 inner steps
+    assert "blur" in ends.baselines
+    torch.testing.assert_close(shared.scores, plain.scores)
+    with pytest.raises(ValueError, match="ends are of 2 images, not 1"):
+        faithfulness.perturbation_curve(
+            "deletion", hm, x[:1], maps[:1], None, "patch", "zero", 4, None, False, ends
+        )

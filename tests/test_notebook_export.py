@@ -27,9 +27,8 @@ EXPLORERS = {
     "00_quickstart": ["AttentionExplorer", "HistoryExplorer"],
     "01_cait": ["LayerScaleExplorer"],  # shown before any figure: its copy embeds plotly.js
 }
-FIRST_VIEW = {  # the title of the first explorer's view, as drawn
-    "00_quickstart": "Attention of the class token at layer 3, head mean"
-    "<br><sup>click a patch to make it the query</sup>",
+FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a patch")
+    "00_quickstart": "Attention of the class token at layer 3, head mean",
     "01_cait": "LayerScale at init: the attn branch is scaled by ε = 0.1",
 }
 

@@ -168,7 +168,8 @@ def test_explorer_shows_its_widget_then_a_static_copy_that_follows_it(shapes_vit
     html = static["text/html"]
     assert f"body:has(.vizkit-explorer-{key} .js-plotly-plot) .vizkit-static-{key}" in html
     assert f'class="vizkit-static vizkit-static-{key}"' in html
-    assert "Plotly.newPlot" in html and "click a patch to make it the query" in html
+    assert "Plotly.newPlot" in html and "Attention of" in html
+    assert "click a patch" not in html  # the static copy cannot be clicked
     explorer.view.value = "rollout"
     update, how = shown[-1]
     assert how == {**where, "update": True} and where["display_id"] == key
@@ -176,11 +177,16 @@ def test_explorer_shows_its_widget_then_a_static_copy_that_follows_it(shapes_vit
     assert "click a patch" not in update["text/html"]
 
 
-def test_static_view_keeps_the_click_a_patch_subtitle(shapes_vit):
+def test_static_view_drops_the_subtitles_about_controls(shapes_vit):
     model, images, _ = shapes_vit
     explorer = AttentionExplorer(model, images[:2])
+    assert explorer.figure.layout.title.text.endswith("click a patch to make it the query</sup>")
     title = explorer.static().layout.title.text
-    assert title.endswith("<br><sup>click a patch to make it the query</sup>")
+    assert title.startswith("Attention of") and "<sup>" not in title
+    explorer.view.value = "rollout"
+    assert "layer and head do not apply" in explorer.figure.layout.title.text
+    assert explorer.static().layout.title.text == "rollout of image 0"
+    assert "<sup>" in explorer.figure.layout.title.text  # the widget keeps them
 
 
 def test_query_row_colour_bar_starts_at_zero(shapes_vit):

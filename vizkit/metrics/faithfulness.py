@@ -179,11 +179,17 @@ class CurveEnds:
     ) -> CurveEnds:
         """The ends for images x (B, C, H, W) and the baselines ``kinds``, ``batch_size``
         images per forward pass (call under ``torch.no_grad``)."""
-        baselines = {
-            kind: _forward(model, baseline_images(x, kind), batch_size).float().softmax(-1)
-            for kind in kinds
-        }
-        return cls(_forward(model, x, batch_size), baselines)
+        ends = cls(_forward(model, x, batch_size), {})
+        for kind in kinds:
+            ends.baseline(model, x, kind, batch_size)
+        return ends
+
+    def baseline(self, model: nn.Module, x: Tensor, kind: str, batch_size: int) -> Tensor:
+        """(B, K) softmax on the ``kind`` baseline of images x (computed on first use)."""
+        if kind not in self.baselines:
+            base = baseline_images(x, kind)
+            self.baselines[kind] = _forward(model, base, batch_size).float().softmax(-1)
+        return self.baselines[kind]
 
     def rows(self, rows: Tensor) -> CurveEnds:
         """The ends of the images ``rows`` (indices into the batch)."""
@@ -227,11 +233,13 @@ def perturbation_curve(
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
     with torch.no_grad(), _bar(progress, len(x) * (steps - 1), kind) as bar:
-        if ends is None or baseline not in ends.baselines:
-            ends = CurveEnds.compute(hm.model, x, [baseline], batch_size)
+        ends = ends or CurveEnds.compute(hm.model, x, [], batch_size)
+        if len(ends.logits) != len(x):
+            raise ValueError(f"The curves' ends are of {len(ends.logits)} images, not {len(x)}.")
         targets = _scored_classes(ends.logits, target, saliency)
         clean = ends.logits.float().softmax(-1)
-        outer = (clean, ends.baselines[baseline])  # nothing removed, everything removed
+        removed = ends.baseline(hm.model, x, baseline, batch_size)
+        outer = (clean, removed)  # nothing removed, everything removed
         outer = outer[::-1] if kind == "insertion" else outer
         base = baseline_images(x, baseline)
         scores = _scores(

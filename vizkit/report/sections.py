@@ -22,9 +22,10 @@ from .inputs import ReportInputs
 
 __all__ = ["SECTIONS", "NotApplicable", "Section", "add_section"]
 
-# The saliency comparison's cost (most of a ViT-S report's time): on the trained Shapes ViT,
-# 8 curve steps move the AUCs by at most 0.012 from 16, and 16 integrated-gradients steps by
-# 0.003 from 50, the methods' ranking unchanged (docs/guide/report.md).
+# The saliency comparison's quick settings (most of a ViT-S report's time is that comparison):
+# on the trained Shapes ViT's 16 sample images they move a method's mean AUC by at most 0.012
+# from 16 curve steps and 50 integrated-gradients steps; two methods 0.007 apart swap places
+# (python benchmarks/report_settings.py).
 CURVE_STEPS = 8
 IG_STEPS = 16
 IG_BATCH = 4  # interpolated images per integrated-gradients pass (~60 MB each for a ViT-S)

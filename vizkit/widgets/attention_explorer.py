@@ -21,6 +21,8 @@ __all__ = ["AttentionExplorer"]
 
 VIEWS = ("query row", "class attention", "rollout")
 REDUCTIONS = ("mean", "max", "min")
+CLICK_HINT = "<br><sup>click a patch to make it the query</sup>"
+UNUSED_CONTROLS_HINT = "<br><sup>layer and head do not apply</sup>"
 
 
 class AttentionExplorer(Explorer):
@@ -36,6 +38,8 @@ class AttentionExplorer(Explorer):
         images: (B, C, H, W) normalized for the model.
         mean, std: to show the images (default: the model's data config).
     """
+
+    CONTROL_HINTS = (CLICK_HINT, UNUSED_CONTROLS_HINT)
 
     def __init__(
         self,
@@ -94,13 +98,13 @@ class AttentionExplorer(Explorer):
             values = rows[head] if isinstance(head, int) else reduce_heads(rows, head, head_dim=0)
             title = (
                 f"Attention of {query_label(query)} at layer {result.layers[0]}, head {head}"
-                "<br><sup>click a patch to make it the query</sup>"
+                + CLICK_HINT
             )
             scale, value, zrange = ATTENTION_SCALE, "weight", weight_range(values)
         else:
             saliency = self._saliency(view, i)
             values, scale, value, zrange = saliency.maps[0], SALIENCY_SCALE, view, None
-            title = f"{view} of image {i}<br><sup>layer and head do not apply</sup>"
+            title = f"{view} of image {i}{UNUSED_CONTROLS_HINT}"
         fig = go.Figure(heatmap_on_image(self.display[i], values, colorscale=scale, value=value,
                                          zrange=zrange))  # fmt: skip
         if view == "query row" and query != "cls":

@@ -78,8 +78,19 @@ class Explorer(ABC):
             display(self._static_bundle(), raw=True, display_id=self._key, update=True)
         self.last_update_seconds = time.perf_counter() - start
 
+    # title lines that speak of the controls ("click a patch"): a static copy has none
+    CONTROL_HINTS: tuple[str, ...] = ()
+
     def static(self) -> go.Figure:
-        return go.Figure(self.figure)
+        """The current view as a plain plotly Figure, without the title's `CONTROL_HINTS`."""
+        fig = go.Figure(self.figure)
+        shown = fig.layout.title.text or ""
+        title = shown
+        for hint in self.CONTROL_HINTS:
+            title = title.replace(hint, "")
+        if title != shown and "<br>" not in title and fig.layout.margin.t:
+            fig.layout.margin.t -= 25  # one title line less (`finish` left room for two)
+        return fig.update_layout(title_text=title)
 
     @property
     def widget(self) -> widgets.VBox:
