@@ -56,7 +56,7 @@ bench: setup
 	for m in 6 14 24 38; do $(BIN)/python benchmarks/sot.py --m $$m --record; done
 	$(BIN)/python benchmarks/sot.py --what model --record
 	$(BIN)/python benchmarks/saliency_table.py --record
-	$(BIN)/python benchmarks/saliency_cost.py --threads 1 --record
+	for t in 1 2; do $(BIN)/python benchmarks/saliency_cost.py --threads $$t --record; done
 	$(BIN)/python benchmarks/report_settings.py --record
 	$(BIN)/python benchmarks/report.py --against e024d58 --repeats 3 --record
 

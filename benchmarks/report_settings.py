@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import warnings
 
-import torch
 from timing import record
 
 import vizkit as vk
@@ -67,8 +66,7 @@ def main() -> None:
         for name, (steps, ig) in settings.items()
     }  # fmt: skip
     title = (f"{args.model}, {batch.source}: the report's settings (curves {CURVE_STEPS} steps, "
-             f"integrated gradients {IG_STEPS}) against the defaults (16, 50); torch "
-             f"{torch.__version__}")  # fmt: skip
+             f"integrated gradients {IG_STEPS}) against the defaults (16, 50)")  # fmt: skip
     print(title)
     rows = []
     for metric in tables["defaults"].metrics:
@@ -79,7 +77,8 @@ def main() -> None:
                      f"{float(change[~change.isnan()].max()):.4f}", *ranks])  # fmt: skip
         print("  ".join(rows[-1]))
     if args.record:
-        columns = ["metric", "mean |change|", "max |change|", "order, defaults", "order, report"]
+        columns = ["metric", "mean abs. change", "max abs. change", "order, defaults",
+                   "order, report"]  # fmt: skip
         print(f"recorded in {record(args, title, columns, rows)}")
 
 

@@ -92,12 +92,17 @@ def benchmark_results_page(folder: Path = DOCS / "benchmark_results") -> str:
             + f"; python {st['python']}, torch {st['torch']}, timm {st['timm']}, vizkit "
             f"{st['vizkit']}. `{st['command']}`",
             "",
-            "| " + " | ".join(run["columns"]) + " |",
+            _table_row(run["columns"]),
             "|" + "---|" * len(run["columns"]),
-            *("| " + " | ".join(row) + " |" for row in run["rows"]),
+            *(_table_row(row) for row in run["rows"]),
             "",
         ]
     return "\n".join(lines)
+
+
+def _table_row(cells: list[str]) -> str:
+    """One markdown table row; a "|" in a cell is escaped, not read as a column break."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _natural(text: str) -> list:

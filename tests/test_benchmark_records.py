@@ -45,6 +45,7 @@ def test_a_recorded_table_is_stamped_and_rendered(tmp_path, monkeypatch, capsys)
     assert len(list(tmp_path.glob("*.json"))) == 1  # replaced, not added
     page = generate.benchmark_results_page(tmp_path)
     assert "| vizkit | 130.0 | 1.18x | 120.0..140.0 | 9 |" in page
+    assert generate._table_row(["mean |change|", "0.1"]) == "| mean \\|change\\| | 0.1 |"
     assert f"{run['stamp']['threads']} threads" in page and "deit_small, batch 16" in page
     assert "No recorded runs yet" in generate.benchmark_results_page(tmp_path / "none")
     assert "recorded in" in capsys.readouterr().out
