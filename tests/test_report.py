@@ -161,3 +161,26 @@ def test_labels_and_class_names_are_kept_only_where_they_are_the_models():
     assert other.labels is None  # Shapes labels are not digits
     assert other.classes == zoo.card("vit_tiny_digits")["classes"]
     assert "classes of shapes, not of this model's 10 classes" in other.class_note
+
+
+def test_freed_memory_is_returned_only_where_glibc_can(monkeypatch):
+    import ctypes
+
+    import vizkit.report as report
+
+    trimmed = []
+
+    class Libc:
+        def malloc_trim(self, pad):
+            trimmed.append(pad)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(report.sys, "platform", "linux")
+    report._return_freed_memory()
+    assert trimmed == [0]
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())  # a C library without it
+    report._return_freed_memory()
+    for platform in ("darwin", "win32"):  # CDLL(None) is not even valid on Windows
+        monkeypatch.setattr(report.sys, "platform", platform)
+        monkeypatch.setattr(ctypes, "CDLL", lambda name: pytest.fail("CDLL called"))
+        report._return_freed_memory()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -49,7 +50,9 @@ def _return_freed_memory() -> None:
     """Hand the memory a section freed back to the system. glibc keeps freed heap memory for
     reuse, fragmented by the sections' differently sized tensors, so without this each section
     starts from the last one's high-water mark (`benchmarks/report.py` measures the peak). A
-    no-op where the C library has no ``malloc_trim`` (macOS, musl)."""
+    no-op off Linux and where the C library has no ``malloc_trim`` (musl)."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
