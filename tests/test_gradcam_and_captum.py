@@ -107,6 +107,19 @@ def test_captum_wrappers_equal_direct_calls(key):
     assert ig.targets.tolist() == [1, 4] and ig.maps.shape == x.shape[:1] + x.shape[2:]
 
 
+def test_occlusion_keeps_a_batch_below_the_image_count():
+    model, x = build("vit")
+    whole = vk.occlusion(model, x, target=[1, 4], window=16)
+    sizes = []
+    handle = model.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
+    try:
+        split = vk.occlusion(model, x, target=[1, 4], window=16, internal_batch_size=1)
+    finally:
+        handle.remove()
+    assert max(sizes[1:]) == 1  # after the forward that resolves targets
+    torch.testing.assert_close(split.maps, whole.maps, rtol=1e-4, atol=1e-6)
+
+
 def test_integrated_gradients_keeps_a_batch_below_the_image_count():
     """captum raises an internal batch below B to B; vizkit splits the images instead, so no
     pass holds more than internal_batch_size images, and the maps are the same."""

@@ -128,7 +128,7 @@ def occlusion(
         window: (h, w) occluded at a time; default the patch size (ViTs) or 1/8 of the image.
         stride: default the window (non-overlapping).
         internal_batch_size: occluded images per forward (captum's ``perturbations_per_eval``
-            is this divided by the batch size).
+            is this divided by the batch size; below B the batch is split).
     """
     internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = _prepare(model, x, target)
@@ -139,17 +139,19 @@ def occlusion(
         window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in image_size)
     window = check_size("window", window, image_size)
     stride = check_size("stride", window if stride is None else stride, image_size)
-    attributions = (
-        _captum()
-        .Occlusion(forward)
-        .attribute(
-            x,
-            sliding_window_shapes=(x.shape[1], *window),
-            strides=(x.shape[1], *stride),
-            baselines=baseline,
-            target=targets,
-            perturbations_per_eval=max(1, internal_batch_size // len(x)),
-        )
+    method = _captum().Occlusion(forward)
+    attributions = torch.cat(
+        [
+            method.attribute(
+                images,
+                sliding_window_shapes=(x.shape[1], *window),
+                strides=(x.shape[1], *stride),
+                baselines=baseline,
+                target=chosen,
+                perturbations_per_eval=max(1, internal_batch_size // len(images)),
+            )
+            for images, _, chosen in _image_chunks(x, baseline, targets, internal_batch_size)
+        ]
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
     return _result(attributions, "occlusion", "mean", targets, options)
