@@ -233,7 +233,8 @@ def perturbation_curve(
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
     with torch.no_grad(), _bar(progress, len(x) * (steps - 1), kind) as bar:
-        ends = ends or CurveEnds.compute(hm.model, x, [], batch_size)
+        if ends is None:
+            ends = CurveEnds.compute(hm.model, x, [], batch_size)
         if len(ends.logits) != len(x):
             raise ValueError(f"The curves' ends are of {len(ends.logits)} images, not {len(x)}.")
         targets = _scored_classes(ends.logits, target, saliency)
