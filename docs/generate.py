@@ -24,7 +24,7 @@ import torch
 
 from vizkit.coverage import FAMILIES
 from vizkit.hooks import HookedModel
-from vizkit.hooks.families import family_layout
+from vizkit.hooks.family import family_layout
 from vizkit.hooks.names import collapsed_names
 from vizkit.hooks.taps import PATTERN_KINDS
 

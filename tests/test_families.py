@@ -18,7 +18,7 @@ from timm.utils import AttentionExtract
 
 import vizkit as vk
 from vizkit.coverage import FAMILIES
-from vizkit.hooks.windows import WindowGeometry, window_geometry, window_token_index
+from vizkit.hooks.windows import WindowGeometry, window_token_index
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -299,7 +299,7 @@ def test_window_index_undoes_the_shift():
 def test_maxvit_grid_attention_is_dilated():
     """MaxViT's grid attention: window (a, b) holds the tokens (i gh/g + a, j gw/g + b)."""
     model, x = family("maxxvit")
-    geometry = window_geometry(model, "stages.0.blocks.0.attn_grid.attn.hook_pattern")
+    geometry = vk.HookedModel(model).tap("stages.0.blocks.0.attn_grid.attn.hook_pattern").geometry()
     (g, _), stride = geometry.window, 16 // geometry.window[0]
     assert geometry.dilated
     index = window_token_index((16, 16), geometry)

@@ -61,3 +61,14 @@ def test_timm_model_how_to_runs_and_shows_what_it_says():
         run(block, f"your-timm-model.md block {i}", scope)
     assert tuple(scope["x_photo"].shape) == (1, 3, 224, 320) and scope["files"] == ["image 0"]
     assert scope["fig"].data and scope["shown"].shape == (1, 224, 320, 3)
+
+
+def test_add_a_family_how_to_runs_and_shows_what_it_says():
+    """docs/how-to/add-an-adapter.md: a family registered from one file gives a custom ViT its
+    names and analyses, and its test's oracle holds."""
+    scope = {"__name__": "add_a_family_how_to"}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "add-an-adapter.md")[1:]):
+        run(block, f"add-an-adapter.md block {i + 1}", scope)
+    hm = scope["hm"]
+    assert hm.family.family == "toy" and hm.tap("stack.1.attn.hook_pattern").kind == "self"
+    assert "stack.0.hook_attn_out" in hm.hook_names()

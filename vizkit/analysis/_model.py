@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.selection import LayerSpec, select_layers
 from ..hooks.taps import PATTERN_KINDS
-from ..hooks.windows import window_geometry, windows_to_grid
+from ..hooks.windows import windows_to_grid
 
 __all__ = [
     "applied_attention_names",
@@ -98,9 +98,12 @@ def applied_attention_names(hm: HookedModel, layers: LayerSpec | None = None) ->
 def grid_map(hm: HookedModel, name: str, pattern: Tensor, layout: TokenLayout) -> Tensor:
     """The map ``name`` as captured, over the tokens of ``layout``: window maps (B·nW, H, w², w²)
     are put back on the stage grid as (B, H, Np, Np); other maps are returned as they are."""
-    if hm.tap(name).kind != "window":
+    tap = hm.tap(name)
+    if tap.kind != "window":
         return pattern
-    return windows_to_grid(pattern, layout.grid, window_geometry(hm.model, name))
+    if tap.geometry is None:
+        raise ValueError(f"{name}: its family does not say how the block partitions its windows.")
+    return windows_to_grid(pattern, layout.grid, tap.geometry())
 
 
 def class_attention_names(hm: HookedModel) -> list[str]:

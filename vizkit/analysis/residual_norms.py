@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.family import residual_spec
 from ..hooks.inputs import check_choice, check_images
 from ..hooks.layout import require_per_image
 from .result import Result
@@ -290,9 +291,18 @@ def layerscale(model: nn.Module | HookedModel) -> LayerScale:
 def layerscale_gammas(model: nn.Module, path: str) -> tuple[Tensor | None, Tensor | None]:
     """LayerScale λ of the attention and FFN branch of a block (None without LayerScale)."""
     block = model.get_submodule(path)
-    if hasattr(block, "gamma_1"):  # CaiT, EVA, BEiT (None: built without LayerScale)
-        return tuple(None if g is None else g.detach() for g in (block.gamma_1, block.gamma_2))
-    return tuple(getattr(getattr(block, ls, None), "gamma", None) for ls in ("ls1", "ls2"))
+    spec = residual_spec(block)
+    if spec is None:
+        return None, None
+    gammas = (_attribute(block, scale) for scale in spec.scales)
+    return tuple(None if g is None else g.detach() for g in gammas)
+
+
+def _attribute(module: nn.Module, path: str):
+    """``module.a.b`` for ``path="a.b"``, None where a step is missing or None."""
+    for step in path.split("."):
+        module = getattr(module, step, None)
+    return module
 
 
 def _gamma_stats(gammas: list[Tensor | None]) -> GammaStats:

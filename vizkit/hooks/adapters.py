@@ -1,10 +1,10 @@
-"""Per-architecture adapters: the canonical hook names of a model and the module site of each.
+"""The canonical hook names of a model and the module site of each.
 
 Every model gets ``<path>.hook_out`` for each submodule's output (so CNNs work for Grad-CAM and
-CKA) and each vizkit `HookPoint` under its own path. Transformer families known to
-`vizkit.hooks.families` additionally get the residual-stream and attention names of each block;
-those replace the ``hook_out`` of the module they are read from, so every activation has exactly
-one name.
+CKA) and each vizkit `HookPoint` under its own path. Models whose family is registered
+(`vizkit.hooks.family`, one module per family under `vizkit.families`) additionally get the
+residual-stream and attention names of each block; those replace the ``hook_out`` of the module
+they are read from, so every activation has exactly one name.
 
 Shapes (axis letters: B batch, H heads, N tokens incl. prefix, Np patches, C channels, w window
 side, nW windows per image):
@@ -32,7 +32,8 @@ relpos ViT, NaFlexViT, XCiT), ``layers.{s}.blocks.{i}`` (Swin, Swin V2: the stre
 (CrossViT), ``stages.{s}.blocks.{i}.attn_block`` / ``.attn_grid`` (MaxViT). What each map is
 (self, window, pooled, class, pool, cross, channel) is `Tap.kind`; see
 `vizkit.hooks.taps.PATTERN_KINDS`. Models of other families get ``<path>.hook_pattern`` for each
-attention module with timm's ``attn_drop`` site, as captured (kind "unplaced").
+attention module with timm's ``attn_drop`` site (or a site its family registered for this case),
+as captured (kind "unplaced").
 
 CaiT: ``blocks.{i}`` (self-attention stage) hold patch tokens only (N = Np, no prefix);
 ``blocks.{i}.attn.hook_pattern`` is the post-softmax map S (row-stochastic, read at the input of
@@ -48,34 +49,17 @@ of ``cls_attn_blocks.{j}``.
 
 from __future__ import annotations
 
-from timm.layers import AttentionPoolLatent
-from timm.layers.bottleneck_attn import BottleneckAttn
-from timm.models import (
-    coat,
-    cpubone,
-    crossvit,
-    efficientformer,
-    efficientformer_v2,
-    efficientvit_msra,
-    hieradet_sam2,
-    levit,
-    lowformer,
-    shvit,
-    tiny_vit,
-)
 from torch import nn
 
-from .blocks import attention_taps, block_taps
-from .derived import (
-    biased_attention_pattern,
-    bottleneck_pattern,
-    cascaded_group_pattern,
-    conv_attention_pattern,
-    pooled_query_pattern,
-    single_head_pattern,
+from .family import (
+    AttentionContext,
+    FamilyLayout,
+    attention_site,
+    family_layout,
+    unplaced_site,
 )
-from .families import FamilyLayout, family_layout
 from .hook_point import HookPoint
+from .sites import block_taps
 from .taps import Tap
 
 __all__ = ["build_taps"]
@@ -131,59 +115,50 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
 
 
 def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Tap]:
-    """Residual and attention taps of every block of a known family, and the attention maps of
-    known attention modules outside blocks (SigLIP's pooling head, CrossViT's fusion)."""
+    """Residual and attention taps of every block of a registered family, and the maps of
+    attention modules its family reads outside blocks (pooling heads, CrossViT's fusion)."""
     if layout is None:
         return _unplaced_patterns(model)
     taps: list[Tap] = list(layout.extra)
     inside: set[str] = set()
-    shared = any(getattr(model, a, None) is not None for a in ("rel_pos_bias", "shared_rel_pos"))
-    rotary = getattr(model, "rope", None) is not None
     for site in layout.blocks:
         block = model.get_submodule(site.path)
-        taps += block_taps(
-            site.path, block, x_arg=site.x_arg, shape=f"B {site.tokens} C",
-            prefix_tokens=site.prefix_tokens, grid=site.grid, channels_last=site.channels_last,
-            input_grid=site.input_grid, channels_first=site.channels_first,
-        )  # fmt: skip
+        taps += block_taps(site, block)
         class_stream = site.tokens == "1"  # its maps read [class, patches], not the stream
+        context = AttentionContext(
+            model, block, tokens=site.tokens,
+            prefix_tokens=None if class_stream else site.prefix_tokens,
+            grid=None if class_stream else site.grid,
+        )  # fmt: skip
         for name, module in block.named_modules(prefix=site.path):
             inside.add(name)
-            taps += attention_taps(
-                name, module, tokens=site.tokens,
-                prefix_tokens=None if class_stream else site.prefix_tokens,
-                grid=None if class_stream else site.grid, shared_position=shared, rotary=rotary,
-            )  # fmt: skip
+            read = attention_site(module)
+            taps += read(name, module, context) if read is not None else []
+    last = layout.blocks[-1] if layout.blocks else None  # the tokens the head reads
+    head = layout.head_prefix_tokens
+    outside = AttentionContext(
+        model, prefix_tokens=head if last is None or head == 0 else last.prefix_tokens,
+        grid=last.grid if last is not None else None,
+    )  # fmt: skip
     for name, module in model.named_modules():
-        if name and name not in inside and isinstance(module, _OUTSIDE_BLOCKS):
-            pooled_prefix = 0 if getattr(model, "pool_include_prefix", True) is False else None
-            last = layout.blocks[-1] if layout.blocks else None  # the tokens the head reads
-            taps += attention_taps(
-                name, module, prefix_tokens=pooled_prefix if last is None or pooled_prefix == 0
-                else last.prefix_tokens, grid=last.grid if last is not None else None,
-            )  # fmt: skip
+        read = attention_site(module, outside=True) if name and name not in inside else None
+        taps += read(name, module, outside) if read is not None else []
     return taps
 
 
 def _unplaced_patterns(model: nn.Module) -> list[Tap]:
-    """For families vizkit has no adapter for: every attention module (one with q/k/v
-    projections) with timm's ``attn_drop`` site, or an ``nn.Softmax`` child, gets
-    ``<path>.hook_pattern`` as captured (kind "unplaced": the token layout is unknown, so
-    analyses that need it refuse)."""
+    """For families without a layout: every attention module its family registered an
+    unplaced site for, and every other attention module (one with q/k/v projections) with
+    timm's ``attn_drop`` site or an ``nn.Softmax`` child, gets ``<path>.hook_pattern`` as
+    captured (kind "unplaced": the token layout is unknown, so analyses that need it refuse)."""
     taps = []
+    context = AttentionContext(model)
     for name, module in model.named_modules():
-        if type(module) in _RECOMPUTED_UNPLACED:
-            compute = _RECOMPUTED_UNPLACED[type(module)]
-            taps.append(Tap(f"{name}.hook_pattern", name, compute=compute, kind="unplaced",
-                            shape="as computed"))  # fmt: skip
+        read = unplaced_site(module)
+        if read is not None:
+            taps += read(name, module, context)
             continue
-        if isinstance(module, efficientformer_v2.Attention2d):  # talking heads: the softmax
-            taps.append(Tap(f"{name}.hook_pattern", f"{name}.talking_head2", site="input",
-                            kind="unplaced", shape="B H N N"))  # fmt: skip
-            continue
-        if isinstance(module, _NO_MAP) or not any(
-            hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj", "query")
-        ):
+        if not any(hasattr(module, p) for p in ("qkv", "q", "kv", "qk", "q_proj", "query")):
             continue
         site = next(
             (child for child, kind in (("attn_drop", nn.Dropout), ("softmax", nn.Softmax))
@@ -197,26 +172,3 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
                     shape="as captured")
             )  # fmt: skip
     return taps
-
-
-# maps of families without an adapter that no module hands on: recomputed from the input
-_RECOMPUTED_UNPLACED = {
-    tiny_vit.Attention: biased_attention_pattern,
-    efficientformer.Attention: biased_attention_pattern,
-    hieradet_sam2.MultiScaleAttention: pooled_query_pattern,
-    lowformer.ConvAttention: conv_attention_pattern,
-    cpubone.ConvAttention: conv_attention_pattern,
-    shvit.SHSA: single_head_pattern,
-    BottleneckAttn: bottleneck_pattern,
-    efficientvit_msra.CascadedGroupAttention: cascaded_group_pattern,
-}
-
-# attention modules with an ``attn_drop`` they never call and no N x N map to read: CoaT's
-# factorized attention (Xu et al., "Co-Scale Conv-Attentional Image Transformers", its
-# factorized attention mechanism) multiplies Q into softmax(K)^T V, a C x C matrix per head, so no
-# map over token pairs exists
-_NO_MAP = (coat.FactorAttnConvRelPosEnc,)
-
-# attention modules read outside blocks: pooling heads (ViT, EVA, NaFlexViT strip or keep the
-# prefix tokens), CrossViT's fusion of the branches, LeViT's downsampling attention
-_OUTSIDE_BLOCKS = (AttentionPoolLatent, crossvit.CrossAttention, levit.AttentionDownsample)

@@ -1,4 +1,4 @@
-"""HookedModel: canonical names, temporary hooks and activation caching for any timm model."""
+"""HookedModel: canonical names, temporary hooks and activation caching for any model."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from torch import Tensor, nn
 
 from .adapters import build_taps
 from .attention_mode import unfused_attention
-from .beside import PATTERN_PATHS, attach_beside, beside_is_faster
+from .beside import PATTERN_PATHS, beside_is_faster
 from .cache import ActivationCache
-from .families import family_layout
+from .family import family_layout
 from .guard import exclusive, tracking_forward
 from .inputs import (
     DEFAULT_MAX_BYTES,
@@ -347,7 +347,7 @@ class HookedModel:
             def on_map(pattern: Tensor) -> None:
                 self._visit(tap, run, pattern, readonly=True)
 
-            return attach_beside(self._modules[tap.beside], on_map)
+            return tap.beside(on_map)
 
         if tap.compute is not None:
 

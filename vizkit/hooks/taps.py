@@ -71,8 +71,11 @@ class Tap:
         compute: a value derived when ``module`` runs, ``compute(module, args, kwargs, output)``,
             instead of a tensor the forward passes on (a position bias, a map recomputed from the
             module's input); read-only: a hook may not replace it.
-        beside: path of the attention module whose map a read-only run may compute beside its
-            fused kernel instead of switching it to the explicit path (`vizkit.hooks.beside`).
+        beside: for an attention map a read-only run may compute beside the module's fused
+            kernel instead of switching it to the explicit path: ``beside(on_map)`` attaches
+            hooks that call ``on_map(map)`` and returns their handles (`vizkit.hooks.beside`).
+        geometry: for a window map, a function returning its block's window partition
+            (`vizkit.hooks.windows.WindowGeometry`), read when called.
     """
 
     name: str
@@ -90,7 +93,8 @@ class Tap:
     kind: str = ""
     grid: GridFn | None = None
     compute: Compute | None = None
-    beside: str | None = None
+    beside: Callable[[Callable[[Tensor], None]], list] | None = None
+    geometry: Callable[[], Any] | None = None
 
 
 def _heads_last_to_first(t: Tensor) -> Tensor:

@@ -5,7 +5,8 @@ Swin (Liu et al. 2021, Sec. 3.2) attends inside w x w windows of a map cyclicall
 Twins' locally-grouped attention and MaxViT's block attention use unshifted windows, MaxViT's grid
 attention a dilated grid. A window map is (B·nW, H, w², w²) in the model's window order; its
 image-space view is the block-sparse (B, H, Np, Np) map over the stage grid in raster order, each
-query's row non-zero only inside its window.
+query's row non-zero only inside its window. Each family says how its blocks partition
+(`Tap.geometry`, a function returning a `WindowGeometry`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 __all__ = [
     "WindowGeometry",
     "patch_merge_matrix",
-    "window_geometry",
     "window_token_index",
     "windows_to_grid",
 ]
@@ -37,21 +37,6 @@ class WindowGeometry:
     window: tuple[int, int]
     shift: tuple[int, int] = (0, 0)
     dilated: bool = False
-
-
-def window_geometry(model: nn.Module, pattern_name: str) -> WindowGeometry:
-    """The partition of the window map ``pattern_name`` (``<block>.attn.hook_pattern``), read
-    from the block at forward time (Swin shrinks windows and drops shifts on small grids)."""
-    attn_path = pattern_name.rsplit(".", 1)[0]
-    block = model.get_submodule(attn_path.rsplit(".", 1)[0])
-    attn = model.get_submodule(attn_path)
-    if hasattr(block, "shift_size"):  # Swin, Swin V2
-        return WindowGeometry(tuple(block.window_size), tuple(block.shift_size))
-    if hasattr(block, "partition_size"):  # MaxViT
-        return WindowGeometry(tuple(block.partition_size), dilated=not block.partition_block)
-    if hasattr(attn, "ws"):  # Twins' locally-grouped attention
-        return WindowGeometry((attn.ws, attn.ws))
-    raise ValueError(f"{pattern_name}: vizkit does not know how {type(block).__name__} partitions.")
 
 
 def window_token_index(grid: tuple[int, int], geometry: WindowGeometry) -> Tensor:

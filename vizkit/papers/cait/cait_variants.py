@@ -16,6 +16,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
 from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
+from ...families import BlockSite, Family, FamilyLayout, register_family
+from ...families.timm import vit
 from .residual_block import ResidualBlock, TalkingHeads, fixup_init
 from .residual_scale import RESIDUAL_STRATEGIES
 
@@ -73,6 +75,22 @@ class LateClassTokenViT(VisionTransformer):
                 x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1)
             x = block(x)
         return self.norm(x)
+
+
+def _late_class_layout(model: LateClassTokenViT) -> FamilyLayout:
+    """Blocks before ``cls_insert_layer`` hold the patches only; the rest [class, patches]."""
+    layout = vit.layout(model)
+    layout.family = "late_class_token_vit"
+    layout.blocks = [
+        BlockSite(site.path, tokens="Np", prefix_tokens=0) if i < model.cls_insert_layer else site
+        for i, site in enumerate(layout.blocks)
+    ]
+    return layout
+
+
+register_family(
+    Family("late_class_token_vit", "vizkit", models={LateClassTokenViT: _late_class_layout})
+)
 
 
 def residual_vit(
