@@ -17,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[dev,docs]"
+	$(BIN)/python -m pip install -e ".[dev,docs,transformers,open_clip]"
 	touch $(STAMP)
 
 demo: setup

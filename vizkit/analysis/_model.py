@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.selection import LayerSpec, select_layers
@@ -28,10 +28,13 @@ __all__ = [
 _SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
 
 
-def reads_class_token(model: nn.Module) -> bool:
-    """Whether the model's head reads the class token alone (timm ``global_pool="token"``, or a
-    head that says so with ``reads_class_token = True``, as SoT's does), rather than pooling every
-    token."""
+def reads_class_token(hm: HookedModel) -> bool:
+    """Whether the model's head reads the class token alone (its family says, or timm
+    ``global_pool="token"``, or a head that says so with ``reads_class_token = True``, as SoT's
+    does), rather than pooling every token."""
+    if hm.family is not None and hm.family.reads_class_token is not None:
+        return hm.family.reads_class_token
+    model = hm.model if hm.family is None else hm.model.get_submodule(hm.family.root)
     head_reads = getattr(getattr(model, "head", None), "reads_class_token", False) is True
     return getattr(model, "global_pool", None) == "token" or head_reads
 
@@ -71,11 +74,15 @@ def attention_names(hm: HookedModel, layers: LayerSpec | None = None) -> list[st
 
 def self_attention_names(hm: HookedModel) -> list[str]:
     """Every self-attention map name of the model, in forward order (possibly none)."""
-    return [
-        n
-        for n in hm.hook_names()
-        if n.endswith(".attn.hook_pattern") and hm.tap(n).kind in _SELF_KINDS
-    ]
+    return [n for n in hm.hook_names() if _is_self_attention(n, hm.tap(n).kind)]
+
+
+def _is_self_attention(name: str, kind: str) -> bool:
+    """A family's self-attention map ``<attention module>.hook_pattern`` (kind "self" or
+    "window"), or a vizkit layer's own ``attn.hook_pattern`` HookPoint (no kind)."""
+    if kind == "":
+        return name.endswith(".attn.hook_pattern")
+    return name.endswith(".hook_pattern") and kind in _SELF_KINDS
 
 
 # maps a block multiplies with its values instead of its softmax map, by the layer that makes them

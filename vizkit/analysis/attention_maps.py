@@ -184,9 +184,19 @@ def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | N
     floating dtype, as `check_images` does): sum of B*H*Nq*N*bytes."""
     layout = hm.token_layout(tuple(x.shape[-2:]), names[0])
     n = layout.num_tokens
-    heads = sum(hm.model.get_submodule(name.rsplit(".", 1)[0]).num_heads for name in names)
+    heads = sum(_head_count(hm.model.get_submodule(name.rsplit(".", 1)[0])) for name in names)
     weight = next((p for p in hm.model.parameters() if p.is_floating_point()), x)
     return len(x) * heads * (1 if query is not None else n) * n * float_bytes(weight)
+
+
+def _head_count(attn: nn.Module) -> int:
+    """Heads of an attention module (timm ``num_heads``; transformers ``num_attention_heads``
+    or its config's)."""
+    for owner in (attn, getattr(attn, "config", None)):
+        for name in ("num_heads", "num_attention_heads"):
+            if isinstance(getattr(owner, name, None), int):
+                return getattr(owner, name)
+    raise ValueError(f"{type(attn).__name__} does not say how many heads it has.")
 
 
 @analysis_contract

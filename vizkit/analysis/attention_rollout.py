@@ -171,7 +171,7 @@ def rollout(
         pooled = torch.cat([pooled.new_zeros(len(pooled), skipped), pooled], -1)
         relevance = layout.split(pooled.unsqueeze(1) @ joint, dim=-1)[1][:, 0]
     else:
-        relevance = _query_rows(joint, layout, reads_class_token(hm.model))
+        relevance = _query_rows(joint, layout, reads_class_token(hm))
     return SaliencyResult(
         maps=layout.to_grid(relevance.float()),
         method="rollout",
@@ -311,7 +311,7 @@ def grad_rollout(
     if len(done) != len(names):
         raise RuntimeError(f"The target score reached {done} of the attention maps {names}.")
     return SaliencyResult(
-        maps=layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm.model)).float()),
+        maps=layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm)).float()),
         method="grad_rollout",
         image_size=tuple(x.shape[-2:]),
         options={"maps": names},

@@ -21,7 +21,7 @@ from ..hooks.inputs import (
     check_size,
     check_values_finite,
 )
-from ..hooks.targets import target_indices
+from ..hooks.targets import model_logits, target_indices
 from .saliency_result import SaliencyResult
 
 __all__ = ["integrated_gradients", "occlusion", "saliency"]
@@ -43,8 +43,8 @@ def _prepare(
     if callable(target) and not isinstance(target, Tensor):
         return hm, x, lambda inputs: target(hm.model(inputs)), None
     with torch.no_grad():
-        logits = hm(x)
-    return hm, x, hm.model, target_indices(logits, target)
+        logits = model_logits(hm(x))
+    return hm, x, lambda inputs: model_logits(hm.model(inputs)), target_indices(logits, target)
 
 
 def _result(attributions: Tensor, method: str, reduce: str, targets, options: dict):

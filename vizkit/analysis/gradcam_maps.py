@@ -54,7 +54,7 @@ def gradcam_layers(hm: HookedModel) -> list[str]:
         if n.endswith(".hook_resid_pre") and hm.tap(n).shape != "B 1 C"  # not a class stream
     ]
     if blocks:
-        token_pooled = reads_class_token(model) and not hasattr(model, "blocks_token_only")
+        token_pooled = reads_class_token(hm) and not hasattr(model, "blocks_token_only")
         return [f"{block}.hook_resid_{'pre' if token_pooled else 'post'}" for block in blocks]
     known = set(hm.hook_names())
     stages = [f"{f['module']}.hook_out" for f in getattr(model, "feature_info", None) or ()]

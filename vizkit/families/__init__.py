@@ -17,6 +17,7 @@ from ..hooks.sites import captured as captured
 from ..hooks.sites import recomputed as recomputed
 from . import grids as grids
 from . import timm as timm
+from . import transformers as transformers
 
 __all__ = [
     "AttentionContext",

@@ -9,6 +9,7 @@ name, ``"package.module:QualName"``, so registering never imports the library.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from .layout import TokenLayout
 from .taps import GridFn, Tap
 
 __all__ = [
@@ -76,6 +78,12 @@ class FamilyLayout:
             merging between stages (Swin), so rollout can follow them across stages.
         head_prefix_tokens: prefix tokens in what an attention head outside the blocks reads
             (a pooling head given the patches only: 0), where it differs from the last block's.
+        tokens: image (H, W) -> the model's `TokenLayout`, where it is not read from a timm
+            ``patch_embed`` and ``num_prefix_tokens``.
+        reads_class_token: whether the head reads the class token alone (None: the model's
+            timm ``global_pool`` says).
+        root: path of the module the layout describes, inside the model given (set by
+            `family_layout` for a registered model held in a wrapper; "" for the model itself).
     """
 
     family: str
@@ -83,6 +91,9 @@ class FamilyLayout:
     extra: list[Tap] = field(default_factory=list)
     merges_patches: bool = False
     head_prefix_tokens: int | None = None
+    tokens: Callable[[tuple[int, int]], TokenLayout] | None = None
+    reads_class_token: bool | None = None
+    root: str = ""
 
 
 @dataclass(frozen=True)
@@ -230,9 +241,35 @@ def _lookup(role: str, module: nn.Module):
 
 
 def family_layout(model: nn.Module) -> FamilyLayout | None:
-    """The blocks and extra taps of ``model``'s family, or None for other models."""
+    """The blocks and extra taps of ``model``'s family, or None for other models.
+
+    A model of no registered family that holds one (a wrapper: ``self.backbone = vit``, an
+    ``nn.Sequential(normalize, vit)``, a transformers ``...ForImageClassification``) gets the
+    layout of the first registered model among its modules, its paths under that module."""
     layout = _lookup("models", model)
-    return None if layout is None else layout(model)
+    if layout is not None:
+        return layout(model)
+    for path, module in model.named_modules():
+        layout = _lookup("models", module) if path else None
+        if layout is not None:
+            return _under(layout(module), path)
+    return None
+
+
+def _under(layout: FamilyLayout, root: str) -> FamilyLayout:
+    """``layout`` with every path placed under the module at ``root``."""
+
+    def inside(path: str | None) -> str | None:
+        return None if path is None else f"{root}.{path}"
+
+    layout.blocks = [dataclasses.replace(site, path=inside(site.path)) for site in layout.blocks]
+    layout.extra = [
+        dataclasses.replace(tap, name=inside(tap.name), module=inside(tap.module),
+                            call_scope=inside(tap.call_scope), unfuse=inside(tap.unfuse))
+        for tap in layout.extra
+    ]  # fmt: skip
+    layout.root = root
+    return layout
 
 
 def residual_spec(block: nn.Module) -> ResidualSpec | None:

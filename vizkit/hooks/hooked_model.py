@@ -97,6 +97,7 @@ class HookedModel:
         self._taps = {tap.name: tap for tap in build_taps(model, self.family)}
         self._names = list(self._taps)
         self._modules = dict(model.named_modules())
+        self._root = model.get_submodule(self.family.root) if self.family else model
         self._class_token = _has_class_token(model)
         self._warned_training = False
 
@@ -129,7 +130,9 @@ class HookedModel:
     ) -> TokenLayout | None:
         """Prefix tokens and patch grid for an (H, W) input; with ``name``, of that activation
         (CaiT's self-attention stage has no prefix tokens). None for models without patches."""
-        layout = token_layout(self.model, image_size)
+        layout = token_layout(self._root, image_size)  # checks image_size
+        if self.family is not None and self.family.tokens is not None:
+            layout = self.family.tokens(tuple(int(s) for s in image_size))
         tap = self.tap(name) if name is not None else None
         if tap is not None and tap.grid is not None:  # a stage of a hierarchical model
             grid = tuple(int(g) for g in tap.grid(tuple(image_size)))
@@ -291,7 +294,7 @@ class HookedModel:
             if name in grad_values:
                 data[f"{name}_grad"] = grad_values[name]
         output = output.detach() if backward and isinstance(output, Tensor) else output
-        return output, ActivationCache(data, self._names, token_layout(self.model, x.shape[-2:]))
+        return output, ActivationCache(data, self._names, self.token_layout(tuple(x.shape[-2:])))
 
     # -- internals -------------------------------------------------------------------------
 
@@ -320,6 +323,9 @@ class HookedModel:
                 beside = self._maps_beside(run)
                 unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse and not beside(t)}
                 stack.enter_context(unfused_attention(unfuse))
+                for tap in taps:
+                    if tap.explicit is not None:
+                        stack.enter_context(tap.explicit())
                 for tap in taps:
                     for handle in self._register(tap, run, counters, beside(tap)):
                         stack.callback(handle.remove)
@@ -362,6 +368,22 @@ class HookedModel:
             counters[tap.name] += 1
             return counters[tap.name] - 1 == tap.call
 
+        starts = []
+        wants_grad = tap.name in run.keep_for_grad or tap.name in run.bwd
+        if tap.read_only and run.start_graph and wants_grad:  # handed on after its use:
+
+            def start_at_input(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+                """record from the module's input, so the value is on the output's path."""
+                first = next(
+                    (v for v in (*args, *kwargs.values())
+                     if isinstance(v, Tensor) and v.is_floating_point()),
+                    None,
+                )  # fmt: skip
+                if first is not None and not first.requires_grad:
+                    self._start_graph(tap, run, first)
+
+            starts = [module.register_forward_pre_hook(start_at_input, with_kwargs=True)]
+
         if tap.site == "output":
 
             def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Any:
@@ -377,7 +399,7 @@ class HookedModel:
                 items[tap.item] = used
                 return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)
 
-            return [module.register_forward_hook(forward_hook)]
+            return [*starts, module.register_forward_hook(forward_hook)]
 
         def pre_hook(mod: nn.Module, args: tuple) -> tuple | None:
             if not selected():
@@ -404,12 +426,13 @@ class HookedModel:
                 "tensor; vizkit hooks tensors only. Hook a submodule instead."
             )
         value = canonical = tap.to_canonical(raw)
+        fixed = readonly or tap.read_only  # no replacement can change what the model computes
         for fn in run.fwd.get(tap.name, ()):
             new = fn(value, name=tap.name)
-            if new is not None and (readonly or run.read_only):
+            if new is not None and (fixed or run.read_only):
                 if isinstance(new, Tensor) and torch.equal(new, value):
                     continue  # an unchanged copy edits nothing
-                raise ValueError(_edit_refused(tap, derived=readonly and not run.read_only))
+                raise ValueError(_edit_refused(tap, derived=fixed and not run.read_only))
             if new is not None:
                 _check_replacement(tap.name, new, value)
                 value = new
@@ -621,6 +644,12 @@ def _check_replacement(name: str, new: Any, value: Tensor) -> None:
 
 def _edit_refused(tap: Tap, derived: bool) -> str:
     """Why a hook may not replace ``tap``'s value: a derived value, or a read-only run."""
+    if derived and tap.compute is None:
+        return (
+            f"The hook on {tap.name} returned a changed tensor, but {tap.module} returns "
+            f"{tap.name} beside an output it has already computed from it, so the edit would "
+            "change nothing; return None (read it), or edit the module's input or output instead."
+        )
     if derived:
         return (
             f"The hook on {tap.name} returned a changed tensor, but {tap.name} is derived from "

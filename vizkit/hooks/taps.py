@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,6 +77,10 @@ class Tap:
             hooks that call ``on_map(map)`` and returns their handles (`vizkit.hooks.beside`).
         geometry: for a window map, a function returning its block's window partition
             (`vizkit.hooks.windows.WindowGeometry`), read when called.
+        read_only: a hook may read the value (and take its gradient) but not replace it: the
+            module hands it on beside an output it has already computed from it.
+        explicit: a function returning the context under which the module materialises the
+            value (its family's switch to an explicit attention path), entered for the call.
     """
 
     name: str
@@ -95,6 +100,8 @@ class Tap:
     compute: Compute | None = None
     beside: Callable[[Callable[[Tensor], None]], list] | None = None
     geometry: Callable[[], Any] | None = None
+    read_only: bool = False
+    explicit: Callable[[], AbstractContextManager] | None = None
 
 
 def _heads_last_to_first(t: Tensor) -> Tensor:

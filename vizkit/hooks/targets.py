@@ -9,7 +9,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Target", "class_indices", "explained_classes", "target_indices", "target_score"]
+__all__ = [
+    "Target",
+    "class_indices",
+    "explained_classes",
+    "model_logits",
+    "target_indices",
+    "target_score",
+]
 
 Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | None
 
@@ -30,8 +37,9 @@ def target_score(output: Tensor, target: Target) -> Tensor:
         if not isinstance(score, Tensor):
             raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
     else:
-        index = target_indices(output, target)  # checks that output is (B, K) logits
-        score = output.gather(1, index[:, None])
+        logits = model_logits(output)
+        index = target_indices(logits, target)  # checks that output is (B, K) logits
+        score = logits.gather(1, index[:, None])
     if not bool(torch.isfinite(score).all()):
         raise ValueError(
             "The target score is NaN or Inf, so its gradient means nothing: the model's output "
@@ -41,11 +49,18 @@ def target_score(output: Tensor, target: Target) -> Tensor:
     return score.sum()
 
 
+def model_logits(output: object) -> object:
+    """The logits of a model output: the output itself, or the ``logits`` of a structured one
+    (a transformers ``ModelOutput``, a dict); other outputs are returned as they are."""
+    logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", None)
+    return logits if isinstance(logits, Tensor) else output
+
+
 def explained_classes(output: Tensor, target: Target) -> Tensor | None:
     """(B,) class index each sample's score refers to; None for a callable target."""
     if callable(target) and not isinstance(target, Tensor):
         return None
-    return target_indices(output, target)
+    return target_indices(model_logits(output), target)
 
 
 def target_indices(output: Tensor, target: Target) -> Tensor:

@@ -7,16 +7,14 @@ import dataclasses
 
 from timm.models import beit
 
-from ...hooks.family import BlockSite, Family, FamilyLayout, register_family
+from ...hooks.family import Family, register_family
 from ...hooks.sites import captured
-from .common import PRE_NORM, embed_tap, final_norm_taps, has_position_bias, position_bias
+from .common import PRE_NORM, flat_layout, has_position_bias, position_bias
 
 __all__ = ["layout"]
 
 
-def layout(model: beit.Beit) -> FamilyLayout:
-    blocks = [BlockSite(f"blocks.{i}") for i in range(len(model.blocks))]
-    return FamilyLayout("beit", blocks, [embed_tap(), *final_norm_taps(model)])
+layout = flat_layout("beit")
 
 
 FAMILY = register_family(

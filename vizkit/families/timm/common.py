@@ -3,12 +3,13 @@ final-norm taps, and the relative position biases of BEiT, relpos ViT, Swin and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ...hooks.family import AttentionContext, ResidualSpec
+from ...hooks.family import AttentionContext, BlockSite, FamilyLayout, ResidualSpec
 from ...hooks.taps import Tap, nhwc_to_nlc
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "PRE_NORM",
     "SHARED_DROP_PATH",
     "embed_tap",
+    "flat_layout",
     "final_norm_taps",
     "has_position_bias",
     "position_bias",
@@ -32,6 +34,17 @@ SHARED_DROP_PATH = ResidualSpec("drop_path", "drop_path", "norm2")
 def embed_tap(path: str = "patch_embed", **layout) -> Tap:
     """The patch embedding's output: patches only, before any prefix token joins."""
     return Tap("hook_embed", path, shape="B Np C", **nhwc_to_nlc, **{"prefix_tokens": 0, **layout})
+
+
+def flat_layout(family: str) -> Callable[[nn.Module], FamilyLayout]:
+    """The layout of a family with one ``blocks`` list over [prefix, patches] (EVA, BEiT,
+    relpos ViT), an embedding and a final norm."""
+
+    def layout(model: nn.Module) -> FamilyLayout:
+        blocks = [BlockSite(f"blocks.{i}") for i in range(len(model.blocks))]
+        return FamilyLayout(family, blocks, [embed_tap(), *final_norm_taps(model)])
+
+    return layout
 
 
 def final_norm_taps(model: nn.Module, path: str = "norm", **layout) -> list[Tap]:

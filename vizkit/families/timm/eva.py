@@ -10,17 +10,15 @@ import torch
 from timm.models import eva
 from torch import Tensor, nn
 
-from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
+from ...hooks.family import AttentionContext, Family, register_family
 from ...hooks.sites import captured
 from ...hooks.taps import Tap
-from .common import POST_NORM, PRE_NORM, embed_tap, final_norm_taps
+from .common import POST_NORM, PRE_NORM, flat_layout
 
 __all__ = ["eva_content_pattern", "layout"]
 
 
-def layout(model: eva.Eva) -> FamilyLayout:
-    blocks = [BlockSite(f"blocks.{i}") for i in range(len(model.blocks))]
-    return FamilyLayout("eva", blocks, [embed_tap(), *final_norm_taps(model)])
+layout = flat_layout("eva")
 
 
 def eva_content_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 from timm.models import vision_transformer_relpos as relpos
 
-from ...hooks.family import BlockSite, Family, FamilyLayout, register_family
+from ...hooks.family import Family, register_family
 from ...hooks.sites import captured
-from .common import (
-    POST_NORM,
-    PRE_NORM,
-    embed_tap,
-    final_norm_taps,
-    has_position_bias,
-    position_bias,
-)
+from .common import POST_NORM, PRE_NORM, flat_layout, has_position_bias, position_bias
 
 __all__ = ["layout"]
 
-
-def layout(model: relpos.VisionTransformerRelPos) -> FamilyLayout:
-    blocks = [BlockSite(f"blocks.{i}") for i in range(len(model.blocks))]
-    return FamilyLayout("relpos", blocks, [embed_tap(), *final_norm_taps(model)])
+layout = flat_layout("relpos")
 
 
 FAMILY = register_family(

@@ -1,0 +1,66 @@
+"""What Hugging Face transformers' vision encoders share: the attention modules that call an
+attention function chosen by ``config._attn_implementation`` and return ``(output, weights)``,
+and the token layout of their embeddings.
+
+transformers is never imported here: classes are registered by name, and the modules are read
+by their attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from torch import nn
+
+from ...hooks.family import AttentionContext
+from ...hooks.layout import TokenLayout
+from ...hooks.taps import Tap
+
+__all__ = ["eager_attention", "embedding_tokens", "returned_map"]
+
+
+@contextmanager
+def eager_attention(config) -> Iterator[None]:
+    """``config`` selects transformers' eager attention inside the block, which builds the
+    softmax map and returns it as the module's second output; on exit (also after an error) it
+    selects what it did before ("sdpa", "flash_attention_2", ...). Only this config object is
+    switched (``_attn_implementation_internal``; the public setter also rewrites sub-configs)."""
+    before = config._attn_implementation_internal
+    try:
+        config._attn_implementation_internal = "eager"
+        yield
+    finally:
+        config._attn_implementation_internal = before
+
+
+def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
+    """``hook_pattern`` (B, H, N, N): the weights an attention module returns beside its output
+    under eager attention, the very tensor it multiplies with the values (post-softmax, and
+    after attention dropout, which eval mode turns off). Read-only: the output is computed by
+    the time the module returns them, so a replacement would change nothing."""
+    config = attn.config
+    return [
+        Tap(f"{path}.hook_pattern", path, item=1, kind="self", read_only=True,
+            explicit=lambda: eager_attention(config),
+            shape=f"B H {context.tokens} {context.tokens}",
+            prefix_tokens=context.prefix_tokens, grid=context.grid)
+    ]  # fmt: skip
+
+
+def embedding_tokens(embeddings: nn.Module) -> Callable[[tuple[int, int]], TokenLayout]:
+    """The token layout of a transformers ViT-style embedding: [class, distillation, registers]
+    prefix tokens (those it has), then the patches of an (H / ph, W / pw) grid."""
+    prefix = sum(
+        getattr(embeddings, name, None) is not None for name in ("cls_token", "distillation_token")
+    )
+    registers = getattr(embeddings, "register_tokens", None)
+    prefix += 0 if registers is None else registers.shape[1]
+    patch = embeddings.patch_embeddings.patch_size
+    ph, pw = (patch, patch) if isinstance(patch, int) else patch
+    class_token = getattr(embeddings, "cls_token", None) is not None
+
+    def tokens(image_size: tuple[int, int]) -> TokenLayout:
+        return TokenLayout(prefix, (image_size[0] // ph, image_size[1] // pw), class_token)
+
+    return tokens
