@@ -293,21 +293,26 @@ def test_class_attention_and_shipped_models_follow_the_contract():
 class _DictOutput(nn.Module):
     """A model whose forward returns a dict (as some detection or HF-style wrappers do)."""
 
-    def __init__(self, inner: nn.Module) -> None:
+    def __init__(self, inner: nn.Module, key: str = "logits") -> None:
         super().__init__()
-        self.inner = inner
+        self.inner, self.key = inner, key
 
     def forward(self, x: torch.Tensor) -> dict:
-        return {"logits": self.inner(x)}
+        return {self.key: self.inner(x)}
 
 
-def test_a_model_returning_a_dict_needs_a_callable_target():
+def test_a_model_returning_a_dict_gives_its_logits_or_needs_a_callable_target():
+    """A dict's (or a transformers ModelOutput's) "logits" serve class targets; any other
+    structured output needs a callable target."""
     torch.manual_seed(0)
-    model, x = _DictOutput(vk.create_model("resnet18", num_classes=5).eval()), _batch()
+    inner, x = vk.create_model("resnet18", num_classes=5).eval(), _batch()
+    expected = vk.gradcam(inner, x, layer="layer4.hook_out", target=1)
+    cam = vk.gradcam(_DictOutput(inner), x, layer="inner.layer4.hook_out", target=1)
+    torch.testing.assert_close(cam.maps, expected.maps)
+    other = _DictOutput(inner, key="scores")
     with pytest.raises(ValueError, match="returned dict. Pass a callable target"):
-        vk.gradcam(model, x, layer="inner.layer4.hook_out")
-    cam = vk.gradcam(model, x, layer="inner.layer4.hook_out", target=lambda o: o["logits"][:, 1])
-    expected = vk.gradcam(model.inner, x, layer="layer4.hook_out", target=1)
+        vk.gradcam(other, x, layer="inner.layer4.hook_out")
+    cam = vk.gradcam(other, x, layer="inner.layer4.hook_out", target=lambda o: o["scores"][:, 1])
     torch.testing.assert_close(cam.maps, expected.maps)
 
 
