@@ -23,12 +23,37 @@ IMPLEMENTATIONS = ("eager", "sdpa")
 
 
 def build(kind: str, attn_implementation: str = "sdpa") -> nn.Module:
+    """A small random-init model of ``kind`` (nothing downloaded)."""
     torch.manual_seed(0)
-    if kind == "vit":
-        config = transformers.ViTConfig(attn_implementation=attn_implementation, **SMALL)
-        return transformers.ViTForImageClassification(config).eval()
-    config = transformers.DeiTConfig(attn_implementation=attn_implementation, **SMALL)
-    return transformers.DeiTForImageClassificationWithTeacher(config).eval()
+    small = {k: v for k, v in SMALL.items() if k != "num_labels"}
+    configs = {
+        "vit": (transformers.ViTConfig, transformers.ViTForImageClassification, SMALL),
+        "deit": (
+            transformers.DeiTConfig, transformers.DeiTForImageClassificationWithTeacher, SMALL,
+        ),
+        "dinov2": (transformers.Dinov2Config, transformers.Dinov2ForImageClassification, SMALL),
+        "dinov2_registers": (
+            transformers.Dinov2WithRegistersConfig, transformers.Dinov2WithRegistersModel,
+            {**small, "num_register_tokens": 4},
+        ),
+        "clip": (transformers.CLIPVisionConfig, transformers.CLIPVisionModel, small),
+        "siglip": (transformers.SiglipVisionConfig, transformers.SiglipVisionModel, small),
+    }  # fmt: skip
+    config, model, kwargs = configs[kind]
+    return model(config(attn_implementation=attn_implementation, **kwargs)).eval()
+
+
+# prefix tokens, and a target for the models without a classifier (their embedding's sum)
+PREFIX = {"vit": 1, "deit": 2, "dinov2": 1, "dinov2_registers": 5, "clip": 1, "siglip": 0}
+KINDS = list(PREFIX)
+
+
+def target(kind: str):
+    if kind in ("clip", "siglip"):
+        return lambda out: out.pooler_output.sum(-1)
+    if kind == "dinov2_registers":
+        return lambda out: out.last_hidden_state[:, 0].sum(-1)
+    return None
 
 
 def images(batch: int = 4) -> torch.Tensor:
@@ -45,28 +70,25 @@ def eager_reference(model: nn.Module, x: torch.Tensor):
     return reference(x, output_attentions=True)
 
 
-@pytest.mark.parametrize("kind", ["vit", "deit"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_maps_equal_transformers_own_and_the_output_is_unchanged(kind, implementation):
     model, x = build(kind, implementation), images()
-    plain = model(x).logits
-    out, cache = vk.HookedModel(model).run_with_cache(x, names="*.hook_pattern")
-    torch.testing.assert_close(out.logits, plain, atol=1e-5, rtol=1e-5)
+    plain = model(x)
+    out, cache = vk.HookedModel(model).run_with_cache(x, names="*layer*.hook_pattern")
+    for key in ("logits", "last_hidden_state", "pooler_output"):
+        if getattr(plain, key, None) is not None:
+            torch.testing.assert_close(getattr(out, key), getattr(plain, key), atol=1e-5, rtol=0)
     assert implementations(model) == {implementation}
     expected = eager_reference(model, x).attentions
     captured = cache.stack("hook_pattern")
-    assert captured.shape == (
-        2,
-        4,
-        2,
-        16 + (2 if kind == "deit" else 1),
-        16 + (2 if kind == "deit" else 1),
-    )
+    tokens = 16 + PREFIX[kind]
+    assert captured.shape == (2, 4, 2, tokens, tokens)
     for got, want in zip(captured, expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["vit", "deit"])
+@pytest.mark.parametrize("kind", ["vit", "deit", "dinov2"])
 def test_gradients_at_the_maps_equal_autograd_through_transformers_maps(kind):
     model, x, target = build(kind), images(), torch.tensor([0, 1, 2, 3])
     _, cache = vk.HookedModel(model).run_with_cache(
@@ -108,24 +130,56 @@ def test_the_returned_map_cannot_be_edited():
     assert implementations(model) == {"sdpa"}
 
 
-@pytest.mark.parametrize("kind", ["vit", "deit"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_analysis_runs_with_the_models_token_layout(kind):
-    model, x = build(kind), images()
-    prefix = 2 if kind == "deit" else 1
-    hm = vk.HookedModel(model)
+    model, x, prefix = build(kind), images(), PREFIX[kind]
+    hm, score = vk.HookedModel(model), target(kind)
     layout = hm.token_layout((32, 32))
-    assert (layout.num_prefix_tokens, layout.grid, layout.class_token) == (prefix, (4, 4), True)
+    assert (layout.num_prefix_tokens, layout.grid, layout.class_token) == (
+        prefix,
+        (4, 4),
+        prefix > 0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # random weights: flat maps
         assert vk.attention(model, x).patterns.shape == (2, 4, 2, 16 + prefix, 16 + prefix)
         assert len(vk.attention(model, x).stats()) > 0
-        for method in (vk.rollout, vk.grad_rollout, vk.class_attention, vk.gradcam):
+        for method in (vk.rollout, vk.class_attention):
             assert method(model, x).maps.shape == (4, 4, 4), method.__name__
-        assert vk.gradcam(model, x).options["layer"].endswith("layers.1.hook_resid_pre")
-        assert vk.integrated_gradients(model, x, target=1).maps.shape == (4, 32, 32)
+        assert vk.gradcam(model, x, target=score).maps.shape == (4, 4, 4)
+        last = "resid_pre" if prefix else "resid_post"  # a class-token head, or pooled tokens
+        assert vk.gradcam(model, x, target=score).options["layer"].endswith(f"1.hook_{last}")
+        if prefix:
+            assert vk.grad_rollout(model, x, target=score).maps.shape == (4, 4, 4)
+        else:
+            with pytest.raises(ValueError, match="needs self-attention over a class token"):
+                vk.grad_rollout(model, x, target=score)
+        assert vk.integrated_gradients(model, x, target=score or 1).maps.shape == (4, 32, 32)
         assert vk.cka_matrix(model, x).matrix.shape == (2, 2)
-        assert vk.residual_ratios(model, x).layers == [f"{kind}.layers.0", f"{kind}.layers.1"]
+        assert len(vk.residual_ratios(model, x).layers) == 2
         assert vk.token_norms(model, x) is not None and vk.token_pca(model, x) is not None
+
+
+def test_dinov2_layerscale_is_read_from_its_blocks():
+    model = build("dinov2")
+    scales = vk.analysis.layerscale(model)
+    torch.testing.assert_close(scales.attn[0], model.dinov2.encoder.layer[0].layer_scale1.lambda1)
+
+
+def test_siglip_pooling_head_map_equals_torch_own_weights():
+    """SigLIP's MAP head is torch's nn.MultiheadAttention: its per-head map equals what the
+    module returns with need_weights=True, average_attn_weights=False."""
+    model, x = build("siglip"), images()
+    out, cache = vk.HookedModel(model).run_with_cache(x, names="head.attention.hook_pattern")
+    head = model.head
+    probe = head.probe.repeat(len(x), 1, 1)
+    hidden = out.last_hidden_state
+    _, expected = head.attention(
+        probe, hidden, hidden, need_weights=True, average_attn_weights=False
+    )
+    assert cache["head.attention.hook_pattern"].shape == (4, 2, 1, 16)
+    torch.testing.assert_close(cache["head.attention.hook_pattern"], expected)
+    assert vk.HookedModel(model).tap("head.attention.hook_pattern").kind == "pool"
 
 
 class Wrapper(nn.Module):

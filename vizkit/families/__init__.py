@@ -17,6 +17,8 @@ from ..hooks.sites import captured as captured
 from ..hooks.sites import recomputed as recomputed
 from . import grids as grids
 from . import timm as timm
+from . import torch as torch
+from . import torchvision as torchvision
 from . import transformers as transformers
 
 __all__ = [

@@ -55,6 +55,7 @@ class _Run:
     values: dict[str, Tensor] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     used: dict[str, Tensor] = field(default_factory=dict)  # the tensors the forward went on with
+    views: dict[str, torch.Size] = field(default_factory=dict)  # names whose base is in `used`
     fired: Counter = field(default_factory=Counter)
     explicit: set[str] = field(default_factory=set)  # names asked for literally, not by pattern
     non_tensor: set[str] = field(default_factory=set)  # pattern matches that gave no tensor
@@ -448,14 +449,19 @@ class HookedModel:
         wants_grad = tap.name in run.keep_for_grad or tap.name in run.bwd
         if run.start_graph and wants_grad and not used.requires_grad:
             self._start_graph(tap, run, used)
+        # a value handed on as a view of the tensor the module used (torch's attention weights,
+        # (B·H, L, S) viewed as (B, H, L, S)): its gradient is the base's, viewed
+        on_path = used._base if tap.read_only and used._base is not None else used
         if tap.name in run.keep_for_grad:
-            run.used[tap.name] = used
+            run.used[tap.name] = on_path
+            if on_path is not used:
+                run.views[tap.name] = used.shape
         if not used.requires_grad or (
             tap.name not in run.keep_for_grad and tap.name not in run.bwd
         ):
             return used
         for fn in run.bwd.get(tap.name, ()):
-            used.register_hook(_gradient_hook(fn, tap))
+            on_path.register_hook(_gradient_hook(fn, tap, used.shape))
         if tap.kind:  # an attention map (B·H·N² floats): the forward goes on with it, and an
             run.unchanged[tap.name] = (used, used._version)  # in-place change is refused after
             return used
@@ -548,6 +554,7 @@ class HookedModel:
         result = {}
         for name, used, grad in zip(chosen, inputs, grads, strict=False):
             grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
+            grad = grad.view(run.views[name]) if name in run.views else grad
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device, run.dtype)
         return result
@@ -669,13 +676,19 @@ def _reset_counter(counters: Counter, name: str) -> Callable:
     return reset
 
 
-def _gradient_hook(fn: HookFn, tap: Tap) -> Callable[[Tensor], Tensor | None]:
+def _gradient_hook(
+    fn: HookFn, tap: Tap, shape: torch.Size | None = None
+) -> Callable[[Tensor], Tensor | None]:
+    """``fn`` on the gradient in ``tap``'s canonical layout (``shape``: the value's, where the
+    gradient arrives at the base it is a view of)."""
+
     def hook(grad: Tensor) -> Tensor | None:
-        canonical = tap.to_canonical(grad)
+        raw = grad if shape is None else grad.view(shape)
+        canonical = tap.to_canonical(raw)
         new = fn(canonical, name=tap.name)
         if new is None:
             return None
         _check_replacement(f"{tap.name} (backward)", new, canonical)
-        return tap.from_canonical(new, grad)
+        return tap.from_canonical(new, raw).reshape(grad.shape)
 
     return hook

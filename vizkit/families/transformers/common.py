@@ -50,17 +50,18 @@ def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[
 
 def embedding_tokens(embeddings: nn.Module) -> Callable[[tuple[int, int]], TokenLayout]:
     """The token layout of a transformers ViT-style embedding: [class, distillation, registers]
-    prefix tokens (those it has), then the patches of an (H / ph, W / pw) grid."""
-    prefix = sum(
-        getattr(embeddings, name, None) is not None for name in ("cls_token", "distillation_token")
-    )
+    prefix tokens (those it has: ``cls_token`` or CLIP's ``class_embedding``,
+    ``distillation_token``, ``register_tokens``), then the patches of an (H / ph, W / pw)
+    grid."""
+    classes = [getattr(embeddings, n, None) is not None for n in ("cls_token", "class_embedding")]
+    prefix = any(classes) + (getattr(embeddings, "distillation_token", None) is not None)
     registers = getattr(embeddings, "register_tokens", None)
     prefix += 0 if registers is None else registers.shape[1]
-    patch = embeddings.patch_embeddings.patch_size
+    patches = getattr(embeddings, "patch_embeddings", embeddings)
+    patch = patches.patch_size
     ph, pw = (patch, patch) if isinstance(patch, int) else patch
-    class_token = getattr(embeddings, "cls_token", None) is not None
 
     def tokens(image_size: tuple[int, int]) -> TokenLayout:
-        return TokenLayout(prefix, (image_size[0] // ph, image_size[1] // pw), class_token)
+        return TokenLayout(prefix, (image_size[0] // ph, image_size[1] // pw), any(classes))
 
     return tokens

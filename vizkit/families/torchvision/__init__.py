@@ -1,0 +1,6 @@
+"""torchvision's vision transformers, one module per family. Registering them imports nothing
+from torchvision: their classes are named as "module:QualName"."""
+
+from . import vit
+
+__all__ = ["vit"]

@@ -1,0 +1,49 @@
+"""Hugging Face transformers' CLIP and SigLIP vision towers (``CLIPVisionModel``, also inside
+``CLIPModel`` and ``CLIPVisionModelWithProjection``; ``SiglipVisionModel``, also inside
+``SiglipModel``): pre-norm blocks ``encoder.layers.{i}`` whose branches end in the attention's
+``out_proj`` and the ``mlp``. CLIP's tokens are [class, patches] and its pooled output is the
+class token; SigLIP has no class token, and its attention-pooling head (an
+``nn.MultiheadAttention`` with a learned probe, `vizkit.families.torch`) is read as a pooling
+map (``head.attention.hook_pattern``, (B, H, 1, N))."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ...hooks.family import BlockSite, Family, FamilyLayout, ResidualSpec, register_family
+from ...hooks.taps import Tap
+from .common import embedding_tokens, returned_map
+
+__all__ = ["layout"]
+
+_CLIP = "transformers.models.clip.modeling_clip"
+_SIGLIP = "transformers.models.siglip.modeling_siglip"
+
+
+def layout(model: nn.Module) -> FamilyLayout:
+    blocks = [BlockSite(f"encoder.layers.{i}") for i in range(len(model.encoder.layers))]
+    tokens = embedding_tokens(model.embeddings)
+    class_token = getattr(model.embeddings, "class_embedding", None) is not None
+    # SigLIP normalizes every token; CLIP's post_layernorm sees the pooled class token only
+    extra = [] if class_token else [Tap("hook_final_norm", "post_layernorm", shape="B N C")]
+    return FamilyLayout(
+        "clip" if class_token else "siglip", blocks, extra, tokens=tokens,
+        reads_class_token=class_token,
+    )  # fmt: skip
+
+
+# x + self_attn(layer_norm1(x)) (ending in out_proj); x + mlp(layer_norm2(x))
+_LAYER = ResidualSpec("self_attn.out_proj", "mlp", "layer_norm2")
+
+FAMILY = register_family(
+    Family(
+        "clip",
+        "transformers",
+        models={f"{_CLIP}:CLIPVisionModel": layout, f"{_SIGLIP}:SiglipVisionModel": layout},
+        blocks={f"{_CLIP}:CLIPEncoderLayer": _LAYER, f"{_SIGLIP}:SiglipEncoderLayer": _LAYER},
+        attention={
+            f"{_CLIP}:CLIPAttention": returned_map,
+            f"{_SIGLIP}:SiglipAttention": returned_map,
+        },
+    )
+)
