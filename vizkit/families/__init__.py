@@ -16,6 +16,7 @@ from ..hooks.family import register_family as register_family
 from ..hooks.sites import captured as captured
 from ..hooks.sites import recomputed as recomputed
 from . import grids as grids
+from . import open_clip as open_clip
 from . import timm as timm
 from . import torch as torch
 from . import torchvision as torchvision

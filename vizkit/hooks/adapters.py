@@ -116,7 +116,8 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
 
 def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Tap]:
     """Residual and attention taps of every block of a registered family, and the maps of
-    attention modules its family reads outside blocks (pooling heads, CrossViT's fusion)."""
+    attention modules its family reads outside blocks (pooling heads, CrossViT's fusion) within
+    the module the layout describes (not, e.g., a CLIP model's text tower)."""
     if layout is None:
         return _unplaced_patterns(model)
     taps: list[Tap] = list(layout.extra)
@@ -140,7 +141,8 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
         model, prefix_tokens=head if last is None or head == 0 else last.prefix_tokens,
         grid=last.grid if last is not None else None,
     )  # fmt: skip
-    for name, module in model.named_modules():
+    root = model.get_submodule(layout.root) if layout.root else model  # what the family reads
+    for name, module in root.named_modules(prefix=layout.root):
         read = attention_site(module, outside=True) if name and name not in inside else None
         taps += read(name, module, outside) if read is not None else []
     return taps

@@ -15,12 +15,16 @@ from .. import papers as papers  # registers every vizkit_* model with timm
 from .counting import param_count as param_count
 from .names import create_timm_model as create_timm_model
 from .names import did_you_mean as did_you_mean
+from .zero_shot import ZeroShotClassifier as ZeroShotClassifier
+from .zero_shot import zero_shot as zero_shot
 
 __all__ = [
+    "ZeroShotClassifier",
     "create_model",
     "create_timm_model",
     "did_you_mean",
     "param_count",
+    "zero_shot",
 ]
 
 
