@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from vizkit.coverage import ANALYSES, FAMILIES, coverage_markdown, run_coverage, timm_families
+import vizkit as vk
+from vizkit.coverage import (
+    ANALYSES,
+    FAMILIES,
+    LIBRARIES,
+    coverage_markdown,
+    run_coverage,
+    run_library_coverage,
+    timm_families,
+)
+from vizkit.families import families
 
 TABLE = Path(__file__).parent.parent / "docs" / "coverage.md"
 REGENERATE = "Regenerate with `vizkit coverage --out docs/coverage.md` and review the diff."
@@ -18,6 +28,33 @@ REGENERATE = "Regenerate with `vizkit coverage --out docs/coverage.md` and revie
 @pytest.fixture(scope="module")
 def rows():
     return run_coverage(progress=False)
+
+
+@pytest.fixture(scope="module")
+def libraries():
+    return run_library_coverage(progress=False)
+
+
+def test_every_family_of_another_library_has_a_representative():
+    """Each family registered for transformers, torchvision or open_clip is the family of one
+    of that library's representatives."""
+    for library, models in LIBRARIES.items():
+        registered = {f.name for f in families() if f.library == library}
+        represented = {vk.HookedModel(m.build()).family.family for m in models.values()}
+        assert registered <= represented, (library, registered - represented)
+
+
+def test_no_analysis_of_another_library_fails_without_a_reason(libraries):
+    assert set(libraries) == set(LIBRARIES)  # make test installs every library's extra
+    errors = [
+        (r.family, n, text)
+        for rows in libraries.values()
+        for r in rows
+        for n, (s, text) in r.results.items()
+        if s == "error"
+    ]
+    assert not errors
+    assert not [r.family for rows in libraries.values() for r in rows if r.unfired]
 
 
 def test_every_timm_family_has_a_representative():
@@ -40,9 +77,9 @@ def test_every_listed_map_is_computed(rows):
     assert not unfired
 
 
-def test_committed_table_is_current(rows):
+def test_committed_table_is_current(rows, libraries):
     committed = _cells(TABLE.read_text())
-    current = _cells(coverage_markdown(rows))
+    current = _cells(coverage_markdown(rows, libraries))
     regressed = [k for k, v in committed.items() if v == "✓" and current.get(k) != "✓"]
     assert not regressed, f"families that no longer work: {regressed}"
     changed = {k: (v, current.get(k)) for k, v in committed.items() if current.get(k) != v}
@@ -63,7 +100,7 @@ def _cells(markdown: str) -> dict[tuple[str, str], str]:
     cells = {}
     for line in markdown.splitlines():
         parts = [p.strip() for p in line.strip("|").split("|")]
-        if len(parts) != 4 + len(ANALYSES) or parts[0] in ("family (timm module)", "---"):
+        if len(parts) != 4 + len(ANALYSES) or parts[0] in ("family (timm module)", "model", "---"):
             continue
         for name, cell in zip(ANALYSES, parts[4:], strict=True):
             cells[(parts[0], name)] = "✓" if cell == "✓" else "✗" if re.search("✗", cell) else cell

@@ -477,7 +477,8 @@ def test_hierarchical_models_name_their_stage_grids():
     ]
     assert grids == [(28, 28), (14, 14), (7, 7), (4, 4)]
     with pytest.raises(ValueError, match=r"layers 0\.\.1: 0 prefix \+ 28x28 patches"):
-        vk.attention(model, x)
+        vk.attention(model, x, layers=[0, 1, 6, 7])
+    assert [stage.layout.grid for stage in vk.attention(model, x)] == grids
     assert vk.analysis.stage_layers(model, x.shape[-2:]) == [6, 7]
 
 

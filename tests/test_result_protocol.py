@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import timm
 import torch
 from conftest import build
 
@@ -39,8 +40,18 @@ def _curve():
 
 
 # class name -> (a real result of it, whether it was computed from an input batch)
+def _late_class_token():
+    """ConViT, whose class token joins at layer 2: its default attention has two stages."""
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "convit_tiny", img_size=64, depth=3, local_up_to_layer=2, embed_dim=48, num_heads=4
+    )
+    return model.eval(), torch.randn(2, 3, 64, 64)
+
+
 EXAMPLES = {
     "AttentionResult": (lambda: vk.attention(*build("vit"), layers=[0, -1]), True),
+    "Stages": (lambda: vk.attention(*_late_class_token()), True),
     "SaliencyResult": (lambda: vk.gradcam(*build("vit")), True),
     "CKAResult": (
         lambda: vk.cka_matrix(*build("vit"), layers=[0, 1], unbiased=False, progress=False),

@@ -150,13 +150,16 @@ def test_non_finite_tokens_are_refused(vit):
         handle.remove()
 
 
-def test_a_hierarchical_model_takes_one_stage():
+def test_a_hierarchical_model_gives_every_stage_or_takes_one():
+    """By default one TokenNorms per stage (tests/test_stages.py); layers asked for must share
+    their tokens."""
     torch.manual_seed(0)
     swin = timm.create_model("swin_tiny_patch4_window7_224", img_size=112, depths=(2, 2, 2, 2),
                              num_classes=4).eval()  # fmt: skip
     x = torch.randn(2, 3, 112, 112)
+    assert [s.layout.grid for s in vk.token_norms(swin, x)] == [(28, 28), (14, 14), (7, 7), (4, 4)]
     with pytest.raises(ValueError, match=r"different tokens .* layers=\[6, 7\]"):
-        vk.token_norms(swin, x)
+        vk.token_norms(swin, x, layers=[0, 1, 6, 7])
     last_stage = vk.token_norms(swin, x, layers=[6, 7])
     assert last_stage.patches.shape == (2, 2, 4, 4) and last_stage.prefix.shape == (2, 2, 0)
     assert vk.token_pca(swin, x, layer="layers.1.blocks.1").projections.shape == (2, 3, 14, 14)

@@ -187,12 +187,14 @@ def zoo_list() -> int:
 
 def coverage_command(out: Path, families: list[str] | None) -> int:
     """Run the coverage walk and write its Markdown table to ``out``."""
-    from .coverage import coverage_markdown, run_coverage
+    from .coverage import coverage_markdown, run_coverage, run_library_coverage
 
     rows = run_coverage(families)
-    out.write_text(coverage_markdown(rows))
-    errors = [(r.family, n) for r in rows for n, (s, _) in r.results.items() if s == "error"]
-    print(f"wrote {out} ({len(rows)} families; {len(errors)} errors)")
+    libraries = run_library_coverage() if families is None else {}
+    out.write_text(coverage_markdown(rows, libraries))
+    every = rows + [row for library_rows in libraries.values() for row in library_rows]
+    errors = [(r.family, n) for r in every for n, (s, _) in r.results.items() if s == "error"]
+    print(f"wrote {out} ({len(every)} families; {len(errors)} errors)")
     return 1 if errors else 0
 
 

@@ -7,6 +7,7 @@ walk and fails when a family regresses or timm gains a module the table does not
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import time
 import warnings
@@ -26,10 +27,13 @@ from .hooks.layout import covers
 __all__ = [
     "ANALYSES",
     "FAMILIES",
+    "LIBRARIES",
     "CoverageRow",
+    "LibraryModel",
     "Representative",
     "coverage_markdown",
     "run_coverage",
+    "run_library_coverage",
     "timm_families",
 ]
 
@@ -167,6 +171,107 @@ FAMILIES: dict[str, Representative] = {
 }
 
 
+@dataclass(frozen=True)
+class LibraryModel:
+    """A small random-init model of another library: a builder (which imports the library
+    when called) and the image side it runs at."""
+
+    build: Callable[[], nn.Module]
+    size: int = 32
+
+
+_HF_SMALL = {"image_size": 32, "patch_size": 8, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "intermediate_size": 64}  # fmt: skip
+
+
+def _transformers(model: str, config: str, nested: str | None = None, **kwargs) -> Callable:
+    """A builder of transformers' ``model`` from its ``config`` class (``nested``: the vision
+    config's argument name for multi-tower configs), five labels."""
+
+    def build() -> nn.Module:
+        import transformers
+
+        settings = {nested: kwargs} if nested else kwargs
+        return getattr(transformers, model)(getattr(transformers, config)(num_labels=5, **settings))
+
+    return build
+
+
+def _torchvision(name: str, **kwargs) -> Callable:
+    def build() -> nn.Module:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(num_classes=5, **kwargs)
+        head = getattr(getattr(model, "heads", None), "head", None)
+        if head is not None:  # torchvision starts the ViT head at zero: no gradient would flow
+            torch.nn.init.normal_(head.weight, std=0.02)
+        return model
+
+    return build
+
+
+def _open_clip_zero_shot() -> nn.Module:
+    """An open_clip CLIP as a classifier over three random prompts (`vk.models.zero_shot`)."""
+    import open_clip
+
+    from .models import zero_shot
+
+    clip = open_clip.model.CLIP(
+        embed_dim=16,
+        vision_cfg={"image_size": 32, "patch_size": 8, "width": 32, "layers": 2, "head_width": 16},
+        text_cfg={"context_length": 8, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1},
+    ).eval()
+    prompts = torch.randint(0, 100, (3, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return zero_shot(clip, clip.encode_text(prompts))
+
+
+# library -> model label -> its small representative (the families of vizkit/families/<library>)
+LIBRARIES: dict[str, dict[str, LibraryModel]] = {
+    "transformers": {
+        "ViTForImageClassification": LibraryModel(
+            _transformers("ViTForImageClassification", "ViTConfig", **_HF_SMALL)
+        ),
+        "DeiTForImageClassificationWithTeacher": LibraryModel(
+            _transformers("DeiTForImageClassificationWithTeacher", "DeiTConfig", **_HF_SMALL)
+        ),
+        "Dinov2ForImageClassification": LibraryModel(
+            _transformers("Dinov2ForImageClassification", "Dinov2Config", **_HF_SMALL)
+        ),
+        "Dinov2WithRegistersForImageClassification": LibraryModel(
+            _transformers(
+                "Dinov2WithRegistersForImageClassification",
+                "Dinov2WithRegistersConfig",
+                num_register_tokens=4,
+                **_HF_SMALL,
+            )
+        ),  # fmt: skip
+        "CLIPForImageClassification": LibraryModel(
+            _transformers("CLIPForImageClassification", "CLIPConfig", "vision_config", **_HF_SMALL)
+        ),
+        "SiglipForImageClassification": LibraryModel(
+            _transformers(
+                "SiglipForImageClassification", "SiglipConfig", "vision_config", **_HF_SMALL
+            )
+        ),
+    },
+    "torchvision": {
+        "VisionTransformer (vit_b_16)": LibraryModel(
+            _torchvision(
+                "VisionTransformer",
+                image_size=32,
+                patch_size=8,
+                num_layers=2,
+                num_heads=2,
+                hidden_dim=32,
+                mlp_dim=64,
+            )
+        ),  # fmt: skip
+    },
+    "open_clip": {"CLIP visual tower (zero-shot)": LibraryModel(_open_clip_zero_shot)},
+}
+
+
 def timm_families() -> list[str]:
     """Every model module timm registers models from (its families and vizkit's), sorted."""
     return sorted(_registry.list_modules())
@@ -285,13 +390,42 @@ def run_coverage(families: list[str] | None = None, progress: bool = True) -> li
     return rows
 
 
+def run_library_coverage(
+    libraries: list[str] | None = None, progress: bool = True
+) -> dict[str, list[CoverageRow]]:
+    """`run_coverage` for the representatives of other libraries (`LIBRARIES`), by library;
+    a library that is not installed is left out."""
+    unknown = sorted(set(libraries or ()) - set(LIBRARIES))
+    if unknown:
+        raise ValueError(f"No library {unknown}; known: {', '.join(LIBRARIES)}.")
+    out = {}
+    for library in libraries or LIBRARIES:
+        if importlib.util.find_spec(library) is None:
+            continue
+        models = LIBRARIES[library].items()
+        out[library] = [
+            _row(label, label, lambda m=model: m.build(), model.size)
+            for label, model in tqdm(models, desc=library, disable=not progress)
+        ]
+    return out
+
+
 def _run_family(family: str) -> CoverageRow:
-    start = time.perf_counter()
     rep = FAMILIES.get(family)
     if rep is None:
         return CoverageRow(family, "", "", {}, {}, 0.0)
+
+    def build() -> nn.Module:
+        return timm.create_model(rep.model, pretrained=False, **rep.kwargs)
+
+    return _row(family, rep.model, build, rep.size)
+
+
+def _row(family: str, label: str, build: Callable[[], nn.Module], size: int) -> CoverageRow:
+    """Every analysis of `ANALYSES` on the model ``build`` makes (seeded, eval mode)."""
+    start = time.perf_counter()
     torch.manual_seed(0)
-    model = timm.create_model(rep.model, pretrained=False, **rep.kwargs).eval()
+    model = build().eval()
     hm = HookedModel(model)
     maps: dict[str, int] = {}
     map_names = []
@@ -300,11 +434,11 @@ def _run_family(family: str) -> CoverageRow:
         if kind:  # (vizkit's own layers declare their maps as HookPoints)
             maps[kind] = maps.get(kind, 0) + 1
             map_names.append(name)
-    x = _images(model, rep.size)
+    x = _images(model, size)
     results = {}
     for name, run in ANALYSES.items():
         results[name] = _outcome(run, hm, x)
-    return CoverageRow(family, rep.model, type(model).__name__, maps, results,
+    return CoverageRow(family, label, type(model).__name__, maps, results,
                        time.perf_counter() - start, _unfired(hm, x, map_names))  # fmt: skip
 
 
@@ -344,13 +478,48 @@ def _first_sentence(message: str) -> str:
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\. ")
 
 
-def coverage_markdown(rows: list[CoverageRow]) -> str:
-    """The table as Markdown: one row per family, ✓ or a numbered refusal per analysis, the
-    refusal reasons listed below, and the totals."""
-    names = list(ANALYSES)
+def coverage_markdown(
+    rows: list[CoverageRow], libraries: dict[str, list[CoverageRow]] | None = None
+) -> str:
+    """The tables as Markdown: for timm, then each other library, one row per family (model),
+    ✓ or a numbered refusal per analysis; the refusal reasons listed below, and the totals."""
     reasons: list[str] = []
+    lines = _table("family (timm module)", rows, reasons)
+    names = list(ANALYSES)
+    works = {n: sum(r.results.get(n, ("",))[0] == "works" for r in rows) for n in names}
+    errors = sum(s == "error" for r in rows for s, _ in r.results.values())
+    adapted = sum(1 for r in rows if set(r.maps) - {"unplaced", "position", "gate"})
+    unplaced = sum(1 for r in rows if set(r.maps) == {"unplaced"})
+    total = (
+        f"{len(rows)} timm model modules; {adapted} with an adapter (named blocks and maps), "
+        f"{unplaced} more with maps as captured, {len(rows) - adapted - unplaced} with no "
+        "softmax attention map vizkit reads; works per analysis: "
+        + ", ".join(f"{n} {c}" for n, c in works.items())
+        + f"; errors: {errors}."
+    )
+    sections = []
+    for library, library_rows in (libraries or {}).items():
+        counted = sum(r.results.get(n, ("",))[0] == "works" for r in library_rows for n in names)
+        sections += [
+            f"## {library}",
+            "",
+            f"{len(library_rows)} models; {counted} of {len(library_rows) * len(names)} "
+            "analyses work.",
+            "",
+            *_table("model", library_rows, reasons),
+            "",
+        ]
+    notes = [f"{i + 1}. {reason}" for i, reason in enumerate(reasons)]
+    return "\n".join(
+        [_HEADER, "## timm", "", total, "", *lines, "", *sections, "## Refusals", "", *notes, ""]
+    )
+
+
+def _table(first: str, rows: list[CoverageRow], reasons: list[str]) -> list[str]:
+    """One Markdown table; refusal reasons are numbered in ``reasons`` (shared by tables)."""
+    names = list(ANALYSES)
     lines = [
-        "| family (timm module) | class | representative | maps | " + " | ".join(names) + " |",
+        f"| {first} | class | representative | maps | " + " | ".join(names) + " |",
         "|---|---|---|---|" + "---|" * len(names),
     ]
     for row in rows:
@@ -372,27 +541,16 @@ def coverage_markdown(rows: list[CoverageRow]) -> str:
         lines.append(
             f"| {row.family} | {row.cls} | `{row.model}` | {kinds} | " + " | ".join(cells) + " |"
         )
-    works = {n: sum(r.results.get(n, ("",))[0] == "works" for r in rows) for n in names}
-    errors = sum(s == "error" for r in rows for s, _ in r.results.values())
-    adapted = sum(1 for r in rows if set(r.maps) - {"unplaced", "position", "gate"})
-    unplaced = sum(1 for r in rows if set(r.maps) == {"unplaced"})
-    total = (
-        f"{len(rows)} timm model modules; {adapted} with an adapter (named blocks and maps), "
-        f"{unplaced} more with maps as captured, {len(rows) - adapted - unplaced} with no "
-        "softmax attention map vizkit reads; works per analysis: "
-        + ", ".join(f"{n} {c}" for n, c in works.items())
-        + f"; errors: {errors}."
-    )
-    notes = [f"{i + 1}. {reason}" for i, reason in enumerate(reasons)]
-    return "\n".join([_HEADER, total, "", *lines, "", "Refusals:", "", *notes, ""])
+    return lines
 
 
-_HEADER = """# Coverage: which analysis works on which timm family
+_HEADER = """# Coverage: which analysis works on which family
 
 Generated by `vizkit coverage --out docs/coverage.md` (do not edit by hand); checked by
-`tests/test_coverage.py`. One small representative per timm model module (random weights, four
-random images, eval mode); ✓ works, ✗n is refused with reason n below (a ValueError that says why
-and what to use instead). "maps" counts the named attention maps by kind (see
-`vizkit.hooks.taps.PATTERN_KINDS`). Hierarchical models are analysed on their last stage where an
-analysis needs one token grid.
+`tests/test_coverage.py`. One small representative per timm model module, then per family of
+Hugging Face transformers, torchvision and open_clip (random weights from small configs, four
+random images, eval mode; nothing downloaded); ✓ works, ✗n is refused with reason n below (a
+ValueError that says why and what to use instead). "maps" counts the named attention maps by
+kind (see `vizkit.hooks.taps.PATTERN_KINDS`). Hierarchical models are analysed on their last
+stage where an analysis needs one token grid (`vk.attention` by default gives every stage).
 """

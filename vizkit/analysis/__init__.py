@@ -24,6 +24,7 @@ from .residual_norms import layerscale as layerscale
 from .residual_norms import ratio_uniformity as ratio_uniformity
 from .residual_norms import residual_ratios as residual_ratios
 from .saliency_result import SaliencyResult as SaliencyResult
+from .stages import Stages as Stages
 from .token_norms import TokenNorms as TokenNorms
 from .token_norms import token_norms as token_norms
 from .token_pca import TokenPCA as TokenPCA
@@ -31,6 +32,7 @@ from .token_pca import token_pca as token_pca
 
 __all__ = [
     "AttentionResult",
+    "Stages",
     "CKAResult",
     "FeatureEvolution",
     "LayerScale",

@@ -30,6 +30,7 @@ from ._model import (
     without_applied_suffix,
 )
 from .result import Result
+from .stages import Stages, layout_runs
 
 __all__ = [
     "AttentionResult",
@@ -207,7 +208,7 @@ def attention(
     query: str | int | tuple[int, int] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     maps: str = "softmax",
-) -> AttentionResult:
+) -> AttentionResult | Stages:
     """Self-attention patterns of ``x`` for ``layers`` (default: all): post-softmax, or the maps
     the blocks apply to their values.
 
@@ -227,7 +228,11 @@ def attention(
             map, else the softmax map. Refined and mixed maps are not row-stochastic.
 
     Returns:
-        An `AttentionResult` with patterns (L, B, H, Nq, N).
+        An `AttentionResult` with patterns (L, B, H, Nq, N). By default (``layers=None``,
+        ``query=None``) on a model whose layers hold different tokens (the stages of Swin,
+        Twins, PiT, MViTv2, MaxViT, LeViT; ConViT's class token joining late): `Stages`, one
+        `AttentionResult` per run of layers sharing a layout, from one forward. Layers asked
+        for explicitly must share their tokens (`stage_layers` gives one stage's).
 
     Example:
         >>> import timm, torch
@@ -246,9 +251,13 @@ def attention(
     max_bytes = check_count("max_bytes", max_bytes)
     names = (attention_names if maps == "softmax" else applied_attention_names)(hm, layers)
     image_size = tuple(x.shape[-2:])
-    layout = common_layout(hm, names, image_size)
-    row = None if query is None else query_index(layout, query)
-    size = attention_bytes(hm, x, names, row)
+    groups = layout_runs(hm, names, image_size)
+    if len(groups) > 1 and (layers is not None or query is not None):
+        common_layout(hm, names, image_size)  # refuses: explicit layers must share their tokens
+    layouts = [hm.token_layout(image_size, group[0]) for group in groups]
+    layout_of = {name: lay for group, lay in zip(groups, layouts, strict=True) for name in group}
+    row = None if query is None else query_index(layouts[0], query)
+    size = sum(attention_bytes(hm, x, group, row) for group in groups)
     if size > max_bytes:
         raise ValueError(
             f"Capturing {len(names)} attention layers for a batch of {len(x)} would take "
@@ -260,6 +269,7 @@ def attention(
     captured: dict[str, Tensor] = {}
 
     def keep(pattern: Tensor, *, name: str) -> None:
+        layout = layout_of[name]
         pattern = grid_map(hm, name, pattern, layout)
         if pattern.shape[-1] != layout.num_tokens:
             raise ValueError(
@@ -273,19 +283,24 @@ def attention(
 
     with torch.no_grad(), hm.hooks(fwd={name: keep for name in names}, read_only=True):
         logits = hm(x)
-    return AttentionResult(
-        patterns=torch.stack([captured[name] for name in names]),
-        layers=[layer_index(hm, name) for name in names],
-        names=names,
-        layout=layout,
-        patch_size=token_pixels(layout, image_size),
-        image_size=image_size,
-        model_layers=attention_names(hm),
-        query=row,
-        logits=logits,
-        maps=maps,
-        options={"maps": maps, "query": row, "max_bytes": max_bytes},
-    )
+    options = {"maps": maps, "query": row, "max_bytes": max_bytes}
+    results = [
+        AttentionResult(
+            patterns=torch.stack([captured[name] for name in group]),
+            layers=[layer_index(hm, name) for name in group],
+            names=group,
+            layout=layout,
+            patch_size=token_pixels(layout, image_size),
+            image_size=image_size,
+            model_layers=attention_names(hm),
+            query=row,
+            logits=logits,
+            maps=maps,
+            options=options,
+        )
+        for group, layout in zip(groups, layouts, strict=True)
+    ]
+    return results[0] if len(results) == 1 else Stages(results, image_size, options)
 
 
 def _span(ids: list[int]) -> str:

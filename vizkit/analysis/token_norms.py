@@ -22,6 +22,7 @@ from ..hooks.inputs import check_images
 from ..hooks.selection import LayerSpec, select_layers
 from .representations import token_stream_layers
 from .result import Result
+from .stages import Stages, layout_runs
 
 __all__ = ["TokenNorms", "token_norms"]
 
@@ -66,18 +67,20 @@ class TokenNorms(Result):
 @analysis_contract
 def token_norms(
     model: nn.Module | HookedModel, x: Tensor, layers: LayerSpec | None = None
-) -> TokenNorms:
+) -> TokenNorms | Stages:
     """The L2 norm over channels of every token in each block's output (the residual stream).
 
     Args:
         model: a ViT-style model whose blocks' outputs are tokens on a patch grid.
         x: images (B, C, H, W).
         layers: which block outputs (`vizkit.hooks.select_layers`: ints count the block outputs,
-            negative from the end); default all. Their tokens must share one layout (the blocks
-            of one stage for a hierarchical model, e.g. ``"layers.3.*"`` for Swin).
+            negative from the end); default all. Layers asked for must share one layout (the
+            blocks of one stage for a hierarchical model, e.g. ``"layers.3.*"`` for Swin).
 
     Returns:
-        `TokenNorms`: prefix (B, L, P) and patch (B, L, gh, gw) norms, in float32.
+        `TokenNorms`: prefix (B, L, P) and patch (B, L, gh, gw) norms, in float32; by default
+        on a model whose blocks hold different tokens, `Stages` of one `TokenNorms` per run of
+        blocks sharing a layout (the stages of a hierarchical model).
 
     Raises:
         ValueError: a model without token blocks (a CNN), or layers whose tokens differ.
@@ -87,14 +90,18 @@ def token_norms(
     image_size = tuple(x.shape[-2:])
     names = token_stream_layers(hm, image_size)
     chosen = names if layers is None else select_layers(layers, names, what="block outputs")
-    layout = _one_layout(hm, image_size, chosen)
+    groups = layout_runs(hm, chosen, image_size) if layers is None else [chosen]
+    layouts = [_one_layout(hm, image_size, group) for group in groups]
     with torch.no_grad():
         _, cache = hm.run_with_cache(x, names=chosen)
-    norms = torch.stack([cache[n].float().norm(dim=-1) for n in chosen], dim=1)  # (B, L, N)
-    if not torch.isfinite(norms).all():
-        raise ValueError("Some token norms are NaN or infinite; check the model and the input.")
-    prefix, patches = layout.split(norms, dim=-1)
-    return TokenNorms(prefix, layout.to_grid(patches), chosen, layout, image_size)
+    results = []
+    for group, layout in zip(groups, layouts, strict=True):
+        norms = torch.stack([cache[n].float().norm(dim=-1) for n in group], dim=1)  # (B, L, N)
+        if not torch.isfinite(norms).all():
+            raise ValueError("Some token norms are NaN or infinite; check the model and the input.")
+        prefix, patches = layout.split(norms, dim=-1)
+        results.append(TokenNorms(prefix, layout.to_grid(patches), group, layout, image_size))
+    return results[0] if len(results) == 1 else Stages(results, image_size)
 
 
 def _one_layout(hm: HookedModel, image_size, names: list[str]) -> TokenLayout:

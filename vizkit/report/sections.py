@@ -117,15 +117,17 @@ def _chance_caution(chance: Tensor, random_weights: bool) -> str:
 
 def attention(r: ReportInputs) -> Section:
     result = _attention(r)
+    last = result[-1] if isinstance(result, analysis.Stages) else result
     images = viz.display_images(r.images, r.model)
     return Section(
         "Attention",
         "Post-softmax attention of one query (the class token, or the centre patch) in every "
         "layer (of a hierarchical model: of its last stage) and head of image 0, the same "
-        "query's head-averaged row over the image, and per-layer statistics over all images.",
+        "query's head-averaged row over the image, and per-layer statistics over all images "
+        "(of every stage, where they fit in memory).",
         [
-            viz.attention_grid(result, images=images),
-            viz.query_attention(result, images),
+            viz.attention_grid(last, images=images),
+            viz.query_attention(last, images),
             viz.attention_stats_figure(result),
         ],
     )
@@ -245,8 +247,14 @@ def _require_self_attention(r: ReportInputs) -> None:
         raise NotApplicable(f"{type(r.model).__name__} has no self-attention patterns.")
 
 
-def _attention(r: ReportInputs) -> analysis.AttentionResult:
-    """Every self-attention layer's maps (a hierarchical model's last stage)."""
+def _attention(r: ReportInputs) -> analysis.AttentionResult | analysis.Stages:
+    """Every self-attention layer's maps (`Stages` for a hierarchical model); its last stage's
+    where every stage would not fit in memory (an early stage's window maps in image space are
+    Np x Np per head)."""
+    try:
+        return analysis.attention(r.hooked, r.images)
+    except ValueError:
+        pass
     try:
         layers = analysis.stage_layers(r.hooked, tuple(r.images.shape[-2:]))
         return analysis.attention(r.hooked, r.images, layers=layers)

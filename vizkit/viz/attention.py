@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..analysis import AttentionResult
+from ..analysis import AttentionResult, Stages
 from ..hooks.inputs import check_choice
 from ..hooks.selection import HeadSpec, LayerSpec
 from .overlay import heatmap_on_image, opacity_slider
@@ -160,40 +160,56 @@ def query_attention(
 
 
 def _check_image(result: AttentionResult, image: int) -> None:
+    if isinstance(result, Stages):
+        raise TypeError(
+            f"This figure draws one token grid; the result holds {len(result)} stages of "
+            "different grids. Pass one stage: result[-1] (the last), result[0], ..."
+        )
     batch = result.patterns.shape[1]
     if not -batch <= image < batch:
         raise ValueError(f"image {image} is out of range: the result holds {batch} images.")
 
 
-def attention_stats_figure(result: AttentionResult) -> go.Figure:
+def attention_stats_figure(result: AttentionResult | Stages) -> go.Figure:
     """Per-layer attention statistics averaged over images and heads, with the spread over
-    heads (min to max) as a band: normalized entropy, mean attention distance, locality."""
-    stats = result.stats()
+    heads (min to max) as a band: normalized entropy, mean attention distance, locality. A
+    `Stages` result (a hierarchical model's default `attention`) gives every stage's layers in
+    one curve, stages marked by dotted lines and their token grids named in the title."""
+    stages = list(result) if isinstance(result, Stages) else [result]
+    per_stage = [stage.stats() for stage in stages]
     wanted = {
         "entropy": "entropy / log N (1 = uniform)",
         "distance_pixels": "mean distance (pixels)",
         "locality": "mass within 1 patch",
     }
-    wanted = {k: label for k, label in wanted.items() if k in stats}
+    wanted = {k: label for k, label in wanted.items() if all(k in st for st in per_stage)}
+    x = [str(layer) for stage in stages for layer in stage.layers]
     fig = make_subplots(rows=1, cols=len(wanted), horizontal_spacing=0.12)
     for col, (key, label) in enumerate(wanted.items(), start=1):
-        per_head = stats[key].float().mean(1).cpu()  # (L, H)
-        x = [str(layer) for layer in result.layers]
-        band = per_head.max(1).values.tolist() + per_head.min(1).values.tolist()[::-1]
+        per_head = [st[key].float().mean(1).cpu() for st in per_stage]  # (L_s, H_s) each
+        mean = [v for p in per_head for v in p.mean(1).tolist()]
+        high = [v for p in per_head for v in p.max(1).values.tolist()]
+        low = [v for p in per_head for v in p.min(1).values.tolist()]
         fig.add_trace(
-            go.Scatter(x=x + x[::-1], y=band, mode="lines",
+            go.Scatter(x=x + x[::-1], y=high + low[::-1], mode="lines",
                        fill="toself", line={"width": 0}, fillcolor="rgba(31,119,180,0.2)",
                        name="head range", showlegend=col == 1, hoverinfo="skip"),
             row=1, col=col,
         )  # fmt: skip
         fig.add_trace(
-            go.Scatter(x=x, y=per_head.mean(1).tolist(), mode="lines+markers", name="mean",
+            go.Scatter(x=x, y=mean, mode="lines+markers", name="mean",
                        line={"color": "#1f77b4"}, showlegend=col == 1),
             row=1, col=col,
         )  # fmt: skip
         fig.update_yaxes(title_text=label, row=1, col=col)
-    fig.update_xaxes(title_text="layer")
-    images = result.patterns.shape[1]
-    return finish(
-        fig, f"Attention statistics per layer ({images} images; band: min-max over heads)", 380
-    )
+        start = 0
+        for stage in stages[:-1]:  # a dotted line between stages
+            start += len(stage.layers)
+            fig.add_vline(x=start - 0.5, line={"dash": "dot", "color": "#888"}, row=1, col=col)
+    fig.update_xaxes(title_text="layer", type="category")
+    images = stages[0].patterns.shape[1]
+    title = f"Attention statistics per layer ({images} images; band: min-max over heads)"
+    if len(stages) > 1:
+        grids = ", ".join(f"{s.layout.grid[0]}x{s.layout.grid[1]}" for s in stages)
+        title += f"<br><sub>{len(stages)} stages (dotted lines), token grids {grids}</sub>"
+    return finish(fig, title, 380 + 20 * (len(stages) > 1))
