@@ -105,3 +105,24 @@ def test_zero_shot_refuses_what_it_cannot_use():
         vk.models.zero_shot(torch.nn.Linear(2, 2), torch.randn(3, 2))
     with pytest.raises(ValueError, match="scale"):
         vk.models.zero_shot(model, torch.randn(3, 16), scale=0.0)
+
+
+def test_a_timm_backed_tower_keeps_its_timm_family_and_size_check():
+    """open_clip's TimmModel holds a timm ViT: found inside (names under visual.trunk), its
+    input size checked by vizkit as for the bare timm model."""
+    torch.manual_seed(0)
+    model = open_clip.model.CLIP(
+        embed_dim=16,
+        vision_cfg={"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False,
+                    "image_size": 224, "timm_pool": "", "timm_proj": "linear"},
+        text_cfg={"context_length": 8, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1},
+    ).eval()  # fmt: skip
+    hm = vk.HookedModel(model)
+    assert hm.family.root == "visual.trunk" and hm.family.family == "vit"
+    with pytest.raises(ValueError, match="built for 224x224 inputs"):
+        vk.attention(model.visual, torch.randn(2, 3, 32, 32))
+    x = torch.randn(2, 3, 224, 224)
+    result = vk.attention(model.visual, x, layers=[-1])
+    assert result.patterns.shape == (1, 2, 3, 197, 197)
+    text = model.encode_text(torch.randint(0, 100, (3, 8)))
+    assert vk.gradcam(vk.models.zero_shot(model, text), x, target=1).maps.shape == (2, 14, 14)

@@ -72,3 +72,14 @@ def test_add_a_family_how_to_runs_and_shows_what_it_says():
     hm = scope["hm"]
     assert hm.family.family == "toy" and hm.tap("stack.1.attn.hook_pattern").kind == "self"
     assert "stack.0.hook_attn_out" in hm.hook_names()
+
+
+def test_other_libraries_how_to_runs_and_shows_what_it_says():
+    """docs/how-to/other-libraries.md: its Python blocks run on random-init models (the
+    from_pretrained lines are shown in text blocks, nothing is downloaded)."""
+    scope = {"__name__": "other_libraries_how_to"}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "other-libraries.md")):
+        run(block, f"other-libraries.md block {i}", scope)
+    assert tuple(scope["maps"].patterns.shape) == (2, 4, 2, 17, 17)
+    assert tuple(scope["dog"].maps.shape) == (4, 4, 4)
+    assert [s.layout.grid for s in scope["stages"]] == [(16, 16), (8, 8)]

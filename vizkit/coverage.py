@@ -184,6 +184,10 @@ _HF_SMALL = {"image_size": 32, "patch_size": 8, "hidden_size": 32, "num_hidden_l
              "num_attention_heads": 2, "intermediate_size": 64}  # fmt: skip
 
 
+_HF_SWIN = {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [2, 2],
+            "num_heads": [2, 2], "window_size": 4}  # fmt: skip
+
+
 def _transformers(model: str, config: str, nested: str | None = None, **kwargs) -> Callable:
     """A builder of transformers' ``model`` from its ``config`` class (``nested``: the vision
     config's argument name for multi-tower configs), five labels."""
@@ -249,6 +253,33 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
         "CLIPForImageClassification": LibraryModel(
             _transformers("CLIPForImageClassification", "CLIPConfig", "vision_config", **_HF_SMALL)
         ),
+        "SwinForImageClassification": LibraryModel(
+            _transformers("SwinForImageClassification", "SwinConfig", **_HF_SWIN)
+        ),
+        "Swinv2ForImageClassification": LibraryModel(  # transformers has no sdpa for Swin V2
+            _transformers(
+                "Swinv2ForImageClassification",
+                "Swinv2Config",
+                attn_implementation="eager",
+                **_HF_SWIN,
+            )
+        ),  # fmt: skip
+        "BeitForImageClassification": LibraryModel(
+            _transformers(
+                "BeitForImageClassification",
+                "BeitConfig",
+                use_relative_position_bias=True,
+                **_HF_SMALL,
+            )
+        ),  # fmt: skip
+        "Data2VecVisionForImageClassification": LibraryModel(
+            _transformers(
+                "Data2VecVisionForImageClassification",
+                "Data2VecVisionConfig",
+                use_relative_position_bias=True,
+                **_HF_SMALL,
+            )
+        ),  # fmt: skip
         "SiglipForImageClassification": LibraryModel(
             _transformers(
                 "SiglipForImageClassification", "SiglipConfig", "vision_config", **_HF_SMALL
@@ -265,6 +296,28 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 num_heads=2,
                 hidden_dim=32,
                 mlp_dim=64,
+            )
+        ),  # fmt: skip
+        "SwinTransformer (swin_t)": LibraryModel(
+            _torchvision(
+                "SwinTransformer",
+                patch_size=[4, 4],
+                embed_dim=16,
+                depths=[2, 2],
+                num_heads=[2, 2],
+                window_size=[4, 4],
+            )
+        ),  # fmt: skip
+        "MaxVit (maxvit_t)": LibraryModel(
+            _torchvision(
+                "MaxVit",
+                input_size=(32, 32),
+                stem_channels=8,
+                partition_size=2,
+                block_channels=[16, 32],
+                block_layers=[1, 1],
+                head_dim=8,
+                stochastic_depth_prob=0.0,
             )
         ),  # fmt: skip
     },
@@ -404,7 +457,7 @@ def run_library_coverage(
             continue
         models = LIBRARIES[library].items()
         out[library] = [
-            _row(label, label, lambda m=model: m.build(), model.size)
+            _row(label, None, lambda m=model: m.build(), model.size)
             for label, model in tqdm(models, desc=library, disable=not progress)
         ]
     return out
@@ -421,12 +474,15 @@ def _run_family(family: str) -> CoverageRow:
     return _row(family, rep.model, build, rep.size)
 
 
-def _row(family: str, label: str, build: Callable[[], nn.Module], size: int) -> CoverageRow:
-    """Every analysis of `ANALYSES` on the model ``build`` makes (seeded, eval mode)."""
+def _row(family: str, label: str | None, build: Callable[[], nn.Module], size: int) -> CoverageRow:
+    """Every analysis of `ANALYSES` on the model ``build`` makes (seeded, eval mode);
+    ``label``: the representative's name, default the vizkit family that reads it."""
     start = time.perf_counter()
     torch.manual_seed(0)
     model = build().eval()
     hm = HookedModel(model)
+    if label is None:
+        label = f"{hm.family.family} family" if hm.family is not None else "no family"
     maps: dict[str, int] = {}
     map_names = []
     for name in hm.hook_names():
@@ -503,8 +559,8 @@ def coverage_markdown(
         sections += [
             f"## {library}",
             "",
-            f"{len(library_rows)} models; {counted} of {len(library_rows) * len(names)} "
-            "analyses work.",
+            f"{len(library_rows)} model{'s' * (len(library_rows) != 1)}; {counted} of "
+            f"{len(library_rows) * len(names)} analyses work.",
             "",
             *_table("model", library_rows, reasons),
             "",

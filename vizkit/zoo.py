@@ -25,6 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
 
 __all__ = [
@@ -245,9 +246,11 @@ def load(
 
     Args:
         name: a zoo name (``vit_tiny_shapes``), a zoo-style checkpoint path (``x.safetensors``
-            with its card ``x.json`` beside it), or a timm architecture with ``checkpoint`` (your
+            with its card ``x.json`` beside it), a timm architecture with ``checkpoint`` (your
             own .safetensors file, sha256-checked when a card is beside it) or
-            ``pretrained=True`` (timm's weights, from the local cache when offline).
+            ``pretrained=True`` (timm's weights, from the local cache when offline), or a model
+            of another library, ``transformers:<hub id or folder>`` or
+            ``torchvision:<builder>[:<weights>]`` (`vizkit.models.libraries`).
         kwargs: architecture kwargs for a timm name (``num_classes``, ``img_size``, ...).
 
     Raises:
@@ -262,6 +265,13 @@ def load(
         raise TypeError(
             f"name must be a zoo name, a timm name or a .safetensors path; got {name!r}."
         )
+    if is_library_spec(name):
+        if checkpoint is not None or pretrained or kwargs:
+            raise ValueError(
+                f"{name!r} names a model of another library with its weights; checkpoint=, "
+                "pretrained= and architecture kwargs apply to timm names."
+            )
+        return load_library_model(name)
     shipped = name in list()
     if shipped or name.endswith(".safetensors"):
         if checkpoint is not None or pretrained or kwargs:

@@ -66,6 +66,14 @@ def _patch_embed(model: nn.Module) -> nn.Module | None:
     return pe if pe is not None and hasattr(pe, "patch_size") else None
 
 
+def _embedding_owner(model: nn.Module) -> nn.Module:
+    """``model``, or where it has no timm patch embedding, the first module inside it that has
+    one (a timm ViT held in a wrapper: open_clip's ``TimmModel``, a user's backbone)."""
+    if _patch_embed(model) is not None:
+        return model
+    return next((m for m in model.modules() if _patch_embed(m) is not None), model)
+
+
 def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout | None:
     """Token layout of ``model`` for an (H, W) input, or None if the model has no patch embedding.
 
@@ -136,6 +144,7 @@ def validate_input(model: nn.Module, x: Tensor) -> None:
             f"The model takes {channels}-channel images {expected}; got "
             f"{x.shape[1]} channels in shape {tuple(x.shape)}.{hint}"
         )
+    model = _embedding_owner(model)
     pe = _patch_embed(model)
     if pe is None or getattr(pe, "img_size", None) is None:
         return

@@ -12,6 +12,7 @@ import timm
 from torch import nn
 
 from .. import papers as papers  # registers every vizkit_* model with timm
+from . import libraries as libraries
 from .counting import param_count as param_count
 from .names import create_timm_model as create_timm_model
 from .names import did_you_mean as did_you_mean

@@ -73,6 +73,9 @@ def _architecture(model: nn.Module, card: dict) -> str:
     name = card.get("architecture")
     kwargs = card.get("kwargs") or {}
     built = f"{name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})" if kwargs else name
+    if card.get("library"):  # a model of another library, behind vizkit's LibraryClassifier
+        inner = getattr(model, "model", model)
+        return f"{type(inner).__name__} ({card['library']}, {card.get('weights', 'random')})"
     parts = [type(model).__name__ + (f" = timm {built}" if name else "")]
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.Sequential | nn.ModuleList) and hasattr(model, "embed_dim"):

@@ -1,6 +1,6 @@
 """Hugging Face transformers' vision encoders, one module per family. Registering them imports
 nothing from transformers: their classes are named as "module:QualName"."""
 
-from . import clip, dinov2, vit
+from . import beit, clip, dinov2, swin, vit
 
-__all__ = ["clip", "dinov2", "vit"]
+__all__ = ["beit", "clip", "dinov2", "swin", "vit"]
