@@ -202,3 +202,27 @@ def test_a_model_inside_the_users_wrapper_keeps_its_layout():
     ours = vk.attention(wrapped, x).patterns
     torch.testing.assert_close(ours, vk.attention(model, x).patterns)
     assert vk.gradcam(wrapped, x).maps.shape == (4, 4, 4)
+
+
+def test_siglip2_takes_images_through_siglip2images_and_its_maps_equal_transformers_own():
+    """SigLIP 2 takes patches; vk.models.Siglip2Images makes them from images as its image
+    processor does (raster order, channels last), so the tokens are a raster grid."""
+    torch.manual_seed(0)
+    vision = {k: v for k, v in SMALL.items() if k not in ("image_size", "num_labels")}
+    config = transformers.Siglip2Config(vision_config={**vision, "num_patches": 16}, num_labels=5)
+    model = transformers.Siglip2ForImageClassification(config).eval()
+    images_model, x = vk.models.Siglip2Images(model).eval(), images()
+    result = vk.attention(images_model, x)
+    reference = copy.deepcopy(model.vision_model)
+    reference.config._attn_implementation = "eager"
+    patches = x.reshape(4, 3, 4, 8, 4, 8).permute(0, 2, 4, 3, 5, 1).reshape(4, 16, 192)
+    out = reference(
+        pixel_values=patches, pixel_attention_mask=torch.ones(4, 16, dtype=torch.long),
+        spatial_shapes=torch.tensor([[4, 4]] * 4), output_attentions=True,
+    )  # fmt: skip
+    for got, want in zip(result.patterns, out.attentions, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert result.layout.grid == (4, 4) and result.layout.num_prefix_tokens == 0
+    assert vk.gradcam(images_model, x, target=1).maps.shape == (4, 4, 4)
+    with pytest.raises(ValueError, match="multiples of its patch size 8"):
+        images_model(torch.randn(1, 3, 30, 30))

@@ -201,6 +201,17 @@ def _transformers(model: str, config: str, nested: str | None = None, **kwargs) 
     return build
 
 
+def _siglip2() -> nn.Module:
+    """SigLIP 2 takes patches: `vizkit.models.Siglip2Images` gives it images."""
+    import transformers
+
+    from .models import Siglip2Images
+
+    vision = {k: v for k, v in _HF_SMALL.items() if k != "image_size"}
+    config = transformers.Siglip2Config(vision_config={**vision, "num_patches": 16}, num_labels=5)
+    return Siglip2Images(transformers.Siglip2ForImageClassification(config))
+
+
 def _torchvision(name: str, **kwargs) -> Callable:
     def build() -> nn.Module:
         import torchvision
@@ -280,6 +291,7 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 **_HF_SMALL,
             )
         ),  # fmt: skip
+        "Siglip2ForImageClassification (Siglip2Images)": LibraryModel(_siglip2),
         "SiglipForImageClassification": LibraryModel(
             _transformers(
                 "SiglipForImageClassification", "SiglipConfig", "vision_config", **_HF_SMALL

@@ -12,6 +12,7 @@ import timm
 from torch import nn
 
 from .. import papers as papers  # registers every vizkit_* model with timm
+from ..families.transformers.siglip2 import Siglip2Images as Siglip2Images
 from . import libraries as libraries
 from .counting import param_count as param_count
 from .names import create_timm_model as create_timm_model
@@ -20,6 +21,7 @@ from .zero_shot import ZeroShotClassifier as ZeroShotClassifier
 from .zero_shot import zero_shot as zero_shot
 
 __all__ = [
+    "Siglip2Images",
     "ZeroShotClassifier",
     "create_model",
     "create_timm_model",

@@ -14,7 +14,7 @@ from ...hooks.family import BlockSite, Family, FamilyLayout, ResidualSpec, regis
 from ...hooks.taps import Tap
 from .common import embedding_tokens, returned_map
 
-__all__ = ["layout"]
+__all__ = ["CLIP_LAYER", "layout"]
 
 _CLIP = "transformers.models.clip.modeling_clip"
 _SIGLIP = "transformers.models.siglip.modeling_siglip"
@@ -33,14 +33,17 @@ def layout(model: nn.Module) -> FamilyLayout:
 
 
 # x + self_attn(layer_norm1(x)) (ending in out_proj); x + mlp(layer_norm2(x))
-_LAYER = ResidualSpec("self_attn.out_proj", "mlp", "layer_norm2")
+CLIP_LAYER = ResidualSpec("self_attn.out_proj", "mlp", "layer_norm2")
 
 FAMILY = register_family(
     Family(
         "clip",
         "transformers",
         models={f"{_CLIP}:CLIPVisionModel": layout, f"{_SIGLIP}:SiglipVisionModel": layout},
-        blocks={f"{_CLIP}:CLIPEncoderLayer": _LAYER, f"{_SIGLIP}:SiglipEncoderLayer": _LAYER},
+        blocks={
+            f"{_CLIP}:CLIPEncoderLayer": CLIP_LAYER,
+            f"{_SIGLIP}:SiglipEncoderLayer": CLIP_LAYER,
+        },
         attention={
             f"{_CLIP}:CLIPAttention": returned_map,
             f"{_SIGLIP}:SiglipAttention": returned_map,
