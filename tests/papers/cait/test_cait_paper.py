@@ -128,8 +128,10 @@ def test_late_class_token_joins_at_its_block():
     assert torch.equal(before[names[0]], after[names[0]])  # block 0 never sees the class token
     assert not torch.equal(before[names[1]], after[names[1]])
     assert vk.attention(model, images(), layers=[1, 2]).layout.num_prefix_tokens == 1
+    staged = vk.attention(model, images())  # by default one result per token layout
+    assert [s.layout.num_prefix_tokens for s in staged] == [0, 1] and staged[0].layers == [0]
     with pytest.raises(ValueError, match=r"hold different tokens \(layer 0: 0 prefix"):
-        vk.attention(model, images())
+        vk.attention(model, images(), layers=[0, 1])
     with pytest.raises(ValueError, match="cls_insert_layer must be"):
         timm.create_model("vizkit_vit_tiny_late_cls", depth=3, cls_insert_layer=3)
 
