@@ -106,8 +106,8 @@ def test_gradients_at_the_maps_equal_autograd_through_transformers_maps(kind):
     assert implementations(model) == {"sdpa"}
 
 
-def test_a_failing_hook_restores_the_attention_implementation():
-    model, x = build("vit"), images()
+def check_a_failing_hook_restores_everything(model: nn.Module, x: torch.Tensor) -> None:
+    """A hook that raises inside a capture leaves no hook and the model's sdpa attention."""
 
     def fail(pattern, *, name):
         raise RuntimeError("boom")
@@ -117,6 +117,10 @@ def test_a_failing_hook_restores_the_attention_implementation():
         hm(x)
     assert implementations(model) == {"sdpa"}
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_a_failing_hook_restores_the_attention_implementation():
+    check_a_failing_hook_restores_everything(build("vit"), images())
 
 
 def test_the_returned_map_cannot_be_edited():

@@ -20,6 +20,8 @@ import vizkit as vk
 
 transformers = pytest.importorskip("transformers")
 
+from test_transformers_families import check_a_failing_hook_restores_everything  # noqa: E402
+
 import vizkit.families.transformers.beit  # noqa: E402  (registers the families)
 import vizkit.families.transformers.swin  # noqa: E402
 from vizkit.analysis.stages import Stages  # noqa: E402
@@ -152,16 +154,7 @@ def test_swinv2_has_no_sdpa_in_transformers():
 
 @pytest.mark.parametrize("kind", ["swin", "beit"])
 def test_a_failing_hook_restores_the_attention_implementation(kind):
-    model, x = build(kind), images(2)
-
-    def fail(pattern, *, name):
-        raise RuntimeError("boom")
-
-    hm = vk.HookedModel(model)
-    with pytest.raises(RuntimeError, match="boom"), hm.hooks(fwd={"*.hook_pattern": fail}):
-        hm(x)
-    assert implementations(model) == {"sdpa"}
-    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    check_a_failing_hook_restores_everything(build(kind), images(2))
 
 
 @pytest.mark.parametrize("kind", ["swin", "beit"])
