@@ -2,6 +2,7 @@
 
 from . import analysis as analysis
 from . import datasets as datasets
+from . import methods as methods
 from . import metrics as metrics
 from . import models as models
 from . import papers as papers
@@ -35,6 +36,13 @@ from .hooks import HookPoint as HookPoint
 from .hooks import TokenLayout as TokenLayout
 from .hooks import token_layout as token_layout
 from .hooks import unfused_attention as unfused_attention
+from .methods.ablationcam import ablationcam as ablationcam
+from .methods.eigencam import eigencam as eigencam
+from .methods.gradcam_pp import gradcam_pp as gradcam_pp
+from .methods.hirescam import hirescam as hirescam
+from .methods.layercam import layercam as layercam
+from .methods.scorecam import scorecam as scorecam
+from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
 from .models import create_model as create_model
 
@@ -49,6 +57,7 @@ __all__ = [
     "SaliencyResult",
     "TokenLayout",
     "__version__",
+    "ablationcam",
     "analysis",
     "attention",
     "cka",
@@ -57,10 +66,15 @@ __all__ = [
     "compare_saliency",
     "create_model",
     "datasets",
+    "eigencam",
     "feature_evolution",
     "grad_rollout",
     "gradcam",
+    "gradcam_pp",
+    "hirescam",
     "integrated_gradients",
+    "layercam",
+    "methods",
     "metrics",
     "models",
     "occlusion",
@@ -68,10 +82,12 @@ __all__ = [
     "residual_ratios",
     "rollout",
     "saliency",
+    "scorecam",
     "token_layout",
     "token_norms",
     "token_pca",
     "unfused_attention",
     "viz",
     "widgets",
+    "xgradcam",
 ]

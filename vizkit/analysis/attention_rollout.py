@@ -21,6 +21,7 @@ from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_image_batch, ch
 from ..hooks.selection import HeadSpec, head_option, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
+from ..methods.registry import saliency_method
 from ._model import (
     applied_attention_names,
     class_attention_names,
@@ -88,6 +89,10 @@ def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
     return layout.split(patch_cols, dim=1)[1].mean(1)
 
 
+@saliency_method(
+    "rollout", needs=("attention",), targets=False,
+    summary="attention maps multiplied over the layers (Abnar & Zuidema 2020)",
+)  # fmt: skip
 @analysis_contract
 def rollout(
     model: nn.Module | HookedModel,
@@ -242,6 +247,10 @@ def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, heads) -> Te
     return r[:, 1:]
 
 
+@saliency_method(
+    "grad_rollout", needs=("attention", "gradients"),
+    summary="gradient-weighted attention rolled out (Chefer et al., ICCV 2021)",
+)  # fmt: skip
 @analysis_contract
 def grad_rollout(
     model: nn.Module | HookedModel,

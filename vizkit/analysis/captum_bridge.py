@@ -22,6 +22,7 @@ from ..hooks.inputs import (
     check_values_finite,
 )
 from ..hooks.targets import model_logits, target_indices
+from ..methods.registry import saliency_method
 from .saliency_result import SaliencyResult
 
 __all__ = ["integrated_gradients", "occlusion", "saliency"]
@@ -64,6 +65,10 @@ def _result(attributions: Tensor, method: str, reduce: str, targets, options: di
     )
 
 
+@saliency_method(
+    "integrated_gradients", needs=("gradients",),
+    summary="gradients integrated from a baseline (Sundararajan et al. 2017; captum)",
+)  # fmt: skip
 @analysis_contract
 def integrated_gradients(
     model: nn.Module | HookedModel,
@@ -101,6 +106,10 @@ def integrated_gradients(
     return _result(attributions, "integrated_gradients", "sum", targets, options)
 
 
+@saliency_method(
+    "saliency", needs=("gradients",),
+    summary="|gradient| of the target per pixel (Simonyan et al. 2014; captum)",
+)  # fmt: skip
 @analysis_contract
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
@@ -111,6 +120,10 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     return _result(attributions, "saliency", "abs_max", targets, {})
 
 
+@saliency_method(
+    "occlusion", needs=("forwards",),
+    summary="the score lost when a window is occluded (Zeiler & Fergus 2014; captum)",
+)  # fmt: skip
 @analysis_contract
 def occlusion(
     model: nn.Module | HookedModel,

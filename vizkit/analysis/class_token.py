@@ -9,12 +9,17 @@ from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.selection import HeadSpec, LayerSpec, head_option, reduce_heads, select_layer
+from ..methods.registry import saliency_method
 from ._model import class_attention_names, pooling_attention_names, self_attention_names
 from .saliency_result import SaliencyResult
 
 __all__ = ["class_attention"]
 
 
+@saliency_method(
+    "class_attention", needs=("attention",), targets=False,
+    summary="the class token's attention over the patches (CaiT Fig. 6/7)",
+)  # fmt: skip
 @analysis_contract
 def class_attention(
     model: nn.Module | HookedModel,

@@ -1,25 +1,42 @@
-"""Grad-CAM (Selvaraju et al. 2017) for ViTs (on tokens) and CNNs (on feature maps).
+"""Grad-CAM (Selvaraju et al. 2017) for ViTs (on tokens) and CNNs (on feature maps), and the
+template every class-activation map shares (`vizkit.methods`: Grad-CAM++, XGrad-CAM, HiResCAM,
+LayerCAM, Eigen-CAM, Score-CAM, Ablation-CAM).
 
-Both read an activation A and the gradient G of the target logit with respect to it, weight each
-channel by its mean gradient over positions, and keep the positive part: relu(sum_c w_c A_c).
+A CAM reads one activation A as channels over a grid, (B, C, h, w), with the gradient G of the
+target score with respect to it where it needs one (`cam_activation`: the token reshape is done
+here once, from the family's token layout), weights its channels, and keeps the positive part of
+the weighted sum: relu(sum_c w_c A_c) (`channel_cam`). Grad-CAM's weight is the mean gradient
+over positions.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from ..hooks import HookedModel, Target
+from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selection import LayerSpec, layer_indices, select_layer
 from ..hooks.targets import explained_classes
+from ..methods.registry import saliency_method
 from ._model import reads_class_token
 from .saliency_result import SaliencyResult
 
-__all__ = ["default_gradcam_layer", "gradcam", "gradcam_layers"]
+__all__ = [
+    "CamActivation",
+    "cam_activation",
+    "cam_maps",
+    "cam_result",
+    "channel_cam",
+    "default_gradcam_layer",
+    "gradcam",
+    "gradcam_layers",
+]
 
 
 def default_gradcam_layer(hm: HookedModel) -> str:
@@ -61,6 +78,140 @@ def gradcam_layers(hm: HookedModel) -> list[str]:
     return [name for name in stages if name in known]
 
 
+@dataclass
+class CamActivation:
+    """One activation of a batch as channels over its grid, for a class-activation map.
+
+    Attributes:
+        act: (B, C, h, w) the activation (a token activation's patch tokens on the patch grid).
+        grad: (B, C, h, w) the gradient of the target score with respect to it, or None.
+        layer: its hook name; layer_index: its position in `gradcam_layers` (or None).
+        layout: the token layout for token activations, None for feature maps.
+        logits: the model's output on the batch.
+    """
+
+    act: Tensor
+    grad: Tensor | None
+    layer: str
+    layer_index: int | None
+    layout: TokenLayout | None
+    logits: Tensor
+
+
+def cam_activation(
+    hm: HookedModel,
+    x: Tensor,
+    target: Target,
+    layer: LayerSpec | None,
+    gradients: bool = True,
+    method: str = "Grad-CAM",
+) -> CamActivation:
+    """The activation ``layer`` (default `default_gradcam_layer`) of images ``x`` as (B, C, h, w),
+    with the gradient of the target score where ``gradients``.
+
+    Raises:
+        ValueError: an attention pattern, an activation of another rank, or windows (no
+            per-image reading).
+    """
+    counted = gradcam_layers(hm)
+    if layer is None:
+        layer = default_gradcam_layer(hm)
+    layer = select_layer(layer, counted, hm.hook_names(), what="Grad-CAM layers")
+    if (hm.tap(layer).shape or "").startswith("B H"):
+        raise ValueError(
+            f"{layer} is an attention pattern (B, H, N, N), not a token activation (B, N, C) "
+            "or a feature map (B, C, h, w); for attention use rollout() or grad_rollout(), "
+            "or pass a residual name such as blocks.-1.hook_resid_pre."
+        )
+    if gradients:
+        logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
+        act, grad = cache[layer], cache[f"{layer}_grad"]
+    else:
+        logits, cache = hm.run_with_cache(x, names=layer)
+        act, grad = cache[layer], None
+    require_per_image(layer, act, len(x))
+    layout = None
+    if act.ndim == 3:  # tokens (B, N, C) -> patches on the grid (B, C, gh, gw)
+        layout = hm.token_layout(tuple(x.shape[-2:]), layer)
+        if layout is None:
+            raise ValueError(f"{layer} is a token activation but the model has no patch grid.")
+        act, grad = (None if t is None else _on_grid(t, layout) for t in (act, grad))
+    elif act.ndim == 4:  # feature maps (B, C, h, w) or channels-last (B, h, w, C)
+        if feature_map_format(hm.tap(layer).shape, act, tuple(x.shape[-2:])) == "NHWC":
+            act, grad = (None if t is None else t.permute(0, 3, 1, 2) for t in (act, grad))
+    else:
+        raise ValueError(
+            f"{method} needs a token activation (B, N, C) or a feature map (B, C, h, w); "
+            f"{layer} is {tuple(act.shape)}."
+        )
+    if grad is not None:
+        dead = (grad.flatten(1) == 0).all(1)
+        if dead.any():
+            warnings.warn(
+                f"All gradients at {layer} are zero for samples {dead.nonzero()[:, 0].tolist()}: "
+                "the target does not depend on this activation (after the last block only the "
+                "class token reaches a token-pooling head). Choose an earlier layer.",
+                stacklevel=4,  # the caller of the method's `analysis` wrapper
+            )
+    index = layer_indices([layer], counted)[0]
+    return CamActivation(act, grad, layer, index, layout, logits)
+
+
+def _on_grid(tokens: Tensor, layout: TokenLayout) -> Tensor:
+    """(B, N, C) tokens -> (B, C, gh, gw): the patch tokens on the patch grid."""
+    patches = layout.split(tokens, dim=1)[1]
+    return layout.to_grid(patches.transpose(1, 2))
+
+
+def channel_cam(found: CamActivation, weights: Tensor) -> Tensor:
+    """relu(sum_c w_c A_c): (B, h, w) from channel weights (B, C)."""
+    return (weights[:, :, None, None] * found.act).sum(1).clamp_min(0)
+
+
+def cam_maps(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    target: Target,
+    layer: LayerSpec | None,
+    method: str,
+    maps_of: Callable[[CamActivation, HookedModel, Tensor], Tensor],
+    gradients: bool = True,
+    class_agnostic: bool = False,
+    **options,
+) -> SaliencyResult:
+    """A CAM of images ``x``: ``maps_of(activation, hm, x)`` -> (B, h, w) maps of the
+    activation ``layer`` (`cam_activation`, in float64: the weights of some CAMs divide by
+    near-cancelling sums), as a `SaliencyResult` named ``method`` (``class_agnostic``: it
+    explains no class)."""
+    hm = as_hooked(model)
+    x = check_images(hm.model, x)
+    found = cam_activation(hm, x, target, layer, gradients, method)
+    found.act = found.act.double()
+    found.grad = None if found.grad is None else found.grad.double()
+    result = cam_result(method, found, maps_of(found, hm, x), x, target, **options)
+    if class_agnostic:
+        result.targets = None
+    return result
+
+
+def cam_result(
+    method: str, found: CamActivation, maps: Tensor, x: Tensor, target: Target, **options
+) -> SaliencyResult:
+    """The `SaliencyResult` of a CAM: maps (B, h, w) on the activation's grid."""
+    return SaliencyResult(
+        maps=maps.float(),
+        method=method,
+        image_size=tuple(x.shape[-2:]),
+        options={"layer": found.layer, "layer_index": found.layer_index, **options},
+        layout=found.layout,
+        targets=explained_classes(found.logits, target),
+    )
+
+
+@saliency_method(
+    "gradcam", needs=("gradients", "layer"),
+    summary="channels weighted by their mean gradient (Selvaraju et al. 2017)",
+)  # fmt: skip
 @analysis_contract
 def gradcam(
     model: nn.Module | HookedModel,
@@ -83,51 +234,8 @@ def gradcam(
         for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
         `gradcam_layers`, None for another activation).
     """
-    hm = as_hooked(model)
-    x = check_images(hm.model, x)
-    counted = gradcam_layers(hm)
-    if layer is None:
-        layer = default_gradcam_layer(hm)
-    layer = select_layer(layer, counted, hm.hook_names(), what="Grad-CAM layers")
-    if (hm.tap(layer).shape or "").startswith("B H"):
-        raise ValueError(
-            f"{layer} is an attention pattern (B, H, N, N), not a token activation (B, N, C) "
-            "or a feature map (B, C, h, w); for attention use rollout() or grad_rollout(), "
-            "or pass a residual name such as blocks.-1.hook_resid_pre."
-        )
-    logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
-    act, grad = cache[layer], cache[f"{layer}_grad"]
-    require_per_image(layer, act, len(x))
-    layout = None
-    if act.ndim == 3:  # tokens (B, N, C)
-        layout = hm.token_layout(tuple(x.shape[-2:]), layer)
-        if layout is None:
-            raise ValueError(f"{layer} is a token activation but the model has no patch grid.")
-        act, grad = (layout.split(t, dim=1)[1] for t in (act, grad))  # (B, Np, C)
-        cam = (grad.mean(1, keepdim=True) * act).sum(-1).clamp_min(0)
-        maps = layout.to_grid(cam)
-    elif act.ndim == 4:  # feature maps (B, C, h, w) or channels-last (B, h, w, C)
-        if feature_map_format(hm.tap(layer).shape, act, tuple(x.shape[-2:])) == "NHWC":
-            act, grad = act.permute(0, 3, 1, 2), grad.permute(0, 3, 1, 2)
-        maps = (grad.mean((2, 3), keepdim=True) * act).sum(1).clamp_min(0)
-    else:
-        raise ValueError(
-            f"Grad-CAM needs a token activation (B, N, C) or a feature map (B, C, h, w); "
-            f"{layer} is {tuple(act.shape)}."
-        )
-    dead = (grad.flatten(1) == 0).all(1)
-    if dead.any():
-        warnings.warn(
-            f"All gradients at {layer} are zero for samples {dead.nonzero()[:, 0].tolist()}: "
-            "the target does not depend on this activation (after the last block only the "
-            "class token reaches a token-pooling head). Choose an earlier layer.",
-            stacklevel=3,  # the caller of the `analysis` wrapper
-        )
-    return SaliencyResult(
-        maps=maps.float(),
-        method="gradcam",
-        image_size=tuple(x.shape[-2:]),
-        options={"layer": layer, "layer_index": layer_indices([layer], counted)[0]},
-        layout=layout,
-        targets=explained_classes(logits, target),
-    )
+    return cam_maps(model, x, target, layer, "gradcam", _mean_gradient)
+
+
+def _mean_gradient(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+    return channel_cam(found, found.grad.mean((2, 3)))

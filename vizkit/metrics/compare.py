@@ -14,13 +14,13 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .. import analysis
 from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
+from ..methods.registry import METHODS, saliency_method
 from .chance import near_chance, prediction_certainty
 from .faithfulness import (
     LEVELS,
@@ -37,6 +37,9 @@ __all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency"]
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
 
 
+@saliency_method(
+    "random", summary="uniform noise: the chance level every method should beat",
+)  # fmt: skip
 @analysis_contract
 def random_saliency(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None, seed: int = 0
@@ -54,17 +57,6 @@ def random_saliency(
     maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
     return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)
 
-
-METHODS: dict[str, Method] = {
-    "rollout": lambda hm, x, t: analysis.rollout(hm, x),
-    "grad_rollout": lambda hm, x, t: analysis.grad_rollout(hm, x, t),
-    "class_attention": lambda hm, x, t: analysis.class_attention(hm, x),
-    "gradcam": lambda hm, x, t: analysis.gradcam(hm, x, t),
-    "integrated_gradients": lambda hm, x, t: analysis.integrated_gradients(hm, x, t),
-    "saliency": lambda hm, x, t: analysis.saliency(hm, x, t),
-    "occlusion": lambda hm, x, t: analysis.occlusion(hm, x, t),
-    "random": random_saliency,
-}
 
 CURVES = {"deletion_auc": ("deletion", "zero"), "insertion_auc": ("insertion", "blur")}
 

@@ -1,0 +1,171 @@
+"""The CAM family on the CAM template (`vizkit.methods`), each against pytorch-grad-cam on the
+same model, activations and gradients (its ``get_cam_image`` fed vizkit's (B, C, h, w) tensors,
+the token reshape written here by hand), or against the paper's equation written out; and the
+method registry every list of methods reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import build
+from pytorch_grad_cam import (
+    AblationCAM,
+    GradCAMPlusPlus,
+    HiResCAM,
+    LayerCAM,
+    ScoreCAM,
+    XGradCAM,
+)
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
+
+import vizkit as vk
+from vizkit.datasets import load_sample
+from vizkit.methods import METHODS, methods
+
+GRADIENT_CAMS = {
+    "gradcam_pp": GradCAMPlusPlus,
+    "xgradcam": XGradCAM,
+    "hirescam": HiResCAM,
+    "layercam": LayerCAM,
+}
+
+
+@pytest.fixture(scope="module")
+def vit():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x, labels, _ = load_sample()
+    return model, x[:6], labels[:6]
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, _ = vk.zoo.load("resnet_tiny_shapes")
+    x, labels, _ = load_sample()
+    return model, x[:6], labels[:6]
+
+
+def activation_and_gradient(model, x, labels, layer):
+    """The (B, C, h, w) activation and gradient at ``layer``, reshaped here by hand: a token
+    activation's patch tokens (after the prefix) laid out row by row on the patch grid."""
+    hm = vk.HookedModel(model)
+    _, cache = hm.run_with_cache(x, names=layer, grads=True, target=labels)
+    act, grad = cache[layer], cache[f"{layer}_grad"]
+    if act.ndim == 3:
+        layout = hm.token_layout(tuple(x.shape[-2:]), layer)
+        p, (gh, gw) = layout.num_prefix_tokens, layout.grid
+        act, grad = (t[:, p:].reshape(len(t), gh, gw, -1).permute(0, 3, 1, 2) for t in (act, grad))
+    return act, grad
+
+
+@pytest.mark.parametrize("name", list(GRADIENT_CAMS))
+@pytest.mark.parametrize("kind", ["vit", "cnn"])
+def test_gradient_cams_equal_pytorch_grad_cam(name, kind, request):
+    model, x, labels = request.getfixturevalue(kind)
+    ours = getattr(vk, name)(model, x, target=labels)
+    layer = ours.options["layer"]
+    act, grad = activation_and_gradient(model, x, labels, layer)
+    reference = GRADIENT_CAMS[name](model, target_layers=[])
+    targets = [ClassifierOutputTarget(int(t)) for t in labels]
+    theirs = reference.get_cam_image(x, None, targets, *(t.double().numpy() for t in (act, grad)),
+                                     False)  # fmt: skip
+    expected = torch.from_numpy(np.maximum(theirs, 0)).float()  # both in float64, then float32
+    torch.testing.assert_close(ours.maps, expected, rtol=1e-5, atol=1e-6 * expected.abs().max())
+    assert ours.maps.shape == act.shape[:1] + act.shape[2:]
+
+
+@pytest.mark.parametrize("kind", ["vit", "cnn"])
+def test_eigencam_is_the_first_principal_component(kind, request):
+    model, x, _ = request.getfixturevalue(kind)
+    ours = vk.eigencam(model, x)
+    hm = vk.HookedModel(model)
+    _, cache = hm.run_with_cache(x, names=ours.options["layer"])
+    act = cache[ours.options["layer"]]
+    if act.ndim == 3:
+        layout = ours.layout
+        act = act[:, layout.num_prefix_tokens :].reshape(len(x), *layout.grid, -1)
+        act = act.permute(0, 3, 1, 2)
+    projection = torch.from_numpy(get_2d_projection(act.double().numpy()))
+    flat = projection.flatten(1)  # vizkit's sign: the largest-magnitude entry positive
+    signs = torch.where(flat.gather(1, flat.abs().argmax(1, keepdim=True))[:, 0] < 0, -1.0, 1.0)
+    expected = (projection * signs[:, None, None]).clamp_min(0).float()
+    torch.testing.assert_close(ours.maps, expected, rtol=1e-4, atol=1e-4 * expected.abs().max())
+    assert ours.targets is None  # class-agnostic
+
+
+def test_scorecam_equals_pytorch_grad_cam(vit):
+    model, x, labels = vit
+    x, labels = x[:2], labels[:2]
+    ours = vk.scorecam(model, x, target=labels, batch_size=50)
+    act, grad = activation_and_gradient(model, x, labels, ours.options["layer"])
+    reference = ScoreCAM(model, target_layers=[])
+    targets = [ClassifierOutputTarget(int(t)) for t in labels]
+    theirs = reference.get_cam_image(x, None, targets, act.numpy(), grad.numpy(), False)
+    expected = torch.from_numpy(np.maximum(theirs, 0)).float()
+    torch.testing.assert_close(ours.maps, expected, rtol=1e-4, atol=1e-5 * expected.abs().max())
+
+
+def test_ablationcam_equals_pytorch_grad_cam_on_a_relu_network(cnn):
+    """On post-ReLU feature maps pytorch-grad-cam ablates with zeros, as the paper does (on
+    signed activations it subtracts 1e7 instead: compared to the equation below)."""
+    model, x, labels = cnn
+    ours = vk.ablationcam(model, x, target=labels)
+    with AblationCAM(model, target_layers=[model.layer4]) as cam:
+        theirs = cam(x, targets=[ClassifierOutputTarget(int(t)) for t in labels])
+    upsampled = ours.upsample().numpy()
+    for a, b in zip(upsampled, theirs, strict=True):
+        if a.std() > 0 and b.std() > 0:
+            assert np.corrcoef(a.ravel(), b.ravel())[0, 1] >= 0.999
+
+
+def test_ablationcam_on_tokens_is_the_relative_score_drop(vit):
+    """(y - y_k) / y with channel k of the patch tokens zeroed, one forward per channel here."""
+    model, x, labels = vit
+    x, labels = x[:2], labels[:2]
+    ours = vk.ablationcam(model, x, target=labels, batch_size=7)
+    layer = ours.options["layer"]
+    hm = vk.HookedModel(model)
+    act, _ = activation_and_gradient(model, x, labels, layer)
+    prefix = ours.layout.num_prefix_tokens
+    with torch.no_grad():
+        clean = model(x).gather(1, labels[:, None])[:, 0]
+    weights = torch.zeros(act.shape[:2])
+    for k in range(act.shape[1]):
+
+        def zero(tokens, *, name, k=k):
+            tokens = tokens.clone()
+            tokens[:, prefix:, k] = 0
+            return tokens
+
+        with torch.no_grad(), hm.hooks(fwd={layer: zero}):
+            dropped = hm(x).gather(1, labels[:, None])[:, 0]
+        weights[:, k] = (clean - dropped) / clean
+    expected = (weights[:, :, None, None] * act).sum(1).clamp_min(0)
+    torch.testing.assert_close(ours.maps, expected, rtol=1e-4, atol=1e-5 * expected.abs().max())
+
+
+@pytest.mark.parametrize("name", ["gradcam_pp", "xgradcam", "hirescam", "layercam", "eigencam",
+                                  "scorecam", "ablationcam"])  # fmt: skip
+def test_every_cam_runs_on_hierarchical_and_class_attention_families(name):
+    for key in ("cait", "vit_reg_avg"):
+        model, x = build(key)
+        result = getattr(vk, name)(model, x[:2])
+        assert result.maps.ndim == 3 and len(result.maps) == 2
+        assert torch.isfinite(result.maps).all()
+
+
+def test_the_registry_feeds_exports_and_compare():
+    registered = methods()
+    expected = {"rollout", "grad_rollout", "class_attention", "gradcam", "integrated_gradients",
+                "saliency", "occlusion", "random", "gradcam_pp", "xgradcam", "hirescam",
+                "layercam", "eigencam", "scorecam", "ablationcam"}  # fmt: skip
+    assert expected <= set(registered) and set(METHODS) == set(registered)
+    for name, method in registered.items():
+        if name != "random":  # the baseline lives in vk.metrics
+            assert getattr(vk, name) is method.fn, name
+        assert method.summary and set(method.needs) <= set(vk.methods.NEEDS)
+    model, x = build("vit")
+    table = vk.compare_saliency(model, x[:4], methods=["gradcam_pp", "eigencam", "random"],
+                                steps=4, progress=False)  # fmt: skip
+    assert table.methods == ["gradcam_pp", "eigencam", "random"]

@@ -1,0 +1,12 @@
+"""Saliency methods, one per file, registered in `vizkit.methods.registry` with what they need.
+
+Importing this package imports only the registry (the analyses register their methods with
+it); `vizkit` imports the method modules (`vizkit.methods.builtin`)."""
+
+from .registry import METHODS as METHODS
+from .registry import NEEDS as NEEDS
+from .registry import SaliencyMethod as SaliencyMethod
+from .registry import methods as methods
+from .registry import saliency_method as saliency_method
+
+__all__ = ["METHODS", "NEEDS", "SaliencyMethod", "methods", "saliency_method"]

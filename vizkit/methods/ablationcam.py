@@ -1,0 +1,84 @@
+"""Ablation-CAM (Desai & Ramaswamy 2020, "Ablation-CAM: Visual Explanation for Deep
+Convolutional Network via Gradient-free Localization", Eq. 3): each channel's weight is the
+relative drop of the target score when that channel of the activation is set to zero,
+(y - y_k) / y. No gradients; one forward per channel and image, in chunks of ``batch_size``,
+the ablated copies made in a hook on the activation. For a token activation the channel is
+zeroed in the patch tokens, the ones its map shows."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..analysis.gradcam_maps import CamActivation, cam_maps, channel_cam
+from ..analysis.saliency_result import SaliencyResult
+from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_count
+from ..hooks.selection import LayerSpec
+from .perturbation import chunked_scores, score_of
+from .registry import saliency_method
+
+__all__ = ["ablationcam"]
+
+
+@saliency_method(
+    "ablationcam", needs=("layer", "forwards"),
+    summary="channels weighted by the score lost when each is zeroed (Desai & Ramaswamy 2020)",
+)  # fmt: skip
+@analysis_contract
+def ablationcam(
+    model: nn.Module | HookedModel, x: Tensor, target: Target = None,
+    layer: LayerSpec | None = None, batch_size: int = 64,
+) -> SaliencyResult:  # fmt: skip
+    """Ablation-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`);
+    ``batch_size``: ablated copies per forward.
+
+    Raises:
+        ValueError: a target score of 0 on an image (the relative drop is undefined there).
+    """
+    batch_size = check_count("batch_size", batch_size)
+
+    def maps_of(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+        weights = torch.stack([_weights(found, hm, x, target, b, batch_size)
+                               for b in range(len(x))])  # fmt: skip
+        return channel_cam(found, weights.to(found.act.dtype))
+
+    return cam_maps(model, x, target, layer, "ablationcam", maps_of, gradients=False,
+                    batch_size=batch_size)  # fmt: skip
+
+
+def _weights(
+    found: CamActivation, hm: HookedModel, x: Tensor, target: Target, b: int, chunk: int
+) -> Tensor:
+    """(C,) the relative drop of image ``b``'s score when each channel is zeroed."""
+    score = score_of(found.logits, target, b)
+    with torch.no_grad():
+        clean = score(hm(x[b : b + 1])).float()[0]
+    if clean == 0:
+        raise ValueError(
+            f"Image {b}'s target score is 0, so a relative drop (y - y_k) / y is undefined; "
+            "explain another class or use another method."
+        )
+    channels = found.act.shape[1]
+    tokens = found.layout is not None
+    prefix = found.layout.num_prefix_tokens if tokens else 0
+    current = {}
+
+    def ablate(activation: Tensor, *, name: str) -> Tensor:
+        start, stop = current["range"]
+        edited = activation.clone()
+        rows = torch.arange(stop - start, device=activation.device)
+        if tokens:  # (n, N, C): the channel in the patch tokens
+            edited[rows, prefix:, torch.arange(start, stop, device=activation.device)] = 0
+        else:  # (n, C, h, w)
+            edited[rows, torch.arange(start, stop, device=activation.device)] = 0
+        return edited
+
+    def make(start: int, stop: int) -> Tensor:
+        current["range"] = (start, stop)
+        return x[b : b + 1].expand(stop - start, *x.shape[1:])
+
+    with hm.hooks(fwd={found.layer: ablate}):
+        ablated = chunked_scores(hm, make, channels, chunk, score)
+    return (clean - ablated) / clean

@@ -1,0 +1,10 @@
+"""Every built-in saliency method, registered on import: the analyses' (rollout, gradient
+rollout, class attention, Grad-CAM, captum's), the random baseline, and the methods of this
+package."""
+
+from .. import analysis, metrics  # noqa: F401  (register their methods)
+from . import ablationcam, eigencam, gradcam_pp, hirescam, layercam, scorecam, xgradcam
+
+__all__ = [
+    "ablationcam", "eigencam", "gradcam_pp", "hirescam", "layercam", "scorecam", "xgradcam",
+]  # fmt: skip

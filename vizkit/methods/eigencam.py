@@ -1,0 +1,43 @@
+"""Eigen-CAM (Muhammad & Yeasin 2020, "Eigen-CAM: Class Activation Map using Principal
+Components", Eq. 6): the activation (positions x channels, centred over the positions) projected
+on its first right singular vector; class-agnostic, no gradients. The sign of a singular vector is
+arbitrary, so it is chosen to make the projection's largest-magnitude entry positive (the
+convention of scikit-learn's ``svd_flip``), and the positive part kept."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..analysis.gradcam_maps import CamActivation, cam_maps
+from ..analysis.saliency_result import SaliencyResult
+from ..hooks import HookedModel
+from ..hooks.contract import analysis_contract
+from ..hooks.selection import LayerSpec
+from .registry import saliency_method
+
+__all__ = ["eigencam"]
+
+
+@saliency_method(
+    "eigencam", needs=("layer",), targets=False,
+    summary="first principal component of the activation (Muhammad & Yeasin 2020)",
+)  # fmt: skip
+@analysis_contract
+def eigencam(
+    model: nn.Module | HookedModel, x: Tensor, layer: LayerSpec | None = None
+) -> SaliencyResult:
+    """Eigen-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`)."""
+    return cam_maps(model, x, None, layer, "eigencam", _maps, gradients=False, class_agnostic=True)
+
+
+def _maps(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+    batch, channels, h, w = found.act.shape
+    positions = found.act.flatten(2).transpose(1, 2)  # (B, hw, C)
+    centred = positions - positions.mean(1, keepdim=True)
+    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+    projection = centred @ vh[:, 0, :, None]  # (B, hw, 1)
+    projection = projection[..., 0]  # (B, hw)
+    peak = projection.gather(1, projection.abs().argmax(1, keepdim=True))  # (B, 1)
+    sign = torch.where(peak < 0, -1.0, 1.0).to(projection)
+    return (projection * sign).clamp_min(0).view(batch, h, w)

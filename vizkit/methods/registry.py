@@ -1,0 +1,98 @@
+"""The saliency-method registry: a method is defined once, registered with what it needs, and
+everything that lists methods (`compare_saliency`, the coverage table, the top-level exports,
+the docs) reads this registry.
+
+A method is a function ``fn(model, x, target=None, **options) -> SaliencyResult`` (the analysis
+contract: a model or HookedModel, images (B, C, H, W)), registered with `saliency_method`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+__all__ = ["METHODS", "NEEDS", "SaliencyMethod", "methods", "saliency_method"]
+
+# what a method may need, for the tables that list methods
+NEEDS = {
+    "gradients": "a backward pass from the target score",
+    "attention": "the model's attention maps",
+    "layer": "one activation (a token stream or a feature map)",
+    "forwards": "extra forward passes on perturbed inputs or activations",
+}
+
+
+@dataclass(frozen=True)
+class SaliencyMethod:
+    """A registered method.
+
+    Attributes:
+        name: the name `compare_saliency(methods=[...])` and the tables use.
+        fn: ``fn(model, x, target=None, **options) -> SaliencyResult``.
+        needs: keys of `NEEDS`.
+        summary: one line for the tables: what the map is, and its paper.
+        targets: whether the map depends on the target class (rollout's does not).
+    """
+
+    name: str
+    fn: Callable
+    needs: tuple[str, ...]
+    summary: str
+    targets: bool = True
+
+    def __call__(self, model, x, target=None, **options):
+        if self.targets:
+            return self.fn(model, x, target=target, **options)
+        return self.fn(model, x, **options)
+
+
+_METHODS: dict[str, SaliencyMethod] = {}
+
+
+def saliency_method(
+    name: str, *, needs: tuple[str, ...] = (), summary: str, targets: bool = True
+) -> Callable[[Callable], Callable]:
+    """Register the decorated function as saliency method ``name``; returns it unchanged."""
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise ValueError(f"{name}: unknown needs {sorted(unknown)}; known: {sorted(NEEDS)}.")
+
+    def register(fn: Callable) -> Callable:
+        if name in _METHODS and _METHODS[name].fn is not fn:
+            raise ValueError(f"A saliency method {name!r} is registered already.")
+        _METHODS[name] = SaliencyMethod(name, fn, tuple(needs), summary, targets)
+        return fn
+
+    return register
+
+
+_BUILTINS = "vizkit.methods.builtin"  # imports every built-in method's module
+
+
+def methods() -> dict[str, SaliencyMethod]:
+    """Every registered method by name, in registration order (built-ins first)."""
+    if _BUILTINS not in sys.modules:
+        importlib.import_module(_BUILTINS)
+    return dict(_METHODS)
+
+
+class _Registered(Mapping):
+    """A read-only view of the registry: name -> `SaliencyMethod` (callable as
+    ``method(model, x, target)``)."""
+
+    def __getitem__(self, name: str) -> SaliencyMethod:
+        return methods()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(methods())
+
+    def __len__(self) -> int:
+        return len(methods())
+
+    def __repr__(self) -> str:
+        return f"METHODS({', '.join(methods())})"
+
+
+METHODS: Mapping[str, SaliencyMethod] = _Registered()
