@@ -117,10 +117,25 @@ def _with_threads(stamp: dict) -> str:
     return stamp["device"] + threads
 
 
+def saliency_methods_page() -> str:
+    """The registered saliency methods (`vizkit.methods`): name, what each needs, what it is."""
+    from vizkit.methods import NEEDS, methods
+
+    lines = ["| method | needs | what the map is |", "|---|---|---|"]
+    for name, method in methods().items():
+        call = "`vk.metrics.random_saliency`" if name == "random" else f"`vk.{name}`"
+        needs = ", ".join(method.needs) or "nothing"
+        summary = method.summary.replace("|", "\\|")
+        lines.append(f"| {call} (`{name}`) | {needs} | {summary} |")
+    legend = "; ".join(f"*{k}*: {v}" for k, v in NEEDS.items())
+    return "\n".join([*lines, "", f"Needs: {legend}.", ""])
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / "hook_names.md").write_text(hook_names_page())
     (OUT / "benchmark_results.md").write_text(benchmark_results_page())
+    (OUT / "saliency_methods.md").write_text(saliency_methods_page())
     spec = importlib.util.spec_from_file_location("ledger", DOCS / "ledger.py")
     ledger = sys.modules["ledger"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ledger)

@@ -162,6 +162,8 @@ def test_the_registry_feeds_exports_and_compare():
                 "layercam", "eigencam", "scorecam", "ablationcam"}  # fmt: skip
     assert expected <= set(registered) and set(METHODS) == set(registered)
     for name, method in registered.items():
+        if not method.fn.__module__.startswith("vizkit."):
+            continue  # one a test or a how-to registered
         if name != "random":  # the baseline lives in vk.metrics
             assert getattr(vk, name) is method.fn, name
         assert method.summary and set(method.needs) <= set(vk.methods.NEEDS)

@@ -83,3 +83,13 @@ def test_other_libraries_how_to_runs_and_shows_what_it_says():
     assert tuple(scope["maps"].patterns.shape) == (2, 4, 2, 17, 17)
     assert tuple(scope["dog"].maps.shape) == (4, 4, 4)
     assert [s.layout.grid for s in scope["stages"]] == [(16, 16), (8, 8)]
+
+
+def test_add_a_saliency_method_how_to_runs_and_shows_what_it_says():
+    """docs/how-to/add-a-saliency-method.md: a method registered from one cell runs in
+    compare_saliency and its test's equation holds."""
+    scope = {"__name__": "add_a_saliency_method_how_to"}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "add-a-saliency-method.md")):
+        run(block, f"add-a-saliency-method.md block {i}", scope)
+    assert scope["table"].methods == ["absgradcam", "gradcam", "random"]
+    assert "absgradcam" in vk.methods.methods()

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from . import analysis
 from .hooks import HookedModel
 from .hooks.layout import covers
+from .methods import methods
 
 __all__ = [
     "ANALYSES",
@@ -406,13 +407,34 @@ def _explorer(model, x):
     return f"{explorer.layer.max + 1} layers"
 
 
+# saliency methods the walk leaves out, for their cost on the wide layers of large CNNs (the
+# table would take hours); they read the layer Grad-CAM reads, or the image, and are tested on
+# the transformer families in tests/test_cam_methods.py and tests/test_gradcam_and_captum.py
+NOT_WALKED = {
+    "integrated_gradients": "50 forward and backward passes per image",
+    "occlusion": "one forward pass per occluded window",
+    "scorecam": "one forward pass per channel of the layer",
+    "ablationcam": "one forward pass per channel of the layer",
+}
+
+
+def _saliency_columns() -> dict[str, Callable[[nn.Module, Tensor], str]]:
+    """One column per saliency method vizkit registers (`vizkit.methods`; not ones a user
+    adds, not the random baseline, not `NOT_WALKED`), each run with its defaults and checked to
+    cover the image."""
+    return {
+        name: _map(lambda m, x, method=method: method(m, x))
+        for name, method in methods().items()
+        if name != "random"
+        and name not in NOT_WALKED
+        and method.fn.__module__.startswith("vizkit.")
+    }
+
+
 ANALYSES: dict[str, Callable[[nn.Module, Tensor], str]] = {
     "attention": _attention,
     "attention_stats": _stats,
-    "rollout": _map(lambda m, x: analysis.rollout(m, x)),
-    "grad_rollout": _map(lambda m, x: analysis.grad_rollout(m, x)),
-    "class_attention": _map(lambda m, x: analysis.class_attention(m, x)),
-    "gradcam": _map(lambda m, x: analysis.gradcam(m, x)),
+    **_saliency_columns(),
     "cka_matrix": _cka,
     "residual_ratios": _residual_ratios,
     "token_norms": _token_norms,
@@ -621,4 +643,8 @@ random images, eval mode; nothing downloaded); ✓ works, ✗n is refused with r
 ValueError that says why and what to use instead). "maps" counts the named attention maps by
 kind (see `vizkit.hooks.taps.PATTERN_KINDS`). Hierarchical models are analysed on their last
 stage where an analysis needs one token grid (`vk.attention` by default gives every stage).
+Every registered saliency method has a column except those whose cost on the wide layers of
+large CNNs would make the walk take hours: integrated gradients (50 forward and backward passes
+per image), occlusion (one forward per window), Score-CAM and Ablation-CAM (one forward per
+channel); they read the image or the layer Grad-CAM reads.
 """

@@ -108,7 +108,7 @@ def integrated_gradients(
 
 @saliency_method(
     "saliency", needs=("gradients",),
-    summary="|gradient| of the target per pixel (Simonyan et al. 2014; captum)",
+    summary="absolute gradient of the target per pixel (Simonyan et al. 2014; captum)",
 )  # fmt: skip
 @analysis_contract
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
