@@ -39,9 +39,12 @@ from .hooks import unfused_attention as unfused_attention
 from .methods.ablationcam import ablationcam as ablationcam
 from .methods.eigencam import eigencam as eigencam
 from .methods.gradcam_pp import gradcam_pp as gradcam_pp
+from .methods.gradientshap import gradientshap as gradientshap
 from .methods.hirescam import hirescam as hirescam
 from .methods.layercam import layercam as layercam
+from .methods.legrad import legrad as legrad
 from .methods.scorecam import scorecam as scorecam
+from .methods.smoothgrad import smoothgrad as smoothgrad
 from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
 from .models import create_model as create_model
@@ -71,9 +74,11 @@ __all__ = [
     "grad_rollout",
     "gradcam",
     "gradcam_pp",
+    "gradientshap",
     "hirescam",
     "integrated_gradients",
     "layercam",
+    "legrad",
     "methods",
     "metrics",
     "models",
@@ -83,6 +88,7 @@ __all__ = [
     "rollout",
     "saliency",
     "scorecam",
+    "smoothgrad",
     "token_layout",
     "token_norms",
     "token_pca",

@@ -415,6 +415,8 @@ NOT_WALKED = {
     "occlusion": "one forward pass per occluded window",
     "scorecam": "one forward pass per channel of the layer",
     "ablationcam": "one forward pass per channel of the layer",
+    "smoothgrad": "16 forward and backward passes per image",
+    "gradientshap": "16 forward and backward passes per image",
 }
 
 
@@ -645,6 +647,6 @@ kind (see `vizkit.hooks.taps.PATTERN_KINDS`). Hierarchical models are analysed o
 stage where an analysis needs one token grid (`vk.attention` by default gives every stage).
 Every registered saliency method has a column except those whose cost on the wide layers of
 large CNNs would make the walk take hours: integrated gradients (50 forward and backward passes
-per image), occlusion (one forward per window), Score-CAM and Ablation-CAM (one forward per
-channel); they read the image or the layer Grad-CAM reads.
+per image), SmoothGrad and GradientSHAP (16 each), occlusion (one forward per window), Score-CAM
+and Ablation-CAM (one forward per channel); they read the image or the layer Grad-CAM reads.
 """

@@ -25,17 +25,24 @@ from ..hooks.targets import model_logits, target_indices
 from ..methods.registry import saliency_method
 from .saliency_result import SaliencyResult
 
-__all__ = ["integrated_gradients", "occlusion", "saliency"]
+__all__ = [
+    "captum_attr",
+    "captum_inputs",
+    "captum_result",
+    "integrated_gradients",
+    "occlusion",
+    "saliency",
+]
 
 
-def _captum():
+def captum_attr():
     """``captum.attr``, imported on first use (0.7 s: it loads IPython and matplotlib)."""
     import captum.attr
 
     return captum.attr
 
 
-def _prepare(
+def captum_inputs(
     model, x: Tensor, target: Target
 ) -> tuple[HookedModel, Tensor, Callable, Tensor | None]:
     """HookedModel, batch on its device, captum forward function, and captum target (B,)."""
@@ -48,7 +55,9 @@ def _prepare(
     return hm, x, lambda inputs: model_logits(hm.model(inputs)), target_indices(logits, target)
 
 
-def _result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
+def captum_result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
+    """(B, C, H, W) attributions -> a `SaliencyResult` of (B, H, W) maps, channels reduced by
+    ``reduce`` ("sum", "abs_max" or the mean)."""
     check_values_finite(f"The {method} attributions", attributions)
     if reduce == "sum":
         maps = attributions.sum(1)
@@ -84,9 +93,9 @@ def integrated_gradients(
     activations held; below B the batch is split (captum alone would raise it to B)."""
     n_steps = check_count("n_steps", n_steps)
     internal_batch_size = check_count("internal_batch_size", internal_batch_size)
-    hm, x, forward, targets = _prepare(model, x, target)
+    hm, x, forward, targets = captum_inputs(model, x, target)
     baseline = _check_baseline(baseline, x)
-    method = _captum().IntegratedGradients(forward)
+    method = captum_attr().IntegratedGradients(forward)
     with frozen_parameters(hm.model):  # gradients of the input only
         attributions = torch.cat(
             [
@@ -103,7 +112,7 @@ def integrated_gradients(
             ]
         )
     options = {"n_steps": n_steps, "baseline": _describe(baseline)}
-    return _result(attributions, "integrated_gradients", "sum", targets, options)
+    return captum_result(attributions, "integrated_gradients", "sum", targets, options)
 
 
 @saliency_method(
@@ -114,10 +123,10 @@ def integrated_gradients(
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
     (B, H, W)."""
-    hm, x, forward, targets = _prepare(model, x, target)
+    hm, x, forward, targets = captum_inputs(model, x, target)
     with frozen_parameters(hm.model):  # gradients of the input only
-        attributions = _captum().Saliency(forward).attribute(x, target=targets, abs=True)
-    return _result(attributions, "saliency", "abs_max", targets, {})
+        attributions = captum_attr().Saliency(forward).attribute(x, target=targets, abs=True)
+    return captum_result(attributions, "saliency", "abs_max", targets, {})
 
 
 @saliency_method(
@@ -144,7 +153,7 @@ def occlusion(
             is this divided by the batch size; below B the batch is split).
     """
     internal_batch_size = check_count("internal_batch_size", internal_batch_size)
-    hm, x, forward, targets = _prepare(model, x, target)
+    hm, x, forward, targets = captum_inputs(model, x, target)
     baseline = check_number("baseline", baseline)
     image_size = tuple(x.shape[-2:])
     if window is None:
@@ -152,7 +161,7 @@ def occlusion(
         window = tuple(pe.patch_size) if pe is not None else tuple(s // 8 for s in image_size)
     window = check_size("window", window, image_size)
     stride = check_size("stride", window if stride is None else stride, image_size)
-    method = _captum().Occlusion(forward)
+    method = captum_attr().Occlusion(forward)
     attributions = torch.cat(
         [
             method.attribute(
@@ -167,7 +176,7 @@ def occlusion(
         ]
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
-    return _result(attributions, "occlusion", "mean", targets, options)
+    return captum_result(attributions, "occlusion", "mean", targets, options)
 
 
 def _image_chunks(

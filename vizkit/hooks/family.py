@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from torch import nn
+from torch import Tensor, nn
 
 from .layout import TokenLayout
 from .taps import GridFn, Tap
@@ -84,6 +84,9 @@ class FamilyLayout:
             timm ``global_pool`` says).
         root: path of the module the layout describes, inside the model given (set by
             `family_layout` for a registered model held in a wrapper; "" for the model itself).
+        readout: the model's head applied to one block's output tokens, (B, N, C) -> (B, K)
+            logits (the final norm, the pooling or class-token read, the classifier), where the
+            family knows it: what a layer would predict (LeGrad's per-layer score).
     """
 
     family: str
@@ -94,6 +97,7 @@ class FamilyLayout:
     tokens: Callable[[tuple[int, int]], TokenLayout] | None = None
     reads_class_token: bool | None = None
     root: str = ""
+    readout: Callable[[Tensor], Tensor] | None = None
 
 
 @dataclass(frozen=True)

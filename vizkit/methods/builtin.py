@@ -3,8 +3,20 @@ rollout, class attention, Grad-CAM, captum's), the random baseline, and the meth
 package."""
 
 from .. import analysis, metrics  # noqa: F401  (register their methods)
-from . import ablationcam, eigencam, gradcam_pp, hirescam, layercam, scorecam, xgradcam
+from . import (
+    ablationcam,
+    eigencam,
+    gradcam_pp,
+    gradientshap,
+    hirescam,
+    layercam,
+    legrad,
+    scorecam,
+    smoothgrad,
+    xgradcam,
+)
 
 __all__ = [
-    "ablationcam", "eigencam", "gradcam_pp", "hirescam", "layercam", "scorecam", "xgradcam",
+    "ablationcam", "eigencam", "gradcam_pp", "gradientshap", "hirescam", "layercam", "legrad",
+    "scorecam", "smoothgrad", "xgradcam",
 ]  # fmt: skip

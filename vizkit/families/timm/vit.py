@@ -18,15 +18,27 @@ from ...hooks.family import BlockSite, Family, FamilyLayout, register_family
 from ...hooks.sites import captured, recomputed
 from .common import POST_NORM, PRE_NORM, embed_tap, final_norm_taps
 
-__all__ = ["attach_beside", "attention_pool_pattern", "head_prefix_tokens", "layout"]
+__all__ = [
+    "attach_beside",
+    "attention_pool_pattern",
+    "head_prefix_tokens",
+    "head_readout",
+    "layout",
+]
 
 
 def layout(model: vit.VisionTransformer) -> FamilyLayout:
     blocks = [BlockSite(f"blocks.{i}") for i in range(len(model.blocks))]
     return FamilyLayout(
         "vit", blocks, [embed_tap(), *final_norm_taps(model)],
-        head_prefix_tokens=head_prefix_tokens(model),
+        head_prefix_tokens=head_prefix_tokens(model), readout=head_readout(model),
     )  # fmt: skip
+
+
+def head_readout(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    """timm's head on a block's tokens: ``forward_head(norm(tokens))`` (the pooling, fc_norm and
+    classifier the model's forward applies after its last block)."""
+    return lambda tokens: model.forward_head(model.norm(tokens))
 
 
 def head_prefix_tokens(model: nn.Module) -> int | None:

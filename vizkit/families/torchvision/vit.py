@@ -26,7 +26,12 @@ def layout(model: nn.Module) -> FamilyLayout:
     def tokens(image_size: tuple[int, int]) -> TokenLayout:
         return TokenLayout(1, (image_size[0] // patch, image_size[1] // patch), True)
 
-    return FamilyLayout("vit", blocks, extra, tokens=tokens, reads_class_token=True)
+    def readout(block_tokens):  # the encoder's final norm, the class token, the heads
+        return model.heads(model.encoder.ln(block_tokens)[:, 0])
+
+    return FamilyLayout(
+        "vit", blocks, extra, tokens=tokens, reads_class_token=True, readout=readout
+    )
 
 
 FAMILY = register_family(

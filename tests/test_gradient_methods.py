@@ -1,0 +1,54 @@
+"""SmoothGrad and GradientSHAP (captum, batched): exact on a linear model, where both have a
+closed form, and SmoothGrad with vanishing noise equal to the plain input gradient; both run on
+ViT-family models and refuse bad options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build
+from torch import nn
+
+import vizkit as vk
+
+
+def linear_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 5)).eval()
+
+
+def test_smoothgrad_of_a_linear_model_is_its_weight_magnitude():
+    """|d f_k / d x| is |w_k| whatever the noise, so every noisy copy gives the same map."""
+    model, x = linear_model(), torch.randn(2, 3, 8, 8)
+    result = vk.smoothgrad(model, x, target=[1, 3], samples=5, batch_size=3)
+    weights = model[1].weight.detach().view(5, 3, 8, 8).abs().amax(1)
+    torch.testing.assert_close(result.maps, weights[[1, 3]])
+    assert result.options["samples"] == 5
+
+
+def test_smoothgrad_without_noise_is_the_input_gradient():
+    model, x = build("vit")
+    x = x[:2]
+    smooth = vk.smoothgrad(model, x, target=1, samples=2, noise=1e-9)
+    plain = vk.saliency(model, x, target=1)
+    torch.testing.assert_close(smooth.maps, plain.maps, rtol=1e-3, atol=1e-6)
+
+
+def test_gradientshap_of_a_linear_model_is_the_difference_times_the_weight():
+    """For f = w x + b, every sampled point has gradient w: the attribution is (x - b) w."""
+    model, x = linear_model(), torch.randn(2, 3, 8, 8)
+    base = torch.randn(1, 3, 8, 8)
+    result = vk.gradientshap(model, x, target=2, baselines=base, samples=4)
+    weight = model[1].weight.detach()[2].view(3, 8, 8)
+    torch.testing.assert_close(result.maps, ((x - base) * weight).sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_both_run_on_vit_families_and_refuse_bad_options():
+    model, x = build("vit")
+    for method in (vk.smoothgrad, vk.gradientshap):
+        result = method(model, x[:2], target=0, samples=2)
+        assert result.maps.shape == (2, *x.shape[-2:]) and torch.isfinite(result.maps).all()
+    with pytest.raises(ValueError, match="noise"):
+        vk.smoothgrad(model, x[:1], noise=0.0)
+    with pytest.raises(ValueError, match="baselines must be"):
+        vk.gradientshap(model, x[:1], baselines=torch.zeros(1, 3, 8, 8))

@@ -1,0 +1,95 @@
+"""LeGrad (Bousselham et al. 2024, "LeGrad: An Explainability Method for Vision Transformers via
+Feature Formation Sensitivity", Sec. 3): for each self-attention layer l, the model's head read
+on that block's output gives a score s^l (what the layer would predict); the positive part of
+its gradient with respect to the layer's own post-softmax map A^l, averaged over heads and
+queries, is the layer's relevance of each key token; the map is the mean over layers of the
+patch keys' relevance. Attention values are not multiplied in."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..analysis._model import attention_names
+from ..analysis.attention_maps import common_layout
+from ..analysis.saliency_result import SaliencyResult
+from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.hooked_model import frozen_parameters
+from ..hooks.inputs import check_images
+from ..hooks.selection import LayerSpec
+from ..hooks.targets import explained_classes
+from .perturbation import score_of
+from .registry import saliency_method
+
+__all__ = ["legrad"]
+
+
+@saliency_method(
+    "legrad", needs=("attention", "gradients"),
+    summary="each layer's own score differentiated at its attention map (Bousselham et al. 2024)",
+)  # fmt: skip
+@analysis_contract
+def legrad(
+    model: nn.Module | HookedModel, x: Tensor, target: Target = None,
+    layers: LayerSpec | None = None,
+) -> SaliencyResult:  # fmt: skip
+    """LeGrad maps (B, gh, gw) over the self-attention ``layers`` (default: all of them; they
+    must share one token layout, e.g. one stage of a hierarchical model).
+
+    Raises:
+        ValueError: a model whose family gives no head readout (`FamilyLayout.readout`), or
+            layers of different token layouts.
+    """
+    hm = as_hooked(model)
+    x = check_images(hm.model, x)
+    if hm.family is None or hm.family.readout is None:
+        raise ValueError(
+            f"LeGrad reads the model's head on every layer's tokens, and vizkit knows no such "
+            f"readout for {type(hm.model).__name__} (its family gives none); use grad_rollout "
+            "or a CAM."
+        )
+    names = attention_names(hm, layers)
+    layout = common_layout(hm, names, tuple(x.shape[-2:]), fix="Pass layers= of one stage.")
+    known = set(hm.hook_names())
+    posts = [_block_output(name, known) for name in names]
+    captured: dict[str, Tensor] = {}
+
+    def keep(value: Tensor, *, name: str) -> None:
+        captured[name] = value
+
+    x = x.detach().requires_grad_(True)  # the graph starts at the images, parameters frozen
+    with frozen_parameters(hm.model), torch.enable_grad():
+        with hm.hooks(fwd={n: keep for n in [*names, *posts]}):
+            logits = hm(x)
+        relevance = []
+        for index, (name, post) in enumerate(zip(names, posts, strict=True)):
+            pattern = captured[name]
+            on_path = (
+                pattern._base if hm.tap(name).read_only and pattern._base is not None else pattern
+            )
+            layer_logits = hm.family.readout(captured[post])
+            score = torch.stack([score_of(logits, target, b)(layer_logits[b : b + 1])[0]
+                                 for b in range(len(x))])  # fmt: skip
+            (grad,) = torch.autograd.grad(score.sum(), on_path, retain_graph=index < len(names) - 1)
+            relevance.append(grad.view(pattern.shape).detach().clamp_min(0).mean((1, 2)))
+    keys = torch.stack(relevance).mean(0)  # (B, N)
+    _, patches = layout.split(keys, dim=-1)
+    return SaliencyResult(
+        maps=layout.to_grid(patches).float(),
+        method="legrad",
+        image_size=tuple(x.shape[-2:]),
+        options={"layers": names},
+        layout=layout,
+        targets=explained_classes(logits, target),
+    )
+
+
+def _block_output(pattern: str, known: set[str]) -> str:
+    """The ``hook_resid_post`` of the block holding the map ``pattern``."""
+    parts = pattern.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut]) + ".hook_resid_post"
+        if name in known:
+            return name
+    raise ValueError(f"{pattern} is in no block whose output vizkit reads.")
