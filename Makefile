@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"
 	$(BIN)/python benchmarks/capture.py --record
 	$(BIN)/python benchmarks/gradcam.py --record
+	$(BIN)/python benchmarks/saliency_methods.py --record
 	$(BIN)/python benchmarks/cka.py --record
 	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7 --record
 	$(BIN)/python benchmarks/widgets.py --record

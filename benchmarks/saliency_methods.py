@@ -1,0 +1,133 @@
+"""Saliency methods' cost beside their peers, in one run, as ratios to the plain forward.
+
+Table 1, the CAM family on a timm ViT (default vit_tiny_patch16_224 at 112 px, random weights,
+batch 2; the layer both read: the last block's input): vizkit's `vk.<method>` and
+pytorch-grad-cam's class of the same name (its reshape of the tokens written out, Score-CAM's and
+Ablation-CAM's batch set to vizkit's 64). Table 2, LeGrad on torchvision's ViT (3 blocks of
+width 192 at 112 px): `vk.legrad` and torch-cam's `LeGrad` with the same readout.
+
+Each round runs the methods in turn, order rotated; one untimed warm-up each, then one timed call
+per round (the perturbation methods take seconds). Reported: the median over rounds.
+Usage: python benchmarks/saliency_methods.py [--model NAME] [--batch 2] [--size 112]
+       [--repeats 3] [--device cpu] [--record]
+"""
+
+from __future__ import annotations
+
+import torch
+from pytorch_grad_cam import (
+    AblationCAM,
+    EigenCAM,
+    GradCAM,
+    GradCAMPlusPlus,
+    HiResCAM,
+    LayerCAM,
+    ScoreCAM,
+    XGradCAM,
+)
+from pytorch_grad_cam.ablation_layer import AblationLayerVit
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+from timing import add_device_options, device_name, print_table, rotated_rounds
+
+import vizkit as vk
+
+PEERS = {
+    "gradcam": GradCAM,
+    "gradcam_pp": GradCAMPlusPlus,
+    "xgradcam": XGradCAM,
+    "hirescam": HiResCAM,
+    "layercam": LayerCAM,
+    "eigencam": EigenCAM,
+    "scorecam": ScoreCAM,
+    "ablationcam": AblationCAM,
+}
+CHUNK = 64  # perturbed images per forward, for both
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vit_tiny_patch16_224")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--size", type=int, default=112)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = add_device_options(parser).parse_args()
+    args.dtype = "float32"
+    cams(args)
+    legrad(args)
+
+
+def cams(args) -> None:
+    torch.manual_seed(0)
+    model = vk.create_model(args.model, img_size=args.size).eval().to(args.device)
+    x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
+    targets = [ClassifierOutputTarget(i) for i in range(args.batch)]
+    layout = vk.HookedModel(model).token_layout((args.size, args.size))
+
+    def reshape(tokens):  # (B, N, C) -> (B, C, gh, gw)
+        patches = tokens[:, layout.num_prefix_tokens :]
+        return patches.reshape(len(tokens), *layout.grid, -1).permute(0, 3, 1, 2)
+
+    layer, ours_layer = model.blocks[-2], f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
+    runs = {"plain": lambda: model(x)}
+    for name, peer in PEERS.items():
+        options = {"reshape_transform": reshape}
+        if name == "ablationcam":
+            options["ablation_layer"] = AblationLayerVit()
+        cam = peer(model, target_layers=[layer], **options)
+        if name in ("scorecam", "ablationcam"):
+            cam.batch_size = CHUNK
+        extra = {"batch_size": CHUNK} if name in ("scorecam", "ablationcam") else {}
+        method = getattr(vk, name)
+        kwargs = {} if name == "eigencam" else {"target": list(range(args.batch))}
+        runs[f"vizkit {name}"] = lambda m=method, kw=kwargs, e=extra: m(
+            model, x, layer=ours_layer, **kw, **e
+        )
+        runs[f"pgc {name}"] = lambda c=cam: c(x, targets=targets)
+    times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    title = (
+        f"{args.model} (random weights), batch {args.batch}, {args.size} px, float32, "
+        f"{device_name(args.device)}, torch {torch.__version__}; vizkit against pytorch-grad-cam "
+        f"(pgc); median of {args.repeats} rounds"
+    )
+    print_table(times, faults, "plain", args, title)
+    print()
+
+
+def legrad(args) -> None:
+    import torchvision
+    from torchcam.methods import LeGrad
+
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(
+        image_size=args.size, patch_size=16, num_layers=3, num_heads=3, hidden_dim=192,
+        mlp_dim=768, num_classes=10,
+    ).eval().to(args.device)  # fmt: skip
+    torch.nn.init.normal_(model.heads.head.weight)
+    x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
+    classes = list(range(args.batch))
+
+    def readout(tokens):
+        return model.heads(model.encoder.ln(tokens)[:, 0])
+
+    def theirs():
+        with LeGrad(model, list(model.encoder.layers), score_projection=readout) as cam:
+            return cam(classes, model(x), normalized=False)
+
+    runs = {
+        "plain": lambda: model(x),
+        "vizkit legrad": lambda: vk.legrad(model, x, target=classes),
+        "torch-cam legrad": theirs,
+    }
+    times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    title = (
+        f"torchvision VisionTransformer (3 blocks, width 192, random weights), batch "
+        f"{args.batch}, {args.size} px, float32, {device_name(args.device)}, torch "
+        f"{torch.__version__}; LeGrad, vizkit against torch-cam; median of {args.repeats} rounds"
+    )
+    print_table(times, faults, "plain", args, title)
+
+
+if __name__ == "__main__":
+    main()
