@@ -52,3 +52,23 @@ def test_both_run_on_vit_families_and_refuse_bad_options():
         vk.smoothgrad(model, x[:1], noise=0.0)
     with pytest.raises(ValueError, match="baselines must be"):
         vk.gradientshap(model, x[:1], baselines=torch.zeros(1, 3, 8, 8))
+
+
+def test_smoothed_averages_any_method_over_noisy_copies():
+    model, x = build("vit")
+    x = x[:2]
+    plain = vk.gradcam(model, x, target=1)
+    quiet = vk.smoothed("gradcam", model, x, target=1, samples=2, noise=0.0)
+    torch.testing.assert_close(quiet.maps, plain.maps)  # no noise: the method itself
+    a = vk.smoothed("gradcam_pp", model, x, target=1, samples=3, noise=0.2, seed=4)
+    b = vk.smoothed("gradcam_pp", model, x, target=1, samples=3, noise=0.2, seed=4)
+    torch.testing.assert_close(a.maps, b.maps)  # seeded
+    assert a.method == "gradcam_pp (smoothed)" and a.options["samples"] == 3
+    assert not torch.allclose(a.maps, vk.gradcam_pp(model, x, target=1).maps)
+    linear = linear_model()  # |w| whatever the noise: smoothing changes nothing
+    torch.testing.assert_close(
+        vk.smoothed("saliency", linear, torch.randn(2, 3, 8, 8), target=2, samples=4).maps,
+        linear[1].weight.detach()[2].view(3, 8, 8).abs().amax(0).expand(2, 8, 8),
+    )
+    with pytest.raises(KeyError, match="Unknown saliency method 'nope'"):
+        vk.smoothed("nope", model, x)

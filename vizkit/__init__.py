@@ -45,6 +45,7 @@ from .methods.layercam import layercam as layercam
 from .methods.legrad import legrad as legrad
 from .methods.scorecam import scorecam as scorecam
 from .methods.smoothgrad import smoothgrad as smoothgrad
+from .methods.smoothing import smoothed as smoothed
 from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
 from .models import create_model as create_model
@@ -88,6 +89,7 @@ __all__ = [
     "rollout",
     "saliency",
     "scorecam",
+    "smoothed",
     "smoothgrad",
     "token_layout",
     "token_norms",

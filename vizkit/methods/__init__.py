@@ -1,7 +1,8 @@
 """Saliency methods, one per file, registered in `vizkit.methods.registry` with what they need.
 
 Importing this package imports only the registry (the analyses register their methods with
-it); `vizkit` imports the method modules (`vizkit.methods.builtin`)."""
+it); `vizkit` imports the method modules (`vizkit.methods.builtin`) and `vk.smoothed`
+(`vizkit.methods.smoothing`), which smooths any of them."""
 
 from .registry import METHODS as METHODS
 from .registry import NEEDS as NEEDS
