@@ -171,3 +171,31 @@ def test_the_registry_feeds_exports_and_compare():
     table = vk.compare_saliency(model, x[:4], methods=["gradcam_pp", "eigencam", "random"],
                                 steps=4, progress=False)  # fmt: skip
     assert table.methods == ["gradcam_pp", "eigencam", "random"]
+
+
+def test_ablationcam_zeroes_the_channel_of_a_channels_last_feature_map():
+    """A (B, h, w, C) activation: the channel is its last axis where the model holds it."""
+
+    class ChannelsLast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 2, stride=2)  # 32 px -> 16 x 16
+            self.lin = torch.nn.Linear(16, 6)  # on (B, 16, 16, 16): channels last
+            self.fc = torch.nn.Linear(6, 5)
+
+        def forward(self, x):
+            return self.fc(self.lin(self.conv(x).permute(0, 2, 3, 1)).mean((1, 2)))
+
+    torch.manual_seed(0)
+    model, x = ChannelsLast().eval(), torch.randn(1, 3, 32, 32)
+    ours = vk.ablationcam(model, x, target=0, layer="lin.hook_out")
+    with torch.no_grad():
+        score = model(x)[0, 0]
+        act = model.lin(model.conv(x).permute(0, 2, 3, 1))
+        weights = []
+        for k in range(6):
+            ablated = act.clone()
+            ablated[..., k] = 0
+            weights.append((score - model.fc(ablated.mean((1, 2)))[0, 0]) / score)
+    expected = (torch.stack(weights)[None, :, None, None] * act.permute(0, 3, 1, 2)).sum(1)
+    torch.testing.assert_close(ours.maps, expected.clamp_min(0), rtol=1e-4, atol=1e-6)

@@ -118,3 +118,22 @@ def test_every_timm_family_class_is_registered_once():
     keys = [class_key(c) for f in timm_families for c in f.models]
     assert len(keys) == len(set(keys))
     assert family_layout(timm.create_model("test_vit")).family == "vit"
+
+
+def test_a_wrapped_model_keeps_the_names_its_model_level_options_give():
+    """Sites that read options off the model (EVA's RoPE, BEiT's shared position bias) read
+    them off the family's root, not the user's wrapper."""
+    from timm.models.beit import Beit
+    from timm.models.eva import Eva
+
+    torch.manual_seed(0)
+    for model in (
+        Eva(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, use_rot_pos_emb=True),
+        Beit(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+             use_shared_rel_pos_bias=True, use_rel_pos_bias=False),
+    ):  # fmt: skip
+        bare = set(vk.HookedModel(model.eval()).hook_names())
+        wrapped = vk.HookedModel(nn.Sequential(nn.Identity(), model)).hook_names()
+        inner = {n.removeprefix("1.") for n in wrapped if n.startswith("1.")}
+        assert inner - {"hook_out"} == bare  # the wrapper also names the whole model's output
+        assert any(n.endswith(("hook_content_pattern", "hook_pos_bias")) for n in bare)

@@ -48,3 +48,18 @@ def test_legrad_refuses_without_a_readout_or_on_mixed_layouts():
     model, x = build("cait")  # CaiT's head reads the class-attention stage, not a block
     with pytest.raises(ValueError, match="knows no such readout"):
         vk.legrad(model, x)
+
+
+def test_legrad_refuses_a_wrapper_with_a_head_of_its_own():
+    """The family's head is the inner ViT's: a wrapper's own head would make each layer's
+    score explain another output."""
+    import timm
+
+    vit = timm.create_model("test_vit", num_classes=10).eval()
+    wrapped = torch.nn.Sequential(vit, torch.nn.Linear(10, 3)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with pytest.raises(ValueError, match="adds a head of its own"):
+        vk.legrad(wrapped, x, target=2)
+    same_head = torch.nn.Sequential(torch.nn.Identity(), vit).eval()  # e.g. a normalization
+    torch.testing.assert_close(vk.legrad(same_head, x, target=2).maps,
+                               vk.legrad(vit, x, target=2).maps)  # fmt: skip

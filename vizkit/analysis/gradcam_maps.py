@@ -88,6 +88,8 @@ class CamActivation:
         layer: its hook name; layer_index: its position in `gradcam_layers` (or None).
         layout: the token layout for token activations, None for feature maps.
         logits: the model's output on the batch.
+        channels_last: the activation is (B, h, w, C) where the model holds it (a method that
+            edits it, as Ablation-CAM does, edits its last axis).
     """
 
     act: Tensor
@@ -96,6 +98,7 @@ class CamActivation:
     layer_index: int | None
     layout: TokenLayout | None
     logits: Tensor
+    channels_last: bool = False
 
 
 def cam_activation(
@@ -130,7 +133,7 @@ def cam_activation(
         logits, cache = hm.run_with_cache(x, names=layer)
         act, grad = cache[layer], None
     require_per_image(layer, act, len(x))
-    layout = None
+    layout, channels_last = None, False
     if act.ndim == 3:  # tokens (B, N, C) -> patches on the grid (B, C, gh, gw)
         layout = hm.token_layout(tuple(x.shape[-2:]), layer)
         if layout is None:
@@ -139,6 +142,7 @@ def cam_activation(
     elif act.ndim == 4:  # feature maps (B, C, h, w) or channels-last (B, h, w, C)
         if feature_map_format(hm.tap(layer).shape, act, tuple(x.shape[-2:])) == "NHWC":
             act, grad = (None if t is None else t.permute(0, 3, 1, 2) for t in (act, grad))
+            channels_last = True
     else:
         raise ValueError(
             f"{method} needs a token activation (B, N, C) or a feature map (B, C, h, w); "
@@ -154,7 +158,7 @@ def cam_activation(
                 stacklevel=4,  # the caller of the method's `analysis` wrapper
             )
     index = layer_indices([layer], counted)[0]
-    return CamActivation(act, grad, layer, index, layout, logits)
+    return CamActivation(act, grad, layer, index, layout, logits, channels_last)
 
 
 def _on_grid(tokens: Tensor, layout: TokenLayout) -> Tensor:

@@ -122,12 +122,13 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
         return _unplaced_patterns(model)
     taps: list[Tap] = list(layout.extra)
     inside: set[str] = set()
+    root = model.get_submodule(layout.root) if layout.root else model  # what the family reads
     for site in layout.blocks:
         block = model.get_submodule(site.path)
         taps += block_taps(site, block)
         class_stream = site.tokens == "1"  # its maps read [class, patches], not the stream
         context = AttentionContext(
-            model, block, tokens=site.tokens,
+            root, block, tokens=site.tokens,
             prefix_tokens=None if class_stream else site.prefix_tokens,
             grid=None if class_stream else site.grid,
         )  # fmt: skip
@@ -138,10 +139,9 @@ def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Ta
     last = layout.blocks[-1] if layout.blocks else None  # the tokens the head reads
     head = layout.head_prefix_tokens
     outside = AttentionContext(
-        model, prefix_tokens=head if last is None or head == 0 else last.prefix_tokens,
+        root, prefix_tokens=head if last is None or head == 0 else last.prefix_tokens,
         grid=last.grid if last is not None else None,
     )  # fmt: skip
-    root = model.get_submodule(layout.root) if layout.root else model  # what the family reads
     for name, module in root.named_modules(prefix=layout.root):
         read = attention_site(module, outside=True) if name and name not in inside else None
         taps += read(name, module, outside) if read is not None else []

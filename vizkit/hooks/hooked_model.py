@@ -554,7 +554,7 @@ class HookedModel:
         result = {}
         for name, used, grad in zip(chosen, inputs, grads, strict=False):
             grad = torch.zeros_like(used) if grad is None else grad  # unused: the gradient is 0
-            grad = grad.view(run.views[name]) if name in run.views else grad
+            grad = grad.reshape(run.views[name]) if name in run.views else grad
             grad = self._taps[name].to_canonical(grad).detach()
             result[name] = grad.to(run.device, run.dtype)
         return result
@@ -683,7 +683,7 @@ def _gradient_hook(
     gradient arrives at the base it is a view of)."""
 
     def hook(grad: Tensor) -> Tensor | None:
-        raw = grad if shape is None else grad.view(shape)
+        raw = grad if shape is None else grad.reshape(shape)
         canonical = tap.to_canonical(raw)
         new = fn(canonical, name=tap.name)
         if new is None:

@@ -69,10 +69,13 @@ def _weights(
         start, stop = current["range"]
         edited = activation.clone()
         rows = torch.arange(stop - start, device=activation.device)
+        channels = torch.arange(start, stop, device=activation.device)
         if tokens:  # (n, N, C): the channel in the patch tokens
-            edited[rows, prefix:, torch.arange(start, stop, device=activation.device)] = 0
+            edited[rows, prefix:, channels] = 0
+        elif found.channels_last:  # (n, h, w, C)
+            edited[rows, :, :, channels] = 0
         else:  # (n, C, h, w)
-            edited[rows, torch.arange(start, stop, device=activation.device)] = 0
+            edited[rows, channels] = 0
         return edited
 
     def make(start: int, stop: int) -> Tensor:

@@ -18,7 +18,7 @@ from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.hooked_model import frozen_parameters
 from ..hooks.inputs import check_images
 from ..hooks.selection import LayerSpec
-from ..hooks.targets import explained_classes
+from ..hooks.targets import explained_classes, model_logits
 from .perturbation import score_of
 from .registry import saliency_method
 
@@ -53,6 +53,7 @@ def legrad(
     layout = common_layout(hm, names, tuple(x.shape[-2:]), fix="Pass layers= of one stage.")
     known = set(hm.hook_names())
     posts = [_block_output(name, known) for name in names]
+    final = f"{hm.family.blocks[-1].path}.hook_resid_post"  # the model's last block
     captured: dict[str, Tensor] = {}
 
     def keep(value: Tensor, *, name: str) -> None:
@@ -60,8 +61,9 @@ def legrad(
 
     x = x.detach().requires_grad_(True)  # the graph starts at the images, parameters frozen
     with frozen_parameters(hm.model), torch.enable_grad():
-        with hm.hooks(fwd={n: keep for n in [*names, *posts]}):
+        with hm.hooks(fwd={n: keep for n in dict.fromkeys([*names, *posts, final])}):
             logits = hm(x)
+        _check_readout(hm, captured[final], logits)
         relevance = []
         for index, (name, post) in enumerate(zip(names, posts, strict=True)):
             pattern = captured[name]
@@ -83,6 +85,22 @@ def legrad(
         layout=layout,
         targets=explained_classes(logits, target),
     )
+
+
+def _check_readout(hm: HookedModel, last: Tensor, logits: object) -> None:
+    """Refuse unless the family's head on the last block's output gives the model's output:
+    with a head of the user's own (a wrapper), each layer's score would be another class's."""
+    with torch.no_grad():
+        read = hm.family.readout(last).float()
+    output = model_logits(logits)
+    same = isinstance(output, Tensor) and output.shape == read.shape
+    if not same or not torch.allclose(read, output.float(), rtol=1e-4, atol=1e-5):
+        raise ValueError(
+            f"The model's output is not its family's head read on its last block "
+            f"({type(hm.model).__name__} adds a head of its own?), so LeGrad's per-layer scores "
+            "would explain another output; run it on the model whose head is the family's, or "
+            "use grad_rollout or a CAM."
+        )
 
 
 def _block_output(pattern: str, known: set[str]) -> str:
