@@ -7,6 +7,8 @@ patch keys' relevance. Attention values are not multiplied in."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -18,8 +20,7 @@ from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.hooked_model import frozen_parameters
 from ..hooks.inputs import check_images
 from ..hooks.selection import LayerSpec
-from ..hooks.targets import explained_classes, model_logits
-from .perturbation import score_of
+from ..hooks.targets import explained_classes, model_logits, target_indices
 from .registry import saliency_method
 
 __all__ = ["legrad"]
@@ -64,6 +65,7 @@ def legrad(
         with hm.hooks(fwd={n: keep for n in dict.fromkeys([*names, *posts, final])}):
             logits = hm(x)
         _check_readout(hm, captured[final], logits)
+        score_of = _scorer(logits, target)  # the class indices resolved once, for every layer
         relevance = []
         for index, (name, post) in enumerate(zip(names, posts, strict=True)):
             pattern = captured[name]
@@ -71,8 +73,7 @@ def legrad(
                 pattern._base if hm.tap(name).read_only and pattern._base is not None else pattern
             )
             layer_logits = hm.family.readout(captured[post])
-            score = torch.stack([score_of(logits, target, b)(layer_logits[b : b + 1])[0]
-                                 for b in range(len(x))])  # fmt: skip
+            score = score_of(layer_logits)
             (grad,) = torch.autograd.grad(score.sum(), on_path, retain_graph=index < len(names) - 1)
             relevance.append(grad.view(pattern.shape).detach().clamp_min(0).mean((1, 2)))
     keys = torch.stack(relevance).mean(0)  # (B, N)
@@ -85,6 +86,25 @@ def legrad(
         layout=layout,
         targets=explained_classes(logits, target),
     )
+
+
+def _scorer(logits: object, target: Target) -> Callable[[Tensor], Tensor]:
+    """``layer_logits (B, K) -> (B,)``: each image's target score (the callable target's value,
+    or its class logit: an int, B ints, or None for the argmax of the model's ``logits``)."""
+    if callable(target) and not isinstance(target, Tensor):
+
+        def called(layer_logits: Tensor) -> Tensor:
+            score = target(layer_logits)
+            if not isinstance(score, Tensor) or score.shape != layer_logits.shape[:1]:
+                raise ValueError(
+                    "LeGrad needs a callable target that gives one score per image, shape "
+                    f"(B,); got {getattr(score, 'shape', type(score).__name__)}."
+                )
+            return score
+
+        return called
+    index = target_indices(model_logits(logits), target)[:, None]
+    return lambda layer_logits: layer_logits.gather(1, index.to(layer_logits.device))[:, 0]
 
 
 def _check_readout(hm: HookedModel, last: Tensor, logits: object) -> None:
