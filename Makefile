@@ -16,8 +16,8 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e ".[dev,docs,transformers,open_clip]"
+	$(BIN)/python -m pip install --no-cache-dir --upgrade pip
+	$(BIN)/python -m pip install --no-cache-dir -e ".[dev,docs,transformers,open_clip]"
 	touch $(STAMP)
 
 demo: setup
