@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --no-cache-dir --upgrade pip
 	$(BIN)/python -m pip install --no-cache-dir -e ".[dev,docs,transformers,open_clip]"
+	# LXT, the AttnLRP oracle of tests/test_attnlrp.py: without its LLM extras (bitsandbytes, ...)
+	$(BIN)/python -m pip install --no-cache-dir --no-deps "lxt==2.1"
 	touch $(STAMP)
 
 demo: setup

@@ -37,6 +37,7 @@ from .hooks import TokenLayout as TokenLayout
 from .hooks import token_layout as token_layout
 from .hooks import unfused_attention as unfused_attention
 from .methods.ablationcam import ablationcam as ablationcam
+from .methods.attnlrp import attnlrp as attnlrp
 from .methods.eigencam import eigencam as eigencam
 from .methods.gradcam_pp import gradcam_pp as gradcam_pp
 from .methods.gradientshap import gradientshap as gradientshap
@@ -64,6 +65,7 @@ __all__ = [
     "ablationcam",
     "analysis",
     "attention",
+    "attnlrp",
     "cka",
     "cka_matrix",
     "class_attention",

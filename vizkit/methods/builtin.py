@@ -5,6 +5,7 @@ package."""
 from .. import analysis, metrics  # noqa: F401  (register their methods)
 from . import (
     ablationcam,
+    attnlrp,
     eigencam,
     gradcam_pp,
     gradientshap,
@@ -17,6 +18,6 @@ from . import (
 )
 
 __all__ = [
-    "ablationcam", "eigencam", "gradcam_pp", "gradientshap", "hirescam", "layercam", "legrad",
-    "scorecam", "smoothgrad", "xgradcam",
+    "ablationcam", "attnlrp", "eigencam", "gradcam_pp", "gradientshap", "hirescam", "layercam",
+    "legrad", "scorecam", "smoothgrad", "xgradcam",
 ]  # fmt: skip
