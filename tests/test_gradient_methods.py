@@ -72,3 +72,21 @@ def test_smoothed_averages_any_method_over_noisy_copies():
     )
     with pytest.raises(KeyError, match="Unknown saliency method 'nope'"):
         vk.smoothed("nope", model, x)
+
+
+@pytest.mark.parametrize("method", [vk.smoothgrad, vk.gradientshap])
+def test_noise_comes_from_the_seed_and_the_callers_random_state_is_kept(method):
+    """captum draws from torch's and NumPy's global generators: the method seeds them for the
+    call and restores them, so two calls agree and the caller's next draws are unchanged."""
+    import numpy as np
+
+    model, x = build("vit")
+    torch.manual_seed(123)
+    np.random.seed(123)
+    expected = torch.rand(3), np.random.rand(3)
+    torch.manual_seed(123)
+    np.random.seed(123)
+    first = method(model, x, target=1, samples=4, seed=5).maps
+    assert torch.equal(torch.rand(3), expected[0]) and (np.random.rand(3) == expected[1]).all()
+    torch.testing.assert_close(method(model, x, target=1, samples=4, seed=5).maps, first)
+    assert not torch.equal(method(model, x, target=1, samples=4, seed=6).maps, first)

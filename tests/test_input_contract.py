@@ -42,7 +42,17 @@ ANALYSES = {
         m, x, torch.rand(len(x), 4, 4, generator=torch.Generator().manual_seed(0)), steps=4, **k
     ),
 }
-GRADIENT_ANALYSES = ["grad_rollout", "gradcam", "saliency", "integrated_gradients", "occlusion"]
+# every registered saliency method (`vk.methods`) the table above does not name
+ANALYSES |= {
+    name: lambda m, x, method=method, **k: method(m, x, **k)
+    for name, method in vk.methods.methods().items()
+    if name not in ANALYSES
+}
+GRADIENT_ANALYSES = [
+    name
+    for name, method in vk.methods.methods().items()
+    if method.targets and ("gradients" in method.needs or name == "occlusion")
+]
 
 BAD_BATCHES = {
     "no batch axis": (torch.randn(3, 32, 32), ValueError, "unsqueeze|data must be images"),

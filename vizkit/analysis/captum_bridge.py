@@ -7,8 +7,10 @@ reduces the channel axis to one map per image.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -29,6 +31,7 @@ __all__ = [
     "captum_attr",
     "captum_inputs",
     "captum_result",
+    "captum_seeded",
     "integrated_gradients",
     "occlusion",
     "saliency",
@@ -53,6 +56,22 @@ def captum_inputs(
     with torch.no_grad():
         logits = model_logits(hm(x))
     return hm, x, lambda inputs: model_logits(hm.model(inputs)), target_indices(logits, target)
+
+
+@contextmanager
+def captum_seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """torch's generators (the CPU's and ``device``'s) and NumPy's, from which captum draws
+    noise and baselines, seeded with ``seed`` for the block; the caller's states are restored
+    after it, also after an error."""
+    numpy_state = np.random.get_state()
+    devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            np.random.seed(seed % 2**32)
+            yield
+    finally:
+        np.random.set_state(numpy_state)
 
 
 def captum_result(attributions: Tensor, method: str, reduce: str, targets, options: dict):

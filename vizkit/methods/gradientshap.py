@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..analysis.captum_bridge import captum_attr, captum_inputs, captum_result
+from ..analysis.captum_bridge import captum_attr, captum_inputs, captum_result, captum_seeded
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
@@ -41,8 +41,8 @@ def gradientshap(
             f"baselines must be (K, {', '.join(map(str, x.shape[1:]))}) images like the batch; "
             f"got {getattr(baselines, 'shape', type(baselines).__name__)}."
         )
-    torch.manual_seed(check_count("seed", seed, 0))
-    with frozen_parameters(hm.model):
+    seed = check_count("seed", seed, 0)
+    with frozen_parameters(hm.model), captum_seeded(seed, x.device):
         attributions = (
             captum_attr()
             .GradientShap(forward)
