@@ -47,6 +47,7 @@ from .methods.legrad import legrad as legrad
 from .methods.scorecam import scorecam as scorecam
 from .methods.smoothgrad import smoothgrad as smoothgrad
 from .methods.smoothing import smoothed as smoothed
+from .methods.transformer_attribution import transformer_attribution as transformer_attribution
 from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
 from .models import create_model as create_model
@@ -96,6 +97,7 @@ __all__ = [
     "token_layout",
     "token_norms",
     "token_pca",
+    "transformer_attribution",
     "unfused_attention",
     "viz",
     "widgets",

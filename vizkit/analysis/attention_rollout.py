@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_image_batch, check_images
+from ..hooks.layout import TokenLayout
 from ..hooks.selection import HeadSpec, head_option, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
@@ -32,7 +33,14 @@ from ._model import (
 from .attention_maps import attention_bytes, common_layout
 from .saliency_result import SaliencyResult
 
-__all__ = ["check_row_stochastic", "grad_rollout", "rollout"]
+__all__ = [
+    "check_row_stochastic",
+    "class_row_relevance",
+    "grad_rollout",
+    "gradient_rollout_maps",
+    "rolled_back",
+    "rollout",
+]
 
 _MIXED = ".attn.hook_pattern_mixed"
 
@@ -247,6 +255,51 @@ def _class_token_rollout(cache, ca_names: list[str], joint: Tensor, heads) -> Te
     return r[:, 1:]
 
 
+def gradient_rollout_maps(
+    hm: HookedModel, x: Tensor, max_bytes: int, method: str, held: int = 1
+) -> tuple[list[str], TokenLayout]:
+    """The maps a gradient-weighted rollout of ``x`` multiplies (one per block) and their token
+    layout. Refuses models whose class token takes no part in self-attention, and batches whose
+    maps (``held`` copies of each layer's, plus one gradient) take more than ``max_bytes``."""
+    check_image_batch(hm.model, x)  # the size check below reads no values; check_images does
+    names = applied_attention_names(hm)
+    last = hm.token_layout(tuple(x.shape[-2:]), names[-1])
+    if any(n.endswith(_MIXED) for n in names) or not last.class_token:
+        raise ValueError(
+            f"{method} needs self-attention over a class token (ViT/DeiT); this model's "
+            "class token does not take part in self-attention (CaiT) or it has none. Use "
+            "class_attention(), rollout(...) or gradcam()."
+        )
+    layout = _rollout_layouts(hm, names, tuple(x.shape[-2:]), method)[0]
+    max_bytes = check_count("max_bytes", max_bytes)
+    size = held * attention_bytes(hm, x, names) + attention_bytes(hm, x, names[-1:])
+    if size > max_bytes:
+        raise ValueError(
+            f"{method} differentiates through {len(names)} attention maps, which the graph "
+            f"holds until the backward reaches them, and one gradient at a time: "
+            f"{size / 2**20:.1f} MiB for a batch of {len(x)} (B x H x N x N floats per layer), "
+            f"above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the maps are "
+            "per image) or a larger max_bytes."
+        )
+    return names, layout
+
+
+def rolled_back(relevance: Tensor | None, weighted: Tensor) -> Tensor:
+    """One layer of R = (I + W_L) ... (I + W_1), built from the last layer back: ``weighted``
+    (B, H, N, N) is that layer's weighted map, W its positive part averaged over heads."""
+    weighted = weighted.clamp_min(0).mean(1).double()  # (B, N, N)
+    if relevance is None:
+        eye = torch.eye(weighted.shape[-1], dtype=weighted.dtype, device=weighted.device)
+        return eye + weighted
+    return relevance + relevance @ weighted
+
+
+def class_row_relevance(hm: HookedModel, relevance: Tensor, layout: TokenLayout) -> Tensor:
+    """The patches' relevance on the grid (B, gh, gw): R's class-token row where the head reads
+    the class token, else the mean over the patch rows."""
+    return layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm)).float())
+
+
 @saliency_method(
     "grad_rollout", needs=("attention", "gradients"),
     summary="gradient-weighted attention rolled out (Chefer et al., ICCV 2021)",
@@ -272,26 +325,7 @@ def grad_rollout(
         reads the class token, else (average-pooled heads) the mean over the patch rows.
     """
     hm = as_hooked(model)
-    check_image_batch(hm.model, x)  # the size check below reads no values; check_images does
-    names = applied_attention_names(hm)
-    last = hm.token_layout(tuple(x.shape[-2:]), names[-1])
-    if any(n.endswith(_MIXED) for n in names) or not last.class_token:
-        raise ValueError(
-            "grad_rollout needs self-attention over a class token (ViT/DeiT); this model's "
-            "class token does not take part in self-attention (CaiT) or it has none. Use "
-            "class_attention(), rollout(...) or gradcam()."
-        )
-    layout = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "grad_rollout")[0]
-    max_bytes = check_count("max_bytes", max_bytes)
-    size = attention_bytes(hm, x, names) + attention_bytes(hm, x, names[-1:])
-    if size > max_bytes:
-        raise ValueError(
-            f"grad_rollout differentiates through {len(names)} attention maps, which the graph "
-            f"holds until the backward reaches them, and one gradient at a time: "
-            f"{size / 2**20:.1f} MiB for a batch of {len(x)} (B x H x N x N floats per layer), "
-            f"above max_bytes={max_bytes / 2**20:.1f} MiB. Pass a smaller batch (the maps are "
-            "per image) or a larger max_bytes."
-        )
+    names, layout = gradient_rollout_maps(hm, x, max_bytes, "grad_rollout")
     x = check_images(hm.model, x)
     patterns: dict[str, Tensor] = {}
     relevance: Tensor | None = None  # (I + W_L) ... (I + W_k), built from the last layer back
@@ -306,12 +340,7 @@ def grad_rollout(
         if len(done) == len(names) or names[-1 - len(done)] != name:
             raise RuntimeError(f"grad_rollout expected the gradients of {names} last first.")
         done.append(name)
-        weighted = (grad * patterns.pop(name)).clamp_min(0).mean(1).double()  # (B, N, N)
-        if relevance is None:
-            eye = torch.eye(weighted.shape[-1], dtype=weighted.dtype, device=weighted.device)
-            relevance = eye + weighted
-        else:
-            relevance = relevance + relevance @ weighted
+        relevance = rolled_back(relevance, grad * patterns.pop(name))
 
     with hm.hooks(fwd={name: keep for name in names}):
         logits, _ = hm.run_with_cache(
@@ -320,7 +349,7 @@ def grad_rollout(
     if len(done) != len(names):
         raise RuntimeError(f"The target score reached {done} of the attention maps {names}.")
     return SaliencyResult(
-        maps=layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm)).float()),
+        maps=class_row_relevance(hm, relevance, layout),
         method="grad_rollout",
         image_size=tuple(x.shape[-2:]),
         options={"maps": names},

@@ -14,10 +14,11 @@ from . import (
     legrad,
     scorecam,
     smoothgrad,
+    transformer_attribution,
     xgradcam,
 )
 
 __all__ = [
     "ablationcam", "attnlrp", "eigencam", "gradcam_pp", "gradientshap", "hirescam", "layercam",
-    "legrad", "scorecam", "smoothgrad", "xgradcam",
+    "legrad", "scorecam", "smoothgrad", "transformer_attribution", "xgradcam",
 ]  # fmt: skip

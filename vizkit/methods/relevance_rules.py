@@ -179,18 +179,22 @@ def _normalize(func, args, kwargs):
     return _with_gradient_of(out, x / norm)
 
 
-def _attention_rule(attention: str, first: int):
-    """A fused attention softmax(Q.K^T) V with Q, K, V at ``args[first:first + 3]``."""
+def _attention_rule(attention: str):
+    """A fused attention softmax(Q.K^T) V with Q, K, V its first three arguments: the uniform
+    rule of Q.K^T at Q and K, that of A.V at the output (so a map the fused call returns, as
+    torch's MultiheadAttention does, takes its share, as an unfused one would)."""
 
     def rule(func, args, kwargs):
-        q, k, v = args[first : first + 3]
+        q, k, v = args[:3]
         if attention == "cp":
-            q, k = q.detach(), k.detach()
-        else:
-            scores = 0.5 if q.requires_grad and k.requires_grad else 1.0  # Q.K^T
-            mixing = 0.5 if (q.requires_grad or k.requires_grad) and v.requires_grad else 1.0
-            q, k, v = _scaled(q, scores * mixing), _scaled(k, scores * mixing), _scaled(v, mixing)
-        return func(*args[:first], q, k, v, *args[first + 3 :], **kwargs)
+            return func(q.detach(), k.detach(), v, *args[3:], **kwargs)
+        mixing = 0.5 if (q.requires_grad or k.requires_grad) and v.requires_grad else 1.0
+        if q.requires_grad and k.requires_grad:
+            q, k = _scaled(q, 0.5), _scaled(k, 0.5)
+        out = func(q, k, v, *args[3:], **kwargs)
+        if isinstance(out, tuple):  # MultiheadAttention: (output, weights)
+            return (_scaled(out[0], mixing), *out[1:])
+        return _scaled(out, mixing)
 
     return rule
 
@@ -233,8 +237,8 @@ def _rules(attention: str) -> dict:
         F.rms_norm: _rms_norm,
         F.group_norm: _group_norm,
         F.normalize: _normalize,
-        F.scaled_dot_product_attention: _attention_rule(attention, 0),
-        F.multi_head_attention_forward: _attention_rule(attention, 0),
+        F.scaled_dot_product_attention: _attention_rule(attention),
+        F.multi_head_attention_forward: _attention_rule(attention),
     }
     return rules
 
