@@ -131,7 +131,32 @@ def saliency_methods_page() -> str:
     return "\n".join([*lines, "", f"Needs: {legend}.", ""])
 
 
+README_METHODS = re.compile(
+    r"(<!-- saliency methods: docs/generate.py -->\n)(?:.*?\n)?(<!-- /saliency methods -->)", re.S
+)
+
+
+def readme_methods() -> str:
+    """The README's paragraph on the registered saliency methods (between its markers)."""
+    from vizkit.methods import methods
+
+    names = [f"`{name}`" for name in methods() if name != "random"]
+    return (
+        f"Saliency methods ({len(names)}, from the registry `vizkit.methods`): each is "
+        "`vk.<name>(model, x, ...)` returning a `SaliencyResult`, and each name is "
+        f"taken by `compare_saliency(methods=[...])`: {', '.join(names)}; the manual's "
+        "[analyses page](docs/concepts/analyses.md) says what each needs and is."
+    )
+
+
 def main() -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if not README_METHODS.search(text):
+        raise SystemExit("README.md lacks the saliency-methods markers")
+    readme.write_text(
+        README_METHODS.sub(lambda m: m.group(1) + readme_methods() + "\n" + m.group(2), text)
+    )
     OUT.mkdir(exist_ok=True)
     (OUT / "hook_names.md").write_text(hook_names_page())
     (OUT / "benchmark_results.md").write_text(benchmark_results_page())

@@ -93,3 +93,16 @@ def test_add_a_saliency_method_how_to_runs_and_shows_what_it_says():
         run(block, f"add-a-saliency-method.md block {i}", scope)
     assert scope["table"].methods == ["absgradcam", "gradcam", "random"]
     assert "absgradcam" in vk.methods.methods()
+
+
+def test_readme_lists_every_registered_saliency_method():
+    """The README's paragraph on the methods is generated from the registry (docs/generate.py
+    rewrites it between its markers): it is current, and names each method."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "docs" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    assert generate.readme_methods() in README.read_text(), "run python docs/generate.py"
+    for name in vk.methods.methods():
+        assert name == "random" or f"`{name}`" in generate.readme_methods()
