@@ -311,8 +311,11 @@ def grad_rollout(
     target: Target = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> SaliencyResult:
-    """Gradient-weighted rollout (Chefer, Gur and Wolf, ICCV 2021, Eq. 5-6): R = I, then per
-    layer R <- R + mean_h[(dA/dy * A)^+] R; the class token's row over the patches.
+    """Gradient-weighted rollout (Chefer, Gur and Wolf, ICCV 2021, "Generic Attention-model
+    Explainability", Eq. 5-6): R = I, then per layer R <- R + mean_h[(dA/dy * A)^+] R; the
+    class token's row over the patches. This is their generic method exactly (checked against
+    the equations in tests/test_rollout.py); their CVPR 2021 method, with each map's LRP
+    relevance in place of A, is `vk.transformer_attribution`.
 
     Args:
         target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
