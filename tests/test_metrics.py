@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from conftest import build
 import vizkit as vk
 from vizkit.datasets import load_sample
 from vizkit.metrics import faithfulness
+from vizkit.metrics.compare import SaliencyTable
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +181,38 @@ def test_curve_ends_are_reused_computed_when_missing_and_checked():
         faithfulness.perturbation_curve(
             "deletion", hm, x[:1], maps[:1], None, "patch", "zero", 4, None, False, ends
         )
+
+
+def test_saliency_table_ranks_methods_by_the_metrics_each_has():
+    """Mean rank over the metrics a method has (ties share their mean rank); the curves are
+    not ranked when every prediction is near chance."""
+    nan = float("nan")
+    values = torch.tensor(
+        [[0.2, 0.6, 1.0], [0.1, 0.6, nan], [0.3, 0.9, 0.0], [nan, nan, nan]]
+    )  # deletion (lower better), insertion, pointing game
+    table = SaliencyTable(
+        ["a", "b", "c", "skipped"], ["deletion_auc", "insertion_auc", "pointing_game"],
+        values, [1.0] * 4, {"skipped": "no attention"},
+    )  # fmt: skip
+    # a: deletion 2, insertion 2.5 (tie with b), pointing 1 -> 5.5/3; b: 1, 2.5 -> 1.75;
+    # c: 3, 1, 2 -> 2
+    assert table.mean_ranks()[:3] == pytest.approx([5.5 / 3, 1.75, 2.0])
+    assert math.isnan(table.mean_ranks()[3])
+    assert table.ranking() == ["b", "a", "c"]
+    assert "| mean rank ↓ |" in table.to_markdown() and "mean rank" in table._repr_html_()
+    table.near_chance = torch.tensor([True, True])
+    assert table.ranking() == ["a", "c"]  # only the pointing game, which b lacks
+
+
+def test_compare_saliency_runs_every_registered_method(shapes):
+    model, x, labels, masks = shapes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the methods that do not apply are noted
+        table = vk.compare_saliency(model, x[:2], methods="all", target=labels[:2], steps=2)
+    assert table.methods[-1] == "random" and set(table.methods) == set(vk.metrics.METHODS)
+    skipped = {m for i, m in enumerate(table.methods) if table.values[i].isnan().all()}
+    assert skipped <= set(table.notes) and "attnlrp" not in skipped
+    assert set(table.ranking()) == set(table.methods) - skipped
+    default = vk.compare_saliency(model, x[:2], methods="default", steps=2)
+    assert default.methods == vk.methods.default_methods(True)
+    assert {"attnlrp", "gradcam", "rollout"} <= set(default.methods)

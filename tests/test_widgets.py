@@ -323,3 +323,22 @@ def test_refiner_explorer_moves_over_blocks_and_images():
     assert explorer.computed == 2
     with pytest.raises(ValueError, match="no attention refiner"):
         RefinerExplorer(timm.create_model("vit_tiny_patch16_224", img_size=32, depth=1), images)
+
+
+def test_saliency_comparer_switches_between_methods(shapes_vit):
+    """The method menu shows one method's map, or all side by side (wrapping after six); a
+    method the model refuses falls back to all, saying why beside the slider."""
+    model, images, masks = shapes_vit
+    comparer = SaliencyComparer(model, images, masks=masks)
+    assert comparer.methods == vk.methods.default_methods(True)
+    assert list(comparer.method.options) == ["all", *comparer.methods]
+    panels = len([t for t in comparer.figure.data if t.type == "heatmap"])
+    assert panels == len(comparer.methods)
+    comparer.method.value = "attnlrp"
+    assert comparer.computed == 1  # switching redraws, it does not score again
+    assert [t.type for t in comparer.figure.data].count("heatmap") == 1
+    assert comparer.figure.layout.title.text.startswith("attnlrp on image 0")
+    every = SaliencyComparer(model, images[:1], methods="all", steps=2, progress=False)
+    assert len(every.methods) == len(vk.metrics.METHODS)
+    rows = {a.y for a in every.figure.layout.annotations if "<b>" in (a.text or "")}
+    assert len(rows) >= 3  # 19 methods, six to a row

@@ -98,7 +98,7 @@ def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
 
 
 @saliency_method(
-    "rollout", needs=("attention",), targets=False,
+    "rollout", needs=("attention",), targets=False, default=True,
     summary="attention maps multiplied over the layers (Abnar & Zuidema 2020)",
 )  # fmt: skip
 @analysis_contract

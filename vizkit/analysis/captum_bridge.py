@@ -94,7 +94,7 @@ def captum_result(attributions: Tensor, method: str, reduce: str, targets, optio
 
 
 @saliency_method(
-    "integrated_gradients", needs=("gradients",),
+    "integrated_gradients", needs=("gradients",), default=True,
     summary="gradients integrated from a baseline (Sundararajan et al. 2017; captum)",
 )  # fmt: skip
 @analysis_contract

@@ -17,7 +17,7 @@ __all__ = ["class_attention"]
 
 
 @saliency_method(
-    "class_attention", needs=("attention",), targets=False,
+    "class_attention", needs=("attention",), targets=False, default=True,
     summary="the class token's attention over the patches (CaiT Fig. 6/7)",
 )  # fmt: skip
 @analysis_contract

@@ -213,7 +213,7 @@ def cam_result(
 
 
 @saliency_method(
-    "gradcam", needs=("gradients", "layer"),
+    "gradcam", needs=("gradients", "layer"), default=True,
     summary="channels weighted by their mean gradient (Selvaraju et al. 2017)",
 )  # fmt: skip
 @analysis_contract

@@ -23,7 +23,7 @@ __all__ = ["attnlrp", "input_relevance"]
 
 
 @saliency_method(
-    "attnlrp", needs=("gradients",),
+    "attnlrp", needs=("gradients",), default=True,
     summary="relevance propagated with attention-aware LRP rules (Achtibat et al. 2024)",
 )  # fmt: skip
 @analysis_contract

@@ -13,7 +13,15 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["METHODS", "NEEDS", "SaliencyMethod", "methods", "saliency_method"]
+__all__ = [
+    "METHODS",
+    "NEEDS",
+    "SaliencyMethod",
+    "default_methods",
+    "methods",
+    "saliency_method",
+    "selected_methods",
+]
 
 # what a method may need, for the tables that list methods
 NEEDS = {
@@ -34,6 +42,7 @@ class SaliencyMethod:
         needs: keys of `NEEDS`.
         summary: one line for the tables: what the map is, and its paper.
         targets: whether the map depends on the target class (rollout's does not).
+        default: whether the report and the saliency explorer run it unless told otherwise.
     """
 
     name: str
@@ -41,6 +50,7 @@ class SaliencyMethod:
     needs: tuple[str, ...]
     summary: str
     targets: bool = True
+    default: bool = False
 
     def __call__(self, model, x, target=None, **options):
         if self.targets:
@@ -52,7 +62,12 @@ _METHODS: dict[str, SaliencyMethod] = {}
 
 
 def saliency_method(
-    name: str, *, needs: tuple[str, ...] = (), summary: str, targets: bool = True
+    name: str,
+    *,
+    needs: tuple[str, ...] = (),
+    summary: str,
+    targets: bool = True,
+    default: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated function as saliency method ``name``; returns it unchanged."""
     unknown = set(needs) - set(NEEDS)
@@ -62,7 +77,7 @@ def saliency_method(
     def register(fn: Callable) -> Callable:
         if name in _METHODS and _METHODS[name].fn is not fn:
             raise ValueError(f"A saliency method {name!r} is registered already.")
-        _METHODS[name] = SaliencyMethod(name, fn, tuple(needs), summary, targets)
+        _METHODS[name] = SaliencyMethod(name, fn, tuple(needs), summary, targets, default)
         return fn
 
     return register
@@ -76,6 +91,26 @@ def methods() -> dict[str, SaliencyMethod]:
     if _BUILTINS not in sys.modules:
         importlib.import_module(_BUILTINS)
     return dict(_METHODS)
+
+
+def default_methods(has_attention: bool) -> list[str]:
+    """The methods run unless told otherwise (`SaliencyMethod.default`), in registry order;
+    those that need attention maps only for a model with self-attention (``has_attention``);
+    the chance level last."""
+    return selected_methods("default", has_attention)
+
+
+def selected_methods(which: str, has_attention: bool) -> list[str]:
+    """The names "all" (every registered method) or "default" (`default_methods`) stand for,
+    in registry order with the chance level ("random") last."""
+    if which not in ("all", "default"):
+        raise ValueError(f"Expected 'all' or 'default'; got {which!r}.")
+    chosen = [
+        name
+        for name, method in methods().items()
+        if which == "all" or (method.default and (has_attention or "attention" not in method.needs))
+    ]
+    return sorted(chosen, key=lambda name: name == "random")
 
 
 class _Registered(Mapping):

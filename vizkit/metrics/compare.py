@@ -14,13 +14,14 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..analysis._model import self_attention_names
 from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
-from ..methods.registry import METHODS, saliency_method
+from ..methods.registry import METHODS, saliency_method, selected_methods
 from .chance import near_chance, prediction_certainty
 from .faithfulness import (
     LEVELS,
@@ -38,7 +39,7 @@ Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
 
 
 @saliency_method(
-    "random", summary="uniform noise: the chance level every method should beat",
+    "random", summary="uniform noise: the chance level every method should beat", default=True,
 )  # fmt: skip
 @analysis_contract
 def random_saliency(
@@ -119,6 +120,30 @@ class SaliencyTable(Result):
         column = column if METRICS[metric] else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
 
+    def ranking(self) -> list[str]:
+        """The methods that ran, best first by their mean rank over the metrics each has (1 is
+        best in a metric; ties share their mean rank). The curves are left out where every
+        prediction is near chance (see `caution`)."""
+        ranks = self.mean_ranks()
+        ran = [i for i in range(len(self.methods)) if not math.isnan(ranks[i])]
+        return [self.methods[i] for i in sorted(ran, key=lambda i: ranks[i])]
+
+    def mean_ranks(self) -> list[float]:
+        """Each method's rank (1 = best) averaged over the metrics it has a score in; NaN for
+        a method with none."""
+        usable = [
+            j
+            for j, metric in enumerate(self.metrics)
+            if not (metric in CURVES and self.near_chance is not None and self.near_chance.all())
+        ]
+        ranks = torch.full((len(self.methods), len(usable)), math.nan, dtype=torch.float64)
+        for column, j in enumerate(usable):
+            values = self.values[:, j].double()
+            values = values if METRICS[self.metrics[j]] else -values
+            scored = (~values.isnan()).nonzero()[:, 0]
+            ranks[scored, column] = _tied_ranks(-values[scored])
+        return ranks.nanmean(1).tolist() if usable else [math.nan] * len(self.methods)
+
     def caution(self, image: int | None = None) -> str:
         """A warning naming the images whose prediction is near chance (of ``image`` only,
         when given); "" when there are none."""
@@ -156,11 +181,13 @@ class SaliencyTable(Result):
         """The table in markdown, the caution (if any), notes and settings below it."""
         arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
         lines = [
-            "| method | " + " | ".join(arrows) + " | seconds |",
-            "|---" * (len(self.metrics) + 2) + "|",
+            "| method | " + " | ".join(arrows) + " | mean rank ↓ | seconds |",
+            "|---" * (len(self.metrics) + 3) + "|",
         ]
+        ranks = self.mean_ranks()
         for i, method in enumerate(self.methods):
-            cells = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 2)]
+            cells = [_cell(v, 3) for v in self.values[i].tolist()]
+            cells += [_cell(ranks[i], 1), _cell(self.seconds[i], 2)]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         below = [f"**Caution**: {c}" for c in [self.caution()] if c] + self._footnotes()
         return "\n".join(lines + ["", *below] if below else lines)
@@ -172,10 +199,13 @@ class SaliencyTable(Result):
         """The table as HTML (JupyterLab, the report): arrows say which direction is better;
         the notes follow as a caption."""
         arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows, "seconds"])
+        columns = ["method", *arrows, "mean rank ↓", "seconds"]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
         rows = ""
+        ranks = self.mean_ranks()
         for i, method in enumerate(self.methods):
-            values = [_cell(v, 3) for v in self.values[i].tolist()] + [_cell(self.seconds[i], 3)]
+            values = [_cell(v, 3) for v in self.values[i].tolist()]
+            values += [_cell(ranks[i], 1), _cell(self.seconds[i], 3)]
             cells = "".join(f"<td>{v}</td>" for v in values)
             rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
         lines = [html.escape(line) for line in self._footnotes()]
@@ -195,7 +225,7 @@ class SaliencyTable(Result):
 def compare_saliency(
     model: nn.Module | HookedModel,
     x: Tensor,
-    methods: Sequence[str | tuple[str, Method]] = ("rollout", "gradcam", "random"),
+    methods: str | Sequence[str | tuple[str, Method]] = ("rollout", "gradcam", "random"),
     masks: Tensor | None = None,
     target: Target = None,
     level: str = "patch",
@@ -209,7 +239,9 @@ def compare_saliency(
         model: any model (wrappers unwrapped), run in eval mode, its training flags restored.
         x: (B, C, H, W) images, B >= 1, finite.
         methods: distinct names from `METHODS` or ``(name, fn(hm, x, targets) ->
-            SaliencyResult)``; at least one.
+            SaliencyResult)``, at least one; "all": every registered method (those that do
+            not apply to the model are noted and left unscored); "default": the registry's
+            defaults (`vizkit.methods.default_methods`), the report's.
         masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
         target: the class every method explains (default: the model's prediction).
         level: unit of the deletion/insertion curves, "patch" or "pixel".
@@ -225,7 +257,7 @@ def compare_saliency(
     the table (``near_chance``, `SaliencyTable.caution`).
     """
     x = check_images(model.model, x)
-    chosen = _resolve(methods)
+    chosen = _resolve(methods, model)
     check_choice("level", level, LEVELS)
     steps = curve_steps(steps, unit_count(model.model, tuple(x.shape[-2:]), level), level)
     if not isinstance(progress, bool):
@@ -388,12 +420,17 @@ def _masks_for(masks: Tensor, x: Tensor) -> Tensor:
     return masks.to(x.device)
 
 
-def _resolve(methods: Sequence[str | tuple[str, Method]]) -> list[tuple[str, Method]]:
-    """(name, fn) of each method: names looked up in `METHODS`; distinct names, at least one."""
+def _resolve(
+    methods: str | Sequence[str | tuple[str, Method]], hm: HookedModel
+) -> list[tuple[str, Method]]:
+    """(name, fn) of each method: names looked up in `METHODS`, "all" for every registered
+    method, "default" for `default_methods`; distinct names, at least one."""
+    if methods in ("all", "default"):
+        methods = selected_methods(methods, bool(self_attention_names(hm)))
     if isinstance(methods, str) or not isinstance(methods, Sequence):
         raise TypeError(
-            f"methods must be a list of names or (name, fn) pairs; got {methods!r}. For one "
-            "method pass a list, e.g. methods=['gradcam']."
+            f"methods must be a list of names or (name, fn) pairs, 'all' or 'default'; got "
+            f"{methods!r}. For one method pass a list, e.g. methods=['gradcam']."
         )
     if not methods:
         raise ValueError(f"methods is empty; pass at least one of {', '.join(METHODS)}.")
@@ -418,6 +455,17 @@ def _pair(method: object) -> tuple[str, Method]:
             f"SaliencyResult) pair; got {method!r}."
         )
     return method
+
+
+def _tied_ranks(values: Tensor) -> Tensor:
+    """Ranks 1..n of ``values`` (n,), smallest first; tied values share their mean rank."""
+    order = values.argsort()
+    ranks = torch.empty_like(values)
+    ranks[order] = torch.arange(1, len(values) + 1, dtype=values.dtype)
+    for value in values.unique():
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
 
 
 def _span(values: Tensor, digits: int) -> str:

@@ -17,6 +17,7 @@ from ..analysis import SaliencyResult
 from ..hooks import HookedModel
 from ..metrics import compare_saliency, near_chance
 from ..metrics.faithfulness import unit_count
+from ..methods.registry import default_methods
 from ..train.history import tracked_results
 from .inputs import ReportInputs
 
@@ -158,9 +159,8 @@ def class_attention(r: ReportInputs) -> Section:
 
 
 def saliency(r: ReportInputs) -> Section:
-    methods = ["gradcam", ("integrated_gradients", _integrated_gradients), "random"]
-    if _has_self_attention(r):
-        methods = ["rollout", "class_attention", *methods]
+    quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
+    methods = [quick.get(name, name) for name in default_methods(_has_self_attention(r))]
     units = unit_count(r.model, tuple(r.images.shape[-2:]), "patch")
     table = _quiet(
         lambda: compare_saliency(
@@ -172,7 +172,9 @@ def saliency(r: ReportInputs) -> Section:
     shown = min(2, len(r.images))
     return Section(
         "Saliency methods compared",
-        "Grad-CAM, integrated gradients and the attention-based maps side by side, scored by "
+        "The registry's default saliency methods (vizkit.methods.default_methods: Grad-CAM, "
+        "AttnLRP, integrated gradients and, where the model has them, the attention-based "
+        "maps) side by side, scored by "
         "deletion and insertion AUC (patch level) and, where the data has object masks, by the "
         "pointing game, the energy in the mask and the IoU of a mask-sized top region; the "
         f"table holds means over the {len(r.images)} images (its caption names what was left "

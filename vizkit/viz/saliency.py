@@ -62,23 +62,39 @@ def saliency_side_by_side(
     return side_by_side(table, images, image, title)
 
 
-def side_by_side(table: SaliencyTable, images: np.ndarray, image: int, title: str) -> go.Figure:
+PANELS_PER_ROW = 6  # more methods wrap onto further rows
+
+
+def side_by_side(
+    table: SaliencyTable,
+    images: np.ndarray,
+    image: int,
+    title: str,
+    methods: Sequence[str] | None = None,
+) -> go.Figure:
     """`saliency_side_by_side` under ``title`` (the `SaliencyComparer` numbers its images its
-    own way), with the near-chance warning of ``image`` as a second line."""
-    methods = list(table.results)
+    own way), with the near-chance warning of ``image`` as a second line; ``methods``: the
+    table's methods to show (default: every one that ran), `PANELS_PER_ROW` to a row."""
+    methods = list(table.results) if methods is None else list(methods)
+    skipped = [name for name in methods if name not in table.results]
+    if skipped or not methods:
+        raise ValueError(f"No maps of {skipped or methods} in the table; see table.notes.")
     for name in methods:
         _check(table.results[name], images, image)
-    fig = _overlay_row(
-        [images[image]] * len(methods),
-        [table.results[name].maps[image] for name in methods],
-        [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods],
-    )
+    columns = min(len(methods), PANELS_PER_ROW)
+    rows = [methods[i : i + columns] for i in range(0, len(methods), columns)]
+    cells = [[(images[image], table.results[name].maps[image]) for name in row] for row in rows]
+    titles = [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods]
+    fig = overlay_grid(cells, subplot_titles=titles, horizontal_spacing=0.02,
+                       vertical_spacing=0.3 / len(rows))  # fmt: skip
+    fig.update_annotations(font_size=MIN_FONT_SIZE)  # plotly's 16 px crowds the score lines
+    opacity_slider(fig)
     fig.add_annotation(
-        text=_legend(table), x=0, y=-0.08, xref="paper", yref="paper", showarrow=False,
-        xanchor="left",
+        text=_legend(table), x=0, y=-0.08 / len(rows), xref="paper", yref="paper",
+        showarrow=False, xanchor="left",
     )  # fmt: skip
     caution = _near_chance(table, image)
-    finish(fig, title + caution, 480 + (40 if caution else 0))
+    finish(fig, title + caution, 480 + 300 * (len(rows) - 1) + (40 if caution else 0))
     fig.update_layout(margin={"t": 215 if caution else 160})
     return fig
 

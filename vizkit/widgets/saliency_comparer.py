@@ -27,8 +27,9 @@ class SaliencyComparer(Explorer):
 
     Args:
         images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
-        methods: names of `vizkit.metrics.METHODS` (default: the attention-based maps where the
-            model has attention, Grad-CAM, integrated gradients, random).
+        methods: names of `vizkit.metrics.METHODS`, "all" (every registered method) or
+            "default" (the registry's defaults, `vizkit.methods.default_methods`, as the
+            report). The ``method`` menu switches between all of them side by side and one.
         steps: steps of the deletion/insertion curves. 8 keeps a new image quick (about half
             the forward passes of 16; on the Shapes sample its AUCs differ from 64 steps' by
             0.02 on average); ``steps=None`` scores as `compare_saliency` does by default
@@ -41,7 +42,7 @@ class SaliencyComparer(Explorer):
         model: nn.Module,
         images: Tensor,
         masks: Tensor | None = None,
-        methods: Sequence[str] | None = None,
+        methods: str | Sequence[str] = "default",
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         steps: int | None = 8,
@@ -55,13 +56,14 @@ class SaliencyComparer(Explorer):
                 f"{images.shape[-1]}) to match the images; got {tuple(masks.shape)}."
             )
         self.masks = masks
-        self.methods = list(methods) if methods is not None else _default_methods(model)
+        self.methods = _resolve_names(model, methods)
         self.display = display_images(images, model, mean, std)
         self.steps, self.progress = steps, progress
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
+        self.method = widgets.Dropdown(options=["all", *self.methods], description="method")
         self.status = widgets.Label()  # what scoring is under way, or what it cost
-        self.controls = [self.image, self.status]
-        self._observe(self.image)
+        self.controls = [self.image, self.method, self.status]
+        self._observe(self.image, self.method)
         self.refresh()
 
     def table(self, image: int):
@@ -84,13 +86,21 @@ class SaliencyComparer(Explorer):
         seconds = sum(s for s in table.seconds if not math.isnan(s))
         steps = table.options["steps"]
         self.status.value = f"image {i} scored in {seconds:.1f} s ({steps}-step curves)"
-        return side_by_side(table, self.display[i : i + 1], 0, f"Saliency methods on image {i}")
+        chosen = self.method.value
+        if chosen != "all" and chosen not in table.results:
+            self.status.value += f"; {chosen} skipped: {table.notes.get(chosen, '')}"
+            chosen = "all"
+        title = f"Saliency methods on image {i}" if chosen == "all" else f"{chosen} on image {i}"
+        methods = None if chosen == "all" else [chosen]
+        return side_by_side(table, self.display[i : i + 1], 0, title, methods)
 
 
-def _default_methods(model: nn.Module) -> list[str]:
+def _resolve_names(model: nn.Module, methods: str | Sequence[str]) -> list[str]:
+    """The method names ``methods`` stands for ("all", "default" or names)."""
+    if methods not in ("all", "default"):
+        return list(methods)
     from ..analysis import self_attention_names
     from ..hooks import HookedModel
+    from ..methods.registry import selected_methods
 
-    has_attention = bool(self_attention_names(HookedModel(model)))
-    attention = ["rollout", "class_attention"] if has_attention else []
-    return [*attention, "gradcam", "integrated_gradients", "random"]
+    return selected_methods(methods, bool(self_attention_names(HookedModel(model))))
