@@ -4,7 +4,11 @@ Table 1, the CAM family on a timm ViT (default vit_tiny_patch16_224 at 112 px, r
 batch 2; the layer both read: the last block's input): vizkit's `vk.<method>` and
 pytorch-grad-cam's class of the same name (its reshape of the tokens written out, Score-CAM's and
 Ablation-CAM's batch set to vizkit's 64). Table 2, LeGrad on torchvision's ViT (3 blocks of
-width 192 at 112 px): `vk.legrad` and torch-cam's `LeGrad` with the same readout.
+width 192 at 112 px): `vk.legrad` and torch-cam's `LeGrad` with the same readout. Table 3,
+relevance propagation on the same torchvision ViT: `vk.attnlrp` (AttnLRP and CP-LRP) against LXT
+2.1's patches with the same rules (tests/lxt_oracle.py), beside Grad-CAM (vizkit's and
+pytorch-grad-cam's, the last block's input), the plain input gradient and
+`vk.transformer_attribution`.
 
 Each round runs the methods in turn, order rotated; one untimed warm-up each, then one timed call
 per round (the perturbation methods take seconds). Reported: the median over rounds.
@@ -56,6 +60,7 @@ def main() -> None:
     args.dtype = "float32"
     cams(args)
     legrad(args)
+    relevance(args)
 
 
 def cams(args) -> None:
@@ -95,9 +100,9 @@ def cams(args) -> None:
     print()
 
 
-def legrad(args) -> None:
+def _torchvision_vit(args):
+    """torchvision's ViT (3 blocks of width 192, its head drawn, not zero), a batch, classes."""
     import torchvision
-    from torchcam.methods import LeGrad
 
     torch.manual_seed(0)
     model = torchvision.models.VisionTransformer(
@@ -106,7 +111,13 @@ def legrad(args) -> None:
     ).eval().to(args.device)  # fmt: skip
     torch.nn.init.normal_(model.heads.head.weight)
     x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
-    classes = list(range(args.batch))
+    return model, x, list(range(args.batch))
+
+
+def legrad(args) -> None:
+    from torchcam.methods import LeGrad
+
+    model, x, classes = _torchvision_vit(args)
 
     def readout(tokens):
         return model.heads(model.encoder.ln(tokens)[:, 0])
@@ -127,6 +138,46 @@ def legrad(args) -> None:
         f"{torch.__version__}; LeGrad, vizkit against torch-cam; median of {args.repeats} rounds"
     )
     print_table(times, faults, "plain", args, title)
+
+
+def relevance(args) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from lxt_oracle import lxt_relevance
+
+    model, x, classes = _torchvision_vit(args)
+    layer = model.encoder.layers[-1]
+    ours_layer = f"encoder.layers.encoder_layer_{len(model.encoder.layers) - 1}.hook_resid_pre"
+    cam = GradCAM(model, target_layers=[layer], reshape_transform=_class_token_dropped)
+    targets = [ClassifierOutputTarget(i) for i in classes]
+    runs = {
+        "plain": lambda: model(x),
+        "vizkit attnlrp": lambda: vk.attnlrp(model, x, target=classes),
+        "LXT attnlrp": lambda: lxt_relevance(model, x, classes, "attnlrp"),
+        "vizkit attnlrp cp": lambda: vk.attnlrp(model, x, target=classes, attention="cp"),
+        "LXT cp": lambda: lxt_relevance(model, x, classes, "cp"),
+        "vizkit saliency": lambda: vk.saliency(model, x, target=classes),
+        "vizkit gradcam": lambda: vk.gradcam(model, x, target=classes, layer=ours_layer),
+        "pgc gradcam": lambda: cam(x, targets=targets),
+        "vizkit transformer_attribution": lambda: vk.transformer_attribution(model, x, classes),
+    }
+    times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    title = (
+        f"torchvision VisionTransformer (3 blocks, width 192, random weights), batch "
+        f"{args.batch}, {args.size} px, float32, {device_name(args.device)}, torch "
+        f"{torch.__version__}; relevance propagation, vizkit against LXT 2.1, beside Grad-CAM; "
+        f"median of {args.repeats} rounds"
+    )
+    print_table(times, faults, "plain", args, title)
+
+
+def _class_token_dropped(tokens):
+    """torchvision ViT tokens (B, 1 + N, C) -> (B, C, gh, gw) for pytorch-grad-cam."""
+    patches = tokens[:, 1:]
+    side = int(patches.shape[1] ** 0.5)
+    return patches.reshape(len(tokens), side, side, -1).permute(0, 3, 1, 2)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,13 @@ with no additive parameters, CP-LRP's input relevance sums to the target logit."
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 import threading
-import types
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import build
+from lxt_oracle import lxt_relevance
 
 import vizkit as vk
 from vizkit import coverage
@@ -29,19 +26,6 @@ timm = pytest.importorskip("timm")
 torchvision = pytest.importorskip("torchvision")
 
 
-def _lxt_efficient():
-    """LXT's efficient rules and patches, loaded without ``lxt.efficient/__init__`` (which
-    imports its LLM patches, written for transformers 4)."""
-    lxt = pytest.importorskip("lxt")
-    if "lxt.efficient" not in sys.modules:
-        package = types.ModuleType("lxt.efficient")
-        package.__path__ = [str(Path(lxt.__file__).parent / "efficient")]
-        sys.modules["lxt.efficient"] = package
-    rules = importlib.import_module("lxt.efficient.rules")
-    patches = importlib.import_module("lxt.efficient.patches")
-    return rules, patches
-
-
 def _tiny_vit():
     torch.manual_seed(0)
     model = torchvision.models.VisionTransformer(
@@ -52,42 +36,13 @@ def _tiny_vit():
     return model
 
 
-def _lxt_relevance(model, x, targets, attention):
-    """(B, C, H, W) input relevance by LXT's patched classes (restored afterwards)."""
-    rules, patches = _lxt_efficient()
-    nn = torch.nn
-
-    def attnlrp_attention(self, query, key, value, *args, **kwargs):  # LXT's transformers rule
-        query, key = rules.divide_gradient(query, 4), rules.divide_gradient(key, 4)
-        value = rules.divide_gradient(value, 2)
-        return self.original_forward(query, key, value, *args, **kwargs)
-
-    attention_patch = (
-        patches.cp_multi_head_attention_forward if attention == "cp" else attnlrp_attention
-    )
-    saved = {cls: cls.forward for cls in (nn.GELU, nn.LayerNorm, nn.MultiheadAttention)}
-    try:
-        patches.patch_method(patches.non_linear_forward, nn.GELU, keep_original=True)
-        patches.patch_method(patches.layer_norm_forward, nn.LayerNorm)
-        patches.patch_method(attention_patch, nn.MultiheadAttention, keep_original=True)
-        x = x.clone().requires_grad_(True)
-        logits = model(x)
-        logits.gather(1, torch.tensor(targets)[:, None]).sum().backward()
-        model.zero_grad(set_to_none=True)  # the parameters' gradients of LXT's backward
-        return (x * x.grad).detach()
-    finally:
-        for cls, forward in saved.items():
-            cls.forward = forward
-            if "original_forward" in cls.__dict__:
-                del cls.original_forward
-
-
 @pytest.mark.parametrize("attention", ["attnlrp", "cp"])
 def test_attnlrp_equals_lxt_on_torchvision_vit(attention):
+    pytest.importorskip("lxt")
     model, targets = _tiny_vit(), [2, 0, 4]
     x = torch.randn(3, 3, 32, 32)
     gelu = torch.nn.GELU.forward
-    theirs = _lxt_relevance(model, x, targets, attention)
+    theirs = lxt_relevance(model, x, targets, attention)
     assert torch.nn.GELU.forward is gelu  # LXT's patches undone
     ours = vk.attnlrp(model, x, target=targets, attention=attention)
     scale = theirs.abs().max()
