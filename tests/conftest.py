@@ -90,3 +90,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def torchvision_vit(layers: int = 2) -> nn.Module:
+    """A seeded torchvision ViT (32 px, patches of 8, width 32, 5 classes) in eval mode, its
+    head drawn (torchvision starts it at zero, so no gradient would flow)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=layers, num_heads=2, hidden_dim=32, mlp_dim=64,
+        num_classes=5,
+    ).eval()  # fmt: skip
+    torch.nn.init.normal_(model.heads.head.weight)
+    return model

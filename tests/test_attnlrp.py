@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, torchvision_vit
 from lxt_oracle import lxt_relevance
 
 import vizkit as vk
@@ -26,20 +26,10 @@ timm = pytest.importorskip("timm")
 torchvision = pytest.importorskip("torchvision")
 
 
-def _tiny_vit():
-    torch.manual_seed(0)
-    model = torchvision.models.VisionTransformer(
-        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-        num_classes=5,
-    ).eval()  # fmt: skip
-    torch.nn.init.normal_(model.heads.head.weight)  # torchvision starts it at zero
-    return model
-
-
 @pytest.mark.parametrize("attention", ["attnlrp", "cp"])
 def test_attnlrp_equals_lxt_on_torchvision_vit(attention):
     pytest.importorskip("lxt")
-    model, targets = _tiny_vit(), [2, 0, 4]
+    model, targets = torchvision_vit(), [2, 0, 4]
     x = torch.randn(3, 3, 32, 32)
     gelu = torch.nn.GELU.forward
     theirs = lxt_relevance(model, x, targets, attention)

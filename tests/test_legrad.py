@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, torchvision_vit
 
 import vizkit as vk
 
@@ -16,12 +16,7 @@ torchcam = pytest.importorskip("torchcam.methods")
 
 
 def test_legrad_equals_torch_cam_on_torchvision_vit():
-    torch.manual_seed(0)
-    model = torchvision.models.VisionTransformer(
-        image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=32, mlp_dim=64,
-        num_classes=5,
-    ).eval()  # fmt: skip
-    torch.nn.init.normal_(model.heads.head.weight)  # torchvision starts it at zero
+    model = torchvision_vit(layers=3)
     x, targets = torch.randn(3, 3, 32, 32), [2, 0, 4]
     ours = vk.legrad(model, x, target=targets)
 

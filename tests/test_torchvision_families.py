@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import torchvision_vit
 
 import vizkit as vk
 
@@ -18,13 +19,7 @@ BLOCKS = [f"encoder.layers.encoder_layer_{i}" for i in range(2)]
 
 
 def build():
-    torch.manual_seed(0)
-    model = torchvision.models.VisionTransformer(
-        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-        num_classes=5,
-    ).eval()  # fmt: skip
-    torch.nn.init.normal_(model.heads.head.weight)  # torchvision starts it at zero
-    return model, torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    return torchvision_vit(), torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
 
 def test_maps_equal_torch_own_weights_and_the_output_is_unchanged():
