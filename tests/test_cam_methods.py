@@ -173,6 +173,28 @@ def test_the_registry_feeds_exports_and_compare():
     assert table.methods == ["gradcam_pp", "eigencam", "random"]
 
 
+def test_ablationcam_runs_the_ablated_copies_from_the_layers_block_on(vit, monkeypatch):
+    """At a block's input of a family whose head reads the last block, the ablated copies run
+    from that block on (the blocks before it run only for the clean pass) and give what the
+    whole model gives; elsewhere the whole model runs."""
+    from vizkit.methods import ablationcam as module
+
+    model, x, labels = vit
+    x, labels = x[:2], labels[:2]
+    last = f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
+    calls = []
+    handle = model.blocks[0].register_forward_hook(lambda m, i, o: calls.append(len(o)))
+    try:
+        resumed = vk.ablationcam(model, x, target=labels, layer=last, batch_size=16)
+    finally:
+        handle.remove()
+    channels = model.embed_dim
+    assert sum(calls) < channels  # the copies skipped the first block
+    monkeypatch.setattr(module, "resumed_forward", lambda *args: None)
+    whole = vk.ablationcam(model, x, target=labels, layer=last, batch_size=16)
+    torch.testing.assert_close(resumed.maps, whole.maps, rtol=1e-4, atol=1e-6)
+
+
 def test_ablationcam_zeroes_the_channel_of_a_channels_last_feature_map():
     """A (B, h, w, C) activation: the channel is its last axis where the model holds it."""
 

@@ -1,9 +1,11 @@
 """Ablation-CAM (Desai & Ramaswamy 2020, "Ablation-CAM: Visual Explanation for Deep
 Convolutional Network via Gradient-free Localization", Eq. 3): each channel's weight is the
 relative drop of the target score when that channel of the activation is set to zero,
-(y - y_k) / y. No gradients; one forward per channel and image, in chunks of ``batch_size``,
-the ablated copies made in a hook on the activation. For a token activation the channel is
-zeroed in the patch tokens, the ones its map shows."""
+(y - y_k) / y. No gradients; one forward per channel and image, in chunks of ``batch_size``.
+Where the layer is a block's input or output and the family's head reads the last block, the
+ablated copies run from that block on (`resumed_forward`, checked to reproduce the model's
+output first); elsewhere the whole model runs, the copies made in a hook on the activation.
+For a token activation the channel is zeroed in the patch tokens, the ones its map shows."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count
 from ..hooks.selection import LayerSpec
-from .perturbation import chunked_scores, score_of
+from .perturbation import chunked_scores, resumed_forward, score_of
 from .registry import saliency_method
 
 __all__ = ["ablationcam"]
@@ -53,8 +55,10 @@ def _weights(
 ) -> Tensor:
     """(C,) the relative drop of image ``b``'s score when each channel is zeroed."""
     score = score_of(found.logits, target, b)
-    with torch.no_grad():
-        clean = score(hm(x[b : b + 1])).float()[0]
+    kept = {}
+    with torch.no_grad(), hm.hooks(fwd={found.layer: lambda value, *, name: kept.update(a=value)}):
+        output = hm(x[b : b + 1])
+    clean = score(output).float()[0]
     if clean == 0:
         raise ValueError(
             f"Image {b}'s target score is 0, so a relative drop (y - y_k) / y is undefined; "
@@ -77,6 +81,16 @@ def _weights(
         else:  # (n, C, h, w)
             edited[rows, channels] = 0
         return edited
+
+    resumed = resumed_forward(hm, found.layer, kept["a"], output)
+    if resumed is not None:  # the ablated activations run from the layer on
+
+        def ablated_copies(start: int, stop: int) -> Tensor:
+            current["range"] = (start, stop)
+            return ablate(kept["a"].expand(stop - start, *kept["a"].shape[1:]), name="")
+
+        ablated = chunked_scores(resumed, ablated_copies, channels, chunk, score)
+        return (clean - ablated) / clean
 
     def make(start: int, stop: int) -> Tensor:
         current["range"] = (start, stop)
