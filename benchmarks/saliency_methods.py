@@ -165,10 +165,10 @@ def relevance(args) -> None:
     }
     times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=0)
     title = (
-        f"torchvision VisionTransformer (3 blocks, width 192, random weights), batch "
-        f"{args.batch}, {args.size} px, float32, {device_name(args.device)}, torch "
-        f"{torch.__version__}; relevance propagation, vizkit against LXT 2.1, beside Grad-CAM; "
-        f"median of {args.repeats} rounds"
+        f"Relevance propagation on torchvision VisionTransformer (3 blocks, width 192, random "
+        f"weights), batch {args.batch}, {args.size} px, float32, {device_name(args.device)}, "
+        f"torch {torch.__version__}; vizkit against LXT 2.1, beside Grad-CAM; median of "
+        f"{args.repeats} rounds"
     )
     print_table(times, faults, "plain", args, title)
 
