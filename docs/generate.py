@@ -140,7 +140,11 @@ def readme_methods() -> str:
     """The README's paragraph on the registered saliency methods (between its markers)."""
     from vizkit.methods import methods
 
-    names = [f"`{name}`" for name in methods() if name != "random"]
+    names = [
+        f"`{name}`"
+        for name, method in methods().items()
+        if name != "random" and method.fn.__module__.startswith("vizkit.")  # vizkit's own
+    ]
     return (
         f"Saliency methods ({len(names)}, from the registry `vizkit.methods`): each is "
         "`vk.<name>(model, x, ...)` returning a `SaliencyResult`, and each name is "

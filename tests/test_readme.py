@@ -104,5 +104,6 @@ def test_readme_lists_every_registered_saliency_method():
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
     assert generate.readme_methods() in README.read_text(), "run python docs/generate.py"
-    for name in vk.methods.methods():
-        assert name == "random" or f"`{name}`" in generate.readme_methods()
+    for name, method in vk.methods.methods().items():  # other tests register methods of theirs
+        if name != "random" and method.fn.__module__.startswith("vizkit."):
+            assert f"`{name}`" in generate.readme_methods()
