@@ -85,6 +85,10 @@ EXAMPLES = {
     "CaitFamilyRow": (lambda: cait.cait_family_table(["cait_xxs24_224"])[0], False),
     "LayerScale": (lambda: vk.analysis.layerscale(build("cait")[0]), False),
     "TalkingHeadsMixing": (lambda: cait.talking_heads(build("cait")[0]), False),
+    "SanityResult": (
+        lambda: vk.metrics.sanity_check(*build("vit"), "saliency", progress=False),
+        False,
+    ),
 }
 
 

@@ -13,6 +13,8 @@ from .faithfulness import insertion as insertion
 from .localization import energy_in_mask as energy_in_mask
 from .localization import pointing_game as pointing_game
 from .localization import top_iou as top_iou
+from .sanity import SanityResult as SanityResult
+from .sanity import sanity_check as sanity_check
 
 __all__ = [
     "METHODS",
@@ -26,5 +28,7 @@ __all__ = [
     "pointing_game",
     "prediction_certainty",
     "random_saliency",
+    "sanity_check",
+    "SanityResult",
     "top_iou",
 ]

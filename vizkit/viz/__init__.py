@@ -13,6 +13,8 @@ from .representations import residual_ratio_curves as residual_ratio_curves
 from .saliency import saliency_overlay as saliency_overlay
 from .saliency import saliency_row as saliency_row
 from .saliency import saliency_side_by_side as saliency_side_by_side
+from .sanity import sanity_curves as sanity_curves
+from .sanity import sanity_maps as sanity_maps
 from .style import display_images as display_images
 from .tokens import token_norms_figure as token_norms_figure
 from .tokens import token_pca_figure as token_pca_figure
@@ -35,6 +37,8 @@ __all__ = [
     "saliency_overlay",
     "saliency_row",
     "saliency_side_by_side",
+    "sanity_curves",
+    "sanity_maps",
     "epoch_accuracy_curves",
     "token_norms_figure",
     "token_pca_figure",

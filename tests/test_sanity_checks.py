@@ -1,0 +1,135 @@
+"""The model-parameter randomization tests (Adebayo et al. 2018) and the map similarities they
+report: Spearman against scipy, SSIM against scikit-image's algorithm written out with scipy's
+uniform filter; the user's model bit-identical after; what each step randomizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage, stats
+
+import vizkit as vk
+from vizkit.metrics import sanity
+from vizkit.metrics.similarity import spearman, ssim
+
+
+@pytest.fixture(scope="module")
+def shapes_vit():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x, labels, _ = vk.datasets.load_sample()
+    return model, x[:3], labels[:3]
+
+
+def test_spearman_equals_scipy_with_ties():
+    generator = torch.Generator().manual_seed(0)
+    a = torch.rand(3, 5, 6, generator=generator)
+    b = torch.rand(3, 5, 6, generator=generator)
+    a[0, :2] = 0.5  # ties
+    b[1] = (b[1] * 4).round()
+    expected = [stats.spearmanr(u.ravel(), v.ravel()).statistic for u, v in zip(a, b, strict=True)]
+    torch.testing.assert_close(spearman(a, b), torch.tensor(expected, dtype=torch.float64))
+    assert spearman(a, torch.ones_like(a)).isnan().all()  # a constant map ranks nothing
+
+
+def _ssim_by_hand(a: np.ndarray, b: np.ndarray, window: int = 7) -> float:
+    """scikit-image's structural_similarity (uniform window, sample covariance, K1 0.01, K2
+    0.03, data range 1, the border of half a window cropped) on images in [0, 1]."""
+    n = window**2
+    mean = lambda t: ndimage.uniform_filter(t, window, mode="reflect")  # noqa: E731
+    ux, uy = mean(a), mean(b)
+    vx = (mean(a * a) - ux * ux) * n / (n - 1)
+    vy = (mean(b * b) - uy * uy) * n / (n - 1)
+    vxy = (mean(a * b) - ux * uy) * n / (n - 1)
+    c1, c2 = 0.01**2, 0.03**2
+    s = ((2 * ux * uy + c1) * (2 * vxy + c2)) / ((ux**2 + uy**2 + c1) * (vx + vy + c2))
+    pad = (window - 1) // 2
+    return float(s[pad:-pad, pad:-pad].mean())
+
+
+def test_ssim_equals_scikit_images_algorithm():
+    generator = torch.Generator().manual_seed(1)
+    a = torch.rand(2, 16, 12, generator=generator)
+    b = a + 0.3 * torch.rand(2, 16, 12, generator=generator)
+
+    def scaled(m):  # each map to [0, 1]
+        m = m.double().numpy()
+        return (m - m.min()) / (m.max() - m.min())
+
+    expected = [_ssim_by_hand(scaled(a[i]), scaled(b[i])) for i in range(2)]
+    torch.testing.assert_close(ssim(a, b), torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(ssim(a, a), torch.ones(2, dtype=torch.float64))
+
+
+def test_cascading_randomization_leaves_the_model_bit_identical(shapes_vit):
+    model, x, labels = shapes_vit
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    result = vk.metrics.sanity_check(model, x, "gradcam", target=labels, progress=False)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert result.layers[0] == "head" and result.layers[-1] == ""  # top first, own params last
+    assert result.maps.shape == (len(result.layers), *result.original.shape)
+    assert set(result.similarity) == {"spearman_abs", "spearman", "ssim"}
+    torch.testing.assert_close(result.original, vk.gradcam(model, x, target=labels).maps)
+    assert result.targets.tolist() == labels.tolist()
+    # Grad-CAM depends on the head: its maps change once the head is random
+    assert result.similarity["spearman_abs"][0].nanmean() < 0.5
+
+
+def test_each_step_randomizes_its_layer_and_keeps_the_others(shapes_vit, monkeypatch):
+    """Independent: step s re-initializes layers[s] alone; cascading: layers[:s + 1]."""
+    model, x, _ = shapes_vit
+    copies = []
+    original = sanity._randomize
+
+    def spy(randomized, path, generator):
+        original(randomized, path, generator)
+        copies.append({k: v.clone() for k, v in randomized.state_dict().items()})
+
+    monkeypatch.setattr(sanity, "_randomize", spy)
+    result = vk.metrics.sanity_check(model, x, "saliency", mode="independent", progress=False)
+    trained = model.state_dict()
+    for layer, state in zip(result.layers, copies, strict=True):
+        inside = [k for k in state if layer == "" and "." not in k or k.startswith(f"{layer}.")]
+        changed = [k for k in state if not torch.equal(state[k], trained[k])]
+        weights = [k for k in inside if k.endswith("weight") and trained[k].std() > 0]
+        assert set(changed) <= set(inside) and set(weights) <= set(changed), layer
+    copies.clear()
+    vk.metrics.sanity_check(model, x, "saliency", progress=False)
+    last = copies[-1]  # cascading: every layer random at the end
+    assert all(not torch.equal(last[k], trained[k]) for k in trained if k.endswith("weight"))
+
+
+def test_a_map_that_ignores_the_model_fails_the_check(shapes_vit):
+    """The random baseline does not depend on the weights: its maps stay the same (similarity
+    1) however much of the model is randomized, which is what the test exists to catch."""
+    model, x, _ = shapes_vit
+    result = vk.metrics.sanity_check(model, x, "random", progress=False)
+    assert (result.similarity["spearman"] == 1).all()
+
+
+def test_sanity_check_refuses_bad_arguments(shapes_vit):
+    model, x, _ = shapes_vit
+    with pytest.raises(KeyError, match="known"):
+        vk.metrics.sanity_check(model, x, "lime")
+    with pytest.raises(ValueError, match="mode"):
+        vk.metrics.sanity_check(model, x, mode="all")
+    with pytest.raises(TypeError, match="explains classes"):
+        vk.metrics.sanity_check(model, x, target=lambda out: out[:, 0])
+
+
+def test_sanity_figures_name_the_randomized_layers(shapes_vit):
+    model, x, _ = shapes_vit
+    results = [vk.metrics.sanity_check(model, x, m, progress=False) for m in ("gradcam", "random")]
+    images = vk.viz.display_images(x, model)
+    grid = vk.viz.sanity_maps(results[0], images, image=1)
+    titles = [a.text for a in grid.layout.annotations if a.text]
+    assert titles[0] == "trained" and titles[1].startswith("up to head")
+    assert len([t for t in grid.data if t.type == "heatmap"]) == len(results[0].layers) + 1
+    curves = vk.viz.sanity_curves(results)
+    assert [t.name for t in curves.data] == ["gradcam", "random"]
+    assert list(curves.data[1].y) == [1.0] * len(results[1].layers)
+    assert curves.data[0].x[-1] == "up to own parameters"
+    independent = vk.metrics.sanity_check(model, x, "random", mode="independent", progress=False)
+    with pytest.raises(ValueError, match="like runs"):
+        vk.viz.sanity_curves([results[0], independent])

@@ -1,0 +1,169 @@
+"""Model-parameter randomization tests (Adebayo et al., NeurIPS 2018, "Sanity Checks for
+Saliency Maps", Sec. 3.1): re-initialize the model's layers, from the top down one after another
+(cascading) or one at a time (independent), and measure how similar each method's maps stay to
+the trained model's. A method whose maps survive randomization does not explain the model.
+
+The user's model is never touched: the randomized models are copies (`copy.deepcopy`)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..analysis.result import Result
+from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.targets import model_logits, target_indices
+from ..methods.registry import METHODS
+from .similarity import SIMILARITIES
+
+__all__ = ["MODES", "SanityResult", "randomization_layers", "sanity_check"]
+
+MODES = ("cascading", "independent")
+
+
+@dataclass(repr=False)
+class SanityResult(Result):
+    """The maps of one method as the model's layers are randomized.
+
+    Attributes:
+        method: the saliency method; mode: "cascading" or "independent".
+        layers: the randomized layers, top first: in a cascading test step s has layers[:s+1]
+            randomized, in an independent one layers[s] alone.
+        original: (B, h, w) the maps of the trained model.
+        maps: (S, B, h, w) the maps after each step.
+        similarity: name -> (S, B) similarity of each step's maps to the original ones
+            (`vizkit.metrics.similarity.SIMILARITIES`); NaN where a map is constant.
+        targets: (B,) the classes explained (the trained model's, at every step).
+        options: the method's options and the seed.
+    """
+
+    method: str
+    mode: str
+    layers: list[str]
+    original: Tensor
+    maps: Tensor
+    similarity: dict[str, Tensor]
+    targets: Tensor
+    options: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        last = {k: f"{float(v[-1].nanmean()):.2f}" for k, v in self.similarity.items()}
+        return (
+            f"SanityResult({self.method}, {self.mode}, {len(self.layers)} layers, "
+            f"similarity after the last step {last})"
+        )
+
+
+def randomization_layers(model: nn.Module, x: Tensor) -> list[str]:
+    """The model's layers in the order a forward on ``x`` runs them, as module paths: the
+    family's blocks (`vizkit.hooks.family`) and every other top-level child holding parameters
+    (embeddings, norms, head); the model's own parameters (class token, position embedding) as
+    ``""``, first. The sanity checks randomize them last first."""
+    hm = HookedModel(model)
+    blocks = [b.path for b in hm.family.blocks] if hm.family is not None else []
+    candidates = list(blocks)
+    for name, child in model.named_children():
+        holds_blocks = any(b == name or b.startswith(f"{name}.") for b in blocks)
+        if any(True for _ in child.parameters()) and not holds_blocks:
+            candidates.append(name)
+    seen: list[str] = []
+    handles = [
+        model.get_submodule(path).register_forward_pre_hook(
+            lambda m, a, path=path: seen.append(path) if path not in seen else None
+        )
+        for path in candidates
+    ]
+    try:
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        for handle in handles:
+            handle.remove()
+    own = [""] if any(True for _ in model.parameters(recurse=False)) else []
+    return own + seen
+
+
+def _randomize(model: nn.Module, path: str, generator: torch.Generator) -> None:
+    """Re-initialize the parameters of ``path`` ("" for the model's own): each submodule with
+    ``reset_parameters`` as its constructor would, the others drawn from a normal with each
+    tensor's mean and standard deviation."""
+    module = model.get_submodule(path) if path else model
+    covered: set[int] = set()
+    if path:
+        for sub in module.modules():
+            if hasattr(sub, "reset_parameters"):
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+                    sub.reset_parameters()
+                covered |= {id(p) for p in sub.parameters(recurse=False)}
+    with torch.no_grad():
+        for p in module.parameters(recurse=bool(path)):
+            if id(p) in covered:
+                continue
+            noise = torch.randn(p.shape, generator=generator, dtype=torch.float64)
+            p.copy_((noise * p.double().std().nan_to_num() + p.double().mean()).to(p.dtype))
+
+
+@analysis_contract
+def sanity_check(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    method: str = "gradcam",
+    target: Target = None,
+    mode: str = "cascading",
+    seed: int = 0,
+    progress: bool = True,
+    **options,
+) -> SanityResult:
+    """The model-parameter randomization test of ``method`` (a name of `vk.metrics.METHODS`)
+    on images ``x`` (B, C, H, W).
+
+    Args:
+        target: the classes explained: an int, B ints, or None for the trained model's
+            predictions; kept at every step (the randomized model's own prediction is noise).
+        mode: "cascading" (the layers randomized from the top down, cumulatively) or
+            "independent" (one layer at a time, the others trained).
+        seed: the randomization's seed (one generator for the whole test).
+        progress: a progress bar over the steps.
+        options: passed to the method (e.g. ``layer=`` for a CAM).
+
+    Returns:
+        `SanityResult`: the maps per step and their similarity to the trained model's.
+    """
+    hm = model
+    x = check_images(hm.model, x)
+    check_choice("mode", mode, MODES)
+    seed = check_count("seed", seed, 0)
+    if method not in METHODS:
+        raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
+    if callable(target) and not isinstance(target, Tensor):
+        raise TypeError("sanity_check explains classes: pass an int, B ints or None.")
+    saliency = METHODS[method]
+    with torch.no_grad():
+        targets = target_indices(model_logits(hm(x)), target)
+    original = saliency(hm.model, x, targets, **options).maps
+    layers = randomization_layers(hm.model, x)
+    generator = torch.Generator().manual_seed(seed)
+    randomized = copy.deepcopy(hm.model)
+    steps = []
+    for layer in tqdm(layers[::-1], desc=f"sanity_check {method}", disable=not progress,
+                      leave=False):  # fmt: skip
+        if mode == "independent":
+            randomized = copy.deepcopy(hm.model)
+        _randomize(randomized, layer, generator)
+        steps.append(saliency(randomized, x, targets, **options).maps)
+    maps = torch.stack(steps)
+    similarity = {
+        name: torch.stack([measure(original, step) for step in maps]).float().cpu()
+        for name, measure in SIMILARITIES.items()
+    }
+    return SanityResult(
+        method, mode, layers[::-1], original, maps, similarity, targets.cpu(),
+        options={**options, "seed": seed},
+    )  # fmt: skip
