@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --no-cache-dir --upgrade pip
 	$(BIN)/python -m pip install --no-cache-dir -e ".[dev,docs,transformers,open_clip]"
-	# LXT, the AttnLRP oracle of tests/test_attnlrp.py: without its LLM extras (bitsandbytes, ...)
-	$(BIN)/python -m pip install --no-cache-dir --no-deps "lxt==2.1"
+	# test oracles without their own requirements: LXT (AttnLRP; its LLM extras, bitsandbytes,
+	# ...) and Quantus (metrics; opencv-python beside grad-cam's headless OpenCV)
+	$(BIN)/python -m pip install --no-cache-dir --no-deps "lxt==2.1" "quantus==0.6.0"
 	touch $(STAMP)
 
 demo: setup

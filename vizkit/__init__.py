@@ -50,6 +50,7 @@ from .methods.smoothing import smoothed as smoothed
 from .methods.transformer_attribution import transformer_attribution as transformer_attribution
 from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
+from .metrics import sanity_check as sanity_check
 from .models import create_model as create_model
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "residual_ratios",
     "rollout",
     "saliency",
+    "sanity_check",
     "scorecam",
     "smoothed",
     "smoothgrad",

@@ -7,17 +7,29 @@ from .compare import METHODS as METHODS
 from .compare import SaliencyTable as SaliencyTable
 from .compare import compare_saliency as compare_saliency
 from .compare import random_saliency as random_saliency
+from .complexity import complexity as complexity
+from .complexity import sparseness as sparseness
+from .confidence import average_drop as average_drop
+from .confidence import increase_in_confidence as increase_in_confidence
 from .faithfulness import CurveResult as CurveResult
 from .faithfulness import deletion as deletion
 from .faithfulness import insertion as insertion
 from .localization import energy_in_mask as energy_in_mask
 from .localization import pointing_game as pointing_game
+from .localization import relevance_mass_accuracy as relevance_mass_accuracy
+from .localization import relevance_rank_accuracy as relevance_rank_accuracy
 from .localization import top_iou as top_iou
 from .sanity import SanityResult as SanityResult
 from .sanity import sanity_check as sanity_check
 
 __all__ = [
     "METHODS",
+    "average_drop",
+    "complexity",
+    "increase_in_confidence",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "sparseness",
     "CurveResult",
     "SaliencyTable",
     "compare_saliency",

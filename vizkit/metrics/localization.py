@@ -14,7 +14,15 @@ from torch import Tensor
 from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
 from ..hooks.inputs import check_count, check_maps, check_number, check_values_finite
 
-__all__ = ["check_masks", "energy_in_mask", "pixel_maps", "pointing_game", "top_iou"]
+__all__ = [
+    "check_masks",
+    "energy_in_mask",
+    "pixel_maps",
+    "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
+    "top_iou",
+]
 
 
 def check_masks(masks: Tensor) -> Tensor:
@@ -114,3 +122,20 @@ def top_iou(
     intersection = (top & flat_masks).sum(1).float()
     union = (top | flat_masks).sum(1).float()
     return intersection / union
+
+
+def relevance_mass_accuracy(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
+    """Share of the positive relevance inside the mask (Arras et al. 2022, "CLEVR-XAI", Sec.
+    4.3), the maps upsampled to the masks: (B,), 0 for a map without positive values. The
+    same as `energy_in_mask`, under the name the relevance literature uses."""
+    return energy_in_mask(saliency, masks)
+
+
+def relevance_rank_accuracy(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
+    """Share of the K most relevant pixels inside the mask, K its pixel count (Arras et al.
+    2022, Sec. 4.3), the maps upsampled to the masks: (B,). Constant maps are refused."""
+    maps, masks = _maps_and_masks(saliency, masks)
+    flat_masks = masks.flatten(1)
+    counts = flat_masks.sum(1)
+    top = rank_descending(maps.flatten(1)) < counts.to(maps.device)[:, None]
+    return (top & flat_masks).sum(1).float() / counts.float()

@@ -1,0 +1,101 @@
+"""Metrics of issue 35 against independent implementations on the same model, images and maps:
+Sparseness, Complexity, Relevance Mass and Rank Accuracy against Quantus 0.6; Average Drop and
+Increase in Confidence against pytorch-grad-cam's DropInConfidence / IncreaseInConfidence (which
+give max(0, Y - O) without the paper's division by Y); and each against its paper's formula on
+maps where the answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vizkit as vk
+
+quantus = pytest.importorskip("quantus")
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x, labels, masks = vk.datasets.load_sample()
+    maps = vk.attnlrp(model, x[:6], target=labels[:6]).maps
+    return model, x[:6], labels[:6], masks[:6], maps
+
+
+def _quantus(metric, x, labels, maps, masks=None):
+    """Quantus' scores of ``maps`` (B, H, W) given as (B, 1, H, W) attributions."""
+    a = maps[:, None].double().numpy()
+    s = None if masks is None else masks[:, None].numpy()
+    scores = metric(model=None, x_batch=x.numpy(), y_batch=labels.numpy(), a_batch=a,
+                    s_batch=s, channel_first=True)  # fmt: skip
+    return torch.tensor(np.asarray(scores, dtype=np.float64))
+
+
+def test_sparseness_and_complexity_equal_quantus(shapes):
+    _, x, labels, _, maps = shapes
+    sparse = _quantus(quantus.Sparseness(disable_warnings=True), x, labels, maps)
+    torch.testing.assert_close(vk.metrics.sparseness(maps), sparse, rtol=1e-4, atol=1e-5)
+    entropy = _quantus(quantus.Complexity(disable_warnings=True), x, labels, maps)
+    torch.testing.assert_close(vk.metrics.complexity(maps), entropy, rtol=1e-5, atol=1e-6)
+
+
+def test_sparseness_and_complexity_at_their_extremes():
+    single = torch.zeros(2, 4, 4)
+    single[:, 1, 2] = -3.0  # one pixel: |map|
+    uniform = torch.full((2, 4, 4), 0.7)
+    assert vk.metrics.sparseness(single).tolist() == pytest.approx([15 / 16] * 2)
+    assert vk.metrics.sparseness(uniform).tolist() == pytest.approx([0.0] * 2, abs=1e-12)
+    assert vk.metrics.complexity(single).tolist() == pytest.approx([0.0] * 2)
+    assert vk.metrics.complexity(uniform).tolist() == pytest.approx([math.log(16)] * 2)
+    with pytest.raises(ValueError, match="all zero"):
+        vk.metrics.sparseness(torch.zeros(1, 4, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        vk.metrics.complexity(torch.full((1, 4, 4), float("nan")))
+
+
+def test_relevance_mass_and_rank_accuracy_equal_quantus(shapes):
+    _, x, labels, masks, maps = shapes
+    pixels = F.interpolate(maps[:, None], size=masks.shape[-2:], mode="bilinear")[:, 0]
+    positive = pixels.clamp_min(0)  # Arras et al. count positive relevance
+    mass = _quantus(quantus.RelevanceMassAccuracy(disable_warnings=True), x, labels, positive,
+                    masks)  # fmt: skip
+    torch.testing.assert_close(vk.metrics.relevance_mass_accuracy(maps, masks).double(), mass,
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    rank = _quantus(quantus.RelevanceRankAccuracy(disable_warnings=True), x, labels, pixels,
+                    masks)  # fmt: skip
+    torch.testing.assert_close(vk.metrics.relevance_rank_accuracy(maps, masks).double(), rank)
+
+
+def test_average_drop_and_increase_in_confidence_equal_pytorch_grad_cam(shapes):
+    from pytorch_grad_cam.metrics.cam_mult_image import DropInConfidence, IncreaseInConfidence
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
+    model, x, labels, _, maps = shapes
+    drop = vk.metrics.average_drop(model, x, maps, target=labels)
+    increase = vk.metrics.increase_in_confidence(model, x, maps, target=labels)
+    scaled = (maps - maps.amin((1, 2), keepdim=True)) / (
+        maps.amax((1, 2), keepdim=True) - maps.amin((1, 2), keepdim=True)
+    )
+    cams = F.interpolate(scaled[:, None], size=x.shape[-2:], mode="bilinear")[:, 0].numpy()
+    targets = [ClassifierOutputSoftmaxTarget(int(c)) for c in labels]
+    with torch.no_grad():
+        full = model(x).softmax(-1).gather(1, labels[:, None])[:, 0]
+    theirs = torch.from_numpy(DropInConfidence()(x, cams, targets, model)).flatten()
+    torch.testing.assert_close(drop * full, theirs, rtol=1e-4, atol=1e-6)
+    theirs = torch.from_numpy(IncreaseInConfidence()(x, cams, targets, model)).flatten()
+    torch.testing.assert_close(increase, theirs)
+    assert ((drop >= 0) & (drop <= 1)).all()
+
+
+def test_confidence_metrics_refuse_bad_maps(shapes):
+    model, x, labels, _, maps = shapes
+    with pytest.raises(ValueError, match="constant"):
+        vk.metrics.average_drop(model, x, torch.ones_like(maps), target=labels)
+    with pytest.raises(ValueError, match="do not tile"):
+        vk.metrics.increase_in_confidence(model, x, torch.rand(6, 5, 5), target=labels)
+    with pytest.raises(ValueError, match="out of range"):
+        vk.metrics.average_drop(model, x, maps, target=99)
