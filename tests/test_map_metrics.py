@@ -99,3 +99,64 @@ def test_confidence_metrics_refuse_bad_maps(shapes):
         vk.metrics.increase_in_confidence(model, x, torch.rand(6, 5, 5), target=labels)
     with pytest.raises(ValueError, match="out of range"):
         vk.metrics.average_drop(model, x, maps, target=99)
+
+
+class _Linear(torch.nn.Module):
+    """logits = (w . x) k: the drop when units go to 0 is exactly the sum of w * x there."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 8, 8))
+        self.k = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return (x * self.w).sum((1, 2, 3))[:, None] * self.k
+
+
+def test_faithfulness_correlation_is_one_for_the_exact_attribution():
+    """Bhatt et al.'s definition: on a linear model with a zero baseline, gradient x input
+    summed over a subset is the subset's drop, so the correlation is 1; random maps are not."""
+    torch.manual_seed(0)
+    model, x = _Linear().eval(), torch.randn(3, 3, 8, 8)
+    exact = ((x * model.w).sum(1) * model.k[1]).detach()
+    score = vk.metrics.faithfulness_correlation(
+        model, x, exact, target=1, level="pixel", score="logit", runs=20
+    )
+    torch.testing.assert_close(score, torch.ones(3))
+    noise = torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(1))
+    random = vk.metrics.faithfulness_correlation(
+        model, x, noise, target=1, level="pixel", score="logit", runs=200
+    )
+    assert (random.abs() < 0.3).all()
+    with pytest.raises(ValueError, match="fraction"):
+        vk.metrics.faithfulness_correlation(model, x, exact, target=1, level="pixel", fraction=1)
+
+
+def test_faithfulness_correlation_on_a_vit_ranks_attnlrp_above_random(shapes):
+    model, x, labels, _, maps = shapes
+    ours = vk.metrics.faithfulness_correlation(model, x, maps, target=labels, runs=30)
+    noise = torch.rand(maps.shape, generator=torch.Generator().manual_seed(0))
+    chance = vk.metrics.faithfulness_correlation(model, x, noise, target=labels, runs=30)
+    assert ours.nanmean() > chance.nanmean() + 0.2
+
+
+def test_max_sensitivity_follows_its_definition():
+    """A method whose map is the image's channel mean changes by the noise's channel mean:
+    max over the draws of ||mean_c(delta)|| / ||mean_c(x)||. A linear model's gradient does
+    not change at all."""
+    torch.manual_seed(0)
+    model, x = _Linear().eval(), torch.randn(2, 3, 8, 8)
+
+    def channel_mean(model, images, targets):
+        return vk.SaliencyResult(images.mean(1), "mean", (8, 8), targets=targets)
+
+    ours = vk.metrics.max_sensitivity(model, x, channel_mean, target=1, radius=0.1,
+                                      samples=5, seed=3)  # fmt: skip
+    generator = torch.Generator().manual_seed(3)
+    noise = (torch.rand((5, *x.shape), generator=generator) * 2 - 1) * 0.1
+    change = noise.mean(2).flatten(2).norm(dim=-1).amax(0)
+    torch.testing.assert_close(ours, change / x.mean(1).flatten(1).norm(dim=-1))
+    steady = vk.metrics.max_sensitivity(model, x, "saliency", target=1, samples=3)
+    assert steady.abs().max() < 1e-6
+    with pytest.raises(KeyError, match="known"):
+        vk.metrics.max_sensitivity(model, x, "lime")

@@ -11,6 +11,7 @@ from .complexity import complexity as complexity
 from .complexity import sparseness as sparseness
 from .confidence import average_drop as average_drop
 from .confidence import increase_in_confidence as increase_in_confidence
+from .correlation import faithfulness_correlation as faithfulness_correlation
 from .faithfulness import CurveResult as CurveResult
 from .faithfulness import deletion as deletion
 from .faithfulness import insertion as insertion
@@ -19,6 +20,7 @@ from .localization import pointing_game as pointing_game
 from .localization import relevance_mass_accuracy as relevance_mass_accuracy
 from .localization import relevance_rank_accuracy as relevance_rank_accuracy
 from .localization import top_iou as top_iou
+from .robustness import max_sensitivity as max_sensitivity
 from .sanity import SanityResult as SanityResult
 from .sanity import sanity_check as sanity_check
 
@@ -26,7 +28,9 @@ __all__ = [
     "METHODS",
     "average_drop",
     "complexity",
+    "faithfulness_correlation",
     "increase_in_confidence",
+    "max_sensitivity",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
     "sparseness",

@@ -35,11 +35,15 @@ __all__ = [
     "CurveEnds",
     "CurveResult",
     "baseline_images",
+    "check_tiles",
     "curve_steps",
     "deletion",
     "insertion",
     "perturbation_curve",
+    "scored_classes",
     "unit_count",
+    "unit_saliency",
+    "unit_size",
 ]
 
 BASELINES = ("blur", "mean", "zero")
@@ -119,7 +123,7 @@ def baseline_images(x: Tensor, kind: str) -> Tensor:
     return F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="reflect"), cols, groups=channels)
 
 
-def _unit_size(model: nn.Module, image_size: tuple[int, int], level: str) -> tuple[int, int]:
+def unit_size(model: nn.Module, image_size: tuple[int, int], level: str) -> tuple[int, int]:
     """(rows, cols) of pixels per unit: 1 x 1 pixels, the model's patches, or for models
     without a patch embedding (CNNs) the cells of an 8 x 8 grid."""
     if check_choice("level", level, LEVELS) == "pixel":
@@ -132,12 +136,12 @@ def _unit_size(model: nn.Module, image_size: tuple[int, int], level: str) -> tup
 
 def unit_count(model: nn.Module, image_size: tuple[int, int], level: str) -> int:
     """Units of an (H, W) image at ``level`` ("patch" or "pixel") for ``model``."""
-    unit = _unit_size(model, image_size, level)
-    _check_tiles(image_size, unit, level)
+    unit = unit_size(model, image_size, level)
+    check_tiles(image_size, unit, level)
     return (image_size[0] // unit[0]) * (image_size[1] // unit[1])
 
 
-def _check_tiles(image_size: tuple[int, int], unit: tuple[int, int], level: str) -> None:
+def check_tiles(image_size: tuple[int, int], unit: tuple[int, int], level: str) -> None:
     if image_size[0] % unit[0] or image_size[1] % unit[1]:
         raise ValueError(
             f"Image size {image_size} is not a multiple of the {level} unit size {unit}; "
@@ -145,7 +149,7 @@ def _check_tiles(image_size: tuple[int, int], unit: tuple[int, int], level: str)
         )
 
 
-def _unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, int]) -> Tensor:
+def unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, int]) -> Tensor:
     """Saliency per unit (B, gh, gw): maps (B, h, w) upsampled to pixels, averaged per unit."""
     grid = (image_size[0] // unit[0], image_size[1] // unit[1])
     if tuple(maps.shape[-2:]) == grid:
@@ -225,10 +229,10 @@ def perturbation_curve(
     check_choice("baseline", baseline, BASELINES)
     image_size = tuple(x.shape[-2:])
     batch_size = batch_images(batch_size, image_size)
-    unit = _unit_size(hm.model, image_size, level)
-    _check_tiles(image_size, unit, level)
+    unit = unit_size(hm.model, image_size, level)
+    check_tiles(image_size, unit, level)
     maps = saliency_maps(saliency, len(x), image_size)
-    cells = _unit_saliency(maps.to(x.device), image_size, unit)  # (B, gh, gw)
+    cells = unit_saliency(maps.to(x.device), image_size, unit)  # (B, gh, gw)
     units = cells[0].numel()
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
@@ -237,7 +241,7 @@ def perturbation_curve(
             ends = CurveEnds.compute(hm.model, x, [], batch_size)
         if len(ends.logits) != len(x):
             raise ValueError(f"The curves' ends are of {len(ends.logits)} images, not {len(x)}.")
-        targets = _scored_classes(ends.logits, target, saliency)
+        targets = scored_classes(ends.logits, target, saliency)
         clean = ends.logits.float().softmax(-1)
         removed = ends.baseline(hm.model, x, baseline, batch_size)
         outer = (clean, removed)  # nothing removed, everything removed
@@ -272,7 +276,7 @@ def _bar(progress: bool | tqdm, total: int, desc: str) -> Iterator[tqdm]:
         yield bar
 
 
-def _scored_classes(logits: Tensor, target: Target, saliency: SaliencyResult | Tensor) -> Tensor:
+def scored_classes(logits: Tensor, target: Target, saliency: SaliencyResult | Tensor) -> Tensor:
     """(B,) the classes to score: ``target``, else the classes a `SaliencyResult` explains, else
     the argmax. A target that differs from the classes the maps explain is refused."""
     if callable(target) and not isinstance(target, Tensor):
