@@ -160,3 +160,55 @@ def test_max_sensitivity_follows_its_definition():
     assert steady.abs().max() < 1e-6
     with pytest.raises(KeyError, match="known"):
         vk.metrics.max_sensitivity(model, x, "lime")
+
+
+def test_noisy_linear_imputation_equals_pytorch_grad_cams_solver():
+    """Without noise, each removed pixel is the 1/6-1/12 weighted mean of its neighbours,
+    solved jointly: pytorch-grad-cam solves the same sparse system directly (scipy)."""
+    from pytorch_grad_cam.metrics.road import NoisyLinearImputer
+
+    from vizkit.metrics.road import noisy_linear_imputation
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 3, 12, 10, generator=generator)
+    removed = (
+        torch.rand(3, 12, 10, generator=generator) < torch.tensor([0.2, 0.6, 0.9])[:, None, None]
+    )
+    ours = noisy_linear_imputation(x, removed, noise=0.0)
+    theirs = torch.stack([NoisyLinearImputer(noise=0.0)(x[i], (~removed[i]).float())
+                          for i in range(3)])  # fmt: skip
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+    assert torch.equal(ours[~removed[:, None].expand_as(x)], x[~removed[:, None].expand_as(x)])
+    noisy = noisy_linear_imputation(x, removed, noise=0.01, generator=generator)
+    assert 0.005 < (noisy - ours)[removed[:, None].expand_as(x)].std() < 0.015
+    with pytest.raises(ValueError, match="every pixel"):
+        noisy_linear_imputation(x[:1], torch.ones(1, 12, 10, dtype=torch.bool))
+
+
+def test_road_equals_pytorch_grad_cam_at_one_fraction(shapes):
+    """MoRF removing the top quarter of 32 x 32 pixels (pytorch-grad-cam's 75th percentile
+    keeps the same 768), no noise: the same probabilities."""
+    from pytorch_grad_cam.metrics.perturbation_confidence import (
+        PerturbationConfidenceMetric,
+        RemoveLeastRelevantFirst,
+        RemoveMostRelevantFirst,
+    )
+    from pytorch_grad_cam.metrics.road import NoisyLinearImputer
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
+    model, x, labels, _, maps = shapes
+    pixels = F.interpolate(maps[:, None], size=x.shape[-2:], mode="bilinear")[:, 0]
+    targets = [ClassifierOutputSoftmaxTarget(int(c)) for c in labels]
+    with torch.no_grad():
+        full = model(x).softmax(-1).gather(1, labels[:, None])[:, 0]
+    for order, remove, percentile in (("morf", RemoveMostRelevantFirst, 75),
+                                      ("lerf", RemoveLeastRelevantFirst, 75)):  # fmt: skip
+        metric = PerturbationConfidenceMetric(remove(percentile, NoisyLinearImputer(noise=0.0)))
+        change = torch.from_numpy(metric(x, pixels.numpy(), targets, model)).flatten()
+        ours = vk.metrics.road(model, x, maps, target=labels, order=order, fractions=(0.25,),
+                               noise=0.0)  # fmt: skip
+        torch.testing.assert_close(ours.scores[:, 0], full + change, rtol=1e-4, atol=1e-5)
+    curve = vk.metrics.road(model, x, maps, target=labels)
+    assert curve.kind == "road_morf" and curve.scores.shape == (6, 9)
+    with pytest.raises(ValueError, match="increasing"):
+        vk.metrics.road(model, x, maps, fractions=(0.5, 0.2))

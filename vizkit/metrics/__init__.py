@@ -20,6 +20,7 @@ from .localization import pointing_game as pointing_game
 from .localization import relevance_mass_accuracy as relevance_mass_accuracy
 from .localization import relevance_rank_accuracy as relevance_rank_accuracy
 from .localization import top_iou as top_iou
+from .road import road as road
 from .robustness import max_sensitivity as max_sensitivity
 from .sanity import SanityResult as SanityResult
 from .sanity import sanity_check as sanity_check
@@ -33,6 +34,7 @@ __all__ = [
     "max_sensitivity",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",
+    "road",
     "sparseness",
     "CurveResult",
     "SaliencyTable",
