@@ -49,6 +49,11 @@ def _late_class_token():
     return model.eval(), torch.randn(2, 3, 64, 64)
 
 
+def _evaluation_inputs():
+    model, x = build("vit")
+    return model, (x, torch.tensor([0, 1]))
+
+
 EXAMPLES = {
     "AttentionResult": (lambda: vk.attention(*build("vit"), layers=[0, -1]), True),
     "Stages": (lambda: vk.attention(*_late_class_token()), True),
@@ -85,6 +90,12 @@ EXAMPLES = {
     "CaitFamilyRow": (lambda: cait.cait_family_table(["cait_xxs24_224"])[0], False),
     "LayerScale": (lambda: vk.analysis.layerscale(build("cait")[0]), False),
     "TalkingHeadsMixing": (lambda: cait.talking_heads(build("cait")[0]), False),
+    "EvaluationTable": (
+        lambda: vk.evaluate(
+            *_evaluation_inputs(), methods=["random"], metrics=["sparseness"], progress=False
+        ),
+        False,
+    ),
     "SanityResult": (
         lambda: vk.metrics.sanity_check(*build("vit"), "saliency", progress=False),
         False,
@@ -141,7 +152,7 @@ def test_tabular_results_render_html(example):
     name, result, _ = example
     page = result._repr_html_()
     tabular = {"CKAResult", "FeatureEvolution", "ResidualRatios", "CurveResult", "SaliencyTable",
-               "BranchPredictions", "CaitFamilyRow"}  # fmt: skip
+               "BranchPredictions", "CaitFamilyRow", "EvaluationTable"}  # fmt: skip
     assert (page is not None and "<table" in page) == (name in tabular), name
 
 

@@ -50,6 +50,7 @@ from .methods.smoothing import smoothed as smoothed
 from .methods.transformer_attribution import transformer_attribution as transformer_attribution
 from .methods.xgradcam import xgradcam as xgradcam
 from .metrics import compare_saliency as compare_saliency
+from .metrics import evaluate as evaluate
 from .metrics import sanity_check as sanity_check
 from .models import create_model as create_model
 
@@ -75,6 +76,7 @@ __all__ = [
     "create_model",
     "datasets",
     "eigencam",
+    "evaluate",
     "feature_evolution",
     "grad_rollout",
     "gradcam",

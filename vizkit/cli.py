@@ -167,6 +167,25 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate_command(args: argparse.Namespace) -> int:
+    """Score saliency methods over the Shapes sample (or its first --limit images), appending
+    to --out as it goes (a second run resumes), and print the table."""
+    from torch.utils.data import TensorDataset
+
+    from .datasets import load_sample
+    from .metrics import evaluate
+
+    model, _ = zoo.load(args.model, checkpoint=args.checkpoint)
+    data = TensorDataset(*(t[: args.limit] for t in load_sample()))
+    methods = args.methods if args.methods else "default"
+    table = evaluate(model.to(args.device), data, methods, args.metrics, args.out,
+                     args.batch_size)  # fmt: skip
+    print(table.to_markdown())
+    for name, note in table.notes.items():
+        print(f"{name}: {note}", file=sys.stderr)
+    return 0
+
+
 def zoo_list() -> int:
     """Print the zoo as a table."""
     from . import zoo
@@ -305,6 +324,17 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=_output_file, default="docs/coverage.md", help="default %(default)s"
     )
     v.add_argument("--family", action="append", help="only these timm modules (repeatable)")
+    e = commands.add_parser(
+        "evaluate", help="score saliency methods over the Shapes sample (resumable with --out)"
+    )
+    e.add_argument("--model", default=DEFAULT_MODEL, help="zoo or timm name (default %(default)s)")
+    e.add_argument("--checkpoint", help="your .safetensors weights for a timm --model")
+    e.add_argument("--methods", nargs="+", help="saliency methods (default: the registry's)")
+    e.add_argument("--metrics", nargs="+", help="metrics (default: every one that applies)")
+    e.add_argument("--limit", type=_positive_int, help="the first N images of the sample")
+    e.add_argument("--batch-size", type=_positive_int, default=16, help="default %(default)s")
+    e.add_argument("--out", type=Path, help="JSON-lines file to append to; a rerun resumes it")
+    e.add_argument("--device", type=_device, default="cpu", help="default %(default)s")
     z = commands.add_parser("zoo", help="the shipped models")
     z.add_argument("action", choices=["list"])
     return parser
@@ -345,6 +375,8 @@ def _run(args: argparse.Namespace) -> int:
         return report_command(args)
     if args.command == "coverage":
         return coverage_command(args.out, args.family)
+    if args.command == "evaluate":
+        return evaluate_command(args)
     return info(args)
 
 

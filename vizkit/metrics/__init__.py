@@ -12,6 +12,9 @@ from .complexity import sparseness as sparseness
 from .confidence import average_drop as average_drop
 from .confidence import increase_in_confidence as increase_in_confidence
 from .correlation import faithfulness_correlation as faithfulness_correlation
+from .evaluate import EVALUATION_METRICS as EVALUATION_METRICS
+from .evaluate import EvaluationTable as EvaluationTable
+from .evaluate import evaluate as evaluate
 from .faithfulness import CurveResult as CurveResult
 from .faithfulness import deletion as deletion
 from .faithfulness import insertion as insertion
@@ -26,7 +29,10 @@ from .sanity import SanityResult as SanityResult
 from .sanity import sanity_check as sanity_check
 
 __all__ = [
+    "EVALUATION_METRICS",
     "METHODS",
+    "EvaluationTable",
+    "evaluate",
     "average_drop",
     "complexity",
     "faithfulness_correlation",

@@ -1,0 +1,100 @@
+"""vk.evaluate over a data set: the per-image scores are the metrics' own, a run killed at any
+point resumes from its file to the same table with nothing counted twice, and a file of
+another configuration is refused; `vizkit evaluate` on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import vizkit as vk
+from vizkit.cli import main
+
+METRICS = ["deletion_auc", "sparseness", "pointing_game"]
+
+
+@pytest.fixture(scope="module")
+def shapes():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x, labels, masks = vk.datasets.load_sample()
+    return model, TensorDataset(x[:20], labels[:20], masks[:20])
+
+
+def _attnlrp(model, x, targets):
+    return vk.attnlrp(model, x, target=targets)
+
+
+def test_scores_are_the_metrics_own_per_image(shapes):
+    model, data = shapes
+    table = vk.evaluate(model, data, methods=[("lrp", _attnlrp), "random"], metrics=METRICS,
+                        batch_size=8, progress=False)  # fmt: skip
+    x, labels, masks = data.tensors
+    maps = vk.attnlrp(model, x, target=labels).maps
+    assert table.per_image.shape == (2, 3, 20)
+    torch.testing.assert_close(table.per_image[0, 1], vk.metrics.sparseness(maps).float())
+    torch.testing.assert_close(table.per_image[0, 2], vk.metrics.pointing_game(maps, masks))
+    first = vk.metrics.deletion(model, x[:8], maps[:8], labels[:8], progress=False).auc
+    torch.testing.assert_close(table.per_image[0, 0, :8], first)
+    values = table.per_image[1, 1].double()
+    torch.testing.assert_close(table.mean[1, 1].double(), values.mean(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(table.sem[1, 1].double(), values.std() / 20**0.5, rtol=1e-5,
+                               atol=1e-7)  # fmt: skip
+    assert table.best("pointing_game") == "lrp" and "± " in table.to_markdown()
+
+
+def test_a_killed_run_resumes_to_the_same_table(shapes, tmp_path):
+    model, data = shapes
+    reference = vk.evaluate(model, data, methods=[("lrp", _attnlrp), "random"],
+                            metrics=METRICS, batch_size=8, progress=False)  # fmt: skip
+    calls = []
+
+    def killed(model, x, targets):  # the process dies on the method's second batch
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return _attnlrp(model, x, targets)
+
+    out = tmp_path / "eval.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        vk.evaluate(model, data, methods=[("lrp", killed), "random"], metrics=METRICS,
+                    batch_size=8, out=out, progress=False)  # fmt: skip
+    done = len(out.read_text().splitlines())  # the header and batch 0 of both methods
+    with out.open("a") as file:
+        file.write('{"batch": 1, "method": "ran')  # a line cut short by the kill
+    resumed = vk.evaluate(model, data, methods=[("lrp", _attnlrp), "random"], metrics=METRICS,
+                          batch_size=8, out=out, progress=False)  # fmt: skip
+    torch.testing.assert_close(resumed.per_image, reference.per_image, equal_nan=True)
+    entries = [json.loads(line) for line in out.read_text().splitlines()]
+    keys = [(e["batch"], e["method"]) for e in entries[1:]]
+    assert len(keys) == len(set(keys)) == 3 * 2 and done == 3
+    again = vk.evaluate(model, data, methods=[("lrp", killed), "random"], metrics=METRICS,
+                        batch_size=8, out=out, progress=False)  # fmt: skip
+    torch.testing.assert_close(again.per_image, reference.per_image, equal_nan=True)
+    with pytest.raises(ValueError, match="another configuration"):
+        vk.evaluate(model, data, methods=["random"], metrics=METRICS, batch_size=8, out=out)
+
+
+def test_evaluate_refuses_bad_arguments(shapes):
+    model, data = shapes
+    x, labels, _ = data.tensors
+    with pytest.raises(KeyError, match="Unknown metrics"):
+        vk.evaluate(model, data, methods=["random"], metrics=["accuracy"])
+    with pytest.raises(ValueError, match="need object masks"):
+        vk.evaluate(model, (x, labels), methods=["random"], metrics=["pointing_game"])
+    with pytest.raises(ValueError, match="targets"):
+        vk.evaluate(model, data, methods=["random"], targets="truth")
+
+
+def test_vizkit_evaluate_resumes_on_the_command_line(tmp_path, capsys):
+    out = tmp_path / "shapes.jsonl"
+    args = ["evaluate", "--methods", "random", "gradcam", "--metrics", "sparseness",
+            "complexity", "--limit", "12", "--batch-size", "6", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "| random |" in first and "sparseness" in first
+    lines = out.read_text().splitlines()
+    assert main(args) == 0  # everything is in the file: nothing recomputed
+    assert capsys.readouterr().out == first and out.read_text().splitlines() == lines

@@ -1,0 +1,375 @@
+"""`vk.evaluate`: saliency methods scored by metrics over a whole data set, batch by batch, with
+every (batch, method) result appended to a file as soon as it is computed, so that a run killed
+at any point resumes where it stopped: nothing computed is lost, nothing is counted twice."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+from tqdm.auto import tqdm
+
+from ..analysis._model import self_attention_names
+from ..analysis.result import Result
+from ..analysis.saliency_result import SaliencyResult, constant_maps
+from ..hooks import HookedModel
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_count
+from ..hooks.targets import model_logits
+from ..methods.registry import METHODS, selected_methods
+from .complexity import complexity, sparseness
+from .confidence import average_drop, increase_in_confidence
+from .correlation import faithfulness_correlation
+from .faithfulness import deletion, insertion
+from .localization import pointing_game, relevance_mass_accuracy, relevance_rank_accuracy
+from .road import road
+
+__all__ = ["EVALUATION_METRICS", "EvaluationTable", "Metric", "evaluate"]
+
+FORMAT = "vizkit evaluation 1"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-image score of maps: ``fn(hm, x, maps, targets, masks) -> (B,)``; ``masks``
+    says it needs object masks; ``higher`` whether higher is better."""
+
+    fn: Callable[[HookedModel, Tensor, Tensor, Tensor, Tensor | None], Tensor]
+    higher: bool
+    masks: bool = False
+
+
+EVALUATION_METRICS: dict[str, Metric] = {
+    "deletion_auc": Metric(
+        lambda hm, x, m, t, _: deletion(hm, x, m, t, progress=False).auc, higher=False
+    ),
+    "insertion_auc": Metric(
+        lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
+    ),
+    "road_morf_auc": Metric(lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False),
+    "road_lerf_auc": Metric(
+        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True
+    ),
+    "average_drop": Metric(lambda hm, x, m, t, _: average_drop(hm, x, m, t), higher=False),
+    "increase_in_confidence": Metric(
+        lambda hm, x, m, t, _: increase_in_confidence(hm, x, m, t), higher=True
+    ),
+    "faithfulness_correlation": Metric(
+        lambda hm, x, m, t, _: faithfulness_correlation(hm, x, m, t), higher=True
+    ),
+    "sparseness": Metric(lambda hm, x, m, t, _: sparseness(m), higher=True),
+    "complexity": Metric(lambda hm, x, m, t, _: complexity(m), higher=False),
+    "pointing_game": Metric(lambda hm, x, m, t, k: pointing_game(m, k), True, masks=True),
+    "relevance_mass_accuracy": Metric(
+        lambda hm, x, m, t, k: relevance_mass_accuracy(m, k), True, masks=True
+    ),
+    "relevance_rank_accuracy": Metric(
+        lambda hm, x, m, t, k: relevance_rank_accuracy(m, k), True, masks=True
+    ),
+}
+
+
+@dataclass(repr=False)
+class EvaluationTable(Result):
+    """Each method's scores over a data set.
+
+    Attributes:
+        methods, metrics: row and column names (`EVALUATION_METRICS` says which way is better).
+        per_image: (methods, metrics, N) every image's score; NaN where a method or metric did
+            not apply (see ``notes``) or the image's map was constant.
+        notes: "method", "method/metric" or "method/constant maps" -> why scores are missing.
+        options: the evaluation's settings (batch size, targets, file).
+    """
+
+    methods: list[str]
+    metrics: list[str]
+    per_image: Tensor
+    notes: dict[str, str] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+
+    @property
+    def mean(self) -> Tensor:
+        """(methods, metrics) the mean over the images that have a score."""
+        return self.per_image.nanmean(-1)
+
+    @property
+    def sem(self) -> Tensor:
+        """(methods, metrics) the standard error of that mean (NaN below two scores)."""
+        count = (~self.per_image.isnan()).sum(-1)
+        spread = (self.per_image - self.mean[..., None]).nan_to_num().pow(2).sum(-1)
+        std = (spread / (count - 1).clamp_min(1)).sqrt()
+        return torch.where(count > 1, std / count.clamp_min(1).sqrt(), float("nan"))
+
+    def best(self, metric: str) -> str:
+        """The method with the best mean ``metric``."""
+        column = self.mean[:, self.metrics.index(metric)]
+        column = column if EVALUATION_METRICS[metric].higher else -column
+        return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
+
+    def to_markdown(self) -> str:
+        """Mean ± standard error per method and metric, arrows saying which way is better."""
+        arrows = [f"{m} {'↑' if EVALUATION_METRICS[m].higher else '↓'}" for m in self.metrics]
+        lines = ["| method | " + " | ".join(arrows) + " |", "|---" * (len(arrows) + 1) + "|"]
+        for i, method in enumerate(self.methods):
+            cells = [_cell(self.mean[i, j], self.sem[i, j]) for j in range(len(self.metrics))]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def _repr_html_(self) -> str:
+        arrows = [f"{m} {'↑' if EVALUATION_METRICS[m].higher else '↓'}" for m in self.metrics]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows])
+        rows = ""
+        for i, method in enumerate(self.methods):
+            cells = "".join(
+                f"<td>{_cell(self.mean[i, j], self.sem[i, j])}</td>"
+                for j in range(len(self.metrics))
+            )
+            rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
+        images = self.per_image.shape[-1]
+        caption = f"<caption>mean ± standard error over {images} images</caption>"
+        return f"<table class='scores'>{caption}<tr>{head}</tr>{rows}</table>"
+
+
+def _cell(mean: Tensor, sem: Tensor) -> str:
+    if math.isnan(float(mean)):
+        return "—"
+    return f"{float(mean):.3f}" + ("" if math.isnan(float(sem)) else f" ± {float(sem):.3f}")
+
+
+def _batches(data: object, batch_size: int) -> tuple[Iterable, int | None]:
+    """Batches ``(images, labels or None, masks or None)`` of ``data`` (a Dataset, a
+    DataLoader, a tuple of tensors, or "shapes": the shipped Shapes sample), in a fixed order,
+    and the number of images when known."""
+    if isinstance(data, str):
+        if data != "shapes":
+            raise ValueError(f"data must be 'shapes', a Dataset or a DataLoader; got {data!r}.")
+        from ..datasets import load_sample
+
+        data = TensorDataset(*load_sample())
+    if isinstance(data, tuple):
+        data = TensorDataset(*data)
+    if isinstance(data, Dataset):
+        data = DataLoader(data, batch_size=batch_size, shuffle=False)
+    if not isinstance(data, DataLoader):
+        raise TypeError(
+            f"data must be a Dataset, a DataLoader, a tuple of tensors or 'shapes'; got "
+            f"{type(data).__name__}."
+        )
+    count = len(data.dataset) if hasattr(data.dataset, "__len__") else None
+
+    def split(batch: object) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        items = list(batch) if isinstance(batch, (list, tuple)) else [batch]
+        x = items[0]
+        labels = items[1] if len(items) > 1 and isinstance(items[1], Tensor) else None
+        masks = items[2] if len(items) > 2 and isinstance(items[2], Tensor) else None
+        return x, labels, masks
+
+    return (split(b) for b in data), count
+
+
+def _fingerprint(model: nn.Module) -> str:
+    """A hash of the model's class and every parameter and buffer, bit for bit."""
+    digest = hashlib.sha1(type(model).__qualname__.encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class _Log:
+    """The evaluation's file: a header line (the configuration), then one JSON line per
+    (batch, method) as it is done. Opening an existing file checks its header and reads what
+    is done; a line cut short by a kill is dropped."""
+
+    def __init__(self, path: Path | None, config: dict) -> None:
+        self.path, self.done = path, {}
+        if path is None:
+            return
+        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        good = []
+        for line in lines:
+            try:
+                good.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut short: it and anything after it are dropped
+        if good and good[0].get("format") != FORMAT:
+            raise ValueError(f"{path} is not a vizkit evaluation file; pass another out.")
+        if good and good[0]["config"] != config:
+            raise ValueError(
+                f"{path} holds an evaluation of another configuration (model, data, methods, "
+                "metrics or batch size differ); pass another out, or delete it to start over."
+            )
+        with path.open("w") as file:  # rewrite what parsed: no partial line stays
+            file.writelines(json.dumps(entry) + "\n" for entry in good)
+            if not good:
+                file.write(json.dumps({"format": FORMAT, "config": config}) + "\n")
+        for entry in good[1:]:
+            self.done.setdefault((entry["batch"], entry["method"]), entry)
+
+    def add(self, entry: dict) -> None:
+        self.done[(entry["batch"], entry["method"])] = entry
+        if self.path is not None:
+            with self.path.open("a") as file:
+                file.write(json.dumps(entry) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+
+
+@analysis_contract
+def evaluate(
+    model: nn.Module | HookedModel,
+    data: object,
+    methods: str | Sequence[str | tuple[str, Callable]] = "default",
+    metrics: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    batch_size: int = 16,
+    targets: str = "labels",
+    progress: bool = True,
+) -> EvaluationTable:
+    """Score ``methods`` by ``metrics`` on every image of ``data``.
+
+    Args:
+        data: a Dataset or DataLoader of ``(images, labels[, masks])``, a tuple of such
+            tensors, or "shapes" (the shipped Shapes sample, with object masks). A Dataset is
+            read in order, ``batch_size`` images at a time.
+        methods: names of `vk.metrics.METHODS` or ``(name, fn(model, x, targets))`` pairs;
+            "default" or "all" as `compare_saliency`.
+        metrics: names of `EVALUATION_METRICS`; None: every one that applies (the mask metrics
+            only where the data has masks).
+        out: a JSON-lines file the results are appended to as they are computed; a run on an
+            existing file resumes it (its configuration must match).
+        targets: "labels" (the data's classes) or "predictions" (the model's).
+        progress: a progress bar over the batches and methods.
+
+    Returns:
+        `EvaluationTable`: per-image scores, means and standard errors.
+    """
+    batch_size = check_count("batch_size", batch_size)
+    if targets not in ("labels", "predictions"):
+        raise ValueError(f"targets must be 'labels' or 'predictions'; got {targets!r}.")
+    chosen = _methods(methods, model)
+    batches, count = _batches(data, batch_size)
+    first = next(iter(batches), None)
+    if first is None:
+        raise ValueError("data holds no images.")
+    has_masks = first[2] is not None
+    names = _metric_names(metrics, has_masks)
+    config = {
+        "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
+        "metrics": names, "batch_size": batch_size, "targets": targets, "images": count,
+    }  # fmt: skip
+    log = _Log(None if out is None else Path(out), config)
+    notes: dict[str, str] = {}
+    total = None if count is None else math.ceil(count / batch_size) * len(chosen)
+    with tqdm(total=total, desc="evaluate", disable=not progress, leave=False) as bar:
+        for index, batch in enumerate(_chained(first, batches)):
+            for name, fn in chosen:
+                if (index, name) not in log.done:
+                    log.add(_scored(model, batch, index, name, fn, names, targets))
+                bar.update(1)
+    entries = sorted(log.done.values(), key=lambda e: e["batch"])
+    per_image = torch.stack([
+        torch.tensor([sum((e["scores"][metric] for e in entries if e["method"] == name), [])
+                      for metric in names], dtype=torch.float64)
+        for name, _ in chosen
+    ]).float()  # fmt: skip
+    for entry in entries:
+        for kind, note in entry["notes"].items():
+            key = entry["method"] if kind == "method" else f"{entry['method']}/{kind}"
+            notes[key] = f"{notes[key]}; {note}" if key in notes else note
+    return EvaluationTable(
+        [n for n, _ in chosen], names, per_image, notes,
+        options={"batch_size": batch_size, "targets": targets, "out": None if out is None
+                 else str(out)},
+    )  # fmt: skip
+
+
+def _chained(first: object, rest: Iterable) -> Iterable:
+    yield first
+    yield from rest
+
+
+def _methods(methods: object, hm: HookedModel) -> list[tuple[str, Callable]]:
+    if methods in ("all", "default"):
+        methods = selected_methods(methods, bool(self_attention_names(hm)))
+    if isinstance(methods, str) or not isinstance(methods, Sequence) or not methods:
+        raise TypeError(f"methods must be method names, (name, fn) pairs, 'all' or 'default'; "
+                        f"got {methods!r}.")  # fmt: skip
+    chosen = []
+    for method in methods:
+        if isinstance(method, str):
+            if method not in METHODS:
+                raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
+            chosen.append((method, METHODS[method]))
+        else:
+            chosen.append(method)
+    return chosen
+
+
+def _metric_names(metrics: Sequence[str] | None, has_masks: bool) -> list[str]:
+    if metrics is None:
+        return [n for n, m in EVALUATION_METRICS.items() if has_masks or not m.masks]
+    unknown = [m for m in metrics if m not in EVALUATION_METRICS]
+    if unknown:
+        raise KeyError(f"Unknown metrics {unknown}; known: {', '.join(EVALUATION_METRICS)}.")
+    needing = [m for m in metrics if EVALUATION_METRICS[m].masks]
+    if needing and not has_masks:
+        raise ValueError(f"{needing} need object masks, and the data has none.")
+    return list(metrics)
+
+
+def _scored(
+    hm: HookedModel, batch: tuple, index: int, name: str, fn: Callable, metrics: list[str],
+    targets: str,
+) -> dict:  # fmt: skip
+    """The log entry of one batch and method: every image's score per metric (NaN where the
+    method or metric refused, or the image's map is constant), and why."""
+    x, labels, masks = batch
+    x = x.to(next(iter(hm.model.parameters()), x).device)
+    nan = [math.nan] * len(x)
+    scores = {metric: list(nan) for metric in metrics}
+    entry = {"batch": index, "method": name, "scores": scores, "notes": {}}
+    with torch.no_grad():
+        classes = model_logits(hm(x)).argmax(-1)
+    if targets == "labels" and labels is not None:
+        classes = labels.to(classes.device).long()
+    try:
+        result = fn(hm.model, x, classes)
+    except ValueError as error:
+        entry["notes"]["method"] = str(error)
+        return entry
+    maps = result.maps if isinstance(result, SaliencyResult) else result
+    keep = (~constant_maps(maps).cpu()).nonzero()[:, 0]
+    if len(keep) < len(x):
+        flat = sorted(set(range(len(x))) - set(keep.tolist()))
+        entry["notes"]["constant maps"] = f"batch {index}, images {flat} left unscored"
+    if not len(keep):
+        return entry
+    chosen_masks = None if masks is None else masks[keep].to(x.device)
+    for metric in metrics:
+        try:
+            values = EVALUATION_METRICS[metric].fn(
+                hm,
+                x[keep],
+                maps[keep.to(maps.device)],
+                classes[keep.to(classes.device)],
+                chosen_masks,
+            )
+        except ValueError as error:
+            entry["notes"][metric] = str(error)
+            continue
+        for position, value in zip(keep.tolist(), values.tolist(), strict=True):
+            scores[metric][position] = value
+    return entry
