@@ -107,3 +107,17 @@ def test_readme_lists_every_registered_saliency_method():
     for name, method in vk.methods.methods().items():  # other tests register methods of theirs
         if name != "random" and method.fn.__module__.startswith("vizkit."):
             assert f"`{name}`" in generate.readme_methods()
+
+
+def test_evaluate_explanations_how_to_runs_and_shows_what_it_says():
+    scope: dict = {}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "evaluate-explanations.md")):
+        run(block, f"evaluate-explanations.md block {i}", scope)
+    checks = {c.method: c for c in scope["checks"]}
+    assert (checks["random"].similarity["spearman"] == 1).all()  # it fails the test
+    assert checks["gradcam"].similarity["spearman_abs"][0].nanmean() < 0.5  # head random
+    assert checks["rollout"].similarity["spearman_abs"][:2].nanmean() > 0.95  # ignores head
+    fading = checks["attnlrp"].similarity["spearman_abs"].nanmean(1)
+    assert fading[-1] < fading[0] - 0.3
+    table = scope["table"]
+    assert table.methods == ["gradcam", "attnlrp", "random"] and scope["best"] == "attnlrp"
