@@ -5,6 +5,9 @@ another configuration is refused; `vizkit evaluate` on the command line."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -98,3 +101,25 @@ def test_vizkit_evaluate_resumes_on_the_command_line(tmp_path, capsys):
     lines = out.read_text().splitlines()
     assert main(args) == 0  # everything is in the file: nothing recomputed
     assert capsys.readouterr().out == first and out.read_text().splitlines() == lines
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_give_the_single_process_table(tmp_path, capsys):
+    """torchrun with two processes: each takes every other batch and appends to its own
+    shard file; the table printed is the one a single process prints."""
+    out = tmp_path / "shapes.jsonl"
+    args = ["evaluate", "--methods", "attnlrp", "random", "--metrics", "sparseness",
+            "deletion_auc", "--limit", "16", "--batch-size", "4"]  # fmt: skip
+    assert main(args) == 0
+    single = capsys.readouterr().out
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "-m", "vizkit.cli", *args, "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # gloo on CPU even where a GPU exists
+    run = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == single
+    shards = sorted(p.name for p in tmp_path.iterdir())
+    assert shards == ["shapes.jsonl.rank0-of-2", "shapes.jsonl.rank1-of-2"]
+    batches = {json.loads(line)["batch"] for line in
+               (tmp_path / shards[1]).read_text().splitlines()[1:]}  # fmt: skip
+    assert batches == {1, 3}

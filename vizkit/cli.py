@@ -169,20 +169,28 @@ def report_command(args: argparse.Namespace) -> int:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     """Score saliency methods over the Shapes sample (or its first --limit images), appending
-    to --out as it goes (a second run resumes), and print the table."""
+    to --out as it goes (a second run resumes), and print the table; under ``torchrun`` each
+    process takes its share of the batches and the first prints the gathered table."""
+    import torch.distributed as dist
     from torch.utils.data import TensorDataset
 
     from .datasets import load_sample
     from .metrics import evaluate
 
-    model, _ = zoo.load(args.model, checkpoint=args.checkpoint)
-    data = TensorDataset(*(t[: args.limit] for t in load_sample()))
-    methods = args.methods if args.methods else "default"
-    table = evaluate(model.to(args.device), data, methods, args.metrics, args.out,
-                     args.batch_size)  # fmt: skip
-    print(table.to_markdown())
-    for name, note in table.notes.items():
-        print(f"{name}: {note}", file=sys.stderr)
+    world, rank = _init_distributed()
+    try:
+        model, _ = zoo.load(args.model, checkpoint=args.checkpoint)
+        data = TensorDataset(*(t[: args.limit] for t in load_sample()))
+        methods = args.methods if args.methods else "default"
+        table = evaluate(model.to(args.device), data, methods, args.metrics, args.out,
+                         args.batch_size, progress=rank == 0)  # fmt: skip
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+    if rank == 0:
+        print(table.to_markdown())
+        for name, note in table.notes.items():
+            print(f"{name}: {note}", file=sys.stderr)
     return 0
 
 

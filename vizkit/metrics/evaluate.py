@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from tqdm.auto import tqdm
@@ -249,7 +250,9 @@ def evaluate(
         metrics: names of `EVALUATION_METRICS`; None: every one that applies (the mask metrics
             only where the data has masks).
         out: a JSON-lines file the results are appended to as they are computed; a run on an
-            existing file resumes it (its configuration must match).
+            existing file resumes it (its configuration must match). Under ``torchrun`` every
+            process takes every WORLD_SIZE-th batch, appends to ``<out>.rank<r>-of-<n>``, and
+            the table is gathered on every process: the one a single process gives.
         targets: "labels" (the data's classes) or "predictions" (the model's).
         progress: a progress bar over the batches and methods.
 
@@ -266,20 +269,26 @@ def evaluate(
         raise ValueError("data holds no images.")
     has_masks = first[2] is not None
     names = _metric_names(metrics, has_masks)
+    world, rank = _process_group()
     config = {
         "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
         "metrics": names, "batch_size": batch_size, "targets": targets, "images": count,
+        "processes": world,
     }  # fmt: skip
-    log = _Log(None if out is None else Path(out), config)
+    log = _Log(_shard_file(out, world, rank), config)
     notes: dict[str, str] = {}
     total = None if count is None else math.ceil(count / batch_size) * len(chosen)
-    with tqdm(total=total, desc="evaluate", disable=not progress, leave=False) as bar:
+    shown = progress and rank == 0
+    with tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar:
         for index, batch in enumerate(_chained(first, batches)):
+            if index % world != rank:  # another process's batch
+                continue
             for name, fn in chosen:
                 if (index, name) not in log.done:
                     log.add(_scored(model, batch, index, name, fn, names, targets))
-                bar.update(1)
-    entries = sorted(log.done.values(), key=lambda e: e["batch"])
+                bar.update(world)
+    entries = _gathered(list(log.done.values()), world)
+    entries = sorted(entries, key=lambda e: e["batch"])
     per_image = torch.stack([
         torch.tensor([sum((e["scores"][metric] for e in entries if e["method"] == name), [])
                       for metric in names], dtype=torch.float64)
@@ -294,6 +303,32 @@ def evaluate(
         options={"batch_size": batch_size, "targets": targets, "out": None if out is None
                  else str(out)},
     )  # fmt: skip
+
+
+def _process_group() -> tuple[int, int]:
+    """(processes, this one's rank) of the default ``torch.distributed`` group, (1, 0) without
+    one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _shard_file(out: str | Path | None, world: int, rank: int) -> Path | None:
+    """The file this process appends to: ``out`` itself, or under torchrun
+    ``<out>.rank<r>-of-<n>`` (each process resumes its own shard)."""
+    if out is None:
+        return None
+    out = Path(out)
+    return out if world == 1 else out.with_name(f"{out.name}.rank{rank}-of-{world}")
+
+
+def _gathered(entries: list[dict], world: int) -> list[dict]:
+    """Every process's entries, on every process (``all_gather_object``)."""
+    if world == 1:
+        return entries
+    parts: list[list[dict]] = [[] for _ in range(world)]
+    dist.all_gather_object(parts, entries)
+    return [entry for part in parts for entry in part]
 
 
 def _chained(first: object, rest: Iterable) -> Iterable:
