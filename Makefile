@@ -53,6 +53,7 @@ bench: setup
 	$(BIN)/python benchmarks/capture.py --record
 	$(BIN)/python benchmarks/gradcam.py --record
 	$(BIN)/python benchmarks/saliency_methods.py --record
+	$(BIN)/python benchmarks/metrics.py --record
 	$(BIN)/python benchmarks/cka.py --record
 	$(BIN)/python benchmarks/cka_kernels.py --batch 32 --repeats 7 --record
 	$(BIN)/python benchmarks/widgets.py --record

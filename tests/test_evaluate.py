@@ -123,3 +123,31 @@ def test_two_gloo_processes_give_the_single_process_table(tmp_path, capsys):
     batches = {json.loads(line)["batch"] for line in
                (tmp_path / shards[1]).read_text().splitlines()[1:]}  # fmt: skip
     assert batches == {1, 3}
+
+
+def test_evaluation_figures_come_from_the_table_and_curves(shapes):
+    model, data = shapes
+    x, labels, _ = data.tensors
+    table = vk.evaluate(model, data, methods=[("lrp", _attnlrp), "random"], metrics=METRICS,
+                        batch_size=10, progress=False)  # fmt: skip
+    bars = vk.viz.evaluation_bars(table)
+    titles = [a.text for a in bars.layout.annotations]
+    assert titles[0] == "deletion_auc ↓<br>best: lrp" and len(bars.data) == len(METRICS)
+    assert list(bars.data[1].y) == pytest.approx(table.mean[:, 1].tolist())
+    curves = {
+        name: vk.metrics.road(model, x[:6], maps, labels[:6])
+        for name, maps in (("lrp", vk.attnlrp(model, x[:6], target=labels[:6])),
+                           ("random", torch.rand(6, 32, 32)))
+    }  # fmt: skip
+    figure = vk.viz.curve_comparison(curves)
+    names = [t.name for t in figure.data if t.showlegend is not False]
+    assert names[0].startswith("lrp (area ") and "ROAD MoRF" in figure.layout.title.text
+    with pytest.raises(ValueError, match="one kind"):
+        vk.viz.curve_comparison(
+            {
+                **curves,
+                "del": vk.metrics.deletion(
+                    model, x[:6], torch.rand(6, 32, 32), labels[:6], progress=False
+                ),
+            }
+        )

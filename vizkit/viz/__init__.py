@@ -3,6 +3,8 @@
 from .attention import attention_grid as attention_grid
 from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
+from .evaluation import curve_comparison as curve_comparison
+from .evaluation import evaluation_bars as evaluation_bars
 from .overlay import heatmap_on_image as heatmap_on_image
 from .predictions import predictions_figure as predictions_figure
 from .renderer import use_exportable_figures as use_exportable_figures
@@ -27,7 +29,9 @@ __all__ = [
     "attention_grid",
     "attention_stats_figure",
     "cka_heatmap",
+    "curve_comparison",
     "display_images",
+    "evaluation_bars",
     "feature_evolution_curves",
     "heatmap_on_image",
     "layerscale_heatmap",
