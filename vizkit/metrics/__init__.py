@@ -26,6 +26,7 @@ from .localization import top_iou as top_iou
 from .road import road as road
 from .robustness import max_sensitivity as max_sensitivity
 from .sanity import SanityResult as SanityResult
+from .sanity import data_randomization as data_randomization
 from .sanity import sanity_check as sanity_check
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "evaluate",
     "average_drop",
     "complexity",
+    "data_randomization",
     "faithfulness_correlation",
     "increase_in_confidence",
     "max_sensitivity",

@@ -185,7 +185,7 @@ def _fingerprint(model: nn.Module) -> str:
     digest = hashlib.sha1(type(model).__qualname__.encode())
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

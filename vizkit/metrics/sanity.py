@@ -22,7 +22,13 @@ from ..hooks.targets import model_logits, target_indices
 from ..methods.registry import METHODS
 from .similarity import SIMILARITIES
 
-__all__ = ["MODES", "SanityResult", "randomization_layers", "sanity_check"]
+__all__ = [
+    "MODES",
+    "SanityResult",
+    "data_randomization",
+    "randomization_layers",
+    "sanity_check",
+]
 
 MODES = ("cascading", "independent")
 
@@ -32,9 +38,10 @@ class SanityResult(Result):
     """The maps of one method as the model's layers are randomized.
 
     Attributes:
-        method: the saliency method; mode: "cascading" or "independent".
+        method: the saliency method; mode: "cascading", "independent" or "data".
         layers: the randomized layers, top first: in a cascading test step s has layers[:s+1]
-            randomized, in an independent one layers[s] alone.
+            randomized, in an independent one layers[s] alone; in the data test, the one step
+            ["randomized labels"] (the model trained on them).
         original: (B, h, w) the maps of the trained model.
         maps: (S, B, h, w) the maps after each step.
         similarity: name -> (S, B) similarity of each step's maps to the original ones
@@ -167,3 +174,40 @@ def sanity_check(
         method, mode, layers[::-1], original, maps, similarity, targets.cpu(),
         options={**options, "seed": seed},
     )  # fmt: skip
+
+
+@analysis_contract
+def data_randomization(
+    model: nn.Module | HookedModel,
+    randomized: nn.Module,
+    x: Tensor,
+    method: str = "gradcam",
+    target: Target = None,
+    **options,
+) -> SanityResult:
+    """The data-randomization test (Adebayo et al. 2018, Sec. 3.2): ``method``'s maps of
+    ``model`` and of ``randomized``, the same architecture trained on permuted labels (the zoo's
+    ``vit_tiny_shapes_random_labels``), for the same classes (``target``, default the trained
+    model's predictions), and their similarity. A method that explains the model gives other
+    maps for a model that only memorized."""
+    x = check_images(model.model, x)
+    if method not in METHODS:
+        raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
+    if callable(target) and not isinstance(target, Tensor):
+        raise TypeError("data_randomization explains classes: pass an int, B ints or None.")
+    if type(randomized) is not type(model.model):
+        raise TypeError(
+            f"randomized must be the model's architecture trained on permuted labels; got a "
+            f"{type(randomized).__name__} for a {type(model.model).__name__}."
+        )
+    saliency = METHODS[method]
+    with torch.no_grad():
+        targets = target_indices(model_logits(model(x)), target)
+    original = saliency(model.model, x, targets, **options).maps
+    maps = saliency(randomized, x, targets, **options).maps[None]  # eval for the call
+    similarity = {
+        name: measure(original, maps[0])[None].float().cpu()
+        for name, measure in SIMILARITIES.items()
+    }
+    return SanityResult(method, "data", ["randomized labels"], original, maps, similarity,
+                        targets.cpu(), options=dict(options))  # fmt: skip

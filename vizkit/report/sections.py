@@ -15,7 +15,8 @@ from torch import Tensor, nn
 from .. import analysis, viz
 from ..analysis import SaliencyResult
 from ..hooks import HookedModel
-from ..metrics import compare_saliency, near_chance
+from ..hooks.targets import model_logits
+from ..metrics import compare_saliency, evaluate, near_chance, sanity_check
 from ..metrics.faithfulness import unit_count
 from ..methods.registry import default_methods
 from ..train.history import tracked_results
@@ -186,6 +187,49 @@ def saliency(r: ReportInputs) -> Section:
     )
 
 
+# what the evaluation section adds to the comparison's deletion, insertion and mask scores
+EVALUATION = ("road_morf_auc", "average_drop", "faithfulness_correlation", "sparseness")
+
+
+def evaluation(r: ReportInputs) -> Section:
+    """The sanity check (cascading randomization) of the default methods, and the metrics the
+    comparison does not show, with standard errors."""
+    has_attention = _has_self_attention(r)
+    names = [n for n in default_methods(has_attention) if n != "integrated_gradients"]
+    quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
+    methods = [quick.get(n, n) for n in default_methods(has_attention)]
+    checks, refused = [], []
+    for name in names:
+        try:
+            checks.append(_quiet(lambda n=name: sanity_check(r.hooked, r.images, n,
+                                                             progress=False)))  # fmt: skip
+        except ValueError:  # the method does not apply to this model (rollout on CaiT)
+            refused.append(name)
+    targets = "labels" if r.labels is not None else "predictions"
+    data = (r.images, r.labels if r.labels is not None else _predictions(r))
+    table = _quiet(lambda: evaluate(r.hooked, data, methods, list(EVALUATION), batch_size=len(
+        r.images), targets=targets, progress=False))  # fmt: skip
+    return Section(
+        "Can these explanations be trusted?",
+        "Above: the model-parameter randomization test (Adebayo et al. 2018): the layers are "
+        "re-initialized from the top down, on a copy, and each method's maps compared with the "
+        "trained model's (Spearman of |map|); a method whose maps stay the same does not "
+        "explain the model (the random baseline is the control). Below: further faithfulness "
+        "scores over the same images (ROAD with noisy linear imputation, average drop, "
+        "faithfulness correlation) and sparseness; integrated gradients is left out of the "
+        "randomization test for its cost"
+        + (f", and {', '.join(refused)} (which do not apply to this model)" if refused else "")
+        + ". vk.sanity_check and vk.evaluate run them on your data.",
+        [*([viz.sanity_curves(checks)] if checks else []), viz.evaluation_bars(table)],
+    )
+
+
+def _predictions(r: ReportInputs) -> Tensor:
+    """(B,) the model's classes for the report's images."""
+    with torch.no_grad():
+        return model_logits(r.hooked(r.images)).argmax(-1)
+
+
 def _integrated_gradients(hm: HookedModel, x: Tensor, targets: Tensor) -> SaliencyResult:
     """Integrated gradients of `IG_STEPS` steps, `IG_BATCH` interpolated images per backward
     pass (the default of 64 runs 8 steps of 8 images at once, each holding its activations)."""
@@ -300,6 +344,7 @@ SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
     "rollout": rollout,
     "class_attention": class_attention,
     "saliency": saliency,
+    "evaluation": evaluation,
     "representations": representations,
     "residual_ratios": residual_ratios,
     "history": history,

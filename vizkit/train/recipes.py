@@ -19,7 +19,7 @@ from pathlib import Path
 import timm
 import torch
 from safetensors.torch import save_file
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
@@ -32,7 +32,7 @@ __all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_model
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
 _FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
-_OPTIONAL = {"init": list, "track": list}
+_OPTIONAL = {"init": list, "track": list, "randomized_labels": dict}
 _JSON_NAMES = {str: "string", dict: "object", list: "list"}
 
 
@@ -129,6 +129,8 @@ def run_recipe(
         )
     dataset = DATASETS[spec["data"]]
     train_data, test_data = dataset("train"), dataset("test")
+    if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
+        train_data = RandomizedLabels(train_data, **spec["randomized_labels"])
     torch.manual_seed(config.seed)
     model = timm.create_model(spec["architecture"], **spec["kwargs"])
     for init in spec.get("init", []):
@@ -155,7 +157,16 @@ def run_recipe(
             "num_classes": len(dataset.classes),
         },
         "classes": list(dataset.classes),
-        "data": {"name": spec["data"], "train": len(train_data), "test": len(test_data)},
+        "data": {
+            "name": spec["data"],
+            "train": len(train_data),
+            "test": len(test_data),
+            **(
+                {"randomized_labels": spec["randomized_labels"]}
+                if "randomized_labels" in spec
+                else {}
+            ),
+        },
         "recipe": config.to_dict(),
         "init": spec.get("init", []),
         "track": tracked,
@@ -171,6 +182,27 @@ def run_recipe(
     card_file.write_text(json.dumps(card, indent=1) + "\n")
     write_models_readme(out_dir)
     return card
+
+
+class RandomizedLabels(Dataset):
+    """The first ``images`` items of ``dataset`` with their labels permuted (seeded): a model
+    trained on them can only memorize, so its explanations should differ from a real model's
+    (Adebayo et al. 2018, "Sanity Checks for Saliency Maps", Sec. 3.2)."""
+
+    def __init__(self, dataset: Dataset, images: int, seed: int = 0) -> None:
+        if not isinstance(images, int) or not 1 <= images <= len(dataset):
+            raise ValueError(f"randomized_labels.images must be in [1, {len(dataset)}].")
+        self.dataset, self.images = dataset, images
+        labels = torch.tensor([int(dataset[i][1]) for i in range(images)])
+        order = torch.randperm(images, generator=torch.Generator().manual_seed(seed))
+        self.labels = labels[order].tolist()
+
+    def __len__(self) -> int:
+        return self.images
+
+    def __getitem__(self, i: int) -> tuple:
+        item = self.dataset[i]
+        return (item[0], self.labels[i], *item[2:])
 
 
 def _model_files(folder: Path, name: str) -> tuple[Path, Path]:

@@ -20,7 +20,7 @@ PER_ROW = 5
 
 def _step_label(result: SanityResult, step: int) -> str:
     layer = result.layers[step] or "own parameters"
-    return f"up to {layer}" if result.mode == "cascading" else layer
+    return f"up to {layer}" if result.mode == "cascading" else layer  # independent, data
 
 
 def sanity_maps(result: SanityResult, images: np.ndarray, image: int = 0) -> go.Figure:
