@@ -119,3 +119,21 @@ def test_sanity_figures_name_the_randomized_layers(shapes_vit):
     independent = vk.metrics.sanity_check(model, x, "random", mode="independent", progress=False)
     with pytest.raises(ValueError, match="like runs"):
         vk.viz.sanity_curves([results[0], independent])
+
+
+def test_data_randomization_compares_with_the_model_trained_on_permuted_labels(shapes_vit):
+    """The zoo's vit_tiny_shapes_random_labels (its recipe permutes the labels of 500 Shapes
+    images): the same classes explained by both models, one step of similarities."""
+    model, x, labels = shapes_vit
+    randomized, card = vk.zoo.load("vit_tiny_shapes_random_labels")
+    assert card["data"]["randomized_labels"] == {"images": 500, "seed": 0}
+    randomized.train()  # run in eval mode for the call, the flag restored after
+    result = vk.metrics.data_randomization(model, randomized, x, "gradcam", target=labels)
+    assert randomized.training
+    assert result.mode == "data" and result.layers == ["randomized labels"]
+    torch.testing.assert_close(result.maps[0], vk.gradcam(randomized, x, target=labels).maps)
+    torch.testing.assert_close(result.original, vk.gradcam(model, x, target=labels).maps)
+    expected = sanity.SIMILARITIES["ssim"](result.original, result.maps[0]).float()
+    torch.testing.assert_close(result.similarity["ssim"][0], expected)
+    with pytest.raises(TypeError, match="architecture"):
+        vk.metrics.data_randomization(model, torch.nn.Linear(3, 3), x)
