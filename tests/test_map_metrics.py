@@ -212,3 +212,34 @@ def test_road_equals_pytorch_grad_cam_at_one_fraction(shapes):
     assert curve.kind == "road_morf" and curve.scores.shape == (6, 9)
     with pytest.raises(ValueError, match="increasing"):
         vk.metrics.road(model, x, maps, fractions=(0.5, 0.2))
+
+
+def _model_metrics(maps):
+    return {
+        "average_drop": lambda m, x: vk.metrics.average_drop(m, x, maps),
+        "increase_in_confidence": lambda m, x: vk.metrics.increase_in_confidence(m, x, maps),
+        "faithfulness_correlation": lambda m, x: vk.metrics.faithfulness_correlation(
+            m, x, maps, runs=4),
+        "road": lambda m, x: vk.metrics.road(m, x, maps, fractions=(0.5,)).scores,
+        "max_sensitivity": lambda m, x: vk.metrics.max_sensitivity(m, x, "saliency", samples=2),
+        "sanity_check": lambda m, x: vk.sanity_check(m, x, "saliency", progress=False).maps,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("metric", list(_model_metrics(None)))
+def test_metrics_follow_the_input_contract(metric):
+    """NaN images are refused; a model in train mode is scored in eval mode and left in train
+    mode, its parameters without gradients."""
+    from conftest import build
+
+    model, x = build("vit")
+    maps = torch.rand(2, 4, 4, generator=torch.Generator().manual_seed(0))
+    run = _model_metrics(maps)[metric]
+    bad = x.clone()
+    bad[1, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        run(model, bad)
+    expected = run(model.eval(), x)
+    model.train()
+    torch.testing.assert_close(run(model, x), expected, equal_nan=True)
+    assert model.training and all(p.grad is None for p in model.parameters())
