@@ -7,13 +7,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from torch import Tensor
 
 from ..analysis import SaliencyResult
 from ..metrics.compare import METRICS, SaliencyTable
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
 
-__all__ = ["saliency_overlay", "saliency_row", "saliency_side_by_side"]
+__all__ = ["check_display", "saliency_overlay", "saliency_row", "saliency_side_by_side"]
 
 _SHORT = {
     "deletion_auc": "del",
@@ -32,7 +33,7 @@ def saliency_overlay(
 ) -> go.Figure:
     """One method's map of one image over it (cividis, min-max per map); the title names the
     class explained (by name with ``classes``, e.g. a model card's)."""
-    _check(result, images, image)
+    check_display(result.maps, images, image)
     fig = go.Figure(
         heatmap_on_image(images[image], _scaled(result, image), name=result.method, value="min-max")
     )
@@ -80,7 +81,7 @@ def side_by_side(
     if skipped or not methods:
         raise ValueError(f"No maps of {skipped or methods} in the table; see table.notes.")
     for name in methods:
-        _check(table.results[name], images, image)
+        check_display(table.results[name].maps, images, image)
     columns = min(len(methods), PANELS_PER_ROW)
     rows = [methods[i : i + columns] for i in range(0, len(methods), columns)]
     cells = [[(images[image], table.results[name].maps[image]) for name in row] for row in rows]
@@ -107,7 +108,7 @@ def saliency_row(
 ) -> go.Figure:
     """One method's maps on the first ``count`` images, side by side (min-max scaled); each
     title names the class explained (by name with ``classes``, e.g. a model card's)."""
-    _check(result, images, 0)
+    check_display(result.maps, images, 0)
     shown = range(min(count, len(images)))
     titles = [f"image {i}" + _explained(result, i, classes).replace(", ", "<br>") for i in shown]
     fig = _overlay_row([images[i] for i in shown], [result.maps[i] for i in shown], titles)
@@ -167,11 +168,13 @@ def _scaled(result: SaliencyResult, image: int):
     return min_max_scaled(result.maps[image])
 
 
-def _check(result: SaliencyResult, images: np.ndarray, image: int) -> None:
-    if not -len(result.maps) <= image < len(result.maps):
-        raise ValueError(f"image {image} is out of range: {len(result.maps)} maps.")
-    if len(images) != len(result.maps):
+def check_display(maps: Tensor, images: np.ndarray, image: int) -> None:
+    """Refuse ``image`` out of range of the (B, h, w) ``maps``, or display ``images`` that are
+    not one per map."""
+    if not -len(maps) <= image < len(maps):
+        raise ValueError(f"image {image} is out of range: {len(maps)} maps.")
+    if len(images) != len(maps):
         raise ValueError(
-            f"{len(images)} display images for {len(result.maps)} maps; pass the images the "
-            "maps were computed on (display_images(x, model))."
+            f"{len(images)} display images for {len(maps)} maps; pass the images the maps were "
+            "computed on (display_images(x, model))."
         )

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from ..metrics.sanity import SanityResult
 from .overlay import opacity_slider, overlay_grid
+from .saliency import check_display
 from .style import MIN_FONT_SIZE, finish
 
 __all__ = ["sanity_curves", "sanity_maps"]
@@ -27,13 +28,7 @@ def sanity_maps(result: SanityResult, images: np.ndarray, image: int = 0) -> go.
     """Image ``image``'s map of the trained model, then after each randomization step (each
     min-max scaled), `PER_ROW` to a row; each title names the layers randomized and the
     Spearman correlation (of absolute values) with the trained map."""
-    if not -len(result.original) <= image < len(result.original):
-        raise ValueError(f"image {image} is out of range: {len(result.original)} maps.")
-    if len(images) != len(result.original):
-        raise ValueError(
-            f"{len(images)} display images for {len(result.original)} maps; pass the images the "
-            "check ran on (display_images(x, model))."
-        )
+    check_display(result.original, images, image)
     maps = [result.original[image], *result.maps[:, image]]
     rho = result.similarity["spearman_abs"][:, image].tolist()
     titles = ["trained"] + [
