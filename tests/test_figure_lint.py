@@ -148,6 +148,14 @@ def vit_attention():
 
 
 @cache
+def sanity_results():
+    return [
+        vk.sanity_check(model("vit_tiny_shapes"), sample()[0], m, progress=False)
+        for m in ("gradcam", "random")
+    ]
+
+
+@cache
 def elm_masks():
     return {n: m[0] for n, m in mk.learned_masks(zoo("masks_elm_s0")[0]).items()}
 
@@ -241,6 +249,17 @@ BUILDERS = {
         shown(), probabilities(), sample()[1], classes()
     ),
     "saliency_overlay": lambda: vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
+    "sanity_maps": lambda: vk.viz.sanity_maps(sanity_results()[0], shown()),
+    "sanity_curves": lambda: vk.viz.sanity_curves(sanity_results()),
+    "evaluation_bars": lambda: vk.viz.evaluation_bars(
+        vk.evaluate(model("vit_tiny_shapes"), sample(), ["gradcam", "random"], progress=False)
+    ),
+    "curve_comparison": lambda: vk.viz.curve_comparison(
+        {
+            name: vk.metrics.road(model("vit_tiny_shapes"), sample()[0], maps, sample()[1])
+            for name, maps in (("gradcam", gradcam()), ("random", torch.rand(4, 32, 32)))
+        }
+    ),  # fmt: skip
     "saliency_row": lambda: vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
     "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(
         compare_table(), shown(), classes=classes()

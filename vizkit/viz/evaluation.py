@@ -48,6 +48,7 @@ def evaluation_bars(table: EvaluationTable) -> go.Figure:
             ),
             row=row + 1, col=col + 1,
         )  # fmt: skip
+        fig.update_yaxes(title_text="mean ± SE", row=row + 1, col=col + 1)
     images = table.per_image.shape[-1]
     title = f"Saliency methods over {images} images: mean and standard error per metric"
     return finish(fig, title, 330 * rows + 90)
