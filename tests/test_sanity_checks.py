@@ -47,6 +47,31 @@ def test_ssim_equals_scikit_image():
     torch.testing.assert_close(ssim(a, a), torch.ones(2, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("shape", [(32, 32), (33, 35), (4, 4)])
+def test_hog_equals_scikit_image(shape):
+    """scikit-image's hog (9 orientations, cells of 8 pixels, or 1 on a 4 x 4 patch grid,
+    3 x 3 blocks, L2-Hys), and the similarity is the Pearson correlation of the features."""
+    from skimage.feature import hog as skimage_hog
+
+    from vizkit.metrics.similarity import hog, hog_similarity
+
+    generator = torch.Generator().manual_seed(2)
+    a, b = torch.rand(2, *shape, generator=generator), torch.rand(2, *shape, generator=generator)
+    cell = 1 if shape == (4, 4) else 8
+    features = [
+        skimage_hog(m.double().numpy(), orientations=9, pixels_per_cell=(cell, cell),
+                    cells_per_block=(3, 3), block_norm="L2-Hys")
+        for m in (a[0], b[0])
+    ]  # fmt: skip
+    torch.testing.assert_close(hog(a[:1], cell)[0], torch.from_numpy(features[0]), rtol=1e-6,
+                               atol=1e-7)  # fmt: skip
+    scaled = [(m - m.min()) / (m.max() - m.min()) for m in (a, b)]
+    expected = stats.pearsonr(hog(scaled[0][:1], cell)[0], hog(scaled[1][:1], cell)[0])
+    torch.testing.assert_close(hog_similarity(a, b)[0].item(), expected.statistic, rtol=1e-6,
+                               atol=1e-9)  # fmt: skip
+    torch.testing.assert_close(hog_similarity(a, a), torch.ones(2, dtype=torch.float64))
+
+
 def test_cascading_randomization_leaves_the_model_bit_identical(shapes_vit):
     model, x, labels = shapes_vit
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -55,7 +80,7 @@ def test_cascading_randomization_leaves_the_model_bit_identical(shapes_vit):
     assert all(p.grad is None for p in model.parameters())
     assert result.layers[0] == "head" and result.layers[-1] == ""  # top first, own params last
     assert result.maps.shape == (len(result.layers), *result.original.shape)
-    assert set(result.similarity) == {"spearman_abs", "spearman", "ssim"}
+    assert set(result.similarity) == {"spearman_abs", "spearman", "ssim", "hog"}
     torch.testing.assert_close(result.original, vk.gradcam(model, x, target=labels).maps)
     assert result.targets.tolist() == labels.tolist()
     # Grad-CAM depends on the head: its maps change once the head is random

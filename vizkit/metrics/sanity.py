@@ -45,7 +45,8 @@ class SanityResult(Result):
         original: (B, h, w) the maps of the trained model.
         maps: (S, B, h, w) the maps after each step.
         similarity: name -> (S, B) similarity of each step's maps to the original ones
-            (`vizkit.metrics.similarity.SIMILARITIES`); NaN where a map is constant.
+            (`vizkit.metrics.similarity.SIMILARITIES`: Spearman of |map| and signed, SSIM,
+            HOG correlation); NaN where a map is constant.
         targets: (B,) the classes explained (the trained model's, at every step).
         options: the method's options and the seed.
     """

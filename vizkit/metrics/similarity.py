@@ -1,7 +1,8 @@
 """How alike two batches of saliency maps are, per image, as the sanity checks compare them
 (Adebayo et al., NeurIPS 2018, "Sanity Checks for Saliency Maps", Sec. 3): Spearman rank
-correlation of the maps (of their absolute values, and signed) and the structural similarity
-index (SSIM; Wang et al. 2004) of the maps scaled to [0, 1]."""
+correlation of the maps (of their absolute values, and signed), the structural similarity
+index (SSIM; Wang et al. 2004) of the maps scaled to [0, 1], and the Pearson correlation of
+their histograms of oriented gradients (HOG; Dalal and Triggs 2005)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import Tensor
 
 from ..analysis.saliency_result import min_max
 
-__all__ = ["SIMILARITIES", "spearman", "ssim"]
+__all__ = ["SIMILARITIES", "hog", "hog_similarity", "spearman", "ssim"]
 
 
 def _ranks(values: Tensor) -> Tensor:
@@ -59,9 +60,54 @@ def ssim(a: Tensor, b: Tensor, window: int = 7) -> Tensor:
     return index.flatten(1).mean(-1)
 
 
+def hog(maps: Tensor, cell: int, block: int = 3, bins: int = 9) -> Tensor:
+    """(B, F) HOG features of maps (B, h, w) as scikit-image's ``hog`` computes them with
+    ``pixels_per_cell=(cell, cell)``, ``cells_per_block=(block, block)``, ``orientations=bins``
+    and L2-Hys block norms: central-difference gradients, unsigned orientations binned by
+    magnitude over non-overlapping cells, blocks of cells one cell apart, each normalized."""
+    x = maps.double()
+    rows, cols = torch.zeros_like(x), torch.zeros_like(x)
+    rows[:, 1:-1] = x[:, 2:] - x[:, :-2]
+    cols[:, :, 1:-1] = x[:, :, 2:] - x[:, :, :-2]
+    magnitude = torch.hypot(rows, cols)
+    orientation = torch.rad2deg(torch.atan2(rows, cols)) % 180
+    n_rows, n_cols = x.shape[-2] // cell, x.shape[-1] // cell
+    magnitude = magnitude[:, : n_rows * cell, : n_cols * cell]
+    which = (orientation[:, : n_rows * cell, : n_cols * cell] / (180 / bins)).floor().long()
+    which = which.clamp(0, bins - 1)
+    cells = (torch.arange(n_rows * cell, device=x.device) // cell)[:, None] * n_cols + (
+        torch.arange(n_cols * cell, device=x.device) // cell
+    )[None, :]
+    index = (cells[None] * bins + which).flatten(1)
+    histogram = torch.zeros(len(x), n_rows * n_cols * bins, dtype=x.dtype, device=x.device)
+    histogram.scatter_add_(1, index, magnitude.flatten(1))
+    histogram = (histogram / cell**2).view(len(x), n_rows, n_cols, bins)
+    blocks = histogram.unfold(1, block, 1).unfold(2, block, 1)  # (B, nbr, nbc, bins, b, b)
+    blocks = blocks.permute(0, 1, 2, 4, 5, 3).flatten(3)  # cells row-major, then bins
+    eps = 1e-5
+    blocks = blocks / (blocks.pow(2).sum(-1, keepdim=True) + eps**2).sqrt()
+    blocks = blocks.clamp_max(0.2)
+    blocks = blocks / (blocks.pow(2).sum(-1, keepdim=True) + eps**2).sqrt()
+    return blocks.flatten(1)
+
+
+def hog_similarity(a: Tensor, b: Tensor) -> Tensor:
+    """(B,) Pearson correlation of the HOG features of maps ``a`` and ``b`` (B, h, w), each
+    scaled to [0, 1]: cells of min(8, side // 4) pixels (8 as scikit-image's default, fewer on
+    a patch grid, so that a map has at least 4 x 4 cells), blocks of 3 x 3 cells. NaN where a
+    map's features are constant."""
+    cell = max(1, min(8, min(a.shape[-2:]) // 4))
+    fa, fb = (hog(min_max(m.double()), cell) for m in (a, b))
+    fa, fb = fa - fa.mean(-1, keepdim=True), fb - fb.mean(-1, keepdim=True)
+    denominator = fa.norm(dim=-1) * fb.norm(dim=-1)
+    correlation = (fa * fb).sum(-1) / denominator.clamp_min(1e-300)
+    return correlation.masked_fill(denominator == 0, float("nan"))
+
+
 # name -> (B,) similarity of two (B, h, w) map batches
 SIMILARITIES = {
     "spearman_abs": lambda a, b: spearman(a.abs(), b.abs()),
     "spearman": spearman,
     "ssim": ssim,
+    "hog": hog_similarity,
 }
