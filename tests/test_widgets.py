@@ -342,3 +342,26 @@ def test_saliency_comparer_switches_between_methods(shapes_vit):
     assert len(every.methods) == len(vk.metrics.METHODS)
     rows = {a.y for a in every.figure.layout.annotations if "<b>" in (a.text or "")}
     assert len(rows) >= 3  # 19 methods, six to a row
+
+
+def test_saliency_comparer_shows_a_methods_sanity_check(shapes_vit):
+    """The view buttons switch to the chosen method's maps as the model's layers are
+    randomized from the top (computed once per image and method); a method the model refuses
+    stays on the maps, saying why."""
+    model, images, masks = shapes_vit
+    comparer = SaliencyComparer(model, images, masks=masks, methods=["gradcam", "random"],
+                                progress=False)  # fmt: skip
+    comparer.method.value = "gradcam"
+    comparer.view.value = "sanity check"
+    titles = [a.text for a in comparer.figure.layout.annotations if a.text]
+    expected = vk.sanity_check(model, images[:1], "gradcam", progress=False)
+    assert titles[0] == "trained" and titles[1].startswith("up to head")
+    assert len([t for t in comparer.figure.data if t.type == "heatmap"]) == len(expected.layers) + 1
+    computed = comparer.computed
+    comparer.view.value = "maps"
+    comparer.view.value = "sanity check"
+    assert comparer.computed == computed
+    cait, _ = vk.zoo.load("cait_tiny_shapes")
+    other = SaliencyComparer(cait, images, methods=["rollout", "random"], progress=False)
+    other.view.value = "sanity check"
+    assert "no sanity check of rollout" in other.status.value

@@ -10,9 +10,10 @@ import plotly.graph_objects as go
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
-from ..metrics import compare_saliency
+from ..metrics import compare_saliency, sanity_check
 from ..viz import display_images
 from ..viz.saliency import side_by_side
+from ..viz.sanity import sanity_maps
 from .explorer import Explorer
 
 __all__ = ["SaliencyComparer"]
@@ -29,7 +30,10 @@ class SaliencyComparer(Explorer):
         images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
         methods: names of `vizkit.metrics.METHODS`, "all" (every registered method) or
             "default" (the registry's defaults, `vizkit.methods.default_methods`, as the
-            report). The ``method`` menu switches between all of them side by side and one.
+            report). The ``method`` menu switches between all of them side by side and one;
+            the ``view`` buttons between the maps with their scores and the method's sanity
+            check on the image (its maps as the model's layers are randomized from the top,
+            `vizkit.metrics.sanity_check`; "all" shows the first method's).
         steps: steps of the deletion/insertion curves. 8 keeps a new image quick (about half
             the forward passes of 16; on the Shapes sample its AUCs differ from 64 steps' by
             0.02 on average); ``steps=None`` scores as `compare_saliency` does by default
@@ -61,9 +65,10 @@ class SaliencyComparer(Explorer):
         self.steps, self.progress = steps, progress
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
         self.method = widgets.Dropdown(options=["all", *self.methods], description="method")
+        self.view = widgets.ToggleButtons(options=["maps", "sanity check"], description="view")
         self.status = widgets.Label()  # what scoring is under way, or what it cost
-        self.controls = [self.image, self.method, self.status]
-        self._observe(self.image, self.method)
+        self.controls = [self.image, self.method, self.view, self.status]
+        self._observe(self.image, self.method, self.view)
         self.refresh()
 
     def table(self, image: int):
@@ -80,12 +85,33 @@ class SaliencyComparer(Explorer):
 
         return self.cached(image, score)
 
+    def sanity(self, image: int, method: str):
+        """The cascading randomization test of ``method`` on one image (computed on first
+        use)."""
+
+        def check():
+            self.status.value = f"randomizing the model's layers for {method} on image {image}…"
+            return sanity_check(self.model, self.images[image : image + 1], method,
+                                progress=self.progress)  # fmt: skip
+
+        return self.cached((image, "sanity", method), check)
+
     def _figure(self) -> go.Figure:
         i = self.image.value
+        refused = ""
+        if self.view.value == "sanity check":
+            method = self.method.value if self.method.value != "all" else self.methods[0]
+            try:
+                result = self.sanity(i, method)
+            except ValueError as error:  # the method does not apply to this model
+                refused = f"; no sanity check of {method}: {error}"
+            else:
+                self.status.value = f"{method}: the model's layers randomized from the top"
+                return sanity_maps(result, self.display[i : i + 1], 0)
         table = self.table(i)
         seconds = sum(s for s in table.seconds if not math.isnan(s))
         steps = table.options["steps"]
-        self.status.value = f"image {i} scored in {seconds:.1f} s ({steps}-step curves)"
+        self.status.value = f"image {i} scored in {seconds:.1f} s ({steps}-step curves){refused}"
         chosen = self.method.value
         if chosen != "all" and chosen not in table.results:
             self.status.value += f"; {chosen} skipped: {table.notes.get(chosen, '')}"
