@@ -19,6 +19,7 @@ __all__ = [
     "SaliencyMethod",
     "default_methods",
     "methods",
+    "registered",
     "saliency_method",
     "selected_methods",
 ]
@@ -91,6 +92,14 @@ def methods() -> dict[str, SaliencyMethod]:
     if _BUILTINS not in sys.modules:
         importlib.import_module(_BUILTINS)
     return dict(_METHODS)
+
+
+def registered(name: str) -> SaliencyMethod:
+    """The method registered as ``name``; a KeyError naming the known ones otherwise."""
+    known = methods()
+    if name not in known:
+        raise KeyError(f"Unknown saliency method {name!r}; known: {', '.join(known)}.")
+    return known[name]
 
 
 def default_methods(has_attention: bool) -> list[str]:

@@ -21,7 +21,7 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import explained_classes, target_indices
-from ..methods.registry import METHODS, saliency_method, selected_methods
+from ..methods.registry import METHODS, registered, saliency_method, selected_methods
 from .chance import near_chance, prediction_certainty
 from .faithfulness import (
     LEVELS,
@@ -33,7 +33,7 @@ from .faithfulness import (
 )
 from .localization import check_masks, energy_in_mask, pointing_game, top_iou
 
-__all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency"]
+__all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency", "resolve_methods"]
 
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
 
@@ -257,7 +257,7 @@ def compare_saliency(
     the table (``near_chance``, `SaliencyTable.caution`).
     """
     x = check_images(model.model, x)
-    chosen = _resolve(methods, model)
+    chosen = resolve_methods(methods, model)
     check_choice("level", level, LEVELS)
     steps = curve_steps(steps, unit_count(model.model, tuple(x.shape[-2:]), level), level)
     if not isinstance(progress, bool):
@@ -420,7 +420,7 @@ def _masks_for(masks: Tensor, x: Tensor) -> Tensor:
     return masks.to(x.device)
 
 
-def _resolve(
+def resolve_methods(
     methods: str | Sequence[str | tuple[str, Method]], hm: HookedModel
 ) -> list[tuple[str, Method]]:
     """(name, fn) of each method: names looked up in `METHODS`, "all" for every registered
@@ -434,7 +434,7 @@ def _resolve(
         )
     if not methods:
         raise ValueError(f"methods is empty; pass at least one of {', '.join(METHODS)}.")
-    chosen = [(m, _lookup(m)) if isinstance(m, str) else _pair(m) for m in methods]
+    chosen = [(m, registered(m)) if isinstance(m, str) else _pair(m) for m in methods]
     names = [name for name, _ in chosen]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -481,9 +481,3 @@ def _listed(indices: list[int]) -> str:
 
 def _cell(value: float, digits: int) -> str:
     return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _lookup(name: str) -> Method:
-    if name not in METHODS:
-        raise KeyError(f"Unknown saliency method {name!r}; known: {', '.join(METHODS)}.")
-    return METHODS[name]

@@ -24,6 +24,7 @@ from .faithfulness import (
     unit_saliency,
     unit_size,
 )
+from .similarity import pearson
 
 __all__ = ["SCORES", "faithfulness_correlation"]
 
@@ -92,12 +93,4 @@ def faithfulness_correlation(
             images = x[b] * (1 - mask) + base[b] * mask
             perturbed.append(_scores(model.model, images, targets[b], score))
     drops = (clean[:, None] - torch.cat(perturbed).view(len(x), runs)).double()
-    return _pearson(attributed, drops).float()
-
-
-def _pearson(a: Tensor, b: Tensor) -> Tensor:
-    """(B,) Pearson correlation of the rows of a and b (B, n); NaN for a constant row."""
-    a, b = a - a.mean(1, keepdim=True), b - b.mean(1, keepdim=True)
-    denominator = a.norm(dim=1) * b.norm(dim=1)
-    return torch.where(denominator > 0, (a * b).sum(1) / denominator.clamp_min(1e-300),
-                       torch.full_like(denominator, float("nan")))  # fmt: skip
+    return pearson(attributed, drops).float()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import itertools
 import json
 import math
 import os
@@ -19,14 +20,13 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from tqdm.auto import tqdm
 
-from ..analysis._model import self_attention_names
 from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count
 from ..hooks.targets import model_logits
-from ..methods.registry import METHODS, selected_methods
+from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
 from .correlation import faithfulness_correlation
@@ -262,7 +262,7 @@ def evaluate(
     batch_size = check_count("batch_size", batch_size)
     if targets not in ("labels", "predictions"):
         raise ValueError(f"targets must be 'labels' or 'predictions'; got {targets!r}.")
-    chosen = _methods(methods, model)
+    chosen = resolve_methods(methods, model)
     batches, count = _batches(data, batch_size)
     first = next(iter(batches), None)
     if first is None:
@@ -280,7 +280,7 @@ def evaluate(
     total = None if count is None else math.ceil(count / batch_size) * len(chosen)
     shown = progress and rank == 0
     with tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar:
-        for index, batch in enumerate(_chained(first, batches)):
+        for index, batch in enumerate(itertools.chain([first], batches)):
             if index % world != rank:  # another process's batch
                 continue
             for name, fn in chosen:
@@ -329,28 +329,6 @@ def _gathered(entries: list[dict], world: int) -> list[dict]:
     parts: list[list[dict]] = [[] for _ in range(world)]
     dist.all_gather_object(parts, entries)
     return [entry for part in parts for entry in part]
-
-
-def _chained(first: object, rest: Iterable) -> Iterable:
-    yield first
-    yield from rest
-
-
-def _methods(methods: object, hm: HookedModel) -> list[tuple[str, Callable]]:
-    if methods in ("all", "default"):
-        methods = selected_methods(methods, bool(self_attention_names(hm)))
-    if isinstance(methods, str) or not isinstance(methods, Sequence) or not methods:
-        raise TypeError(f"methods must be method names, (name, fn) pairs, 'all' or 'default'; "
-                        f"got {methods!r}.")  # fmt: skip
-    chosen = []
-    for method in methods:
-        if isinstance(method, str):
-            if method not in METHODS:
-                raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
-            chosen.append((method, METHODS[method]))
-        else:
-            chosen.append(method)
-    return chosen
 
 
 def _metric_names(metrics: Sequence[str] | None, has_masks: bool) -> list[str]:

@@ -16,7 +16,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images, check_number, check_values_finite
 from ..hooks.targets import model_logits, target_indices
-from ..methods.registry import METHODS
+from ..methods.registry import registered
 
 __all__ = ["max_sensitivity"]
 
@@ -70,6 +70,5 @@ def max_sensitivity(
 def _explainer(method: str | Explainer, options: dict) -> Explainer:
     if callable(method):
         return method
-    if method not in METHODS:
-        raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
-    return lambda model, x, targets: METHODS[method](model, x, targets, **options)
+    saliency = registered(method)
+    return lambda model, x, targets: saliency(model, x, targets, **options)

@@ -19,7 +19,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import model_logits, target_indices
-from ..methods.registry import METHODS
+from ..methods.registry import registered
 from .similarity import SIMILARITIES
 
 __all__ = [
@@ -148,11 +148,9 @@ def sanity_check(
     x = check_images(hm.model, x)
     check_choice("mode", mode, MODES)
     seed = check_count("seed", seed, 0)
-    if method not in METHODS:
-        raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
+    saliency = registered(method)
     if callable(target) and not isinstance(target, Tensor):
         raise TypeError("sanity_check explains classes: pass an int, B ints or None.")
-    saliency = METHODS[method]
     with torch.no_grad():
         targets = target_indices(model_logits(hm(x)), target)
     original = saliency(hm.model, x, targets, **options).maps
@@ -192,8 +190,7 @@ def data_randomization(
     model's predictions), and their similarity. A method that explains the model gives other
     maps for a model that only memorized."""
     x = check_images(model.model, x)
-    if method not in METHODS:
-        raise KeyError(f"Unknown method {method!r}; known: {', '.join(METHODS)}.")
+    saliency = registered(method)
     if callable(target) and not isinstance(target, Tensor):
         raise TypeError("data_randomization explains classes: pass an int, B ints or None.")
     if type(randomized) is not type(model.model):
@@ -201,7 +198,6 @@ def data_randomization(
             f"randomized must be the model's architecture trained on permuted labels; got a "
             f"{type(randomized).__name__} for a {type(model.model).__name__}."
         )
-    saliency = METHODS[method]
     with torch.no_grad():
         targets = target_indices(model_logits(model(x)), target)
     original = saliency(model.model, x, targets, **options).maps

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from ..analysis.saliency_result import min_max
 
-__all__ = ["SIMILARITIES", "hog", "hog_similarity", "spearman", "ssim"]
+__all__ = ["SIMILARITIES", "hog", "hog_similarity", "pearson", "spearman", "ssim"]
 
 
 def _ranks(values: Tensor) -> Tensor:
@@ -30,15 +30,19 @@ def _ranks(values: Tensor) -> Tensor:
     return ranks
 
 
+def pearson(a: Tensor, b: Tensor) -> Tensor:
+    """(B,) Pearson correlation of the rows of ``a`` and ``b`` (B, n); NaN for a constant
+    row."""
+    a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
+    denominator = a.norm(dim=-1) * b.norm(dim=-1)
+    correlation = (a * b).sum(-1) / denominator.clamp_min(1e-300)
+    return correlation.masked_fill(denominator == 0, float("nan"))
+
+
 def spearman(a: Tensor, b: Tensor) -> Tensor:
     """(B,) Spearman rank correlation of maps ``a`` and ``b`` (B, h, w), per image; NaN where
     a map is constant (its ranks carry no order)."""
-    ra, rb = (_ranks(m.flatten(1)) for m in (a, b))
-    ra, rb = ra - ra.mean(-1, keepdim=True), rb - rb.mean(-1, keepdim=True)
-    denominator = (ra.norm(dim=-1) * rb.norm(dim=-1)).clamp_min(1e-300)
-    correlation = (ra * rb).sum(-1) / denominator
-    constant = (ra.abs().amax(-1) == 0) | (rb.abs().amax(-1) == 0)
-    return correlation.masked_fill(constant, float("nan"))
+    return pearson(_ranks(a.flatten(1)), _ranks(b.flatten(1)))
 
 
 def ssim(a: Tensor, b: Tensor, window: int = 7) -> Tensor:
@@ -97,11 +101,7 @@ def hog_similarity(a: Tensor, b: Tensor) -> Tensor:
     a patch grid, so that a map has at least 4 x 4 cells), blocks of 3 x 3 cells. NaN where a
     map's features are constant."""
     cell = max(1, min(8, min(a.shape[-2:]) // 4))
-    fa, fb = (hog(min_max(m.double()), cell) for m in (a, b))
-    fa, fb = fa - fa.mean(-1, keepdim=True), fb - fb.mean(-1, keepdim=True)
-    denominator = fa.norm(dim=-1) * fb.norm(dim=-1)
-    correlation = (fa * fb).sum(-1) / denominator.clamp_min(1e-300)
-    return correlation.masked_fill(denominator == 0, float("nan"))
+    return pearson(*(hog(min_max(m.double()), cell) for m in (a, b)))
 
 
 # name -> (B,) similarity of two (B, h, w) map batches
