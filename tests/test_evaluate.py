@@ -134,15 +134,18 @@ def test_evaluation_figures_come_from_the_table_and_curves(shapes):
     titles = [a.text for a in bars.layout.annotations]
     assert titles[0] == "deletion_auc ↓<br>best: lrp" and len(bars.data) == len(METRICS)
     assert list(bars.data[1].y) == pytest.approx(table.mean[:, 1].tolist())
-    curves = {
-        name: vk.metrics.road(model, x[:6], maps, labels[:6])
-        for name, maps in (("lrp", vk.attnlrp(model, x[:6], target=labels[:6])),
-                           ("random", torch.rand(6, 32, 32)))
-    }  # fmt: skip
+    maps = {"lrp": vk.attnlrp(model, x[:6], target=labels[:6]), "random": torch.rand(6, 32, 32)}
+    curves = {name: vk.metrics.road(model, x[:6], m, labels[:6]) for name, m in maps.items()}
     figure = vk.viz.curve_comparison(curves)
     names = [t.name for t in figure.data if t.showlegend is not False]
     assert names[0].startswith("lrp (area ") and "ROAD MoRF" in figure.layout.title.text
-    with pytest.raises(ValueError, match="one kind"):
+    both = vk.viz.curve_comparison(
+        {name: [curves[name], vk.metrics.road(model, x[:6], m, labels[:6], order="lerf")]
+         for name, m in maps.items()}
+    )  # fmt: skip
+    assert [a.text for a in both.layout.annotations][1].startswith("ROAD LeRF")
+    assert len([t for t in both.data if t.showlegend is not False]) == 2  # a legend entry each
+    with pytest.raises(ValueError, match="same kinds"):
         vk.viz.curve_comparison(
             {
                 **curves,

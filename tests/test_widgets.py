@@ -365,3 +365,27 @@ def test_saliency_comparer_shows_a_methods_sanity_check(shapes_vit):
     other = SaliencyComparer(cait, images, methods=["rollout", "random"], progress=False)
     other.view.value = "sanity check"
     assert "no sanity check of rollout" in other.status.value
+
+
+def test_saliency_comparer_shows_road_curves_and_the_evaluation_over_all_images(shapes_vit):
+    """The view "ROAD curves": each method's MoRF and LeRF curves on the image, equal to
+    `vk.metrics.road` on the maps shown; "all images": `vk.evaluate`'s bars over every image,
+    computed once."""
+    model, images, masks = shapes_vit
+    comparer = SaliencyComparer(model, images[:3], masks=masks[:3], methods=["gradcam", "random"],
+                                progress=False)  # fmt: skip
+    comparer.view.value = "ROAD curves"
+    lines = [t for t in comparer.figure.data if t.mode == "lines+markers"]
+    assert len(lines) == 4 and lines[0].name.startswith("gradcam (areas ")
+    gradcam = comparer.table(0).results["gradcam"]
+    morf = vk.metrics.road(model, images[:1], gradcam)
+    assert list(lines[0].y) == pytest.approx(morf.scores[0].tolist())
+    comparer.method.value = "random"
+    assert [t.name for t in comparer.figure.data if t.showlegend][0].startswith("random")
+    comparer.view.value = "all images"
+    titles = [a.text for a in comparer.figure.layout.annotations]
+    assert any(t.startswith("pointing_game") for t in titles)  # the masks were passed on
+    assert "over 3 images" in comparer.figure.layout.title.text
+    computed = comparer.computed
+    comparer.image.value = 2
+    assert comparer.computed == computed  # the evaluation does not depend on the image

@@ -22,13 +22,49 @@ from .faithfulness import CurveResult, batch_images, scored_classes
 __all__ = ["ORDERS", "noisy_linear_imputation", "road"]
 
 ORDERS = ("morf", "lerf")
-NEIGHBOURS = torch.tensor([[1 / 12, 1 / 6, 1 / 12], [1 / 6, 0.0, 1 / 6], [1 / 12, 1 / 6, 1 / 12]])
+DIAGONAL = 1 / 12  # a diagonal neighbour's weight; a direct one's is 1 / 6
+BLOCK_VALUES = 2**17  # on a CPU, planes solved together: 1 MiB of float64 stays in cache
 
 
 def _neighbour_sum(values: Tensor) -> Tensor:
-    """(N, 1, H, W): each pixel's weighted sum of its neighbours (none beyond the border)."""
-    kernel = NEIGHBOURS.to(values)[None, None]
-    return F.conv2d(values, kernel, padding=1)
+    """(P, H, W): each pixel's weighted sum of its 8 neighbours (none beyond the border). The
+    weights are (1 2 1)^T (1 2 1) / 12 less the centre's 4 / 12: two 1-D passes in place (a
+    3 x 3 convolution or eight shifted slices run 2x to 15x slower in float64 on a CPU)."""
+    p = F.pad(values, (1, 1, 1, 1))
+    rows = torch.add(p[:, :, :-2], p[:, :, 2:]).add_(p[:, :, 1:-1], alpha=2)
+    both = torch.add(rows[:, :-2], rows[:, 2:]).add_(rows[:, 1:-1], alpha=2)
+    return both.add_(values, alpha=-4).mul_(DIAGONAL)
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """(P,): the planes' inner products."""
+    return torch.linalg.vecdot(a.flatten(1), b.flatten(1))
+
+
+def _harmonic_fill(values: Tensor, unknown: Tensor, tolerance: float, max_iterations: int):
+    """Planes ``values`` (P, H, W) float64 with the ``unknown`` (P, H, W) 0/1 pixels solved by
+    conjugate gradients: each the weighted mean of its neighbours, known or solved."""
+    weight = _neighbour_sum(torch.ones_like(values[:1]))  # sum of the valid neighbours' weights
+    known = 1 - unknown
+    rhs = _neighbour_sum(values * known).mul_(unknown)  # the known neighbours
+    solution = torch.zeros_like(values)
+    residual = rhs.clone()
+    direction = rhs.clone()  # zero off the unknowns, as every residual
+    norm = _dot(residual, residual)
+    limit = tolerance**2 * norm
+    for _ in range(max_iterations):
+        if bool((norm <= limit).all()):
+            break
+        product = _neighbour_sum(direction).sub_(weight * direction).mul_(unknown)  # -M d
+        step = (norm / _dot(direction, product).neg_().clamp_min(1e-300)).view(-1, 1, 1)
+        solution.addcmul_(step, direction)
+        residual.addcmul_(step, product)
+        new_norm = _dot(residual, residual)
+        direction.mul_((new_norm / norm.clamp_min(1e-300)).view(-1, 1, 1)).add_(residual)
+        norm = new_norm
+    else:
+        raise ValueError(f"The imputation did not converge in {max_iterations} iterations.")
+    return values * known + solution * unknown
 
 
 def noisy_linear_imputation(
@@ -37,7 +73,8 @@ def noisy_linear_imputation(
 ) -> Tensor:  # fmt: skip
     """Images x (N, C, H, W) with the pixels ``removed`` (N, H, W) bool replaced: each is the
     neighbour-weighted mean of its neighbours, known or imputed (the harmonic fill of the
-    removed region), plus ``noise`` times a standard normal (from ``generator``).
+    removed region), plus ``noise`` times a standard normal (from ``generator``). Every image
+    and channel is solved at once on a GPU, in cache-sized blocks on a CPU.
 
     Raises:
         ValueError: an image with every pixel removed (nothing to impute from), or conjugate
@@ -47,33 +84,13 @@ def noisy_linear_imputation(
     if bool(everything.any()):
         raise ValueError("ROAD cannot impute an image whose every pixel is removed.")
     n, c, h, w = x.shape
-    unknown = removed[:, None].to(torch.float64).expand(n, c, h, w).reshape(n * c, 1, h, w)
-    values = x.to(torch.float64).reshape(n * c, 1, h, w)
-    weight = _neighbour_sum(torch.ones_like(values))  # sum of the valid neighbours' weights
-
-    def operator(v: Tensor) -> Tensor:  # M v on the unknowns: weight * v - their neighbours
-        v = v * unknown
-        return (weight * v - _neighbour_sum(v)) * unknown
-
-    rhs = _neighbour_sum(values * (1 - unknown)) * unknown  # the known neighbours
-    solution = torch.zeros_like(values)
-    residual = rhs.clone()
-    direction = residual.clone()
-    norm = residual.flatten(1).pow(2).sum(1)
-    scale = rhs.flatten(1).norm(dim=1).clamp_min(1e-30)
-    for _ in range(max_iterations):
-        if bool((norm.sqrt() <= tolerance * scale).all()):
-            break
-        product = operator(direction)
-        step = norm / (direction * product).flatten(1).sum(1).clamp_min(1e-300)
-        solution = solution + step.view(-1, 1, 1, 1) * direction
-        residual = residual - step.view(-1, 1, 1, 1) * product
-        new_norm = residual.flatten(1).pow(2).sum(1)
-        direction = residual + (new_norm / norm.clamp_min(1e-300)).view(-1, 1, 1, 1) * direction
-        norm = new_norm
-    else:
-        raise ValueError(f"The imputation did not converge in {max_iterations} iterations.")
-    filled = values * (1 - unknown) + solution * unknown
+    unknown = removed[:, None].to(torch.float64).expand(n, c, h, w).reshape(n * c, h, w)
+    values = x.to(torch.float64).reshape(n * c, h, w)
+    block = len(values) if x.device.type != "cpu" else max(1, BLOCK_VALUES // (h * w))
+    filled = torch.cat([
+        _harmonic_fill(values[i : i + block], unknown[i : i + block], tolerance, max_iterations)
+        for i in range(0, len(values), block)
+    ])  # fmt: skip
     if noise:
         draw = torch.randn(filled.shape, generator=generator, dtype=torch.float64)
         filled = filled + noise * draw.to(filled.device) * unknown
@@ -121,7 +138,7 @@ def road(
     chunk = batch_images(batch_size, image_size)
     with torch.no_grad():
         targets = scored_classes(model_logits(model(x)), target, saliency)
-        pairs = [(b, k) for b in range(len(x)) for k in range(len(counts))]
+        pairs = [(b, k) for k in range(len(counts)) for b in range(len(x))]  # alike in a block
         scores = torch.empty(len(x), len(counts), device=x.device)
         for start in range(0, len(pairs), chunk):
             b = torch.tensor([p[0] for p in pairs[start : start + chunk]], device=x.device)

@@ -14,9 +14,12 @@ from torch import Tensor, nn
 
 from .. import analysis, viz
 from ..analysis import SaliencyResult
+from ..analysis.saliency_result import constant_maps
 from ..hooks import HookedModel
 from ..hooks.targets import model_logits
-from ..metrics import compare_saliency, evaluate, near_chance, sanity_check
+from ..metrics import compare_saliency, evaluate, near_chance, road, sanity_check
+from ..metrics.compare import resolve_methods
+from ..metrics.road import ORDERS
 from ..metrics.faithfulness import unit_count
 from ..methods.registry import default_methods
 from ..train.history import tracked_results
@@ -209,6 +212,7 @@ def evaluation(r: ReportInputs) -> Section:
     data = (r.images, r.labels if r.labels is not None else _predictions(r))
     table = _quiet(lambda: evaluate(r.hooked, data, methods, list(EVALUATION), batch_size=len(
         r.images), targets=targets, progress=False))  # fmt: skip
+    curves = _quiet(lambda: _road_curves(r, methods, data[1]))
     return Section(
         "Can these explanations be trusted?",
         "Above: the model-parameter randomization test (Adebayo et al. 2018): the layers are "
@@ -216,12 +220,35 @@ def evaluation(r: ReportInputs) -> Section:
         "trained model's (Spearman of |map|); a method whose maps stay the same does not "
         "explain the model (the random baseline is the control). Below: further faithfulness "
         "scores over the same images (ROAD with noisy linear imputation, average drop, "
-        "faithfulness correlation) and sparseness; integrated gradients is left out of the "
+        "faithfulness correlation) and sparseness, then each method's ROAD curves: the "
+        "class's probability as the most (MoRF) or least (LeRF) relevant pixels are removed "
+        "and imputed. Integrated gradients is left out of the "
         "randomization test for its cost"
         + (f", and {', '.join(refused)} (which do not apply to this model)" if refused else "")
         + ". vk.sanity_check and vk.evaluate run them on your data.",
-        [*([viz.sanity_curves(checks)] if checks else []), viz.evaluation_bars(table)],
-    )
+        [*([viz.sanity_curves(checks)] if checks else []), viz.evaluation_bars(table),
+         *([viz.curve_comparison(curves)] if curves else [])],
+    )  # fmt: skip
+
+
+def _road_curves(r: ReportInputs, methods: list, targets: Tensor) -> dict:
+    """Each method's ROAD MoRF and LeRF curves on the report's images whose map is not
+    constant (as the evaluation, which leaves those unscored; the name says how many); methods
+    that refuse the model are left out."""
+    curves = {}
+    for name, fn in resolve_methods(methods, r.hooked):
+        try:
+            result = fn(r.hooked.model, r.images, targets)
+        except ValueError:
+            continue
+        maps = result.maps if isinstance(result, SaliencyResult) else result
+        keep = (~constant_maps(maps)).nonzero()[:, 0].to(r.images.device)
+        if len(keep) < len(maps):
+            name = f"{name} ({len(keep)} of {len(maps)} images)"
+        if len(keep):
+            curves[name] = [road(r.hooked, r.images[keep], maps[keep.to(maps.device)],
+                                 targets[keep.to(targets.device)], order=o) for o in ORDERS]  # fmt: skip
+    return curves
 
 
 def _predictions(r: ReportInputs) -> Tensor:

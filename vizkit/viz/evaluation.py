@@ -5,7 +5,7 @@ MoRF and LeRF) with their areas."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
@@ -54,27 +54,45 @@ def evaluation_bars(table: EvaluationTable) -> go.Figure:
     return finish(fig, title, 330 * rows + 90)
 
 
-def curve_comparison(curves: Mapping[str, CurveResult]) -> go.Figure:
-    """The mean curve of each method (``curves``: method name -> one kind of `CurveResult`)
-    with a band of one standard error, its mean area in the legend."""
-    kinds = {c.kind for c in curves.values()}
-    if len(kinds) != 1:
-        raise ValueError(f"curves must be of one kind; got {sorted(kinds)}.")
-    kind = kinds.pop()
-    fig = go.Figure()
-    for i, (name, curve) in enumerate(curves.items()):
+def curve_comparison(curves: Mapping[str, CurveResult | Sequence[CurveResult]]) -> go.Figure:
+    """The mean curve of each method with a band of one standard error and its mean area in
+    the legend; ``curves``: method name -> a `CurveResult` or several of different kinds (say
+    ROAD MoRF and LeRF), each method the same kinds. One panel per kind, a colour per method."""
+    per_method = {name: [c] if isinstance(c, CurveResult) else list(c)
+                  for name, c in curves.items()}  # fmt: skip
+    kinds = [[c.kind for c in chosen] for chosen in per_method.values()]
+    if not kinds or any(k != kinds[0] or len(set(k)) != len(k) for k in kinds):
+        raise ValueError(
+            "curves must give every method the same kinds of curve, each once (one panel per "
+            f"kind); got {dict(zip(per_method, kinds, strict=True))}."
+        )
+    titles = [_CURVES.get(kind, kind) for kind in kinds[0]]
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles if len(titles) > 1
+                        else None, horizontal_spacing=0.08)  # fmt: skip
+    for i, (name, chosen) in enumerate(per_method.items()):
         color = qualitative.Plotly[i % 10]
-        x = curve.fractions.tolist()
-        mean = curve.scores.mean(0)
-        error = curve.scores.std(0) / max(1, len(curve.scores)) ** 0.5
-        band = (mean + error).tolist() + (mean - error).flip(0).tolist()
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=band, mode="lines", fill="toself",
-                                 line={"width": 0},
-                                 fillcolor=color, opacity=0.2, hoverinfo="skip",
-                                 showlegend=False))  # fmt: skip
-        fig.add_trace(go.Scatter(x=x, y=mean.tolist(), mode="lines+markers", line={"color": color},
-                                 name=f"{name} (area {curve.auc.mean():.3f})"))  # fmt: skip
-    fig.update_xaxes(title="share of the image removed" if kind != "insertion"
-                     else "share of the image revealed", range=[0, 1])  # fmt: skip
-    fig.update_yaxes(title="probability of the class explained", range=[0, 1.02])
-    return finish(fig, _CURVES.get(kind, kind) + " (mean, band: standard error)", 430)
+        for col, curve in enumerate(chosen, start=1):
+            x = curve.fractions.tolist()
+            mean = curve.scores.mean(0)
+            count = len(curve.scores)  # one image: no band
+            error = curve.scores.std(0, correction=int(count > 1)) / count**0.5
+            band = (mean + error).tolist() + (mean - error).flip(0).tolist()
+            fig.add_trace(go.Scatter(x=x + x[::-1], y=band, mode="lines", fill="toself",
+                                     line={"width": 0}, fillcolor=color, opacity=0.2,
+                                     hoverinfo="skip", showlegend=False),
+                          row=1, col=col)  # fmt: skip
+            areas = ", ".join(f"{c.auc.mean():.3f}" for c in chosen)
+            fig.add_trace(go.Scatter(x=x, y=mean.tolist(), mode="lines+markers",
+                                     line={"color": color}, legendgroup=name,
+                                     name=f"{name} (area{'s' * (len(chosen) > 1)} {areas})",
+                                     showlegend=col == 1),
+                          row=1, col=col)  # fmt: skip
+            revealed = curve.kind == "insertion"
+            fig.update_xaxes(title="share of the image " + ("revealed" if revealed else "removed"),
+                             range=[0, 1], row=1, col=col)  # fmt: skip
+            fig.update_yaxes(range=[0, 1.02], row=1, col=col)
+    fig.update_yaxes(title="probability of the class explained", row=1, col=1)
+    images = len(next(iter(per_method.values()))[0].scores)
+    title = titles[0] if len(titles) == 1 else "Perturbation curves"
+    over = f"mean over {images} images, band: standard error" if images > 1 else "1 image"
+    return finish(fig, f"{title} ({over})", 430)

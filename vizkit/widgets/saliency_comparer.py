@@ -7,16 +7,21 @@ from collections.abc import Sequence
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+import torch
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
-from ..metrics import compare_saliency, sanity_check
+from ..hooks.targets import model_logits
+from ..metrics import compare_saliency, evaluate, road, sanity_check
 from ..viz import display_images
+from ..viz.evaluation import curve_comparison, evaluation_bars
 from ..viz.saliency import side_by_side
 from ..viz.sanity import sanity_maps
 from .explorer import Explorer
 
 __all__ = ["SaliencyComparer"]
+
+VIEWS = ["maps", "ROAD curves", "sanity check", "all images"]
 
 
 class SaliencyComparer(Explorer):
@@ -31,9 +36,12 @@ class SaliencyComparer(Explorer):
         methods: names of `vizkit.metrics.METHODS`, "all" (every registered method) or
             "default" (the registry's defaults, `vizkit.methods.default_methods`, as the
             report). The ``method`` menu switches between all of them side by side and one;
-            the ``view`` buttons between the maps with their scores and the method's sanity
-            check on the image (its maps as the model's layers are randomized from the top,
-            `vizkit.metrics.sanity_check`; "all" shows the first method's).
+            the ``view`` buttons between the maps with their scores, the methods' ROAD curves
+            on the image (MoRF and LeRF, `vizkit.metrics.road`), the method's sanity check on
+            the image (its maps as the model's layers are randomized from the top,
+            `vizkit.metrics.sanity_check`; "all" shows the first method's) and every metric
+            of `vizkit.evaluate` over all the images (means with standard errors; computed on
+            the first visit, for the predicted classes).
         steps: steps of the deletion/insertion curves. 8 keeps a new image quick (about half
             the forward passes of 16; on the Shapes sample its AUCs differ from 64 steps' by
             0.02 on average); ``steps=None`` scores as `compare_saliency` does by default
@@ -65,7 +73,7 @@ class SaliencyComparer(Explorer):
         self.steps, self.progress = steps, progress
         self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
         self.method = widgets.Dropdown(options=["all", *self.methods], description="method")
-        self.view = widgets.ToggleButtons(options=["maps", "sanity check"], description="view")
+        self.view = widgets.ToggleButtons(options=VIEWS, description="view")
         self.status = widgets.Label()  # what scoring is under way, or what it cost
         self.controls = [self.image, self.method, self.view, self.status]
         self._observe(self.image, self.method, self.view)
@@ -96,9 +104,43 @@ class SaliencyComparer(Explorer):
 
         return self.cached((image, "sanity", method), check)
 
+    def road_curves(self, image: int) -> dict:
+        """Each scored method's ROAD MoRF and LeRF curves on one image (computed on first use)."""
+
+        def curves():
+            self.status.value = f"removing and imputing image {image}'s pixels per method…"
+            x, results = self.images[image : image + 1], self.table(image).results
+            return {name: [road(self.model, x, result, order=order) for order in ("morf", "lerf")]
+                    for name, result in results.items()}  # fmt: skip
+
+        return self.cached((image, "road"), curves)
+
+    def evaluation(self):
+        """`vizkit.evaluate` of the methods over every image (computed on first use)."""
+
+        def run():
+            self.status.value = f"evaluating {len(self.methods)} methods on every image…"
+            with torch.no_grad():
+                predicted = model_logits(self.model(self.images)).argmax(-1)
+            data = (self.images, predicted) + ((self.masks,) if self.masks is not None else ())
+            return evaluate(self.model, data, self.methods, targets="predictions",
+                            progress=self.progress)  # fmt: skip
+
+        return self.cached("evaluation", run)
+
     def _figure(self) -> go.Figure:
         i = self.image.value
         refused = ""
+        if self.view.value == "all images":
+            table = self.evaluation()
+            self.status.value = f"{len(self.images)} images, the predicted classes explained"
+            return evaluation_bars(table)
+        if self.view.value == "ROAD curves":
+            curves = self.road_curves(i)
+            if self.method.value != "all" and self.method.value in curves:
+                curves = {self.method.value: curves[self.method.value]}
+            self.status.value = f"image {i}: {', '.join(curves)}"
+            return curve_comparison(curves)
         if self.view.value == "sanity check":
             method = self.method.value if self.method.value != "all" else self.methods[0]
             try:
