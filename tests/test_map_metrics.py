@@ -214,6 +214,31 @@ def test_road_equals_pytorch_grad_cam_at_one_fraction(shapes):
         vk.metrics.road(model, x, maps, fractions=(0.5, 0.2))
 
 
+def test_deletion_lerf_removes_the_least_salient_units_first(shapes):
+    """LeRF deletion at each step zeroes the k least salient patches (checked against a
+    forward of those images built here), and is MoRF deletion of the negated map."""
+    model, x, labels, _, maps = shapes
+    lerf = vk.metrics.deletion(model, x, maps, labels, steps=4, order="lerf", progress=False)
+    assert lerf.kind == "deletion_lerf" and lerf.options["order"] == "lerf"
+    side = lerf.options["unit"][0]  # AttnLRP's pixel maps, scored per 4 x 4 patch
+    cells = F.avg_pool2d(maps[:, None], side)[:, 0]
+    units = cells[0].numel()
+    for step, fraction in enumerate(lerf.fractions.tolist()[1:-1], start=1):
+        count = math.ceil(fraction * units - 1e-6)
+        least = cells.flatten(1).argsort(1)[:, :count]
+        keep = torch.ones(len(x), units).scatter_(1, least, 0.0).view_as(cells)
+        kept = x * keep.repeat_interleave(side, -2).repeat_interleave(side, -1)[:, None]
+        with torch.no_grad():
+            expected = model(kept).softmax(-1).gather(1, labels[:, None])[:, 0]
+        torch.testing.assert_close(lerf.scores[:, step], expected)
+    morf = vk.metrics.deletion(model, x, -maps, labels, steps=4, progress=False)
+    torch.testing.assert_close(lerf.scores, morf.scores)
+    faithful = vk.metrics.deletion(model, x, maps, labels, steps=4, progress=False)
+    assert (lerf.auc > faithful.auc).float().mean() > 0.5  # AttnLRP's least relevant matter less
+    with pytest.raises(ValueError, match="order"):
+        vk.metrics.deletion(model, x, maps, labels, order="random", progress=False)
+
+
 def _model_metrics(maps):
     return {
         "average_drop": lambda m, x: vk.metrics.average_drop(m, x, maps),

@@ -53,6 +53,9 @@ EVALUATION_METRICS: dict[str, Metric] = {
     "deletion_auc": Metric(
         lambda hm, x, m, t, _: deletion(hm, x, m, t, progress=False).auc, higher=False
     ),
+    "deletion_lerf_auc": Metric(
+        lambda hm, x, m, t, _: deletion(hm, x, m, t, progress=False, order="lerf").auc, True
+    ),
     "insertion_auc": Metric(
         lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
     ),

@@ -60,7 +60,8 @@ class CurveResult(Result):
     """A deletion or insertion curve per image.
 
     Attributes:
-        kind: "deletion" or "insertion".
+        kind: "deletion" (most salient first), "deletion_lerf" (least salient first) or
+            "insertion".
         fractions: (S + 1,) share of units removed (deletion) or revealed (insertion).
         scores: (B, S + 1) probability of the target class at each step.
         auc: (B,) area under each curve (trapezoid rule over ``fractions``).
@@ -220,13 +221,16 @@ def perturbation_curve(
     batch_size: int | None,
     progress: bool | tqdm,
     ends: CurveEnds | None = None,
+    order: str = "morf",
 ) -> CurveResult:
     """The ``kind`` ("deletion" or "insertion") curve for images x (B, C, H, W) and maps
     (B, h, w), checked first; ``progress``: show a bar, or an open bar to advance by the
     perturbed images scored (`compare_saliency` shares one over its methods); ``ends``: the
-    curves' ends when known (`CurveEnds`), else they are computed here."""
+    curves' ends when known (`CurveEnds`), else they are computed here; ``order``: "morf"
+    moves the most salient units first, "lerf" the least (kind "<kind>_lerf")."""
     x = check_images(hm.model, x)
     check_choice("baseline", baseline, BASELINES)
+    check_choice("order", order, ("morf", "lerf"))
     image_size = tuple(x.shape[-2:])
     batch_size = batch_images(batch_size, image_size)
     unit = unit_size(hm.model, image_size, level)
@@ -247,17 +251,19 @@ def perturbation_curve(
         outer = (clean, removed)  # nothing removed, everything removed
         outer = outer[::-1] if kind == "insertion" else outer
         base = baseline_images(x, baseline)
+        ranked = cells if order == "morf" else -cells
         scores = _scores(
-            kind, hm.model, x, base, cells, unit, counts, targets, batch_size, bar, outer
+            kind, hm.model, x, base, ranked, unit, counts, targets, batch_size, bar, outer
         )
     fractions = (counts.float() / units).to(x.device)
     return CurveResult(
-        kind=kind,
+        kind=kind if order == "morf" else f"{kind}_lerf",
         fractions=fractions,
         scores=scores,
         auc=torch.trapezoid(scores, fractions, dim=-1),
         targets=targets,
-        options={"level": level, "baseline": baseline, "steps": steps, "unit": unit},
+        options={"level": level, "baseline": baseline, "steps": steps, "unit": unit,
+                 "order": order},
         layout=hm.token_layout(image_size),
         image_size=image_size,
     )
@@ -343,8 +349,10 @@ def deletion(
     steps: int | None = None,
     batch_size: int | None = None,
     progress: bool = True,
+    order: str = "morf",
 ) -> CurveResult:
-    """Deletion curve: remove the most salient units first (lower AUC = more faithful).
+    """Deletion curve: remove the most salient units first (MoRF: lower AUC = more faithful),
+    or with ``order="lerf"`` the least salient first (LeRF: higher AUC = more faithful).
 
     Args:
         model: any model (``torch.compile`` / ``DataParallel`` wrappers are unwrapped); run in
@@ -360,13 +368,16 @@ def deletion(
         batch_size: perturbed images per forward pass, >= 1; None: as many as hold 2**19
             pixels (10 images of 224 x 224, at most 256), which bounds the activations held.
         progress: show a progress bar over the perturbed images (tqdm, notebook-aware).
+        order: "morf" (most relevant first; kind "deletion") or "lerf" (least relevant
+            first; kind "deletion_lerf").
 
     Raises:
         TypeError / ValueError: any input above out of its range; the message says which.
     """
     return perturbation_curve(
-        "deletion", model, x, saliency, target, level, baseline, steps, batch_size, progress
-    )
+        "deletion", model, x, saliency, target, level, baseline, steps, batch_size, progress,
+        order=order,
+    )  # fmt: skip
 
 
 @analysis_contract

@@ -20,6 +20,7 @@ __all__ = ["curve_comparison", "evaluation_bars"]
 PER_ROW = 4
 _CURVES = {
     "deletion": "deletion: most salient first removed",
+    "deletion_lerf": "deletion LeRF: least salient first removed",
     "insertion": "insertion: most salient first revealed",
     "road_morf": "ROAD MoRF: most relevant first removed and imputed",
     "road_lerf": "ROAD LeRF: least relevant first removed and imputed",
