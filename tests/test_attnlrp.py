@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import build, torchvision_vit
 from lxt_oracle import lxt_relevance
+from representatives import representatives
 
 import vizkit as vk
 from vizkit import coverage
@@ -90,20 +91,8 @@ def _relevance_with_additive_parameters(model, x, target):
     return (x * grads[0]).detach(), absorbed, logits[:, 1].detach()
 
 
-def _representatives():
-    reps = [
-        pytest.param(lambda r=r: timm.create_model(r.model, **r.kwargs), r.size, id=family)
-        for family, r in coverage.FAMILIES.items()
-    ]
-    for library, models in coverage.LIBRARIES.items():
-        reps += [
-            pytest.param(m.build, m.size, id=f"{library}:{name}") for name, m in models.items()
-        ]
-    return reps
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("make", "size"), _representatives())
+@pytest.mark.parametrize(("make", "size"), representatives())
 def test_relevance_rules_on_every_family(make, size, request):
     """On each representative of docs/coverage.md: the forward under the rules gives the
     model's own logits, and CP-LRP conserves the logit: the images' relevance and the additive

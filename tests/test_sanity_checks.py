@@ -1,14 +1,16 @@
 """The model-parameter randomization tests (Adebayo et al. 2018) and the map similarities they
 report: Spearman against scipy, SSIM against scikit-image; the user's model bit-identical after;
-what each step randomizes."""
+what each step randomizes, on every covered family."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from representatives import representatives
 from scipy import stats
 
 import vizkit as vk
+from vizkit import coverage
 from vizkit.metrics import sanity
 from vizkit.metrics.similarity import spearman, ssim
 
@@ -162,3 +164,34 @@ def test_data_randomization_compares_with_the_model_trained_on_permuted_labels(s
     torch.testing.assert_close(result.similarity["ssim"][0], expected)
     with pytest.raises(TypeError, match="architecture"):
         vk.metrics.data_randomization(model, torch.nn.Linear(3, 3), x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("make", "size"), representatives())
+def test_sanity_check_on_every_family(make, size):
+    """On each representative of docs/coverage.md: the randomized layers hold every parameter
+    of the model (each layer some); the cascading check of the input gradient runs to the end with
+    finite maps, leaves the model bit-identical, and the fully randomized model's maps differ
+    from the model's."""
+    torch.manual_seed(0)
+    model = make().eval()
+    x = coverage._images(model, size)[:2]
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1 and not p.any():  # a head timm starts at zero: no gradient
+                p.normal_(std=0.02)
+    layers = sanity.randomization_layers(model, x)
+
+    def held(layer: str) -> list[int]:  # the parameters a layer randomizes
+        module = model.get_submodule(layer.removesuffix(sanity.OWN))
+        whole = bool(layer) and not layer.endswith(sanity.OWN)
+        return [id(p) for p in module.parameters(recurse=whole)]
+
+    randomized = {i for layer in layers for i in held(layer)}  # shared ones may recur (CoaT)
+    assert randomized == {id(p) for p in model.parameters()}
+    assert all(held(layer) for layer in layers)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    result = vk.sanity_check(model, x, "saliency", progress=False)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert result.layers == layers[::-1] and torch.isfinite(result.maps).all()
+    assert result.similarity["spearman_abs"][-1].nanmean() < 0.99

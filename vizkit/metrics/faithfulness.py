@@ -262,8 +262,13 @@ def perturbation_curve(
         scores=scores,
         auc=torch.trapezoid(scores, fractions, dim=-1),
         targets=targets,
-        options={"level": level, "baseline": baseline, "steps": steps, "unit": unit,
-                 "order": order},
+        options={
+            "level": level,
+            "baseline": baseline,
+            "steps": steps,
+            "unit": unit,
+            "order": order,
+        },
         layout=hm.token_layout(image_size),
         image_size=image_size,
     )

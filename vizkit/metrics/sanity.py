@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 MODES = ("cascading", "independent")
+OWN = " (own parameters)"  # a layer of the parameters a module holds directly
 
 
 @dataclass(repr=False)
@@ -70,22 +71,23 @@ class SanityResult(Result):
 
 def randomization_layers(model: nn.Module, x: Tensor) -> list[str]:
     """The model's layers in the order a forward on ``x`` runs them, as module paths: the
-    family's blocks (`vizkit.hooks.family`) and every other top-level child holding parameters
-    (embeddings, norms, head); the model's own parameters (class token, position embedding) as
-    ``""``, first. The sanity checks randomize them last first."""
+    family's blocks (`vizkit.hooks.family`) and the largest modules around them that hold
+    parameters but no block (embeddings, norms, downsampling, head); parameters held directly by
+    the model as ``""``, first, and those held directly by a module around blocks as
+    ``"<path> (own parameters)"``. The sanity checks randomize them last first. A module the
+    forward does not call (a list of modules, a head whose parts are called one by one) is
+    placed where its first part runs, or where the module that holds it does.
+    """
     hm = HookedModel(model)
-    blocks = [b.path for b in hm.family.blocks] if hm.family is not None else []
-    candidates = list(blocks)
-    for name, child in model.named_children():
-        holds_blocks = any(b == name or b.startswith(f"{name}.") for b in blocks)
-        if any(True for _ in child.parameters()) and not holds_blocks:
-            candidates.append(name)
-    seen: list[str] = []
+    blocks = {b.path for b in hm.family.blocks} if hm.family is not None else set()
+    first_call: dict[str, int] = {}
     handles = [
-        model.get_submodule(path).register_forward_pre_hook(
-            lambda m, a, path=path: seen.append(path) if path not in seen else None
+        module.register_forward_pre_hook(
+            lambda m, a, path=path: (
+                None if path in first_call else first_call.update({path: len(first_call)})
+            )
         )
-        for path in candidates
+        for path, module in model.named_modules()
     ]
     try:
         with torch.no_grad():
@@ -93,17 +95,42 @@ def randomization_layers(model: nn.Module, x: Tensor) -> list[str]:
     finally:
         for handle in handles:
             handle.remove()
+
+    def runs_at(path: str) -> int:  # its first module to run, else the nearest ancestor's
+        path = path.removesuffix(OWN)
+        inside = [i for p, i in first_call.items() if p == path or p.startswith(f"{path}.")]
+        return min(inside) if inside else runs_at(path.rpartition(".")[0]) if path else 0
+
+    holders = sorted(_parameter_holders(model, "", blocks), key=runs_at)
     own = [""] if any(True for _ in model.parameters(recurse=False)) else []
-    return own + seen
+    return own + holders
+
+
+def _parameter_holders(module: nn.Module, path: str, blocks: set[str]) -> list[str]:
+    """Paths under ``module`` (at ``path``) that cover its children's parameters: the blocks,
+    and the children that hold parameters but no block; children around blocks are opened."""
+    holders = []
+    for name, child in module.named_children():
+        child_path = f"{path}.{name}" if path else name
+        around = any(b.startswith(f"{child_path}.") for b in blocks)
+        if child_path in blocks or (not around and any(True for _ in child.parameters())):
+            holders.append(child_path)
+        elif around:
+            if any(True for _ in child.parameters(recurse=False)):
+                holders.append(child_path + OWN)  # e.g. a position embedding of the encoder
+            holders += _parameter_holders(child, child_path, blocks)
+    return holders
 
 
 def _randomize(model: nn.Module, path: str, generator: torch.Generator) -> None:
-    """Re-initialize the parameters of ``path`` ("" for the model's own): each submodule with
+    """Re-initialize the parameters of ``path`` ("" for the model's own, "<path> (own
+    parameters)" for those a module holds directly): each submodule with
     ``reset_parameters`` as its constructor would, the others drawn from a normal with each
     tensor's mean and standard deviation."""
-    module = model.get_submodule(path) if path else model
+    whole = bool(path) and not path.endswith(OWN)
+    module = model.get_submodule(path.removesuffix(OWN))
     covered: set[int] = set()
-    if path:
+    if whole:
         for sub in module.modules():
             if hasattr(sub, "reset_parameters"):
                 with torch.random.fork_rng(devices=[]):
@@ -111,7 +138,7 @@ def _randomize(model: nn.Module, path: str, generator: torch.Generator) -> None:
                     sub.reset_parameters()
                 covered |= {id(p) for p in sub.parameters(recurse=False)}
     with torch.no_grad():
-        for p in module.parameters(recurse=bool(path)):
+        for p in module.parameters(recurse=whole):
             if id(p) in covered:
                 continue
             noise = torch.randn(p.shape, generator=generator, dtype=torch.float64)

@@ -1,0 +1,23 @@
+"""The representatives of docs/coverage.md (one per timm family, one per family of another
+library) as pytest parameters ``(make, size)``: a builder of the model, with random weights,
+and the image side it takes."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+
+from vizkit import coverage
+
+
+def representatives() -> list:
+    """pytest params ``(make, size)`` with the family (or ``library:name``) as id."""
+    reps = [
+        pytest.param(lambda r=r: timm.create_model(r.model, **r.kwargs), r.size, id=family)
+        for family, r in coverage.FAMILIES.items()
+    ]
+    for library, models in coverage.LIBRARIES.items():
+        reps += [
+            pytest.param(m.build, m.size, id=f"{library}:{name}") for name, m in models.items()
+        ]
+    return reps
