@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from representatives import representatives
 
 import vizkit as vk
+from vizkit import coverage
+from vizkit.hooks.targets import model_logits
 
 quantus = pytest.importorskip("quantus")
 
@@ -268,3 +271,48 @@ def test_metrics_follow_the_input_contract(metric):
     model.train()
     torch.testing.assert_close(run(model, x), expected, equal_nan=True)
     assert model.training and all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("make", "size"), representatives())
+def test_every_metric_runs_on_every_family(make, size):
+    """On each representative of docs/coverage.md, every metric of `vk.evaluate` scores a
+    smooth map (its coarse options: one ROAD share, two deletion steps) with finite values in
+    their ranges (faithfulness correlation NaN, as documented, where the model's output does not
+    depend on its input), and the model's parameters are unchanged."""
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1 and not p.any():  # a head timm starts at zero: no gradient
+                p.normal_(std=0.02)
+    x = coverage._images(model, size)[:2]
+    side = x.shape[-1]
+    grid = torch.linspace(-1, 1, side)
+    maps = (-(grid[:, None] ** 2 + grid[None] ** 2)).expand(2, side, side).clone()
+    maps[1] = maps[1].flip(0) + grid[None]  # two different maps
+    masks = maps > maps.flatten(1).median(1).values[:, None, None]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    scores = {
+        "deletion": vk.metrics.deletion(model, x, maps, steps=2, progress=False).auc,
+        "deletion_lerf": vk.metrics.deletion(model, x, maps, steps=2, order="lerf",
+                                             progress=False).auc,
+        "insertion": vk.metrics.insertion(model, x, maps, steps=2, progress=False).auc,
+        "road": vk.metrics.road(model, x, maps, fractions=(0.5,)).scores[:, 0],
+        "average_drop": vk.metrics.average_drop(model, x, maps),
+        "increase_in_confidence": vk.metrics.increase_in_confidence(model, x, maps),
+        "faithfulness_correlation": vk.metrics.faithfulness_correlation(
+            model, x, maps, runs=4, score="logit"  # random CNNs' probabilities barely move
+        ),
+        "max_sensitivity": vk.metrics.max_sensitivity(model, x, "saliency", samples=2),
+        "relevance_mass_accuracy": vk.metrics.relevance_mass_accuracy(maps, masks),
+    }  # fmt: skip
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        logits = model_logits(model(x))
+    if torch.allclose(logits[0], logits[1]):  # random BN CNNs whose output barely depends
+        scores.pop("faithfulness_correlation")  # on the input: NaN where no drop varies
+    for name, values in scores.items():
+        assert values.shape == (2,) and torch.isfinite(values).all(), name
+    probabilities = ("deletion", "deletion_lerf", "insertion", "road", "increase_in_confidence")
+    assert all(bool(((scores[n] >= 0) & (scores[n] <= 1)).all()) for n in probabilities)

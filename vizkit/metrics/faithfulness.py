@@ -27,7 +27,7 @@ from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import target_indices
+from ..hooks.targets import model_logits, target_indices
 
 __all__ = [
     "BASELINES",
@@ -124,14 +124,18 @@ def baseline_images(x: Tensor, kind: str) -> Tensor:
     return F.conv2d(F.pad(out, (radius, radius, 0, 0), mode="reflect"), cols, groups=channels)
 
 
-def unit_size(model: nn.Module, image_size: tuple[int, int], level: str) -> tuple[int, int]:
-    """(rows, cols) of pixels per unit: 1 x 1 pixels, the model's patches, or for models
-    without a patch embedding (CNNs) the cells of an 8 x 8 grid."""
+def unit_size(
+    model: nn.Module | HookedModel, image_size: tuple[int, int], level: str
+) -> tuple[int, int]:
+    """(rows, cols) of pixels per unit: 1 x 1 pixels, the model's patches (its token grid, of
+    any library's family, where that grid tiles the image), else (CNNs, overlapping patch
+    embeddings) the cells of an 8 x 8 grid."""
     if check_choice("level", level, LEVELS) == "pixel":
         return 1, 1
-    pe = getattr(model, "patch_embed", None)
-    if pe is not None:
-        return tuple(int(p) for p in pe.patch_size)
+    hm = model if isinstance(model, HookedModel) else HookedModel(model)
+    layout = hm.token_layout(tuple(image_size))
+    if layout is not None and all(s % g == 0 for s, g in zip(image_size, layout.grid, strict=True)):
+        return tuple(s // g for s, g in zip(image_size, layout.grid, strict=True))
     return tuple(max(1, s // 8) for s in image_size)
 
 
@@ -206,7 +210,7 @@ class CurveEnds:
 
 def _forward(model: nn.Module, x: Tensor, batch_size: int) -> Tensor:
     """model(x) for images x (B, C, H, W), ``batch_size`` images at a time."""
-    return torch.cat([model(chunk) for chunk in x.split(batch_size)])
+    return torch.cat([model_logits(model(chunk)) for chunk in x.split(batch_size)])
 
 
 def perturbation_curve(
@@ -337,7 +341,7 @@ def _scores(
         mask = chosen.view(-1, 1, *cells.shape[-2:]).to(x.dtype)
         mask = mask.repeat_interleave(unit[0], -2).repeat_interleave(unit[1], -1)
         source, fill = (base[b], x[b]) if kind == "insertion" else (x[b], base[b])
-        probs = model(source * (1 - mask) + fill * mask).float().softmax(-1)
+        probs = model_logits(model(source * (1 - mask) + fill * mask)).float().softmax(-1)
         scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
         bar.update(len(chunk))
     return scores
