@@ -16,14 +16,18 @@ from .analysis import CKAResult as CKAResult
 from .analysis import FeatureEvolution as FeatureEvolution
 from .analysis import ResidualRatios as ResidualRatios
 from .analysis import SaliencyResult as SaliencyResult
+from .analysis import ablation as ablation
+from .analysis import activation_patching as activation_patching
 from .analysis import attention as attention
 from .analysis import cka as cka
 from .analysis import cka_matrix as cka_matrix
 from .analysis import class_attention as class_attention
+from .analysis import direct_logit_attribution as direct_logit_attribution
 from .analysis import feature_evolution as feature_evolution
 from .analysis import grad_rollout as grad_rollout
 from .analysis import gradcam as gradcam
 from .analysis import integrated_gradients as integrated_gradients
+from .analysis import logit_lens as logit_lens
 from .analysis import occlusion as occlusion
 from .analysis import residual_ratios as residual_ratios
 from .analysis import rollout as rollout
@@ -65,7 +69,9 @@ __all__ = [
     "SaliencyResult",
     "TokenLayout",
     "__version__",
+    "ablation",
     "ablationcam",
+    "activation_patching",
     "analysis",
     "attention",
     "attnlrp",
@@ -75,6 +81,7 @@ __all__ = [
     "compare_saliency",
     "create_model",
     "datasets",
+    "direct_logit_attribution",
     "eigencam",
     "evaluate",
     "feature_evolution",
@@ -86,6 +93,7 @@ __all__ = [
     "integrated_gradients",
     "layercam",
     "legrad",
+    "logit_lens",
     "methods",
     "metrics",
     "models",

@@ -18,6 +18,14 @@ from .layer_cka import CKAResult as CKAResult
 from .layer_cka import FeatureEvolution as FeatureEvolution
 from .layer_cka import cka_matrix as cka_matrix
 from .layer_cka import feature_evolution as feature_evolution
+from .logit_attribution import LogitAttribution as LogitAttribution
+from .logit_attribution import direct_logit_attribution as direct_logit_attribution
+from .logit_lens import LogitLens as LogitLens
+from .logit_lens import logit_lens as logit_lens
+from .patching import AblationResult as AblationResult
+from .patching import PatchingResult as PatchingResult
+from .patching import ablation as ablation
+from .patching import activation_patching as activation_patching
 from .residual_norms import LayerScale as LayerScale
 from .residual_norms import ResidualRatios as ResidualRatios
 from .residual_norms import layerscale as layerscale
@@ -31,24 +39,32 @@ from .token_pca import TokenPCA as TokenPCA
 from .token_pca import token_pca as token_pca
 
 __all__ = [
+    "AblationResult",
     "AttentionResult",
     "Stages",
     "CKAResult",
     "FeatureEvolution",
     "LayerScale",
+    "LogitAttribution",
+    "LogitLens",
+    "PatchingResult",
     "ResidualRatios",
     "SaliencyResult",
     "TokenNorms",
     "TokenPCA",
+    "ablation",
+    "activation_patching",
     "attention",
     "cka",
     "cka_matrix",
     "class_attention",
+    "direct_logit_attribution",
     "feature_evolution",
     "grad_rollout",
     "gradcam",
     "integrated_gradients",
     "layerscale",
+    "logit_lens",
     "normalized_entropy",
     "occlusion",
     "ratio_uniformity",

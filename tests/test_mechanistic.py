@@ -1,0 +1,291 @@
+"""Direct logit attribution, the logit lens, activation patching and ablation against a
+hand-written recompute of a two-block ViT and against explicit loops that edit one activation
+per forward (the head's output edited at its projection's input, independently of vizkit's
+per-head split); refusals where the stream is not one sum or the head not affine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build, model_state, torchvision_vit
+from representatives import representatives
+
+import vizkit as vk
+from vizkit import coverage
+from vizkit.hooks.targets import model_logits
+
+timm = pytest.importorskip("timm")
+
+
+def _two_block_vit():
+    """A seeded timm ViT (32 px, patches of 8, width 32, 4 heads, 2 blocks, 5 classes), its
+    norms' and head's parameters drawn so that none is an identity."""
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, num_heads=4, depth=2,
+        num_classes=5,
+    ).eval()  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.startswith("head"):
+                p.normal_(mean=1.0 if name.endswith("weight") else 0.0, std=0.3)
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    return model, x
+
+
+def _recompute(model, x):
+    """By hand: the stream entering the blocks, each head's W_O^h z_h and bias, each MLP output,
+    and the final stream."""
+    with torch.no_grad():
+        stream = model.norm_pre(model._pos_embed(model.patch_embed(x)))
+        parts, heads = [stream], []
+        for block in model.blocks:
+            attn = block.attn
+            batch, tokens, width = stream.shape
+            qkv = attn.qkv(block.norm1(stream)).view(batch, tokens, 3, attn.num_heads, -1)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)
+            weights = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)
+            z = weights @ v  # (B, H, N, d)
+            slices = attn.proj.weight.view(width, attn.num_heads, -1)  # (C, H, d)
+            per_head = torch.einsum("bhnd,chd->hbnc", z, slices)
+            heads.append(per_head)
+            attn_out = per_head.sum(0) + attn.proj.bias
+            stream = stream + attn_out
+            mlp_out = block.mlp(block.norm2(stream))
+            stream = stream + mlp_out
+            parts += [attn_out, mlp_out]
+    return torch.stack(parts), torch.stack(heads), stream
+
+
+def test_direct_logit_attribution_equals_a_hand_recompute():
+    """With the final norm's scale frozen (its value on the clean class token), each part's
+    contribution is w_t . (γ ⊙ (part_cls - mean) / σ) and the constant w_t . β + b_t."""
+    model, x = _two_block_vit()
+    result = vk.direct_logit_attribution(model, x, target=2, versus=4)
+    parts, heads, final = _recompute(model, x)
+    cls = final[:, 0]
+    sigma = (cls.var(-1, unbiased=False, keepdim=True) + model.norm.eps).sqrt()
+    w = model.head.weight[2] - model.head.weight[4]
+
+    def direct(part):  # (..., B, C) at the class token -> (..., B)
+        centred = part - part.mean(-1, keepdim=True)
+        return (centred / sigma * model.norm.weight * w).sum(-1)
+
+    with torch.no_grad():
+        expected = direct(parts[:, :, 0]).T  # (B, P)
+        constant = (model.norm.bias * w).sum() + model.head.bias[2] - model.head.bias[4]
+        logits = model(x)
+    torch.testing.assert_close(result.contributions, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(result.constant, constant.expand(3), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(result.score, logits[:, 2] - logits[:, 4])
+    torch.testing.assert_close(result.contributions.sum(1) + result.constant, result.score,
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+    assert result.per_position[:, :, 1:].abs().max() == 0  # the head reads the class token
+    with torch.no_grad():
+        by_head = direct(heads[:, :, :, 0]).permute(2, 0, 1)  # (B, L, H)
+    torch.testing.assert_close(result.heads, by_head, rtol=1e-4, atol=1e-5)
+    assert result.parts[:3] == ["embed", "blocks.0 attn", "blocks.0 mlp"]
+    assert result.top_heads(1)[0][:2] == max(
+        ((f"blocks.{layer}", h) for layer in range(2) for h in range(4)),
+        key=lambda lh: by_head[:, int(lh[0][-1]), lh[1]].mean().abs(),
+    )  # fmt: skip
+
+
+def test_direct_logit_attribution_on_pooled_and_other_library_models():
+    """Averaged patches with a register token and LayerScale (timm), and torchvision's ViT:
+    the parts sum to the logit; the model is left as it was. torchvision's attention computes
+    its output inside one function, so its map cannot be edited and its heads are not split
+    (the note says so)."""
+    for model, x in (build("vit_reg_avg"), (torchvision_vit(), torch.randn(2, 3, 32, 32))):
+        before = model_state(model)
+        result = vk.direct_logit_attribution(model, x)
+        torch.testing.assert_close(result.contributions.sum(1) + result.constant, result.score,
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+        assert model_state(model) == before
+        if result.heads is None:
+            assert "edit" in result.notes["heads"]
+        else:  # timm, averaging the patches: they carry every contribution, the register none
+            assert torch.isfinite(result.heads).all()
+            assert result.per_position[:, :, 0].abs().max() == 0
+            assert (result.per_position[:, :, 1:].abs().sum((0, 1)) > 0).all()
+    assert result.heads is None  # torchvision
+    assert result.per_position.abs().sum((0, 1)).nonzero().tolist() == [[0]]  # class token
+
+
+def test_the_views_refuse_models_they_cannot_read():
+    model, x = build("resnet")
+    with pytest.raises(ValueError, match="no transformer blocks"):
+        vk.direct_logit_attribution(model, x)
+    swin = timm.create_model("swin_tiny_patch4_window7_224", img_size=64, window_size=4,
+                             depths=(1, 1), num_heads=(1, 2), embed_dim=16).eval()  # fmt: skip
+    with pytest.raises(ValueError, match="differ in shape"):
+        vk.direct_logit_attribution(swin, torch.randn(1, 3, 64, 64))
+    lens = vk.logit_lens(swin, torch.randn(1, 3, 64, 64))  # its last stage only
+    assert lens.layers == ["layers.1.blocks.0"] and "embed, layers.0.blocks.0" in lens.notes["skipped"]
+    vit_map, x = build("vit_map")  # an attention-pooling head
+    with pytest.raises(ValueError, match="not affine"):
+        vk.direct_logit_attribution(vit_map, x)
+    lens = vk.logit_lens(vit_map, x)  # the lens reads the head unfrozen: it applies
+    torch.testing.assert_close(lens.pooled[:, -1], vit_map(x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(TypeError, match="not a callable"):
+        vk.direct_logit_attribution(*_two_block_vit(), target=lambda out: out[:, 0])
+
+
+def test_logit_lens_is_the_head_on_each_token():
+    model, x = _two_block_vit()
+    lens = vk.logit_lens(model, x)
+    parts, _, final = _recompute(model, x)
+    streams = [parts[0], parts[:3].sum(0), final]
+    with torch.no_grad():
+        for layer, stream in enumerate(streams):
+            expected = model.head(model.norm(stream))  # every token alone, as if the class token
+            torch.testing.assert_close(lens.per_position[:, layer], expected, rtol=1e-4,
+                                       atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(lens.pooled[:, -1], model(x), rtol=1e-4, atol=1e-5)
+    assert lens.layers == ["embed", "blocks.0", "blocks.1"]
+    probabilities = lens.per_position[:, :, 1:].softmax(-1)[..., 0]
+    torch.testing.assert_close(lens.maps(0), probabilities.view(3, 3, 4, 4))
+    assert (lens.first_decodable() <= 2).all()
+
+
+def _explicit(model, x, edit):
+    """The target score of one forward of x with ``edit(model)`` hooks (removed after)."""
+    handles = edit(model)
+    try:
+        with torch.no_grad():
+            return model_logits(model(x))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _head_input(block, head, value_of):
+    """A pre-hook on ``block``'s attention projection replacing head ``head``'s slice of its
+    input (B, N, H * d) by ``value_of(slice)``."""
+    attn = block.attn
+    width = attn.proj.in_features // attn.num_heads
+
+    def pre(module, args):
+        z = args[0].clone()
+        z[..., head * width : (head + 1) * width] = value_of(z[..., head * width :
+                                                               (head + 1) * width])  # fmt: skip
+        return (z,)
+
+    return [attn.proj.register_forward_pre_hook(pre)]
+
+
+def _capture_head_inputs(model, x):
+    """(L, B, N, H * d) each block's projection input on x."""
+    seen = []
+    handles = [b.attn.proj.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
+               for b in model.blocks]  # fmt: skip
+    _explicit(model, x, lambda m: handles)
+    return torch.stack(seen)
+
+
+def test_patching_equals_explicit_loops():
+    model, clean = _two_block_vit()
+    corrupted = clean.flip(0) + 0.5 * torch.randn_like(clean)
+    result = vk.activation_patching(model, clean, corrupted, target=1, versus=3,
+                                    batch_size=7, progress=False)  # fmt: skip
+    hm = vk.HookedModel(model)
+
+    def score(logits):
+        return logits[:, 1] - logits[:, 3]
+
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(clean, ["blocks.*.hook_resid_pre", "blocks.*.hook_mlp_out"])
+        high, low = score(model(clean)), score(model(corrupted))
+    torch.testing.assert_close(result.clean_score, high)
+    for layer, position in ((0, 0), (1, 5), (1, 16)):
+        name = f"blocks.{layer}.hook_resid_pre"
+
+        def patch(t, *, name, position=position):
+            t = t.clone()
+            t[:, position] = cache[name][:, position]
+            return t
+
+        with torch.no_grad(), hm.hooks(fwd={name: patch}):
+            patched = score(model(corrupted))
+        torch.testing.assert_close(result.resid[:, layer, position], (patched - low) / (high - low),
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+    mlp = "blocks.1.hook_mlp_out"
+    with torch.no_grad(), hm.hooks(fwd={mlp: lambda t, *, name: cache[mlp]}):
+        patched = score(model(corrupted))
+    torch.testing.assert_close(result.mlp[:, 1], (patched - low) / (high - low), rtol=1e-4,
+                               atol=1e-5)  # fmt: skip
+    clean_z = _capture_head_inputs(model, clean)
+    width = model.blocks[0].attn.proj.in_features // 4
+    for layer, head in ((0, 2), (1, 3)):
+        own = clean_z[layer][..., head * width : (head + 1) * width]
+        logits = _explicit(model, corrupted,
+                           lambda m, layer=layer, head=head, own=own: _head_input(
+                               m.blocks[layer], head, lambda z: own))  # fmt: skip
+        torch.testing.assert_close(result.heads[:, layer, head],
+                                   (score(logits) - low) / (high - low), rtol=1e-4, atol=1e-5)  # fmt: skip
+    assert result.resid.shape == (3, 2, 17) and result.heads.shape == (3, 2, 4)
+
+
+def test_ablation_equals_explicit_loops():
+    model, x = _two_block_vit()
+    labels = torch.tensor([0, 1, 2])
+    zero = vk.ablation(model, x, "heads", labels=labels, target=labels, progress=False)
+    with torch.no_grad():
+        clean = model(x).gather(1, labels[:, None])[:, 0]
+    for layer, head in ((0, 1), (1, 0)):
+        logits = _explicit(model, x, lambda m, layer=layer, head=head: _head_input(
+            m.blocks[layer], head, torch.zeros_like))  # fmt: skip
+        index = zero.labels.index(f"blocks.{layer} head {head}")
+        torch.testing.assert_close(zero.change[:, index],
+                                   logits.gather(1, labels[:, None])[:, 0] - clean,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        assert zero.accuracy[index] == (logits.argmax(-1) == labels).float().mean()
+    reference = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    mean = vk.ablation(model, x, "mlp", mode="mean", reference=reference, target=labels,
+                       progress=False)  # fmt: skip
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        _, ref = hm.run_with_cache(reference, "blocks.0.hook_mlp_out")
+        average = ref["blocks.0.hook_mlp_out"].mean(0)
+        with hm.hooks(fwd={"blocks.0.hook_mlp_out": lambda t, *, name: average.expand_as(t)}):
+            ablated = model(x).gather(1, labels[:, None])[:, 0]
+    torch.testing.assert_close(mean.change[:, 0], ablated - clean, rtol=1e-4, atol=1e-5)
+    resample = vk.ablation(model, x, "positions", mode="resample", reference=reference,
+                           progress=False)  # fmt: skip
+    assert resample.change.shape == (3, 17) and resample.ranking()[0][0].startswith("position")
+    with pytest.raises(ValueError, match="mode"):
+        vk.ablation(model, x, "heads", mode="noise")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("make", "size"), representatives())
+def test_mechanistic_views_on_every_family(make, size):
+    """On each representative of docs/coverage.md, each view either runs (the attribution
+    summing to the logit, the lens's last reading the model's output) or refuses with a
+    ValueError that says why; the model is left as it was."""
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1 and not p.any():  # a head timm starts at zero
+                p.normal_(std=0.02)
+    x = coverage._images(model, size)[:2]
+    before = model_state(model)
+    try:
+        result = vk.direct_logit_attribution(model, x)
+    except ValueError as error:
+        assert str(error)
+    else:
+        torch.testing.assert_close(result.contributions.sum(1) + result.constant, result.score,
+                                   rtol=1e-3, atol=1e-3)  # fmt: skip
+    try:
+        lens = vk.logit_lens(model, x)
+    except ValueError as error:
+        assert str(error)
+    else:
+        with torch.no_grad():
+            logits = model_logits(model(x))
+        torch.testing.assert_close(lens.pooled[:, -1], logits.float(), rtol=1e-3, atol=1e-3)
+        ablated = vk.ablation(model, x, "mlp", progress=False)
+        assert torch.isfinite(ablated.change).all()
+    assert model_state(model) == before

@@ -1,0 +1,298 @@
+"""Activation patching and ablation on the user's unmodified model.
+
+Patching (Meng et al. 2022, "Locating and Editing Factual Associations in GPT", causal
+tracing; Heimersheim and Nanda 2024, "How to use and interpret activation patching"): run the
+corrupted images with one activation taken from the clean run, and measure how much of the
+clean score comes back, (patched - corrupted) / (clean - corrupted): 1 where that activation
+alone carries the difference, 0 where it carries none. Sites: the residual stream entering each
+block at each position, each block's attention and MLP output, each head's output.
+
+Ablation: run the images with one component's output replaced by zero, its mean over a
+reference batch, or its value on another reference image (resampling), and measure the score's
+change (and, with labels, the accuracy's).
+
+A head's output is its term W_O^h z_h of the attention output (`head_outputs`), so patching or
+ablating it adds the difference of two such terms to that output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel, Target, TokenLayout
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.targets import model_logits, target_indices
+from .component_edits import Edit, edited_scores
+from .logit_attribution import logit_score
+from .residual_stream import block_activations, head_outputs, residual_blocks
+from .result import Result
+
+__all__ = [
+    "ABLATIONS",
+    "COMPONENTS",
+    "SITES",
+    "AblationResult",
+    "PatchingResult",
+    "ablation",
+    "activation_patching",
+]
+
+SITES = ("resid", "attn", "mlp", "heads")
+COMPONENTS = ("heads", "attn", "mlp", "positions")
+ABLATIONS = ("zero", "mean", "resample")
+
+
+@dataclass(repr=False)
+class PatchingResult(Result):
+    """How much of the clean score each patched activation restores.
+
+    Attributes:
+        blocks: the block paths (rows of every map).
+        resid: (B, L, N) restored share, the stream entering each block patched at one
+            position; attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
+            each head's output patched. None where not asked for (``options["sites"]``).
+        clean_score, corrupted_score: (B,) the score on each input; a restored share is NaN
+            where they are equal (nothing to restore).
+        targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``).
+        scores: site -> the raw patched scores, shaped as the maps.
+    """
+
+    blocks: list[str]
+    clean_score: Tensor
+    corrupted_score: Tensor
+    targets: Tensor
+    versus: Tensor | None
+    resid: Tensor | None = None
+    attn: Tensor | None = None
+    mlp: Tensor | None = None
+    heads: Tensor | None = None
+    scores: dict[str, Tensor] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+
+@dataclass(repr=False)
+class AblationResult(Result):
+    """The score's change as each component is ablated.
+
+    Attributes:
+        component: "heads", "attn", "mlp" or "positions"; mode: "zero", "mean", "resample".
+        labels: one name per ablated component (``"blocks.3 head 2"``, ``"position 17"``).
+        change: (B, E) ablated score less the clean score, per image and component.
+        score: (B,) the clean score; targets, versus: its classes.
+        accuracy: (E,) the share of images still classified as ``reference labels`` with each
+            component ablated, and ``clean_accuracy`` without; None without labels.
+    """
+
+    component: str
+    mode: str
+    labels: list[str]
+    change: Tensor
+    score: Tensor
+    targets: Tensor
+    versus: Tensor | None
+    accuracy: Tensor | None = None
+    clean_accuracy: float | None = None
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    def ranking(self) -> list[tuple[str, float]]:
+        """Components by mean |change| over the images, largest first: (label, mean change)."""
+        mean = self.change.mean(0)
+        order = self.change.abs().mean(0).argsort(descending=True).tolist()
+        return [(self.labels[i], float(mean[i])) for i in order]
+
+
+def _classes(logits: Tensor, target: Target, versus: Target) -> tuple[Tensor, Tensor | None]:
+    for name, value in (("target", target), ("versus", versus)):
+        if callable(value) and not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be class indices (an int or B ints), not a callable.")
+    targets = target_indices(logits, target)
+    return targets, None if versus is None else target_indices(logits, versus)
+
+
+def _replace_position(position: int, value: Tensor) -> Callable[[Tensor], Tensor]:
+    def fn(t: Tensor) -> Tensor:  # (B, N, C)
+        t[:, position] = value
+        return t
+
+    return fn
+
+
+def _add(delta: Tensor) -> Callable[[Tensor], Tensor]:
+    return lambda t: t + delta
+
+
+def _replace(value: Tensor) -> Callable[[Tensor], Tensor]:
+    return lambda t: value.expand_as(t).clone()
+
+
+@analysis_contract
+def activation_patching(
+    model: nn.Module | HookedModel,
+    clean: Tensor,
+    corrupted: Tensor,
+    target: Target = None,
+    versus: Target = None,
+    sites: tuple[str, ...] = SITES,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> PatchingResult:
+    """Patch clean activations into the run on ``corrupted`` images, one at a time.
+
+    Args:
+        clean, corrupted: (B, C, H, W) pairs of images (another image, the object erased,
+            noise added).
+        target: the class scored, default the clean prediction; versus: a class whose logit is
+            subtracted (the logit difference), default none.
+        sites: any of "resid" (the stream entering each block, per position), "attn", "mlp"
+            (each block's output), "heads" (each head's output).
+        batch_size: images per forward (the patched runs go together, copies of the batch).
+        progress: a progress bar over the patched runs.
+    """
+    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
+            f"{tuple(corrupted.shape)}."
+        )
+    sites = tuple(check_choice("sites", s, SITES) for s in sites)
+    blocks = residual_blocks(model)
+    clean_acts, clean_out = block_activations(model, clean)
+    corrupted_acts, corrupted_out = block_activations(model, corrupted)
+    targets, other = _classes(model_logits(clean_out), target, versus)
+
+    def score(logits: Tensor) -> Tensor:
+        return logit_score(logits, targets, other)
+
+    high, low = score(model_logits(clean_out)), score(model_logits(corrupted_out))
+    edits: dict[str, list[Edit]] = {}
+    if "resid" in sites:
+        edits["resid"] = [
+            Edit(f"{b}.hook_resid_pre", _replace_position(p, stream[:, p]))
+            for b in blocks
+            for stream in [clean_acts[f"{b}.hook_resid_pre"]]
+            for p in range(stream.shape[1])
+        ]
+    for site in ("attn", "mlp"):
+        if site in sites:
+            outputs = [f"{b}.hook_{site}_out" for b in blocks]
+            edits[site] = [Edit(n, _replace(clean_acts[n])) for n in outputs]
+    if "heads" in sites:
+        attn = [f"{b}.hook_attn_out" for b in blocks]
+        clean_heads = head_outputs(model, clean, blocks, [clean_acts[n] for n in attn])
+        corrupted_heads = head_outputs(model, corrupted, blocks, [corrupted_acts[n] for n in attn])
+        pairs = zip(attn, clean_heads, corrupted_heads, strict=True)
+        edits["heads"] = [
+            Edit(name, _add(mine[h] - theirs[h]))
+            for name, mine, theirs in pairs
+            for h in range(len(mine) - 1)
+        ]
+    every = [e for site in edits.values() for e in site]
+    patched = edited_scores(model, corrupted, every, score, batch_size, progress, "patching")
+    gap = high - low
+    restored = ((patched - low) / gap.where(gap != 0, torch.nan)).transpose(0, 1)  # (B, E)
+    result = PatchingResult(
+        blocks, high, low, targets, other, options={"sites": sites},
+        layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
+    )  # fmt: skip
+    start = 0
+    for site, site_edits in edits.items():
+        shape = (len(blocks), -1) if site in ("resid", "heads") else (len(blocks),)
+        part = slice(start, start + len(site_edits))
+        setattr(result, site, restored[:, part].reshape(len(clean), *shape))
+        result.scores[site] = patched.transpose(0, 1)[:, part].reshape(len(clean), *shape)
+        start += len(site_edits)
+    return result
+
+
+@analysis_contract
+def ablation(
+    model: nn.Module | HookedModel,
+    x: Tensor,
+    component: str = "heads",
+    mode: str = "zero",
+    reference: Tensor | None = None,
+    labels: Tensor | None = None,
+    target: Target = None,
+    versus: Target = None,
+    seed: int = 0,
+    batch_size: int | None = None,
+    progress: bool = True,
+) -> AblationResult:
+    """Ablate each ``component`` in turn and measure the change of the score.
+
+    Args:
+        component: "heads" (each head's output), "attn", "mlp" (each block's output) or
+            "positions" (the stream entering the first block, one token position at a time).
+        mode: "zero"; "mean" (the component's mean over ``reference``, per position); or
+            "resample" (its value on a reference image drawn for each image with ``seed``).
+        reference: (R, C, H, W) images for "mean" and "resample"; default x.
+        labels: (B,) the true classes: the result then has each ablation's accuracy.
+        target: the class scored, default each image's prediction; versus: a class whose
+            logit is subtracted.
+    """
+    x = check_images(model.model, x)
+    check_choice("component", component, COMPONENTS)
+    check_choice("mode", mode, ABLATIONS)
+    seed = check_count("seed", seed, 0)
+    reference = x if reference is None else check_images(model.model, reference)
+    blocks = residual_blocks(model)
+    acts, output = block_activations(model, x)
+    logits = model_logits(output)
+    targets, other = _classes(logits, target, versus)
+    reference_acts = acts if reference is x else block_activations(model, reference)[0]
+    draw = torch.randint(len(reference), (len(x),), generator=torch.Generator().manual_seed(seed))
+
+    def replacement(values: Tensor) -> Tensor:  # values (R, ...) of the reference -> (B, ...)
+        if mode == "zero":
+            return torch.zeros_like(values[:1]).expand(len(x), *values.shape[1:])
+        if mode == "mean":
+            return values.mean(0, keepdim=True).expand(len(x), *values.shape[1:])
+        return values[draw.to(values.device)]
+
+    edits, names = [], []
+    if component == "heads":
+        attn = [f"{b}.hook_attn_out" for b in blocks]
+        heads = head_outputs(model, x, blocks, [acts[n] for n in attn])
+        reference_heads = heads if reference is x else head_outputs(
+            model, reference, blocks, [reference_acts[n] for n in attn])  # fmt: skip
+        for b, name, mine, theirs in zip(blocks, attn, heads, reference_heads, strict=True):
+            for h in range(len(mine) - 1):
+                edits.append(Edit(name, _add(replacement(theirs[h]) - mine[h])))
+                names.append(f"{b} head {h}")
+    elif component in ("attn", "mlp"):
+        for b in blocks:
+            name = f"{b}.hook_{component}_out"
+            edits.append(Edit(name, _replace(replacement(reference_acts[name]))))
+            names.append(f"{b} {component}")
+    else:
+        embedded = reference_acts[f"{blocks[0]}.hook_resid_pre"]  # (R, N, C)
+        for p in range(embedded.shape[1]):
+            edits.append(Edit(f"{blocks[0]}.hook_resid_pre",
+                              _replace_position(p, replacement(embedded[:, p]))))  # fmt: skip
+            names.append(f"position {p}")
+    clean = logit_score(logits, targets, other)
+
+    def score_and_class(out: Tensor) -> Tensor:  # (B, 2)
+        return torch.stack([logit_score(out, targets, other), out.argmax(-1).float()], -1)
+
+    runs = edited_scores(model, x, edits, score_and_class, batch_size, progress,
+                         f"ablating {component}")  # fmt: skip
+    result = AblationResult(
+        component, mode, names, (runs[..., 0] - clean).transpose(0, 1), clean, targets, other,
+        options={"seed": seed, "reference_images": len(reference)},
+        layout=model.token_layout(tuple(x.shape[-2:])), image_size=tuple(x.shape[-2:]),
+    )  # fmt: skip
+    if labels is not None:
+        labels = target_indices(logits, labels).float()
+        result.accuracy = (runs[..., 1] == labels).float().mean(1)
+        result.clean_accuracy = float((logits.argmax(-1).float() == labels).float().mean())
+    return result

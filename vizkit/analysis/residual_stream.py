@@ -1,0 +1,307 @@
+"""The residual stream as a sum of parts, and the head read off it: what the mechanistic views
+(direct logit attribution, the logit lens, activation patching, ablation) share.
+
+In a pre-norm transformer the stream after the last block is the stream entering the first
+block plus every attention and MLP output: x_L = x_0 + Σ_l (attn_l + mlp_l). Where each
+attention output is W_O (concatenated heads) + b_O, it splits further into one term per head.
+The head (final norm, pooling, classifier) is affine in the stream once each norm's scale is
+frozen at its value on a clean run; this is the decomposition TransformerLens uses for direct
+logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits").
+Every step is checked on the model at hand, and refused with the reason where it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ..hooks import HookedModel
+from ..hooks.hooked_model import frozen_parameters
+from ..hooks.targets import model_logits
+
+__all__ = [
+    "BRANCHES",
+    "StreamReadout",
+    "block_activations",
+    "edited_forward",
+    "head_outputs",
+    "pattern_name",
+    "residual_blocks",
+    "stream_parts",
+]
+
+BRANCHES = ("hook_attn_out", "hook_mlp_out")
+TOLERANCE = 1e-4  # relative to the largest magnitude of the compared quantity
+
+
+def residual_blocks(hm: HookedModel) -> list[str]:
+    """The paths of the model's blocks, each naming its stream and both branches.
+
+    Raises:
+        ValueError: the model has no blocks vizkit knows, or they do not name a two-branch
+            residual stream (``hook_resid_pre``, ``hook_attn_out``, ``hook_mlp_out``,
+            ``hook_resid_post``)."""
+    family = hm.family
+    if family is None or not family.blocks:
+        raise ValueError(
+            f"{type(hm.model).__name__} has no transformer blocks vizkit knows, so its residual "
+            "stream cannot be decomposed; the mechanistic views need a registered family "
+            "(docs/coverage.md)."
+        )
+    known = set(hm.hook_names())
+    paths = [block.path for block in family.blocks]
+    leaves = ("hook_resid_pre", *BRANCHES, "hook_resid_post")
+    missing = [f"{p}.{leaf}" for p in paths for leaf in leaves if f"{p}.{leaf}" not in known]
+    if missing:
+        raise ValueError(
+            f"The {family.family} family's blocks do not name a two-branch residual stream "
+            f"(no {', '.join(missing[:3])}); the mechanistic views need attention and MLP "
+            "outputs added to one stream."
+        )
+    return paths
+
+
+def block_activations(hm: HookedModel, x: Tensor) -> tuple[dict[str, Tensor], object]:
+    """One run on x: each block's ``hook_resid_pre``, ``hook_attn_out``, ``hook_mlp_out`` and
+    ``hook_resid_post`` by name, and the model's output."""
+    leaves = ("hook_resid_pre", *BRANCHES, "hook_resid_post")
+    names = [f"{p}.{leaf}" for p in residual_blocks(hm) for leaf in leaves]
+    with torch.no_grad():
+        output, cache = hm.run_with_cache(x, names)
+    return {n: cache[n] for n in names}, output
+
+
+def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor, object]:
+    """One clean run: the parts of the final stream, (P, B, N, C) for the stream entering the
+    first block ("embed") and each block's attention and MLP outputs, their names, the final
+    stream (B, N, C) and the model's output.
+
+    Raises:
+        ValueError: the parts do not add up to the final stream (a post-norm block, stages that
+            merge patches or change the width, CaiT's class-attention stage)."""
+    blocks = residual_blocks(hm)
+    acts, output = block_activations(hm, x)
+    names = [f"{blocks[0]}.hook_resid_pre"]
+    names += [f"{p}.{branch}" for p in blocks for branch in BRANCHES]
+    final = f"{blocks[-1]}.hook_resid_post"
+    shapes = {tuple(acts[n].shape) for n in [*names, final]}
+    if len(shapes) != 1:
+        raise ValueError(
+            f"The blocks' streams differ in shape ({sorted(shapes)[:3]}): the model changes its "
+            "tokens or width between blocks (patch merging, a class-attention stage), so its "
+            "output is not one sum of block outputs."
+        )
+    parts = torch.stack([acts[n] for n in names])
+    _check_close("The block outputs' sum", parts.sum(0), acts[final], "the final stream",
+                 "a block adds more than its attention and MLP outputs (post-norm blocks, "
+                 "a scaled or gated residual)")  # fmt: skip
+    labels = ["embed"] + [f"{p} {b.removeprefix('hook_').removesuffix('_out')}"
+                          for p in blocks for b in BRANCHES]  # fmt: skip
+    return parts, labels, acts[final], output
+
+
+def _check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
+    scale = expected.abs().max().clamp_min(1e-12)
+    error = float((value - expected).abs().max() / scale)
+    if error > TOLERANCE:
+        raise ValueError(f"{what} differs from {of} by {error:.1e} of its scale: {reason}.")
+
+
+class StreamReadout:
+    """The model's logits had its last block output a given stream (kB, N, C): by the family's
+    readout (`FamilyLayout.readout`) where it reproduces the model's output, else by the model's
+    forward on the images repeated k times with the last block's output replaced. With
+    ``frozen=True`` the norms that run after the last block divide by their scale on the clean
+    run, so the readout is affine in the stream (for B-image streams only)."""
+
+    def __init__(self, hm: HookedModel, x: Tensor, blocks: list[str]) -> None:
+        self.hm, self.x = hm, x
+        self.last = f"{blocks[-1]}.hook_resid_post"
+        self.scales: list[tuple[nn.Module, Tensor]] = []  # each norm call after the blocks
+        finished = {"last": False}
+
+        def after_last(module, args, output) -> None:
+            finished["last"] = True
+
+        def norm_scale(module, args, output) -> None:
+            if finished["last"]:
+                self.scales.append((module, _norm_scale(module, args[0])))
+
+        model = hm.model
+        handles = [model.get_submodule(blocks[-1]).register_forward_hook(after_last)]
+        handles += [m.register_forward_hook(norm_scale) for m in model.modules() if _is_norm(m)]
+        try:
+            with torch.no_grad():
+                output, cache = hm.run_with_cache(x, self.last)
+        finally:
+            for handle in handles:
+                handle.remove()
+        self.logits = model_logits(output)
+        self.stream = cache[self.last]
+        self.readout = self._family_readout()
+
+    def _family_readout(self) -> Callable[[Tensor], Tensor] | None:
+        readout = self.hm.family.readout
+        if readout is None:
+            return None
+        try:
+            with torch.no_grad():
+                read = readout(self.stream)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        if not isinstance(self.logits, Tensor) or read.shape != self.logits.shape:
+            return None
+        close = torch.allclose(read.float(), self.logits.float(), rtol=1e-4, atol=1e-5)
+        return readout if close else None
+
+    def __call__(self, stream: Tensor, frozen: bool = False) -> Tensor:
+        """(kB, K) logits for streams (kB, N, C)."""
+        repeats, rest = divmod(len(stream), len(self.x))
+        if rest or (frozen and repeats != 1):
+            raise ValueError(
+                f"The readout takes streams of k x {len(self.x)} images "
+                f"({'exactly 1 x when frozen' if frozen else 'k >= 1'}); got {len(stream)}."
+            )
+        with self._frozen_norms() if frozen else contextlib.nullcontext():
+            if self.readout is not None:
+                return self.readout(stream)
+            with self.hm.hooks(fwd={self.last: lambda t, *, name: stream}):
+                images = self.x.repeat(repeats, *[1] * (self.x.ndim - 1))
+                return model_logits(self.hm.model(images))
+
+    @contextlib.contextmanager
+    def _frozen_norms(self) -> Iterator[None]:
+        calls = {id(m): [s for n, s in self.scales if n is m] for m, _ in self.scales}
+        position = dict.fromkeys(calls, 0)
+
+        def frozen(module, args, output):
+            scale = calls[id(module)][position[id(module)]]
+            position[id(module)] += 1
+            return _norm_with_scale(module, args[0], scale)
+
+        modules = {id(m): m for m, _ in self.scales}.values()
+        handles = [m.register_forward_hook(frozen) for m in modules]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def linear_score(self, score: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        """The frozen readout's ``score`` (logits (B, K) -> (B,)) as gradient (B, N, C) and
+        constant (B,): score(readout(s)) = (gradient * s).sum((1, 2)) + constant, checked at
+        the clean stream.
+
+        Raises:
+            ValueError: the frozen readout with ``score`` is not affine in the stream there (a
+                norm vizkit cannot freeze, an attention-pooling or MLP head, a nonlinear
+                ``score``)."""
+        stream = self.stream.detach().clone().requires_grad_(True)
+        with torch.enable_grad(), frozen_parameters(self.hm.model):
+            value = score(self(stream, frozen=True))
+            (gradient,) = torch.autograd.grad(value.sum(), stream)
+        with torch.no_grad():
+            constant = score(self(torch.zeros_like(self.stream), frozen=True))
+            clean = score(self.logits)
+        _check_close("The frozen head's value at the clean stream", value.detach(), clean,
+                     "the model's", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
+        linear = (gradient * self.stream).flatten(1).sum(1) + constant
+        _check_close("The frozen head's linear part", linear, clean, "its value",
+                     "the head is not affine in the stream once its norms are frozen "
+                     "(an attention-pooling or MLP head)")  # fmt: skip
+        return gradient, constant
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return isinstance(module, nn.LayerNorm | nn.RMSNorm) or type(module).__name__ == "RmsNorm"
+
+
+def _norm_scale(module: nn.Module, x: Tensor) -> Tensor:
+    """The divisor a LayerNorm or RMSNorm applies to ``x`` (..., C), keepdim."""
+    x = x.float()
+    eps = module.eps if module.eps is not None else torch.finfo(x.dtype).eps
+    if isinstance(module, nn.LayerNorm):
+        return (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+def _norm_with_scale(module: nn.Module, x: Tensor, scale: Tensor) -> Tensor:
+    """The norm of ``x`` with its divisor fixed to ``scale``: centred (LayerNorm), divided,
+    then its affine weight and bias."""
+    if isinstance(module, nn.LayerNorm):
+        x = x - x.mean(-1, keepdim=True)
+    out = x / scale.to(x.dtype)
+    if getattr(module, "weight", None) is not None:
+        out = out * module.weight
+    if getattr(module, "bias", None) is not None:
+        out = out + module.bias
+    return out
+
+
+def pattern_name(hm: HookedModel, block: str) -> str | None:
+    """The attention map of ``block`` (its one ``hook_pattern``), None where it has none or
+    several."""
+    names = [n for n in hm.hook_names()
+             if n.startswith(f"{block}.") and n.endswith(".hook_pattern")]  # fmt: skip
+    return names[0] if len(names) == 1 else None
+
+
+def edited_forward(
+    hm: HookedModel, x: Tensor, edits: dict[str, Callable[[Tensor], Tensor]], copies: int
+) -> object:
+    """The model's output on ``x`` (B, C, H, W) repeated ``copies`` times, each named activation
+    (copies * B, ...) replaced by ``edits[name]`` of it viewed as (copies, B, ...)."""
+
+    def edit(fn: Callable[[Tensor], Tensor]) -> Callable:
+        def replace(t: Tensor, *, name: str) -> Tensor:
+            return fn(t.view(copies, -1, *t.shape[1:])).reshape(t.shape)
+
+        return replace
+
+    with torch.no_grad(), hm.hooks(fwd={n: edit(fn) for n, fn in edits.items()}):
+        return hm.model(x.repeat(copies, *[1] * (x.ndim - 1)))
+
+
+def head_outputs(hm: HookedModel, x: Tensor, blocks: list[str], attn: list[Tensor]) -> list[Tensor]:
+    """Per block (H + 1, B, N, C): its attention output split by head, f_h = W_O^h z_h (the
+    output with every other head's attention zeroed, less the output with all zeroed), the
+    last entry the output bias b_O; ``attn`` the blocks' clean outputs they must sum to.
+
+    Raises:
+        ValueError: a block without one attention map, or whose output is not linear in its
+            heads (a norm between heads and projection, talking heads)."""
+    per_block = []
+    for block, output in zip(blocks, attn, strict=True):
+        split = _split_heads(hm, x, block)
+        _check_close(f"{block}'s heads' outputs plus its bias", split.sum(0), output,
+                     "its attention output", "its output is not linear in its heads (a norm "
+                     "before the projection, heads mixed after the softmax)")  # fmt: skip
+        per_block.append(split)
+    return per_block
+
+
+def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
+    """(H + 1, B, N, C) the attention output of ``block`` with one head's map kept (the others
+    zeroed), less the output with every map zeroed; then that output (the bias)."""
+    pattern = pattern_name(hm, block)
+    if pattern is None:
+        raise ValueError(f"{block} has no single attention map (hook_pattern) to split.")
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, pattern, pattern_path="unfused")
+    heads = cache[pattern].shape[1]
+    keep = torch.cat([torch.eye(heads), torch.zeros(1, heads)]).to(x.device)  # (H + 1, H)
+    captured = {}
+
+    def zero_heads(p: Tensor) -> Tensor:  # (H + 1, B, H, ...)
+        return p * keep.view(heads + 1, 1, heads, *[1] * (p.ndim - 3)).to(p.dtype)
+
+    def read(t: Tensor) -> Tensor:
+        captured["out"] = t.clone()
+        return t
+
+    edited_forward(hm, x, {pattern: zero_heads, f"{block}.hook_attn_out": read}, heads + 1)
+    only, none = captured["out"][:heads], captured["out"][heads:]
+    return torch.cat([only - none, none])
