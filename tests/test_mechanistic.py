@@ -121,7 +121,9 @@ def test_the_views_refuse_models_they_cannot_read():
     with pytest.raises(ValueError, match="differ in shape"):
         vk.direct_logit_attribution(swin, torch.randn(1, 3, 64, 64))
     lens = vk.logit_lens(swin, torch.randn(1, 3, 64, 64))  # its last stage only
-    assert lens.layers == ["layers.1.blocks.0"] and "embed, layers.0.blocks.0" in lens.notes["skipped"]
+    assert (
+        lens.layers == ["layers.1.blocks.0"] and "embed, layers.0.blocks.0" in lens.notes["skipped"]
+    )
     vit_map, x = build("vit_map")  # an attention-pooling head
     with pytest.raises(ValueError, match="not affine"):
         vk.direct_logit_attribution(vit_map, x)
