@@ -254,6 +254,18 @@ BUILDERS = {
     "evaluation_bars": lambda: vk.viz.evaluation_bars(
         vk.evaluate(model("vit_tiny_shapes"), sample(), ["gradcam", "random"], progress=False)
     ),
+    "logit_attribution_figure": lambda: vk.viz.logit_attribution_figure(
+        vk.direct_logit_attribution(model("vit_tiny_shapes"), sample()[0], target=sample()[1]),
+        classes=classes(),
+    ),
+    "logit_lens_maps": lambda: vk.viz.logit_lens_maps(
+        vk.logit_lens(model("vit_tiny_shapes"), sample()[0]), shown(), classes=classes()
+    ),
+    "patching_maps": lambda: vk.viz.patching_maps(
+        vk.activation_patching(
+            model("vit_tiny_shapes"), sample()[0], sample()[0].flip(0), progress=False
+        )  # fmt: skip
+    ),
     "curve_comparison": lambda: vk.viz.curve_comparison(
         {
             name: vk.metrics.road(model("vit_tiny_shapes"), sample()[0], maps, sample()[1])
@@ -346,6 +358,9 @@ EXPLORERS = {
     ),
     "SaliencyComparer": lambda: vk.widgets.SaliencyComparer(
         zoo("vit_tiny_shapes")[0], sample()[0], sample()[2], methods=["rollout"]
+    ),
+    "MechanisticExplorer": lambda: vk.widgets.MechanisticExplorer(
+        zoo("vit_tiny_shapes")[0], sample()[0][:2], classes=classes()
     ),
 }  # fmt: skip
 

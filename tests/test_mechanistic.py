@@ -223,8 +223,8 @@ def test_patching_equals_explicit_loops():
         logits = _explicit(model, corrupted,
                            lambda m, layer=layer, head=head, own=own: _head_input(
                                m.blocks[layer], head, lambda z: own))  # fmt: skip
-        torch.testing.assert_close(result.heads[:, layer, head],
-                                   (score(logits) - low) / (high - low), rtol=1e-4, atol=1e-5)  # fmt: skip
+        expected = (score(logits) - low) / (high - low)
+        torch.testing.assert_close(result.heads[:, layer, head], expected, rtol=1e-4, atol=1e-5)
     assert result.resid.shape == (3, 2, 17) and result.heads.shape == (3, 2, 4)
 
 

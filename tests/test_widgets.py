@@ -389,3 +389,40 @@ def test_saliency_comparer_shows_road_curves_and_the_evaluation_over_all_images(
     computed = comparer.computed
     comparer.image.value = 2
     assert comparer.computed == computed  # the evaluation does not depend on the image
+
+
+def test_mechanistic_explorer_clicks_a_head_and_reads_the_lens(shapes_vit):
+    """A click on a head of either grid selects it (the third panel shows its attention); the
+    grids are the image's direct logit attribution and head patching; the lens view shows the
+    chosen layer; each analysis runs once per image."""
+    from vizkit.widgets import MechanisticExplorer
+
+    model, images, masks = shapes_vit
+    corrupted = images[:2] * (~masks[:2, None]).float()
+    explorer = MechanisticExplorer(model, images[:2], corrupted=corrupted)
+    dla = vk.direct_logit_attribution(model, images[:1])
+    grid = explorer.figure.data[0]
+    assert list(grid.y) == dla.blocks
+    torch.testing.assert_close(torch.tensor(grid.z, dtype=torch.float32), dla.heads[0])
+    patched = vk.activation_patching(model, images[:1], corrupted[:1], sites=("heads",),
+                                     progress=False)  # fmt: skip
+    torch.testing.assert_close(torch.tensor(explorer.figure.data[1].z, dtype=torch.float32),
+                               patched.heads[0])  # fmt: skip
+
+    class Points:
+        xs, ys = ["head 2"], [dla.blocks[1]]
+
+    explorer.figure.data[1]._click_callbacks[0](explorer.figure.data[1], Points(), None)
+    assert (explorer.layer.value, explorer.head.value) == (1, 2)
+    assert explorer.figure.layout.annotations[2].text == f"{dla.blocks[1]} head 2"
+    computed = explorer.computed
+    explorer.view.value = "logit lens"
+    assert explorer.head.disabled
+    assert "after blocks.1" in explorer.figure.layout.annotations[1].text
+    explorer.view.value = "heads"
+    explorer.layer.value = 0
+    assert explorer.computed == computed + 2  # the lens, then block 0's attention
+    explorer.layer.value = 3
+    assert explorer.computed == computed + 2  # block 3's was drawn first
+    with pytest.raises(ValueError, match="no transformer blocks"):
+        MechanisticExplorer(vk.create_model("resnet18", num_classes=3), images[:1])

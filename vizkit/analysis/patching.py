@@ -55,7 +55,8 @@ class PatchingResult(Result):
         blocks: the block paths (rows of every map).
         resid: (B, L, N) restored share, the stream entering each block patched at one
             position; attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
-            each head's output patched. None where not asked for (``options["sites"]``).
+            each head's output patched. None where not asked for (``options["sites"]``); NaN
+            past a block's own positions or heads (the stages of a hierarchical model).
         clean_score, corrupted_score: (B,) the score on each input; a restored share is NaN
             where they are equal (nothing to restore).
         targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``).
@@ -205,12 +206,26 @@ def activation_patching(
     )  # fmt: skip
     start = 0
     for site, site_edits in edits.items():
-        shape = (len(blocks), -1) if site in ("resid", "heads") else (len(blocks),)
         part = slice(start, start + len(site_edits))
-        setattr(result, site, restored[:, part].reshape(len(clean), *shape))
-        result.scores[site] = patched.transpose(0, 1)[:, part].reshape(len(clean), *shape)
+        counts = [sum(e.name.startswith(f"{b}.") for e in site_edits) for b in blocks]
+        setattr(result, site, _per_block(restored[:, part], counts, site in ("attn", "mlp")))
+        result.scores[site] = _per_block(patched.transpose(0, 1)[:, part], counts,
+                                         site in ("attn", "mlp"))  # fmt: skip
         start += len(site_edits)
     return result
+
+
+def _per_block(values: Tensor, counts: list[int], single: bool) -> Tensor:
+    """(B, L, max(counts)) from (B, sum(counts)) laid out block by block, NaN where a block has
+    fewer (the stages of a hierarchical model); (B, L) where each block has one."""
+    if single:
+        return values
+    table = values.new_full((len(values), len(counts), max(counts)), torch.nan)
+    start = 0
+    for layer, count in enumerate(counts):
+        table[:, layer, :count] = values[:, start : start + count]
+        start += count
+    return table
 
 
 @analysis_contract

@@ -5,6 +5,9 @@ from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
 from .evaluation import curve_comparison as curve_comparison
 from .evaluation import evaluation_bars as evaluation_bars
+from .mechanistic import logit_attribution_figure as logit_attribution_figure
+from .mechanistic import logit_lens_maps as logit_lens_maps
+from .mechanistic import patching_maps as patching_maps
 from .overlay import heatmap_on_image as heatmap_on_image
 from .predictions import predictions_figure as predictions_figure
 from .renderer import use_exportable_figures as use_exportable_figures
@@ -32,6 +35,9 @@ __all__ = [
     "curve_comparison",
     "display_images",
     "evaluation_bars",
+    "logit_attribution_figure",
+    "logit_lens_maps",
+    "patching_maps",
     "feature_evolution_curves",
     "heatmap_on_image",
     "layerscale_heatmap",

@@ -5,12 +5,14 @@ from .attention_explorer import AttentionExplorer as AttentionExplorer
 from .cka_explorer import CKAExplorer as CKAExplorer
 from .history_explorer import HistoryExplorer as HistoryExplorer
 from .history_explorer import tracked_quantities as tracked_quantities
+from .mechanistic_explorer import MechanisticExplorer as MechanisticExplorer
 from .saliency_comparer import SaliencyComparer as SaliencyComparer
 
 __all__ = [
     "AttentionExplorer",
     "CKAExplorer",
     "HistoryExplorer",
+    "MechanisticExplorer",
     "SaliencyComparer",
     "tracked_quantities",
 ]
