@@ -291,3 +291,33 @@ def test_mechanistic_views_on_every_family(make, size):
         ablated = vk.ablation(model, x, "mlp", progress=False)
         assert torch.isfinite(ablated.change).all()
     assert model_state(model) == before
+
+
+def test_patching_a_region_back_at_the_first_block_restores_everything():
+    """The object erased: only the patches it touches differ, so patching them into the first
+    block's input restores the clean score exactly; at a later block it equals the explicit
+    edit of those tokens."""
+    model, clean = _two_block_vit()
+    region = torch.zeros(3, 32, 32, dtype=torch.bool)
+    region[:, 4:13, 9:20] = True  # touches patches rows 0-1, cols 1-2
+    corrupted = clean.masked_fill(region[:, None], 0.0)
+    result = vk.activation_patching(model, clean, corrupted, sites=("mlp",), region=region,
+                                    progress=False)  # fmt: skip
+    torch.testing.assert_close(result.region[:, 0], torch.ones(3), rtol=1e-4, atol=1e-4)
+    hm = vk.HookedModel(model)
+    name = "blocks.1.hook_resid_pre"
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(clean, name)
+    tokens = [1 + r * 4 + c for r in (0, 1) for c in (1, 2)]  # after the class token
+
+    def patch(t, *, name):
+        t = t.clone()
+        t[:, tokens] = cache[name][:, tokens]
+        return t
+
+    with torch.no_grad(), hm.hooks(fwd={name: patch}):
+        patched = model(corrupted).gather(1, result.targets[:, None])[:, 0]
+    expected = (patched - result.corrupted_score) / (result.clean_score - result.corrupted_score)
+    torch.testing.assert_close(result.region[:, 1], expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="patch grid"):
+        vk.activation_patching(model, clean, corrupted, region=region[:, :5], progress=False)

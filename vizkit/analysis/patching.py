@@ -42,7 +42,7 @@ __all__ = [
     "activation_patching",
 ]
 
-SITES = ("resid", "attn", "mlp", "heads")
+SITES = ("resid", "attn", "mlp", "heads")  # and "region", given a region
 COMPONENTS = ("heads", "attn", "mlp", "positions")
 ABLATIONS = ("zero", "mean", "resample")
 
@@ -57,6 +57,8 @@ class PatchingResult(Result):
             position; attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
             each head's output patched. None where not asked for (``options["sites"]``); NaN
             past a block's own positions or heads (the stages of a hierarchical model).
+            region: (B, L) the stream entering each block patched at every patch of the
+            ``region`` at once.
         clean_score, corrupted_score: (B,) the score on each input; a restored share is NaN
             where they are equal (nothing to restore).
         targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``).
@@ -72,6 +74,7 @@ class PatchingResult(Result):
     attn: Tensor | None = None
     mlp: Tensor | None = None
     heads: Tensor | None = None
+    region: Tensor | None = None
     scores: dict[str, Tensor] = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     layout: TokenLayout | None = None
@@ -143,6 +146,7 @@ def activation_patching(
     target: Target = None,
     versus: Target = None,
     sites: tuple[str, ...] = SITES,
+    region: Tensor | None = None,
     batch_size: int | None = None,
     progress: bool = True,
 ) -> PatchingResult:
@@ -155,6 +159,9 @@ def activation_patching(
             subtracted (the logit difference), default none.
         sites: any of "resid" (the stream entering each block, per position), "attn", "mlp"
             (each block's output), "heads" (each head's output).
+        region: (B, H, W) bool pixel masks (an object) or (B, gh, gw) masks of the patch grid:
+            also patch the stream entering each block at every patch the region touches, at
+            once (the result's ``region``).
         batch_size: images per forward (the patched runs go together, copies of the batch).
         progress: a progress bar over the patched runs.
     """
@@ -196,6 +203,11 @@ def activation_patching(
             for name, mine, theirs in pairs
             for h in range(len(mine) - 1)
         ]
+    if region is not None:
+        tokens = _region_tokens(model, region, clean)
+        edits["region"] = [Edit(f"{b}.hook_resid_pre",
+                                _replace_tokens(tokens, clean_acts[f"{b}.hook_resid_pre"]))
+                           for b in blocks]  # fmt: skip
     every = [e for site in edits.values() for e in site]
     patched = edited_scores(model, corrupted, every, score, batch_size, progress, "patching")
     gap = high - low
@@ -208,11 +220,47 @@ def activation_patching(
     for site, site_edits in edits.items():
         part = slice(start, start + len(site_edits))
         counts = [sum(e.name.startswith(f"{b}.") for e in site_edits) for b in blocks]
-        setattr(result, site, _per_block(restored[:, part], counts, site in ("attn", "mlp")))
-        result.scores[site] = _per_block(patched.transpose(0, 1)[:, part], counts,
-                                         site in ("attn", "mlp"))  # fmt: skip
+        single = site in ("attn", "mlp", "region")
+        setattr(result, site, _per_block(restored[:, part], counts, single))
+        result.scores[site] = _per_block(patched.transpose(0, 1)[:, part], counts, single)
         start += len(site_edits)
     return result
+
+
+def _region_tokens(hm: HookedModel, region: Tensor, x: Tensor) -> Tensor:
+    """(B, N) bool: the tokens of the patches ``region`` (B, H, W) pixels or (B, gh, gw)
+    patches touches (a patch with any pixel in it); prefix tokens never."""
+    layout = hm.token_layout(tuple(x.shape[-2:]))
+    if layout is None:
+        raise ValueError("region needs a model with a patch grid; this one has none.")
+    if region.ndim != 3 or len(region) != len(x):
+        raise ValueError(
+            f"region must be (B, H, W) pixel masks or (B, gh, gw) patch masks for the {len(x)} "
+            f"images; got {tuple(region.shape)}."
+        )
+    grid, pixels = layout.grid, tuple(x.shape[-2:])
+    if tuple(region.shape[-2:]) == pixels and pixels != grid:
+        cells = (pixels[0] // grid[0], pixels[1] // grid[1])
+        region = torch.nn.functional.max_pool2d(region[:, None].float(), cells)[:, 0] > 0
+    if tuple(region.shape[-2:]) != grid:
+        raise ValueError(
+            f"region must be of the images' size {pixels} or the patch grid {grid}; got "
+            f"{tuple(region.shape[-2:])}."
+        )
+    prefix = torch.zeros(len(x), layout.num_prefix_tokens, dtype=torch.bool)
+    return torch.cat([prefix, region.bool().flatten(1).cpu()], 1).to(x.device)
+
+
+def _replace_tokens(tokens: Tensor, value: Tensor) -> Callable[[Tensor], Tensor]:
+    def fn(t: Tensor) -> Tensor:  # (B, N, C)
+        if t.shape[1] != tokens.shape[1]:
+            raise ValueError(
+                f"A block's stream has {t.shape[1]} tokens, not the {tokens.shape[1]} of the "
+                "patch grid and prefix: region patching needs one token per patch."
+            )
+        return torch.where(tokens[..., None], value, t)
+
+    return fn
 
 
 def _per_block(values: Tensor, counts: list[int], single: bool) -> Tensor:
