@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 import vizkit as vk
@@ -121,3 +122,15 @@ def test_evaluate_explanations_how_to_runs_and_shows_what_it_says():
     assert fading[-1] < fading[0] - 0.3
     table = scope["table"]
     assert table.methods == ["gradcam", "attnlrp", "random"] and scope["best"] == "attnlrp"
+
+
+def test_mechanistic_views_how_to_runs_and_shows_what_it_says():
+    scope: dict = {}
+    for i, block in enumerate(python_blocks(ROOT / "docs" / "how-to" / "mechanistic-views.md")):
+        run(block, f"mechanistic-views.md block {i}", scope)
+    dla, lens, patching = scope["dla"], scope["lens"], scope["patching"]
+    assert dla.contributions.shape == (16, 9) and dla.heads.shape == (16, 4, 4)
+    assert lens.pooled.shape == (8, 5, 10) and lens.maps().shape == (8, 5, 8, 8)
+    assert patching.resid.shape == (8, 4, 65) and patching.heads.shape == (8, 4, 4)
+    assert torch.allclose(patching.region[:, 0], torch.ones(8), atol=1e-4)
+    assert scope["heads"].accuracy.shape == (16,)
