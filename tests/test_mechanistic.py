@@ -95,7 +95,7 @@ def test_direct_logit_attribution_on_pooled_and_other_library_models():
     """Averaged patches with a register token and LayerScale (timm), and torchvision's ViT:
     the parts sum to the logit; the model is left as it was. torchvision's attention computes
     its output inside one function, so its map cannot be edited and its heads are not split
-    (the note says so)."""
+    (the note says so), nor does it call its output projection as a module."""
     for model, x in (build("vit_reg_avg"), (torchvision_vit(), torch.randn(2, 3, 32, 32))):
         before = model_state(model)
         result = vk.direct_logit_attribution(model, x)
@@ -103,7 +103,7 @@ def test_direct_logit_attribution_on_pooled_and_other_library_models():
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
         assert model_state(model) == before
         if result.heads is None:
-            assert "edit" in result.notes["heads"]
+            assert "No output projection" in result.notes["heads"]
         else:  # timm, averaging the patches: they carry every contribution, the register none
             assert torch.isfinite(result.heads).all()
             assert result.per_position[:, :, 0].abs().max() == 0
@@ -321,3 +321,39 @@ def test_patching_a_region_back_at_the_first_block_restores_everything():
     torch.testing.assert_close(result.region[:, 1], expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="patch grid"):
         vk.activation_patching(model, clean, corrupted, region=region[:, :5], progress=False)
+
+
+def test_attribution_and_patching_equal_transformer_lens():
+    """On a transformers ViT (every parameter drawn, so no norm is an identity and no bias
+    zero), TransformerLens's logit attributions of the embedding and each attention and MLP
+    output equal vizkit's, and so do the heads' (TransformerLens through its hook_z and W_O;
+    vizkit zeroes the other heads' slices of the output projection's input, as this family's
+    attention map is computed beside its output). Patching the stream entering a layer at one
+    position gives TransformerLens's patched logits (its run_with_hooks, one run per site)."""
+    pytest.importorskip("transformer_lens")
+    transformers = pytest.importorskip("transformers")
+    from tl_oracle import tl_logit_attribution, tl_resid_patching
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=64, num_labels=5)  # fmt: skip
+    model = transformers.ViTForImageClassification(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    theirs = tl_logit_attribution(model, x, target=4)
+    ours = vk.direct_logit_attribution(model, x, target=4)
+    torch.testing.assert_close(theirs["logits"], model(pixel_values=x).logits, rtol=1e-4,
+                               atol=1e-5)  # fmt: skip
+    torch.testing.assert_close(ours.contributions, theirs["parts"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.heads, theirs["heads"], rtol=1e-4, atol=1e-5)
+    corrupted = x.flip(0)
+    patching = vk.activation_patching(model, x, corrupted, target=4, sites=("resid",),
+                                      progress=False)  # fmt: skip
+    sites = [(0, 0), (1, 3), (1, 16)]
+    patched = tl_resid_patching(model, x, corrupted, sites)[..., 4]  # (S, B)
+    for (layer, position), scores in zip(sites, patched, strict=True):
+        torch.testing.assert_close(patching.scores["resid"][:, layer, position], scores,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip

@@ -284,8 +284,10 @@ def head_outputs(hm: HookedModel, x: Tensor, blocks: list[str], attn: list[Tenso
 
 
 def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
-    """(H + 1, B, N, C) the attention output of ``block`` with one head's map kept (the others
-    zeroed), less the output with every map zeroed; then that output (the bias)."""
+    """(H + 1, B, N, C) the attention output of ``block`` with one head kept (the others'
+    maps zeroed, or where a map cannot be edited on the output's path, their slices of the
+    output projection's input), less the output with every head zeroed; then that output (the
+    bias)."""
     pattern = pattern_name(hm, block)
     if pattern is None:
         raise ValueError(f"{block} has no single attention map (hook_pattern) to split.")
@@ -302,6 +304,44 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
         captured["out"] = t.clone()
         return t
 
-    edited_forward(hm, x, {pattern: zero_heads, f"{block}.hook_attn_out": read}, heads + 1)
+    out = f"{block}.hook_attn_out"
+    try:
+        edited_forward(hm, x, {pattern: zero_heads, out: read}, heads + 1)
+    except ValueError as refused:  # a map computed beside the output
+        projection = _output_projection(hm, x, pattern.removesuffix(".hook_pattern"), heads)
+        if projection is None:
+            raise ValueError(
+                f"{refused} No output projection to split the heads at either."
+            ) from refused
+
+        def zero_slices(module, args):  # (H + 1) * B, ..., H * d
+            z = args[0]
+            parts = z.view(heads + 1, -1, *z.shape[1:-1], heads, z.shape[-1] // heads)
+            mask = keep.view(heads + 1, 1, *[1] * (z.ndim - 2), heads, 1).to(z.dtype)
+            return ((parts * mask).reshape(z.shape), *args[1:])
+
+        handle = projection.register_forward_pre_hook(zero_slices)
+        try:
+            edited_forward(hm, x, {out: read}, heads + 1)
+        finally:
+            handle.remove()
     only, none = captured["out"][:heads], captured["out"][heads:]
     return torch.cat([only - none, none])
+
+
+def _output_projection(hm: HookedModel, x: Tensor, attention: str, heads: int) -> nn.Module | None:
+    """The last Linear an attention module calls that maps the heads' concatenated outputs
+    (a multiple of ``heads`` wide) to the stream (transformers' ``o_proj``); None where it
+    calls none as a module (a fused kernel, torch's MultiheadAttention)."""
+    module = hm.model.get_submodule(attention)
+    called: list[nn.Module] = []
+    handles = [m.register_forward_hook(lambda m, a, o: called.append(m))
+               for m in module.modules() if isinstance(m, nn.Linear)]  # fmt: skip
+    try:
+        with torch.no_grad():
+            hm.model(x[:1])
+    finally:
+        for handle in handles:
+            handle.remove()
+    last = called[-1] if called else None
+    return last if last is not None and last.in_features % heads == 0 else None
