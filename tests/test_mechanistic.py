@@ -329,10 +329,11 @@ def test_attribution_and_patching_equal_transformer_lens():
     output equal vizkit's, and so do the heads' (TransformerLens through its hook_z and W_O;
     vizkit zeroes the other heads' slices of the output projection's input, as this family's
     attention map is computed beside its output). Patching the stream entering a layer at one
-    position gives TransformerLens's patched logits (its run_with_hooks, one run per site)."""
+    position gives TransformerLens's patched logits (its run_with_hooks, one run per site);
+    zero-ablating a head changes the logit as zeroing its hook_z there does."""
     pytest.importorskip("transformer_lens")
     transformers = pytest.importorskip("transformers")
-    from tl_oracle import tl_logit_attribution, tl_resid_patching
+    from tl_oracle import tl_head_ablation, tl_logit_attribution, tl_resid_patching
 
     torch.manual_seed(0)
     config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32,
@@ -357,3 +358,11 @@ def test_attribution_and_patching_equal_transformer_lens():
     for (layer, position), scores in zip(sites, patched, strict=True):
         torch.testing.assert_close(patching.scores["resid"][:, layer, position], scores,
                                    rtol=1e-4, atol=1e-5)  # fmt: skip
+    ablated = vk.ablation(model, x, "heads", target=4, progress=False)
+    heads = [(0, 1), (1, 3)]
+    zeroed = tl_head_ablation(model, x, heads)[..., 4]  # (S, B)
+    clean = model(pixel_values=x).logits[:, 4]
+    for (layer, head), scores in zip(heads, zeroed, strict=True):
+        index = ablated.labels.index(f"vit.layers.{layer} head {head}")
+        torch.testing.assert_close(ablated.change[:, index], scores - clean, rtol=1e-4,
+                                   atol=1e-5)  # fmt: skip

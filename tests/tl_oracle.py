@@ -46,6 +46,22 @@ def tl_resid_patching(
     return torch.stack(runs)
 
 
+def tl_head_ablation(model: nn.Module, x: Tensor, heads: list[tuple[int, int]]) -> Tensor:
+    """(S, B, K) TransformerLens's logits with head h of layer l zeroed (its ``hook_z``), one
+    run per (l, h) of ``heads``."""
+    bridge = _bridge(model)
+    runs = []
+    with torch.no_grad():
+        for layer, head in heads:
+
+            def zero(z, hook, head=head):  # (B, N, H, d)
+                z[:, :, head] = 0.0
+                return z
+
+            runs.append(bridge.run_with_hooks(x, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", zero)]))
+    return torch.stack(runs)
+
+
 def tl_logit_attribution(model: nn.Module, pixels: Tensor, target: int) -> dict[str, Tensor]:
     """TransformerLens's logits (B, K), parts (B, 1 + 2L) at the class token (embed, then
     each layer's attention and MLP output) and heads (B, L, H, each W_O^h z_h without b_O)."""
