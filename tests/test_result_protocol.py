@@ -100,6 +100,16 @@ EXAMPLES = {
         lambda: vk.metrics.sanity_check(*build("vit"), "saliency", progress=False),
         False,
     ),
+    "LogitAttribution": (lambda: vk.direct_logit_attribution(*build("vit"), versus=0), True),
+    "LogitLens": (lambda: vk.logit_lens(*build("vit")), True),
+    "PatchingResult": (
+        lambda: vk.activation_patching(*build("vit"), build("vit")[1].flip(0), progress=False),
+        True,
+    ),
+    "AblationResult": (
+        lambda: vk.ablation(*build("vit"), "mlp", labels=torch.tensor([0, 1]), progress=False),
+        True,
+    ),
 }
 
 
