@@ -282,6 +282,15 @@ BUILDERS = {
     "mask_layers_figure": lambda: vk.papers.masks.mask_layers_figure(
         elm_masks(), GRID, "ELM masks"
     ),
+    "masks_as_kernels_figure": lambda: vk.papers.masks.masks_as_kernels_figure(
+        {
+            "RetNet": vk.papers.masks.DecayMask(4, "causal")(GRID)[0],
+            "RMT": vk.papers.masks.DecayMask(4)(GRID)[0],
+            "local": vk.papers.masks.LocalMask(1)(GRID)[0],
+            "ELM": next(iter(elm_masks().values())),
+        },
+        GRID,
+    ),  # fmt: skip
     "radial_profiles_figure": lambda: vk.papers.masks.radial_profiles_figure(
         {"ELM": elm_masks()}, GRID, "Mean mask value against distance"
     ),

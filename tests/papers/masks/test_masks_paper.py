@@ -291,7 +291,7 @@ def test_masked_vit_with_a_class_token_leaves_it_unmasked():
 
 @pytest.mark.parametrize(
     "build, match",
-    [(lambda: timm.create_model("vizkit_gmm_vit_tiny", mask="retnet"), "mask must be one of"),
+    [(lambda: timm.create_model("vizkit_gmm_vit_tiny", mask="alibi"), "mask must be one of"),
      (lambda: GaussianMixtureMask(4, num_kernels=0), "num_kernels must be"),
      (lambda: GMMAttention(32, 4, attn_head_dim=16), "keeps head_dim"),
      (lambda: GMMAttention(32, 4, scale_norm=True), "does not support scale_norm"),

@@ -26,6 +26,7 @@ __all__ = [
     "mask_figure",
     "mask_evolution_figure",
     "mask_layers_figure",
+    "masks_as_kernels_figure",
     "radial_profiles_figure",
     "received_attention_figure",
 ]
@@ -65,6 +66,40 @@ def mask_figure(
     square_cells(fig)
     fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmid": 0})
     return finish(fig, title or "Learned attention mask", 430)
+
+
+def masks_as_kernels_figure(masks: Mapping[str, Tensor], grid: tuple[int, int]) -> go.Figure:
+    """The paper's Fig. 2, RetNet viewed through convolution: each mask (Np, Np) over the patch
+    grid (top) and the kernel its row at the centre patch is, folded onto the (gh, gw) grid
+    (bottom), side by side for several masks (``masks``: name -> its first head's mask). Each
+    panel is min-max scaled: the masks differ in scale and sign, the shapes are compared."""
+    gh, gw = grid
+    centre = (gh // 2) * gw + gw // 2
+    for name, mask in masks.items():
+        if mask.shape != (gh * gw, gh * gw):
+            raise ValueError(
+                f"mask {name!r} must be ({gh * gw}, {gh * gw}); got {tuple(mask.shape)}."
+            )
+    fig = make_subplots(rows=2, cols=len(masks), subplot_titles=list(masks),
+                        vertical_spacing=0.08, horizontal_spacing=0.03)  # fmt: skip
+    for col, mask in enumerate(masks.values(), start=1):
+        values = mask.detach().float().cpu()
+        span = (values.max() - values.min()).clamp_min(1e-12)
+        scaled = (values - values.min()) / span
+        kernel = scaled[centre].view(gh, gw)
+        for row, z, hover in ((1, scaled, "query %{y}, key %{x}"),
+                              (2, kernel, "patch (row %{y}, col %{x})")):  # fmt: skip
+            fig.add_trace(go.Heatmap(z=z.numpy(), coloraxis="coloraxis",
+                                     hovertemplate=f"{hover}: %{{z:.3f}}<extra></extra>"),
+                          row=row, col=col)  # fmt: skip
+    map_axes(fig)
+    fig.update_layout(coloraxis={"colorscale": "viridis", "cmin": 0, "cmax": 1,
+                                 "colorbar": {"title": "min-max<br>per panel"}})  # fmt: skip
+    title = (
+        "Masks as convolutions (Fig. 2): each mask over the patches (top) and its row at the "
+        f"centre patch on the {gh} x {gw} grid (bottom), the kernel it applies"
+    )
+    return finish(fig, title, 560)
 
 
 def folded_mask(mask: Tensor, grid: tuple[int, int]) -> Tensor:

@@ -17,11 +17,20 @@ from torch import Tensor
 
 from ...datasets.shapes import SHAPES_MEAN, SHAPES_STD
 from ...models.counting import param_count
+from .attention_masks import DecayMask, LocalMask
 from .masked_attention import ELMAttention, GMMAttention, MaskedAttention
 
-__all__ = ["MASKS", "MaskedViT", "PAPER_CONFIGS", "PAPER_COUNTS", "masked_vit_params"]
+__all__ = [
+    "DECAY_MASKS",
+    "MASKS",
+    "MaskedViT",
+    "PAPER_CONFIGS",
+    "PAPER_COUNTS",
+    "masked_vit_params",
+]
 
-MASKS = ("none", "elm", "gmm")
+MASKS = ("none", "elm", "gmm")  # registered for every configuration
+DECAY_MASKS = ("retnet", "rmt", "local")  # the decays the paper starts from: the tiny model
 _PAPER_VIT = {"img_size": 32, "patch_size": 4, "mlp_ratio": 2.0, "qkv_bias": False,
               "class_token": False, "global_pool": "avg", "num_classes": 10}  # fmt: skip
 
@@ -81,8 +90,13 @@ class MaskedViT(VisionTransformer):
     """A ViT whose attention layers multiply a learned mask into their scores.
 
     Args:
-        mask: "none" (timm's attention: the baseline), "elm" or "gmm".
+        mask: "none" (timm's attention: the baseline), "elm", "gmm", or a decay the paper
+            starts from: "retnet" (RetNet's causal gamma^(n - m) over the patches in raster
+            order), "rmt" (RMT's Manhattan gamma^(|dx| + |dy|)), both with RetNet's gamma per
+            head, or "local" (1 within ``radius`` patches). Each multiplies the scores, as
+            ELM and GMM do.
         num_kernels, share_heads, eps, official_underflow: the GMM's (see `GMMAttention`).
+        learnable_gamma: learn the decays' gamma (else fixed). radius: the local mask's.
         **kwargs: `VisionTransformer` arguments.
 
     Each input's patch grid is passed to the attention layers (in ``_pos_embed``, which every
@@ -97,11 +111,14 @@ class MaskedViT(VisionTransformer):
         share_heads: bool = False,
         eps: float | None = None,
         official_underflow: bool = False,
+        learnable_gamma: bool = False,
+        radius: int = 1,
         weight_init: str = "",
         **kwargs,
     ) -> None:
-        if mask not in MASKS:
-            raise ValueError(f"mask must be one of {', '.join(map(repr, MASKS))}; got {mask!r}.")
+        if mask not in (*MASKS, *DECAY_MASKS):
+            known = ", ".join(map(repr, (*MASKS, *DECAY_MASKS)))
+            raise ValueError(f"mask must be one of {known}; got {mask!r}.")
         super().__init__(weight_init="skip", **kwargs)
         self.mask_type = mask
         if mask != "none":
@@ -112,13 +129,20 @@ class MaskedViT(VisionTransformer):
                       "num_prefix_tokens": self.num_prefix_tokens}  # fmt: skip
             if mask == "elm":
                 layer = {"cls": ELMAttention, "grid": self.patch_embed.grid_size}
+            elif mask in DECAY_MASKS:
+                layer = {"cls": MaskedAttention}
             else:
                 gmm = {"num_kernels": num_kernels, "share_heads": share_heads,
                        "official_underflow": official_underflow}  # fmt: skip
                 layer = {"cls": GMMAttention, **gmm, **({"eps": eps} if eps is not None else {})}
             cls = layer.pop("cls")
             for block in self.blocks:  # timm built plain `Attention`; swap it
-                block.attn = cls(self.embed_dim, block.attn.num_heads, **common, **layer)
+                heads = block.attn.num_heads
+                if mask in DECAY_MASKS:
+                    layer["mask"] = (LocalMask(radius) if mask == "local" else DecayMask(
+                        heads, "causal" if mask == "retnet" else "manhattan",
+                        learnable=learnable_gamma))  # fmt: skip
+                block.attn = cls(self.embed_dim, heads, **common, **layer)
         if weight_init != "skip":
             self.init_weights(weight_init)
 
@@ -127,7 +151,7 @@ class MaskedViT(VisionTransformer):
         C) with ``dynamic_img_size``, else (B, Np, C) on the fixed grid."""
         grid = tuple(x.shape[1:3]) if x.ndim == 4 else tuple(self.patch_embed.grid_size)
         for layer in (b.attn for b in self.blocks if isinstance(b.attn, MaskedAttention)):
-            if self.mask_type == "gmm":
+            if self.mask_type != "elm":  # masks of patch offsets: any grid
                 layer.grid_size = grid
             elif tuple(grid) != layer.mask.grid:
                 layer.mask(grid)  # raises the ELM's error before any work
@@ -148,8 +172,13 @@ _TINY_IMAGENET_CFG = {**_CIFAR_CFG, "input_size": (3, 64, 64), "num_classes": 20
                       "std": (0.2770, 0.2691, 0.2821)}  # fmt: skip
 _DESCRIBE = {"none": "the paper's baseline ViT (no class token, global average pooling)",
              "elm": "ELM-ViT: an element-wise learned mask in every block",
-             "gmm": "GMM-ViT: a Gaussian mixture mask in every block"}  # fmt: skip
-_PREFIX = {"none": "gap", "elm": "elm", "gmm": "gmm"}
+             "gmm": "GMM-ViT: a Gaussian mixture mask in every block",
+             "retnet": "RetNet's causal decay gamma^(n - m) multiplying the scores in every block",
+             "rmt": "RMT's Manhattan decay gamma^(|dx| + |dy|) multiplying the scores in every "
+                    "block",
+             "local": "a 3 x 3 local window multiplying the scores in every block"}  # fmt: skip
+_PREFIX = {"none": "gap", "elm": "elm", "gmm": "gmm", "retnet": "retnet", "rmt": "rmt",
+           "local": "local"}  # fmt: skip
 
 
 def _entrypoint(mask: str, config: str):
@@ -181,7 +210,10 @@ default_cfgs = generate_default_cfgs(
         for mask in MASKS
         for config in PAPER_CONFIGS
     }
+    | {f"vizkit_{mask}_vit_tiny": _SHAPES_CFG for mask in DECAY_MASKS}
 )
 for _mask in MASKS:
     for _config in PAPER_CONFIGS:
         register_model(_entrypoint(_mask, _config))
+for _mask in DECAY_MASKS:
+    register_model(_entrypoint(_mask, "tiny"))
