@@ -27,7 +27,8 @@ def _positions(grid):
 
 
 def test_retnet_decay_is_causal_gamma_to_the_raster_distance():
-    """Sun et al. 2023, Eq. 5: D_nm = gamma^(n - m) for n >= m, else 0; gamma_h = 1 - 2^(-5-h)."""
+    """Sun et al. 2023, the parallel form: D_nm = gamma^(n - m) for n >= m, else 0; with
+    gamma_h = 1 - 2^(-5-h)."""
     mask = DecayMask(3, "causal")(GRID)
     gammas = retnet_gammas(3)
     assert torch.allclose(gammas, torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128],
@@ -40,7 +41,8 @@ def test_retnet_decay_is_causal_gamma_to_the_raster_distance():
 
 
 def test_rmt_decay_is_gamma_to_the_manhattan_distance():
-    """Fan et al. 2023, Eq. 5: D_nm = gamma^(|x_n - x_m| + |y_n - y_m|), two-sided."""
+    """Fan et al. 2023, Manhattan self-attention: D_nm = gamma^(|x_n - x_m| + |y_n - y_m|),
+    two-sided."""
     gammas = torch.tensor([0.5, 0.9])
     mask = DecayMask(2, "manhattan", gammas)(GRID)
     for h, gamma in enumerate(gammas.tolist()):

@@ -14,10 +14,10 @@ The paper's starting point (§ 1 and Fig. 2) is RetNet's explicit distance decay
 convolution. These masks bring the decays it compares with onto the same footing:
 
 - `DecayMask`: RetNet's causal decay D_nm = gamma^(n - m) for n >= m, else 0, over the patches
-  in raster order (Sun et al. 2023, "Retentive Network", Eq. 5), or RMT's two-dimensional
-  Manhattan decay gamma^(|dx| + |dy|) (Fan et al. 2023, "RMT: Retentive Networks Meet Vision
-  Transformers", Eq. 5); one gamma per head, RetNet's 1 - 2^(-5 - h) by default, fixed or
-  learned.
+  in raster order (Sun et al. 2023, "Retentive Network", its parallel form), or RMT's
+  two-dimensional Manhattan decay gamma^(|dx| + |dy|) (Fan et al. 2023, "RMT: Retentive
+  Networks Meet Vision Transformers", its Manhattan self-attention); one gamma per head,
+  RetNet's 1 - 2^(-5 - h) by default, fixed or learned.
 - `LocalMask`: 1 within a (2r + 1) x (2r + 1) neighbourhood of patches, 0 outside (Fig. 2 (d)).
 
 Each of these and the GMM depends on the offset between patches only, so its row for patch i is
