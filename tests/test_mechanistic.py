@@ -366,3 +366,55 @@ def test_attribution_and_patching_equal_transformer_lens():
         index = ablated.labels.index(f"vit.layers.{layer} head {head}")
         torch.testing.assert_close(ablated.change[:, index], scores - clean, rtol=1e-4,
                                    atol=1e-5)  # fmt: skip
+
+
+def test_the_views_refuse_what_they_would_get_wrong():
+    """A max-pooling head (piecewise linear: affine at the image, not additive over the parts),
+    talking heads (mixed after the softmax: the map's heads are not the output's), a stream
+    whose tokens are not the model's grid (ConViT's class token joins late), references of
+    another size, and a model that outputs NaN are refused, each with the reason."""
+    torch.manual_seed(0)
+    maxpool = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32,
+                                depth=2, num_heads=4, num_classes=5, global_pool="max",
+                                class_token=False).eval()  # fmt: skip
+    x = torch.randn(2, 3, 32, 32)
+    with pytest.raises(ValueError, match="not additive"):
+        vk.direct_logit_attribution(maxpool, x)
+    cait = timm.create_model("cait_xxs24_224", img_size=32, patch_size=8, embed_dim=32, depth=2,
+                             num_heads=4, depth_token_only=1, num_classes=5).eval()  # fmt: skip
+    with pytest.raises(ValueError, match="mixed after the softmax"):
+        vk.ablation(cait, x, "heads", progress=False)
+    convit = timm.create_model("convit_tiny", img_size=32, patch_size=8, embed_dim=8,
+                               num_heads=4, depth=2, local_up_to_layer=1,
+                               num_classes=5).eval()  # fmt: skip
+    with pytest.raises(ValueError, match="do not line up"):
+        vk.activation_patching(convit, x, x.flip(0), sites=("resid",), progress=False)
+    with pytest.raises(ValueError, match="do not line up"):
+        vk.ablation(convit, x, "positions", progress=False)
+    dynamic = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32,
+                                depth=2, num_heads=4, num_classes=5,
+                                dynamic_img_size=True).eval()  # fmt: skip
+    with pytest.raises(ValueError, match="reference images must be"):
+        vk.ablation(dynamic, x, "positions", mode="mean", reference=torch.randn(3, 3, 24, 24),
+                    progress=False)  # fmt: skip
+    model, _ = _two_block_vit()
+    with torch.no_grad():
+        model.blocks[1].mlp.fc2.bias[0] = float("inf")
+    for view in (lambda: vk.direct_logit_attribution(model, x), lambda: vk.logit_lens(model, x),
+                 lambda: vk.ablation(model, x, "mlp", progress=False)):  # fmt: skip
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            view()
+
+
+def test_heads_split_at_the_output_projection_equal_the_map_split():
+    """transformers' Data2Vec-Vision: with eager attention vizkit zeroes heads in the map, with
+    sdpa (the map computed beside) at the output projection's input, which must be the
+    projection (not the values' Linear, whose input the queries' and keys' share)."""
+    from test_transformers_swin_beit import build as build_hf
+    from test_transformers_swin_beit import images as hf_images
+
+    x = hf_images(2)
+    eager = vk.direct_logit_attribution(build_hf("data2vec", "eager"), x)
+    sdpa = vk.direct_logit_attribution(build_hf("data2vec", "sdpa"), x)
+    assert eager.heads is not None and sdpa.heads is not None
+    torch.testing.assert_close(sdpa.heads, eager.heads, rtol=1e-4, atol=1e-6)

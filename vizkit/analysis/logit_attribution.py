@@ -116,6 +116,7 @@ def direct_logit_attribution(
     readout = StreamReadout(model, x, blocks)
     gradient, constant = readout.linear_score(lambda out: logit_score(out, targets, other))
     per_position = (parts * gradient).sum(-1).transpose(0, 1)  # (B, P, N)
+    _check_additive(readout, parts, per_position.sum(-1), constant, targets, other)
     result = LogitAttribution(
         labels, per_position.sum(-1), per_position, constant, logit_score(logits, targets, other),
         targets, other, blocks,
@@ -134,3 +135,27 @@ def direct_logit_attribution(
             result.heads_per_position = by_head.permute(2, 0, 1, 3)
             result.heads = result.heads_per_position.sum(-1)
     return result
+
+
+def _check_additive(
+    readout: StreamReadout, parts: Tensor, contributions: Tensor, constant: Tensor,
+    targets: Tensor, versus: Tensor | None,
+) -> None:  # fmt: skip
+    """Each part alone through the frozen head gives its contribution: the head is additive
+    over the parts, not only affine at the clean stream (a max pooling is piecewise linear and
+    passes that check).
+
+    Raises:
+        ValueError: a part whose own reading differs from its contribution."""
+    with torch.no_grad():
+        alone = torch.stack([logit_score(readout(part, frozen=True), targets, versus)
+                             for part in parts], 1) - constant[:, None]  # fmt: skip
+    scale = contributions.abs().max().clamp_min(1e-12)
+    error = float((alone - contributions).abs().max() / scale)
+    if not error <= 1e-4:
+        raise ValueError(
+            f"Each part read alone through the frozen head differs from its contribution by "
+            f"{error:.1e} of their scale: the head is not additive over the stream's parts (a "
+            "max pooling, or another head that is only piecewise linear), so a direct logit "
+            "attribution would be a linearisation at these images, not a decomposition."
+        )

@@ -183,6 +183,7 @@ def activation_patching(
     high, low = score(model_logits(clean_out)), score(model_logits(corrupted_out))
     edits: dict[str, list[Edit]] = {}
     if "resid" in sites:
+        _require_aligned_tokens(model, clean, clean_acts, blocks)
         edits["resid"] = [
             Edit(f"{b}.hook_resid_pre", _replace_position(p, stream[:, p]))
             for b in blocks
@@ -225,6 +226,25 @@ def activation_patching(
         result.scores[site] = _per_block(patched.transpose(0, 1)[:, part], counts, single)
         start += len(site_edits)
     return result
+
+
+def _require_aligned_tokens(
+    hm: HookedModel, x: Tensor, acts: dict[str, Tensor], blocks: list[str]
+) -> None:  # fmt: skip
+    """Refuse per-position sites where a block's stream is not the model's tokens (prefix,
+    then the patch grid): positions would not line up across blocks (ConViT's class token
+    joins late; a hierarchical model's stages)."""
+    layout = hm.token_layout(tuple(x.shape[-2:]))
+    expected = None if layout is None else layout.num_tokens
+    counts = {b: acts[f"{b}.hook_resid_pre"].shape[1] for b in blocks}
+    odd = {b: n for b, n in counts.items() if n != expected}
+    if odd:
+        raise ValueError(
+            f"The stream entering {', '.join(list(odd)[:3])} holds {sorted(set(odd.values()))} "
+            f"tokens, not the model's {expected} (prefix tokens, then the patch grid), so its "
+            "positions do not line up with the other blocks' or the image; patch whole "
+            "outputs (sites=('attn', 'mlp')) or a region instead."
+        )
 
 
 def _region_tokens(hm: HookedModel, region: Tensor, x: Tensor) -> Tensor:
@@ -307,6 +327,11 @@ def ablation(
     check_choice("mode", mode, ABLATIONS)
     seed = check_count("seed", seed, 0)
     reference = x if reference is None else check_images(model.model, reference)
+    if reference.shape[-2:] != x.shape[-2:]:
+        raise ValueError(
+            f"reference images must be of the images' size {tuple(x.shape[-2:])}, so that each "
+            f"ablated activation has a reference value; got {tuple(reference.shape[-2:])}."
+        )
     blocks = residual_blocks(model)
     acts, output = block_activations(model, x)
     logits = model_logits(output)
@@ -337,6 +362,7 @@ def ablation(
             edits.append(Edit(name, _replace(replacement(reference_acts[name]))))
             names.append(f"{b} {component}")
     else:
+        _require_aligned_tokens(model, x, acts, blocks[:1])
         embedded = reference_acts[f"{blocks[0]}.hook_resid_pre"]  # (R, N, C)
         for p in range(embedded.shape[1]):
             edits.append(Edit(f"{blocks[0]}.hook_resid_pre",

@@ -71,7 +71,18 @@ def block_activations(hm: HookedModel, x: Tensor) -> tuple[dict[str, Tensor], ob
     names = [f"{p}.{leaf}" for p in residual_blocks(hm) for leaf in leaves]
     with torch.no_grad():
         output, cache = hm.run_with_cache(x, names)
+    _require_finite(output)
     return {n: cache[n] for n in names}, output
+
+
+def _require_finite(output: object) -> None:
+    """Refuse a model output (logits) holding NaN or infinities."""
+    logits = model_logits(output)
+    if isinstance(logits, Tensor) and not bool(torch.isfinite(logits).all()):
+        raise ValueError(
+            "The model's output holds NaN or infinite values on these images, so no score "
+            "computed from it means anything; check the model's weights and the inputs."
+        )
 
 
 def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor, object]:
@@ -106,7 +117,7 @@ def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor,
 def _check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
     scale = expected.abs().max().clamp_min(1e-12)
     error = float((value - expected).abs().max() / scale)
-    if error > TOLERANCE:
+    if not error <= TOLERANCE:  # NaN fails too
         raise ValueError(f"{what} differs from {of} by {error:.1e} of its scale: {reason}.")
 
 
@@ -139,6 +150,7 @@ class StreamReadout:
         finally:
             for handle in handles:
                 handle.remove()
+        _require_finite(output)
         self.logits = model_logits(output)
         self.stream = cache[self.last]
         self.readout = self._family_readout()
@@ -243,10 +255,10 @@ def _norm_with_scale(module: nn.Module, x: Tensor, scale: Tensor) -> Tensor:
 
 def pattern_name(hm: HookedModel, block: str) -> str | None:
     """The attention map of ``block`` (its one ``hook_pattern``), None where it has none or
-    several."""
-    names = [n for n in hm.hook_names()
-             if n.startswith(f"{block}.") and n.endswith(".hook_pattern")]  # fmt: skip
-    return names[0] if len(names) == 1 else None
+    several (talking heads' mixed map beside it: the heads are mixed after the softmax)."""
+    names = [n for n in hm.hook_names() if n.startswith(f"{block}.")
+             and n.rsplit(".", 1)[-1].startswith("hook_pattern")]  # fmt: skip
+    return names[0] if len(names) == 1 and names[0].endswith(".hook_pattern") else None
 
 
 def edited_forward(
@@ -290,7 +302,10 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
     bias)."""
     pattern = pattern_name(hm, block)
     if pattern is None:
-        raise ValueError(f"{block} has no single attention map (hook_pattern) to split.")
+        raise ValueError(
+            f"{block} has no single attention map (hook_pattern) to split its heads at (none, "
+            "or several: heads mixed after the softmax, as talking heads)."
+        )
     with torch.no_grad():
         _, cache = hm.run_with_cache(x, pattern, pattern_path="unfused")
     heads = cache[pattern].shape[1]
@@ -308,7 +323,7 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
     try:
         edited_forward(hm, x, {pattern: zero_heads, out: read}, heads + 1)
     except ValueError as refused:  # a map computed beside the output
-        projection = _output_projection(hm, x, pattern.removesuffix(".hook_pattern"), heads)
+        projection = _output_projection(hm, x, block, heads)
         if projection is None:
             raise ValueError(
                 f"{refused} No output projection to split the heads at either."
@@ -329,19 +344,36 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
     return torch.cat([only - none, none])
 
 
-def _output_projection(hm: HookedModel, x: Tensor, attention: str, heads: int) -> nn.Module | None:
-    """The last Linear an attention module calls that maps the heads' concatenated outputs
-    (a multiple of ``heads`` wide) to the stream (transformers' ``o_proj``); None where it
-    calls none as a module (a fused kernel, torch's MultiheadAttention)."""
-    module = hm.model.get_submodule(attention)
-    called: list[nn.Module] = []
-    handles = [m.register_forward_hook(lambda m, a, o: called.append(m))
-               for m in module.modules() if isinstance(m, nn.Linear)]  # fmt: skip
+def _output_projection(hm: HookedModel, x: Tensor, block: str, heads: int) -> nn.Module | None:
+    """The Linear of ``block`` that maps the heads' concatenated outputs to the stream (the
+    output projection: transformers' ``o_proj``): the last Linear called before the block's
+    attention output is added, whose input is not also another Linear's input (the queries',
+    keys' and values' projections share theirs) and is a multiple of ``heads`` wide. None
+    where there is none (a fused kernel, torch's MultiheadAttention)."""
+    calls: list[tuple[nn.Module, Tensor]] = []
+    added = {"attn": False}
+
+    def called(module, args, output):
+        if not added["attn"]:
+            calls.append((module, args[0]))
+
+    def attention_added(t: Tensor, *, name: str) -> None:
+        added["attn"] = True
+
+    module = hm.model.get_submodule(block)
+    handles = [
+        m.register_forward_hook(called) for m in module.modules() if isinstance(m, nn.Linear)
+    ]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), hm.hooks(fwd={f"{block}.hook_attn_out": attention_added}):
             hm.model(x[:1])
     finally:
         for handle in handles:
             handle.remove()
-    last = called[-1] if called else None
-    return last if last is not None and last.in_features % heads == 0 else None
+    for i in range(len(calls) - 1, -1, -1):
+        linear, given = calls[i]
+        shared = any(other is not linear and o.shape == given.shape and torch.equal(o, given)
+                     for other, o in calls)  # fmt: skip
+        if not shared:
+            return linear if linear.in_features % heads == 0 else None
+    return None
