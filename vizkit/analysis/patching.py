@@ -56,7 +56,8 @@ class PatchingResult(Result):
         resid: (B, L, N) restored share, the stream entering each block patched at one
             position; attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
             each head's output patched. None where not asked for (``options["sites"]``); NaN
-            past a block's own positions or heads (the stages of a hierarchical model).
+            past a block's own heads (the stages of a hierarchical model differ in heads;
+            per-position sites are refused there).
             region: (B, L) the stream entering each block patched at every patch of the
             ``region`` at once.
         clean_score, corrupted_score: (B,) the score on each input; a restored share is NaN
