@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import timm
+import torch
+from torch import nn
 
 from vizkit import coverage
 
@@ -21,3 +23,15 @@ def representatives() -> list:
             pytest.param(m.build, m.size, id=f"{library}:{name}") for name, m in models.items()
         ]
     return reps
+
+
+def drawn(make) -> nn.Module:
+    """``make()`` seeded and in eval mode, with the weights timm starts at zero (a classifier
+    head) drawn, so that gradients and relevance reach the input."""
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim > 1 and not p.any():
+                p.normal_(std=0.02)
+    return model

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import build, torchvision_vit
 from lxt_oracle import lxt_relevance
-from representatives import representatives
+from representatives import drawn, representatives
 
 import vizkit as vk
 from vizkit import coverage
@@ -98,12 +98,7 @@ def test_relevance_rules_on_every_family(make, size, request):
     model's own logits, and CP-LRP conserves the logit: the images' relevance and the additive
     parameters' sum to it (to 1e-4 of the images' total |relevance|), except where the model
     adds constants of its own or fuses a nonlinearity (`_UNCONSERVED`)."""
-    torch.manual_seed(0)
-    model = make().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1 and not p.any():  # a head timm starts at zero: no relevance
-                p.normal_(std=0.02)
+    model = drawn(make)
     x = coverage._images(model, size)[:2]
     with frozen_parameters(model), torch.enable_grad():
         plain = model_logits(model(x.clone().requires_grad_(True))).detach()

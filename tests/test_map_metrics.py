@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from representatives import representatives
+from representatives import drawn, representatives
 
 import vizkit as vk
 from vizkit import coverage
@@ -280,12 +280,7 @@ def test_every_metric_runs_on_every_family(make, size):
     smooth map (its coarse options: one ROAD share, two deletion steps) with finite values in
     their ranges (faithfulness correlation NaN, as documented, where the model's output does not
     depend on its input), and the model's parameters are unchanged."""
-    torch.manual_seed(0)
-    model = make().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1 and not p.any():  # a head timm starts at zero: no gradient
-                p.normal_(std=0.02)
+    model = drawn(make)
     x = coverage._images(model, size)[:2]
     side = x.shape[-1]
     grid = torch.linspace(-1, 1, side)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import build, model_state, torchvision_vit
-from representatives import representatives
+from representatives import drawn, representatives
 
 import vizkit as vk
 from vizkit import coverage
@@ -265,12 +265,7 @@ def test_mechanistic_views_on_every_family(make, size):
     """On each representative of docs/coverage.md, each view either runs (the attribution
     summing to the logit, the lens's last reading the model's output) or refuses with a
     ValueError that says why; the model is left as it was."""
-    torch.manual_seed(0)
-    model = make().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1 and not p.any():  # a head timm starts at zero
-                p.normal_(std=0.02)
+    model = drawn(make)
     x = coverage._images(model, size)[:2]
     before = model_state(model)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from representatives import representatives
+from representatives import drawn, representatives
 from scipy import stats
 
 import vizkit as vk
@@ -173,13 +173,8 @@ def test_sanity_check_on_every_family(make, size):
     of the model (each layer some); the cascading check of the input gradient runs to the end with
     finite maps, leaves the model bit-identical, and the fully randomized model's maps differ
     from the model's."""
-    torch.manual_seed(0)
-    model = make().eval()
+    model = drawn(make)
     x = coverage._images(model, size)[:2]
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim > 1 and not p.any():  # a head timm starts at zero: no gradient
-                p.normal_(std=0.02)
     layers = sanity.randomization_layers(model, x)
 
     def held(layer: str) -> list[int]:  # the parameters a layer randomizes

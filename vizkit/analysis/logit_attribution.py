@@ -22,7 +22,12 @@ from ..hooks.targets import model_logits, target_indices
 from .residual_stream import StreamReadout, head_outputs, residual_blocks, stream_parts
 from .result import Result
 
-__all__ = ["LogitAttribution", "direct_logit_attribution", "logit_score"]
+__all__ = [
+    "LogitAttribution",
+    "direct_logit_attribution",
+    "logit_score",
+    "require_class_indices",
+]
 
 
 @dataclass(repr=False)
@@ -71,6 +76,17 @@ class LogitAttribution(Result):
         return [(self.blocks[i // heads], i % heads, float(mean.flatten()[i])) for i in order]
 
 
+def require_class_indices(target: Target, versus: Target) -> None:
+    """Refuse a callable ``target`` or ``versus``: the views score a logit or a difference of
+    two, so both are class indices (an int or B ints) or None."""
+    for name, value in (("target", target), ("versus", versus)):
+        if callable(value) and not isinstance(value, Tensor):
+            raise TypeError(
+                f"The mechanistic views score a logit (or a difference of two), so {name} must "
+                "be class indices (an int or B ints), not a callable."
+            )
+
+
 def logit_score(logits: Tensor, targets: Tensor, versus: Tensor | None) -> Tensor:
     """(B,) the ``targets`` logit of each row of ``logits`` (B, K), less the ``versus`` one."""
     score = logits.gather(1, targets[:, None].to(logits.device))[:, 0]
@@ -102,12 +118,7 @@ def direct_logit_attribution(
             affine once its norms are frozen (the message says which); a callable target.
     """
     x = check_images(model.model, x)
-    for name, value in (("target", target), ("versus", versus)):
-        if callable(value) and not isinstance(value, Tensor):
-            raise TypeError(
-                f"direct_logit_attribution splits a logit (or a difference of two), so {name} "
-                "must be class indices (an int or B ints), not a callable."
-            )
+    require_class_indices(target, versus)
     parts, labels, final, output = stream_parts(model, x)
     logits = model_logits(output)
     targets = target_indices(logits, target)

@@ -28,7 +28,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.targets import model_logits, target_indices
 from .component_edits import Edit, edited_scores
-from .logit_attribution import logit_score
+from .logit_attribution import logit_score, require_class_indices
 from .residual_stream import block_activations, head_outputs, residual_blocks
 from .result import Result
 
@@ -116,9 +116,7 @@ class AblationResult(Result):
 
 
 def _classes(logits: Tensor, target: Target, versus: Target) -> tuple[Tensor, Tensor | None]:
-    for name, value in (("target", target), ("versus", versus)):
-        if callable(value) and not isinstance(value, Tensor):
-            raise TypeError(f"{name} must be class indices (an int or B ints), not a callable.")
+    require_class_indices(target, versus)
     targets = target_indices(logits, target)
     return targets, None if versus is None else target_indices(logits, versus)
 
