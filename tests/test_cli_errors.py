@@ -122,6 +122,7 @@ TIMM = ["info", "--model", "vit_tiny_patch16_224", "--checkpoint"]
             "Device 'cuda:99' does not exist here; available: ['cpu']",
         ),
         (["report", "--device", "tpu"], "'tpu' is not a device"),
+        (["train", SMALL, "--device", "cuda:99"], "Device 'cuda:99' does not exist here"),
         ([*TIMM, f"{{d}}/zoo/{SMALL}.safetensors"], "does not fit vit_tiny_patch16_224 (missing"),
         (["info", "--model", "{d}/other_arch.safetensors"], "does not fit resnet18 (missing: "),
         (["info", "--model", "{d}/nosha.safetensors"], "Model card {d}/nosha.json lacks sha256"),

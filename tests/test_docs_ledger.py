@@ -52,9 +52,11 @@ def generated(tmp_path_factory):
 def rows(text: str) -> list[list[str]]:
     """The body rows of the Markdown table in ``text``, as lists of cells."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
-    assert lines[0] == "| claim | our measurement | seeds | held |"
-    assert lines[1] == "|---|---|---|---|"
-    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[2:]]
+    assert lines[0] == "| # | claim | our measurement | seeds | held |"
+    assert lines[1] == "|---|---|---|---|---|"
+    body = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[2:]]
+    assert [r[0] for r in body] == [str(i) for i in range(1, len(body) + 1)]
+    return [r[1:] for r in body]
 
 
 def row(generated: Path, paper: str, claim_start: str) -> list[str]:
@@ -93,7 +95,7 @@ def mean_std(values: list[float]) -> str:
 
 def test_script_writes_the_four_tables(generated, ledger):
     assert sorted(p.name for p in generated.iterdir()) == sorted(
-        f"ledger_{paper}.md" for paper in PAPERS
+        [f"ledger_{paper}.md" for paper in PAPERS] + ["plotly.min.js"]
     )
     for paper in PAPERS:
         body = rows((generated / f"ledger_{paper}.md").read_text(encoding="utf-8"))
@@ -273,3 +275,47 @@ def test_two_se_needs_the_difference_to_clear_the_spread(ledger):
     wide = ledger.Group("ref", "ref", (60.0, 70.0, 80.0), (0, 1, 2))
     assert ledger.two_se(contrast([90], [80], wide)) == "inconclusive"
     assert ledger.two_se(contrast([90], [50], wide)) == "held"
+
+
+# --- what would decide an inconclusive claim; how a contrast changes with scale --------------
+
+
+def _contrast(ledger, a, b, seconds=60.0, reference=None):
+    groups = (ledger.Group("a", "a", tuple(a), tuple(range(len(a))), seconds),
+              ledger.Group("b", "b", tuple(b), tuple(range(len(b))), seconds))  # fmt: skip
+    return ledger.Contrast(groups, (1.0, -1.0), "a minus b", reference)
+
+
+def test_seeds_to_decide_is_the_first_n_where_2_se_clears_the_difference(ledger):
+    m = _contrast(ledger, [80.0, 82.0, 84.0], [79.0, 81.0, 83.5])
+    n = m.seeds_to_decide()
+    spread = statistics.variance(m.groups[0].values) + statistics.variance(m.groups[1].values)
+    assert 2 * math.sqrt(spread / n) < abs(m.value) <= 2 * math.sqrt(spread / (n - 1))
+    assert f"with {n} seeds per configuration: {2 * (n - 3)} more runs" in m.cost()
+    assert f"about {2 * (n - 3) * 60 / 3600:.1f} CPU hours" in m.cost()
+    assert "no number of seeds" in _contrast(ledger, [80, 81, 82], [80, 81, 82]).cost()
+
+
+def test_every_inconclusive_claim_says_what_would_decide_it(generated, ledger):
+    for paper in PAPERS:
+        text = (generated / f"ledger_{paper}.md").read_text()
+        for number, claim in enumerate(ledger.CLAIMS[paper], 1):
+            said = f"- **{number}.** Inconclusive: " in text
+            assert said == (claim.verdict() == "inconclusive"), (paper, number)
+
+
+def test_trend_sentence_says_grows_shrinks_or_reverses(ledger):
+    claim = ledger.CLAIMS["sot"][0]
+    small = _contrast(ledger, [80.0, 81.0, 82.0], [83.0, 84.0, 85.0])  # -3
+    larger = _contrast(ledger, [80.0, 81.0, 82.0], [86.0, 87.0, 88.0])  # -6
+    turned = _contrast(ledger, [90.0, 91.0, 92.0], [86.0, 87.0, 88.0])  # +4
+    grows = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", larger)])
+    assert "goes from -3.00 to -6.00 points: it grows" in grows
+    assert "ends against the paper (not held at 12 epochs)" in grows
+    assert "within its noise" not in grows
+    shrinks = ledger.trend_sentence(claim, [("6 epochs", larger), ("12 epochs", small)])
+    assert "it shrinks" in shrinks
+    reverses = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", turned)])
+    assert "it reverses" in reverses and "(held at 12 epochs)" in reverses
+    noisy = _contrast(ledger, [70.0, 80.0, 90.0], [75.0, 85.0, 95.0])  # -5, 2 SE 16
+    assert "within its noise" in ledger.trend_sentence(claim, [("a", small), ("b", noisy)])

@@ -312,6 +312,13 @@ BUILDERS = {
     "accuracy_over_seeds_figure": lambda: vk.viz.accuracy_over_seeds_figure(
         {"ELM": vk.zoo.accuracy_over_seeds("masks_elm")}, "Test accuracy over 3 seeds"
     ),
+    "scale_trend": lambda: vk.viz.scale_trend(
+        [
+            {"budget": "40 epochs", "value": -3.2, "two_se": 1.2, "verdict": "not held"},
+            {"budget": "80 epochs", "value": -1.0, "two_se": 1.5, "verdict": "inconclusive"},
+        ],
+        "WordT minus ClassT on Digits",
+    ),  # fmt: skip
     "refiner_stages_figure": lambda: vk.papers.refiner.refiner_stages_figure(refiner_stages()),
     "refiner_weights_figure": lambda: vk.papers.refiner.refiner_weights_figure(refiner_stages()),
     "attention_matrices": lambda: vk.papers.refiner.attention_matrices(

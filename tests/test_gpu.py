@@ -1,5 +1,6 @@
 """CUDA checks (skipped without a GPU): parity under fused CUDA attention, cache placement."""
 
+import json
 import warnings
 
 import pytest
@@ -130,3 +131,16 @@ def test_attention_beside_the_fused_kernel_matches_the_unfused_maps_on_cuda(dtyp
         torch.testing.assert_close(beside[name], unfused[name], atol=tol, rtol=0)
     assert auto.dtype == unfused["blocks.0.attn.hook_pattern"].dtype
     assert all(b.attn.fused_attn for b in model.blocks)
+
+
+def test_a_recipe_trains_on_cuda_and_its_card_says_so(tmp_path):
+    from test_zoo import TINY
+
+    from vizkit.train.recipes import run_recipe
+
+    recipe = tmp_path / "tiny_digits_recipe.json"
+    recipe.write_text(json.dumps(TINY))
+    card = run_recipe(recipe, out_dir=tmp_path, progress=False, device="cuda")
+    assert card["trained_on"].startswith("cuda (") and 0 <= card["test_accuracy"] <= 1
+    model, _ = vk.zoo.load(tmp_path / "tiny_digits.safetensors")
+    assert next(model.parameters()).device.type == "cpu"

@@ -214,3 +214,25 @@ def test_predictions_name_classes_by_index_and_flag_near_chance(vit_and_images):
     assert "near chance on 2 of 4 images" in fig.layout.title.text
     with pytest.raises(ValueError, match=r"classes of the model, in 0\.\.9; got 0\.\.12"):
         viz.predictions_figure(shown, mixed[:, :10].softmax(-1), torch.tensor([0, 12, 1, 2]))
+
+
+def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points():
+    points = [
+        {"budget": "40 epochs", "value": -3.0, "two_se": 1.0, "verdict": "not held"},
+        {"budget": "80 epochs", "value": 0.5, "two_se": 2.0, "verdict": "inconclusive"},
+    ]
+    fig = viz.scale_trend(points, "WordT minus ClassT")
+    line = fig.data[0]
+    assert line.x == ("40 epochs", "80 epochs") and line.y == (-3.0, 0.5)
+    assert tuple(line.error_y.array) == (1.0, 2.0) and line.error_y.visible
+    assert list(line.marker.color) == ["#d73027", "#7f7f7f"]
+    assert [t.name for t in fig.data[1:]] == ["not held", "inconclusive"]
+    one_run = viz.scale_trend([{**points[0], "two_se": float("nan")}], "t", unit="CV")
+    assert one_run.data[0].error_y.visible is False
+    assert "CV" in one_run.layout.yaxis.title.text
+    with pytest.raises(ValueError, match="Unknown verdicts"):
+        viz.scale_trend([{**points[0], "verdict": "maybe"}], "t")
+    with pytest.raises(ValueError, match="finite"):
+        viz.scale_trend([{**points[0], "value": float("nan")}], "t")
+    with pytest.raises(ValueError, match="at least one"):
+        viz.scale_trend([], "t")

@@ -2,6 +2,7 @@
 
 import json
 import math
+import statistics
 
 import pytest
 import torch
@@ -160,3 +161,24 @@ def test_accuracy_over_seeds(tmp_path, monkeypatch):
     assert single["accuracies"] == [0.7] and math.isnan(single["std"])
     with pytest.raises(KeyError, match="No zoo models named nothing_s"):
         zoo.accuracy_over_seeds("nothing")
+
+
+def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_error(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
+    runs = {"a": (0.80, 0.82, 0.84), "b": (0.70, 0.71, 0.75), "c": (0.83, 0.81, 0.85)}
+    for prefix, accuracies in runs.items():
+        for seed, accuracy in enumerate(accuracies):
+            (tmp_path / f"{prefix}_s{seed}.json").write_text(
+                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed}})
+            )
+            (tmp_path / f"{prefix}_s{seed}.safetensors").write_bytes(b"")
+    a, b = (100 * statistics.mean(runs[k]) for k in "ab")
+    se = math.sqrt(sum(statistics.variance([100 * v for v in runs[k]]) / 3 for k in "ab"))
+    held = zoo.seed_contrast("a", "b")
+    assert held["value"] == pytest.approx(a - b) and held["two_se"] == pytest.approx(2 * se)
+    assert held["verdict"] == "held" and zoo.seed_contrast("b", "a")["verdict"] == "not held"
+    assert zoo.seed_contrast("a", "c")["verdict"] == "inconclusive"
+    one_seed = zoo.seed_contrast("a", "b", seeds=[0])
+    assert math.isnan(one_seed["two_se"]) and one_seed["verdict"] == "inconclusive"

@@ -92,12 +92,12 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_recipe(recipe: str, epochs: int | None, force: bool) -> int:
-    """Train a recipe into the zoo folder (replacing a model there only with ``force``) and
-    print its card's headline."""
+def train_recipe(recipe: str, epochs: int | None, force: bool, device: str = "cpu") -> int:
+    """Train a recipe into the zoo folder (replacing a model there only with ``force``) on
+    ``device`` and print its card's headline."""
     from .train.recipes import run_recipe
 
-    card = run_recipe(recipe, epochs=epochs, overwrite=force)
+    card = run_recipe(recipe, epochs=epochs, overwrite=force, device=device)
     print(
         f"{card['name']}: test accuracy {card['test_accuracy']:.4f}, "
         f"{card['parameters'] / 1e6:.2f}M parameters, {card['training_seconds'] / 60:.1f} min"
@@ -300,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
         "--epochs", type=_positive_int, help="override the recipe's epochs (shortened runs)"
     )
     t.add_argument("--force", action="store_true", help="replace the model if the zoo has it")
+    t.add_argument("--device", type=_device, default="cpu", help="default %(default)s (or cuda)")
     c = commands.add_parser(
         "cka", help="layer x layer CKA of a model or two (runs under torchrun too)"
     )
@@ -374,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
-        return train_recipe(args.recipe, args.epochs, args.force)
+        return train_recipe(args.recipe, args.epochs, args.force, args.device)
     if args.command == "zoo":
         return zoo_list()
     if args.command == "cka":

@@ -37,6 +37,7 @@ __all__ = [
     "models_dir",
     "models_dirs",
     "path",
+    "seed_contrast",
     "sha256",
 ]
 
@@ -160,6 +161,22 @@ def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict
         "mean": mean,
         "std": spread**0.5 if names[1:] else float("nan"),  # undefined for one seed
     }
+
+
+def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
+    """Mean test accuracy of the zoo models ``{a}_s{seed}`` minus that of ``{b}_s{seed}``, in
+    points: ``{"value": d, "two_se": 2 SE, "verdict": v}``, with SE = sqrt(s_a^2 / n_a +
+    s_b^2 / n_b) from the seed spreads and the claims ledger's rule: "held" if d > 2 SE, "not
+    held" if d < -2 SE, else "inconclusive" (also with one seed, whose spread is unknown).
+
+    Raises:
+        KeyError: no zoo model matches ``a`` or ``b``.
+    """
+    groups = [accuracy_over_seeds(prefix, seeds) for prefix in (a, b)]
+    value = 100 * (groups[0]["mean"] - groups[1]["mean"])
+    se = 100 * sum(g["std"] ** 2 / len(g["seeds"]) for g in groups) ** 0.5
+    verdict = "held" if value > 2 * se else "not held" if value < -2 * se else "inconclusive"
+    return {"value": value, "two_se": 2 * se, "verdict": verdict}
 
 
 def sha256(file: str | Path) -> str:

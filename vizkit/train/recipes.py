@@ -110,9 +110,11 @@ def run_recipe(
     epochs: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    device: str = "cpu",
 ) -> dict:
     """Train a recipe and write ``<name>.safetensors`` and ``<name>.json`` into ``out_dir``
-    (default: the zoo folder). ``epochs`` shortens the run (for tests). Returns the card.
+    (default: the zoo folder). ``epochs`` shortens the run (for tests); ``device`` trains on
+    another device ("cuda"), the card records which. Returns the card.
 
     Raises:
         FileExistsError: the model is in ``out_dir`` already and ``overwrite`` is False (checked
@@ -138,9 +140,15 @@ def run_recipe(
     tracked = spec.get("track", list(TRACKERS))
     start = time.perf_counter()
     history = train(
-        model, train_data, test_data, config, [TRACKERS[t]() for t in tracked], progress
+        model.to(device),
+        train_data,
+        test_data,
+        config,
+        [TRACKERS[t]() for t in tracked],
+        progress,
     )
     seconds = time.perf_counter() - start
+    model.cpu()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     weights, card_file = _model_files(out_dir, spec["name"])
@@ -174,8 +182,7 @@ def run_recipe(
         "sample_accuracy": sample_accuracy(model, spec["data"]),
         "parameters": sum(p.numel() for p in model.parameters()),
         "training_seconds": round(seconds, 1),
-        "trained_on": f"{platform.machine()}, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}, timm {timm.__version__}",
+        "trained_on": f"{_machine(device)}, torch {torch.__version__}, timm {timm.__version__}",
         "sha256": zoo.sha256(weights),
         "history": history,
     }
@@ -208,6 +215,13 @@ class RandomizedLabels(Dataset):
 def _model_files(folder: Path, name: str) -> tuple[Path, Path]:
     """The checkpoint and the card of zoo model ``name`` in ``folder``."""
     return folder / f"{name}.safetensors", folder / f"{name}.json"
+
+
+def _machine(device: str) -> str:
+    """``"x86_64, 2 threads"`` on the CPU, ``"cuda (NVIDIA H100 80GB HBM3)"`` on a GPU."""
+    if torch.device(device).type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"{platform.machine()}, {torch.get_num_threads()} threads"
 
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:

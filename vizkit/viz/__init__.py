@@ -25,6 +25,7 @@ from .tokens import token_norms_figure as token_norms_figure
 from .tokens import token_pca_figure as token_pca_figure
 from .training import accuracy_over_seeds_figure as accuracy_over_seeds_figure
 from .training import epoch_accuracy_curves as epoch_accuracy_curves
+from .training import scale_trend as scale_trend
 from .training import training_curves as training_curves
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "epoch_accuracy_curves",
     "token_norms_figure",
     "token_pca_figure",
+    "scale_trend",
     "training_curves",
     "use_exportable_figures",
 ]

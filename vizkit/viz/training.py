@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -9,7 +10,12 @@ from plotly.subplots import make_subplots
 
 from .style import finish, palette
 
-__all__ = ["accuracy_over_seeds_figure", "epoch_accuracy_curves", "training_curves"]
+__all__ = [
+    "accuracy_over_seeds_figure",
+    "epoch_accuracy_curves",
+    "scale_trend",
+    "training_curves",
+]
 
 
 def _check_history(history: Sequence[dict]) -> None:
@@ -76,3 +82,47 @@ def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Fi
     low = min(min(r["accuracies"]) for r in results.values())
     fig.update_yaxes(title_text="test top-1", tickformat=".0%", range=[max(0, low - 0.05), None])
     return finish(fig, title, 380)
+
+
+VERDICT_COLORS = {"held": "#1a9850", "not held": "#d73027", "inconclusive": "#7f7f7f"}
+
+
+def scale_trend(points: Sequence[Mapping], title: str, unit: str = "points") -> go.Figure:
+    """One claim's contrast over training budgets, smallest first: a marker per budget with its
+    2 SE as error bar (none where ``two_se`` is NaN: one run each), coloured by the verdict at
+    that budget, and the zero line where the claim turns.
+
+    Args:
+        points: mappings with ``budget`` (its label, e.g. "40 epochs"), ``value`` (the contrast,
+            positive in the paper's direction), ``two_se`` and ``verdict`` ("held", "not
+            held" or "inconclusive").
+        unit: what ``value`` is measured in (the y axis).
+    """
+    if not points:
+        raise ValueError("scale_trend needs at least one budget's point.")
+    unknown = {p["verdict"] for p in points} - VERDICT_COLORS.keys()
+    if unknown:
+        raise ValueError(f"Unknown verdicts {sorted(unknown)}; known: {list(VERDICT_COLORS)}.")
+    values = [float(p["value"]) for p in points]
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"The contrasts must be finite; got {values}.")
+    budgets = [str(p["budget"]) for p in points]
+    errors = [float(p.get("two_se", math.nan)) for p in points]
+    fig = go.Figure()
+    fig.add_hline(y=0, line={"color": "#444", "dash": "dash", "width": 1})
+    fig.add_trace(go.Scatter(
+        x=budgets, y=values, mode="lines+markers", showlegend=False,
+        line={"color": "#bbbbbb"},
+        marker={"size": 11, "color": [VERDICT_COLORS[p["verdict"]] for p in points]},
+        error_y={"type": "data", "array": [0 if math.isnan(e) else e for e in errors],
+                 "visible": not all(math.isnan(e) for e in errors), "color": "#555"},
+        text=[p["verdict"] for p in points],
+        hovertemplate="%{x}: %{y:+.2f} " + unit + " (%{text})<extra></extra>",
+    ))  # fmt: skip
+    for verdict, color in VERDICT_COLORS.items():  # the legend: the verdicts drawn
+        if any(p["verdict"] == verdict for p in points):
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=verdict,
+                                     marker={"size": 11, "color": color}))  # fmt: skip
+    fig.update_xaxes(title_text="training budget", type="category")
+    fig.update_yaxes(title_text=f"contrast ({unit}; + as the paper)", zeroline=False)
+    return finish(fig, title, 320)

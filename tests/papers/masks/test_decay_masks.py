@@ -135,3 +135,30 @@ def test_bad_decay_options_fail_clearly():
         DecayMask(2, gammas=torch.tensor([0.5, 1.0]))
     with pytest.raises(ValueError, match="radius"):
         LocalMask(-1)
+
+
+def test_frozen_mask_keeps_its_initialisation_through_training_steps():
+    """The frozen-mask control: ``freeze_mask=True`` leaves the GMM's alpha and sigma at their
+    initialisation (the same draw as the learned model's under one seed) while the rest
+    trains; a mask without parameters cannot be frozen."""
+    torch.manual_seed(0)
+    frozen = timm.create_model("vizkit_gmm_vit_tiny", freeze_mask=True)
+    torch.manual_seed(0)
+    learned = timm.create_model("vizkit_gmm_vit_tiny")
+    assert all(torch.equal(a, b) for a, b in zip(frozen.state_dict().values(),
+                                                 learned.state_dict().values(), strict=True))  # fmt: skip
+    start = {n: p.detach().clone() for n, p in frozen.named_parameters()}
+    optimizer = torch.optim.AdamW(frozen.parameters(), lr=1e-2, weight_decay=0.05)
+    for _ in range(2):
+        loss = frozen(torch.randn(4, 3, 32, 32)).logsumexp(-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    moved = {n for n, p in frozen.named_parameters() if not torch.equal(p, start[n])}
+    mask_params = {n for n in start if ".attn.mask." in n}
+    assert len(mask_params) == 2 * len(frozen.blocks)  # alpha and sigma per block
+    assert not moved & mask_params and moved == set(start) - mask_params
+    with pytest.raises(ValueError, match="mask 'none' has no parameters to freeze"):
+        timm.create_model("vizkit_gap_vit_tiny", freeze_mask=True)
+    with pytest.raises(ValueError, match="mask 'local' has no parameters to freeze"):
+        timm.create_model("vizkit_local_vit_tiny", freeze_mask=True)

@@ -97,6 +97,8 @@ class MaskedViT(VisionTransformer):
             ELM and GMM do.
         num_kernels, share_heads, eps, official_underflow: the GMM's (see `GMMAttention`).
         learnable_gamma: learn the decays' gamma (else fixed). radius: the local mask's.
+        freeze_mask: keep the masks' parameters at their initialisation (``requires_grad``
+            False): the frozen-mask control, a locality prior that is not learned.
         **kwargs: `VisionTransformer` arguments.
 
     Each input's patch grid is passed to the attention layers (in ``_pos_embed``, which every
@@ -113,6 +115,7 @@ class MaskedViT(VisionTransformer):
         official_underflow: bool = False,
         learnable_gamma: bool = False,
         radius: int = 1,
+        freeze_mask: bool = False,
         weight_init: str = "",
         **kwargs,
     ) -> None:
@@ -145,6 +148,13 @@ class MaskedViT(VisionTransformer):
                 block.attn = cls(self.embed_dim, heads, **common, **layer)
         if weight_init != "skip":
             self.init_weights(weight_init)
+        if freeze_mask:
+            frozen = [param for block in self.blocks if isinstance(block.attn, MaskedAttention)
+                      for param in block.attn.mask.parameters()]  # fmt: skip
+            if not frozen:
+                raise ValueError(f"freeze_mask: mask {mask!r} has no parameters to freeze.")
+            for param in frozen:
+                param.requires_grad_(False)
 
     def _pos_embed(self, x: Tensor) -> Tensor:
         """timm's, after passing the input's patch grid to the masked layers: x is (B, gh, gw,
