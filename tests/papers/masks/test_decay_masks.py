@@ -145,8 +145,8 @@ def test_frozen_mask_keeps_its_initialisation_through_training_steps():
     frozen = timm.create_model("vizkit_gmm_vit_tiny", freeze_mask=True)
     torch.manual_seed(0)
     learned = timm.create_model("vizkit_gmm_vit_tiny")
-    assert all(torch.equal(a, b) for a, b in zip(frozen.state_dict().values(),
-                                                 learned.state_dict().values(), strict=True))  # fmt: skip
+    pairs = zip(frozen.state_dict().values(), learned.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     start = {n: p.detach().clone() for n, p in frozen.named_parameters()}
     optimizer = torch.optim.AdamW(frozen.parameters(), lr=1e-2, weight_decay=0.05)
     for _ in range(2):
