@@ -556,7 +556,7 @@ def table(paper: str) -> str:
                   "(error bars: 2 SE; positive: the paper's direction).", "",
                   f'<script src="{PLOTLY_JS_URL}"></script>']  # fmt: skip
         for number, claim, trend in trends:
-            figure = trend_figure(claim, trend).to_html(
+            figure = trend_figure(number, claim, trend).to_html(
                 full_html=False, include_plotlyjs=False, div_id=f"trend-{paper}-{number}"
             )
             lines += ["", f"**{number}.** {trend_sentence(claim, trend)}", "",
@@ -565,7 +565,8 @@ def table(paper: str) -> str:
 
 
 def _unit(m: Measurement) -> str:
-    return "points" if isinstance(m, Contrast) else f"in the {m.what.split(' across')[0]}"
+    """Accuracy contrasts are in points; the per-epoch rows compare coefficients of variation."""
+    return "points" if isinstance(m, Contrast) else "CV"
 
 
 def trend_points(claim: Claim, trend: list[tuple[str, Measurement]]) -> list[dict]:
@@ -574,10 +575,22 @@ def trend_points(claim: Claim, trend: list[tuple[str, Measurement]]) -> list[dic
              "verdict": claim.verdict(m)} for budget, m in trend]  # fmt: skip
 
 
-def trend_figure(claim: Claim, trend: list[tuple[str, Measurement]]):
-    unit = _unit(trend[0][1])
-    title = claim.text.split(":")[0] + ": " + trend[0][1].what
-    return vk.viz.scale_trend(trend_points(claim, trend), title, unit=unit)
+def trend_figure(number: int, claim: Claim, trend: list[tuple[str, Measurement]]):
+    """The plot of claim ``number``'s contrast over its budgets, titled by what it compares."""
+    m = trend[0][1]
+    if isinstance(m, PerEpoch):
+        compared = f"{m.higher.label} minus {m.lower.label}, {m.what}"
+    elif m.weights == (1.0, -1.0):
+        compared = f"{m.groups[0].label} minus {m.groups[1].label}"
+    else:
+        compared = m.what
+    title = f"Claim {number}: {compared}"
+    return vk.viz.scale_trend(trend_points(claim, trend), title, unit=_unit(m))
+
+
+AT_LARGEST = {HELD: "beyond 2 SE in the paper's direction (held)",
+              NOT_HELD: "beyond 2 SE against the paper (not held)",
+              INCONCLUSIVE: "within 2 SE of zero (inconclusive)"}  # fmt: skip
 
 
 def trend_sentence(claim: Claim, trend: list[tuple[str, Measurement]]) -> str:
@@ -588,13 +601,12 @@ def trend_sentence(claim: Claim, trend: list[tuple[str, Measurement]]) -> str:
         change = "reverses"
     else:
         change = "grows" if abs(b.value) > abs(a.value) else "shrinks"
-    side = "in the paper's direction" if b.value > 0 else "against the paper"
     noise = 2 * math.sqrt(a.se**2 + b.se**2)
-    settled = (f"; the change is within its noise (2 SE {noise:.2f})"
+    settled = (f" (the change is within its noise, 2 SE {noise:.2f})"
                if abs(b.value - a.value) <= noise else "")  # fmt: skip
     return (f"From {small} to {large} the contrast ({a.what}) goes from {a.value:+.2f} to "
-            f"{b.value:+.2f} {_unit(a)}: it {change} with scale and ends {side} "
-            f"({claim.verdict(b)} at {large}){settled}.")  # fmt: skip
+            f"{b.value:+.2f} {_unit(a)}: it {change} with scale{settled}; at {large} it is "
+            f"{AT_LARGEST[claim.verdict(b)]}.")  # fmt: skip
 
 
 def write(out_dir: Path) -> list[Path]:

@@ -311,11 +311,11 @@ def test_trend_sentence_says_grows_shrinks_or_reverses(ledger):
     turned = _contrast(ledger, [90.0, 91.0, 92.0], [86.0, 87.0, 88.0])  # +4
     grows = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", larger)])
     assert "goes from -3.00 to -6.00 points: it grows" in grows
-    assert "ends against the paper (not held at 12 epochs)" in grows
+    assert "at 12 epochs it is beyond 2 SE against the paper (not held)" in grows
     assert "within its noise" not in grows
     shrinks = ledger.trend_sentence(claim, [("6 epochs", larger), ("12 epochs", small)])
     assert "it shrinks" in shrinks
     reverses = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", turned)])
-    assert "it reverses" in reverses and "(held at 12 epochs)" in reverses
+    assert "it reverses" in reverses and "in the paper's direction (held)" in reverses
     noisy = _contrast(ledger, [70.0, 80.0, 90.0], [75.0, 85.0, 95.0])  # -5, 2 SE 16
     assert "within its noise" in ledger.trend_sentence(claim, [("a", small), ("b", noisy)])
