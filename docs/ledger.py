@@ -26,6 +26,7 @@ Criteria:
 # No `from __future__ import annotations`: docs/generate.py loads this file without entering it
 # in sys.modules, where dataclasses cannot resolve string annotations.
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -137,15 +138,18 @@ class Contrast:
         return self.reference.std if self.reference is not None else math.nan
 
     def cost(self) -> str:
-        """What deciding the contrast by more seeds would cost, from the cards' training times."""
+        """What deciding the contrast by more seeds would cost: the runs each configuration
+        lacks (beside the seeds the zoo has of it) at the training times its cards record."""
+        if not math.isfinite(self.se):
+            return "the spread of a single-seed configuration is unknown: train a second seed"
         n = self.seeds_to_decide()
         if not math.isfinite(n):
-            return "no number of seeds decides it: the difference is zero or its spread unknown"
-        runs = [(max(0, n - len(g.values)), g.seconds) for g in self.groups]
+            return "the difference is exactly zero: no number of seeds decides it"
+        runs = [(max(0, n - len(zoo_seeds(g))), g.seconds) for g in self.groups]
         hours = sum(k * seconds for k, seconds in runs) / 3600
         return (f"at this difference, 2 SE falls below it with {n} seeds per configuration: "
-                f"{sum(k for k, _ in runs)} more runs, about {hours:.1f} CPU hours on 2 cores "
-                "(the cards' training times)")  # fmt: skip
+                f"{sum(k for k, _ in runs)} more runs, about {hours:.1f} hours of training at "
+                "the times the cards record")  # fmt: skip
 
     def seeds_text(self) -> str:
         seeds = ", ".join(map(str, self.seeds))
@@ -191,7 +195,7 @@ class PerEpoch:
     def cost(self) -> str:
         hours = (self.lower.seconds + self.higher.seconds) / 3600
         return (f"the order changes between epochs; a longer run of the pair decides it if the "
-                f"order settles (this pair cost {hours:.1f} CPU hours on 2 cores)")  # fmt: skip
+                f"order settles (this pair took {hours:.1f} hours of training)")  # fmt: skip
 
 
 Measurement = Contrast | PerEpoch
@@ -262,6 +266,16 @@ def accuracy(template: str, prefix: str, seeds: Sequence[int]) -> Group:
         tuple(card["recipe"]["seed"] for _, card in found),
         training_seconds(found),
     )
+
+
+def zoo_seeds(group: Group) -> list[int]:
+    """The seeds the zoo holds of ``group``'s configuration (``{prefix}_s{seed}``; a model
+    named without a seed is its one run)."""
+    prefix = re.sub(r"_s\d+$", "", group.source)
+    try:
+        return vk.zoo.accuracy_over_seeds(prefix)["seeds"]
+    except KeyError:
+        return list(group.seeds)
 
 
 def training_seconds(found: list[tuple[str, dict]]) -> float:
@@ -579,7 +593,7 @@ def trend_figure(number: int, claim: Claim, trend: list[tuple[str, Measurement]]
     """The plot of claim ``number``'s contrast over its budgets, titled by what it compares."""
     m = trend[0][1]
     if isinstance(m, PerEpoch):
-        compared = f"{m.higher.label} minus {m.lower.label}, {m.what}"
+        compared = f"{m.higher.label} minus {m.lower.label}, {m.what} after the last epoch"
     elif m.weights == (1.0, -1.0):
         compared = f"{m.groups[0].label} minus {m.groups[1].label}"
     else:
@@ -591,22 +605,38 @@ def trend_figure(number: int, claim: Claim, trend: list[tuple[str, Measurement]]
 AT_LARGEST = {HELD: "beyond 2 SE in the paper's direction (held)",
               NOT_HELD: "beyond 2 SE against the paper (not held)",
               INCONCLUSIVE: "within 2 SE of zero (inconclusive)"}  # fmt: skip
+EVERY_EPOCH = {HELD: "as the paper says at every tracked epoch (held)",
+               NOT_HELD: "against the paper at every tracked epoch (not held)",
+               INCONCLUSIVE: "on either side in different epochs (inconclusive)"}  # fmt: skip
 
 
 def trend_sentence(claim: Claim, trend: list[tuple[str, Measurement]]) -> str:
     """How the contrast changes from the smallest budget to the largest: it grows, shrinks or
-    reverses, and whether the change clears the noise (2 SE of the change)."""
+    reverses; whether the change clears its noise (2 SE of the change, the budgets taken as
+    independent); the verdict at the largest budget, in the words of the claim's criterion."""
     (small, a), (large, b) = trend[0], trend[-1]
     if a.value * b.value < 0:
         change = "reverses"
     else:
         change = "grows" if abs(b.value) > abs(a.value) else "shrinks"
     noise = 2 * math.sqrt(a.se**2 + b.se**2)
-    settled = (f" (the change is within its noise, 2 SE {noise:.2f})"
-               if abs(b.value - a.value) <= noise else "")  # fmt: skip
-    return (f"From {small} to {large} the contrast ({a.what}) goes from {a.value:+.2f} to "
-            f"{b.value:+.2f} {_unit(a)}: it {change} with scale{settled}; at {large} it is "
-            f"{AT_LARGEST[claim.verdict(b)]}.")  # fmt: skip
+    if not math.isfinite(noise):
+        clause = " (one run per budget or an unknown spread: no noise estimate)"
+    elif abs(b.value - a.value) <= noise:
+        clause = f" (the change is within its noise, 2 SE {noise:.2f})"
+    else:
+        clause = f" (the change clears its noise, 2 SE {noise:.2f})"
+    verdict = claim.verdict(b)
+    if isinstance(b, PerEpoch):
+        where = EVERY_EPOCH[verdict]
+    elif not math.isfinite(b.se):
+        where = "of unknown spread (inconclusive)"
+    else:
+        where = AT_LARGEST[verdict]
+    value = "after the last epoch " if isinstance(b, PerEpoch) else ""
+    return (f"From {small} to {large} the contrast ({a.what}) {value}goes from {a.value:+.2f} "
+            f"to {b.value:+.2f} {_unit(a)}: it {change} with scale{clause}; at {large} it is "
+            f"{where}.")  # fmt: skip
 
 
 def write(out_dir: Path) -> list[Path]:

@@ -292,8 +292,39 @@ def test_seeds_to_decide_is_the_first_n_where_2_se_clears_the_difference(ledger)
     spread = statistics.variance(m.groups[0].values) + statistics.variance(m.groups[1].values)
     assert 2 * math.sqrt(spread / n) < abs(m.value) <= 2 * math.sqrt(spread / (n - 1))
     assert f"with {n} seeds per configuration: {2 * (n - 3)} more runs" in m.cost()
-    assert f"about {2 * (n - 3) * 60 / 3600:.1f} CPU hours" in m.cost()
-    assert "no number of seeds" in _contrast(ledger, [80, 81, 82], [80, 81, 82]).cost()
+    assert f"about {2 * (n - 3) * 60 / 3600:.1f} hours of training" in m.cost()
+    assert "exactly zero" in _contrast(ledger, [80, 81, 82], [80, 81, 82]).cost()
+    assert "train a second seed" in _contrast(ledger, [90], [80]).cost()
+
+
+def test_seeds_to_decide_with_weights_and_a_borrowed_spread(ledger):
+    """The saturation contrast (-1, 2, -1) and single runs that borrow a reference's spread."""
+    groups = tuple(ledger.Group(k, k, v, (0, 1, 2), 60.0) for k, v in
+                   (("a", (80.0, 81.0, 83.0)), ("b", (85.0, 85.5, 86.5)),
+                    ("c", (86.0, 87.0, 86.0))))  # fmt: skip
+    m = ledger.Contrast(groups, (-1.0, 2.0, -1.0), "saturation")
+    spread = statistics.variance(groups[0].values) + 4 * statistics.variance(
+        groups[1].values) + statistics.variance(groups[2].values)  # fmt: skip
+    n = m.seeds_to_decide()
+    assert 2 * math.sqrt(spread / n) < abs(m.value) <= 2 * math.sqrt(spread / (n - 1))
+    reference = ledger.Group("ref", "ref", (70.0, 72.0, 75.0), (0, 1, 2))
+    single = _contrast(ledger, [81.0], [78.5], reference=reference)
+    n = single.seeds_to_decide()
+    spread = 2 * statistics.variance(reference.values)
+    assert 2 * math.sqrt(spread / n) < 2.5 <= 2 * math.sqrt(spread / (n - 1))
+
+
+def test_cost_counts_the_seeds_the_zoo_already_has(ledger):
+    """SoT's single-seed ablations read sot_sum_s0 only, but the zoo has more seeds of it: the
+    runs to add are counted against those."""
+    claim = next(c for c in ledger.CLAIMS["sot"] if c.text.startswith("Table 3(b), sum fusion: "
+                                                                      "MGCrP beats GAP"))  # fmt: skip
+    m = claim.measured()
+    n = m.seeds_to_decide()
+    have = {g.source: len(ledger.zoo_seeds(g)) for g in m.groups}
+    assert have["sot_sum_s0"] == len(vk.zoo.accuracy_over_seeds("sot_sum")["seeds"]) >= 3
+    expected = sum(max(0, n - k) for k in have.values())
+    assert f"{n} seeds per configuration: {expected} more runs" in m.cost()
 
 
 def test_every_inconclusive_claim_says_what_would_decide_it(generated, ledger):
@@ -312,10 +343,55 @@ def test_trend_sentence_says_grows_shrinks_or_reverses(ledger):
     grows = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", larger)])
     assert "goes from -3.00 to -6.00 points: it grows" in grows
     assert "at 12 epochs it is beyond 2 SE against the paper (not held)" in grows
-    assert "within its noise" not in grows
+    assert "the change clears its noise" in grows
     shrinks = ledger.trend_sentence(claim, [("6 epochs", larger), ("12 epochs", small)])
     assert "it shrinks" in shrinks
     reverses = ledger.trend_sentence(claim, [("6 epochs", small), ("12 epochs", turned)])
     assert "it reverses" in reverses and "in the paper's direction (held)" in reverses
     noisy = _contrast(ledger, [70.0, 80.0, 90.0], [75.0, 85.0, 95.0])  # -5, 2 SE 16
     assert "within its noise" in ledger.trend_sentence(claim, [("a", small), ("b", noisy)])
+    single = _contrast(ledger, [90.0], [80.0])  # +10, spread unknown
+    unknown = ledger.trend_sentence(claim, [("a", small), ("b", single)])
+    assert "no noise estimate" in unknown and "of unknown spread (inconclusive)" in unknown
+
+
+def test_trend_sentence_of_a_per_epoch_claim_speaks_of_epochs(ledger):
+    claim = ledger.CLAIMS["cait"][2]  # Fig. 4 (top), lower_every_epoch
+    m = claim.measured()
+
+    def pair(lower, higher):
+        return dataclasses.replace(m, lower=dataclasses.replace(m.lower, values=lower),
+                                   higher=dataclasses.replace(m.higher, values=higher))  # fmt: skip
+
+    held = pair((0.1, 0.1, 0.1), (0.4, 0.3, 0.2))
+    mixed = pair((0.1, 0.3, 0.1), (0.4, 0.2, 0.3))
+    sentence = ledger.trend_sentence(claim, [("3 epochs", held), ("9 epochs", mixed)])
+    assert "after the last epoch goes from +0.10 to +0.20 CV: it grows" in sentence
+    assert "no noise estimate" in sentence and "2 SE" not in sentence
+    assert "on either side in different epochs (inconclusive)" in sentence
+
+
+def test_a_claim_at_two_budgets_gets_both_measurements_a_sentence_and_a_plot(ledger, monkeypatch):
+    """The trend path of `table`, on a claim whose second budget is synthetic (the cards'
+    configuration labels, with other accuracies): the row shows both budgets and takes the
+    verdict of the larger, the plot and its sentence follow the table."""
+    real = ledger.CLAIMS["sot"][1]  # WordT vs ClassT on Digits
+
+    def measure(seeds, budget=""):
+        m = real.measure(seeds, "")
+        if budget:  # the larger budget: ClassT's runs, WordT 5 points above them
+            a, b = m.groups
+            a = dataclasses.replace(a, values=tuple(v + 5 for v in b.values))
+            m = dataclasses.replace(m, groups=(a, b))
+        return m
+
+    claim = dataclasses.replace(real, measure=measure, budgets=("", "_larger"))
+    monkeypatch.setitem(ledger.CLAIMS, "sot", [claim])
+    text = ledger.table("sot")
+    (cells,) = rows(text)
+    assert cells[1].startswith("**40 epochs**: ") and "<br>**40 epochs**: " in cells[1]
+    assert cells[3] == "held"
+    assert "**1.** From 40 epochs to 40 epochs the contrast (difference) goes from" in text
+    assert "+5.00 points: it reverses" in text
+    assert 'id="trend-sot-1"' in text and f'<script src="{ledger.PLOTLY_JS_URL}">' in text
+    assert "Inconclusive" not in text

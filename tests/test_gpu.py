@@ -136,11 +136,11 @@ def test_attention_beside_the_fused_kernel_matches_the_unfused_maps_on_cuda(dtyp
 def test_a_recipe_trains_on_cuda_and_its_card_says_so(tmp_path):
     from test_zoo import TINY
 
-    from vizkit.train.recipes import run_recipe
+    from vizkit.train.recipes import run_recipe, sample_accuracy
 
     recipe = tmp_path / "tiny_digits_recipe.json"
     recipe.write_text(json.dumps(TINY))
     card = run_recipe(recipe, out_dir=tmp_path, progress=False, device="cuda")
-    assert card["trained_on"].startswith("cuda (") and 0 <= card["test_accuracy"] <= 1
-    model, _ = vk.zoo.load(tmp_path / "tiny_digits.safetensors")
-    assert next(model.parameters()).device.type == "cpu"
+    assert card["trained_on"].startswith("cuda (") and 0.3 <= card["test_accuracy"] <= 1
+    model, _ = vk.zoo.load(tmp_path / "tiny_digits.safetensors")  # the weights saved from cuda
+    assert card["sample_accuracy"] == sample_accuracy(model, "digits")

@@ -225,8 +225,12 @@ def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points()
     line = fig.data[0]
     assert line.x == ("40 epochs", "80 epochs") and line.y == (-3.0, 0.5)
     assert tuple(line.error_y.array) == (1.0, 2.0) and line.error_y.visible
-    assert list(line.marker.color) == ["#d73027", "#7f7f7f"]
+    assert list(line.marker.color) == ["#e66101", "#7f7f7f"]
+    assert list(line.marker.symbol) == ["circle", "circle"]
     assert [t.name for t in fig.data[1:]] == ["not held", "inconclusive"]
+    mixed = viz.scale_trend([points[0], {**points[1], "two_se": float("nan")}], "t")
+    assert list(mixed.data[0].marker.symbol) == ["circle", "circle-open"]
+    assert mixed.data[0].customdata[1][1] == "spread unknown"
     one_run = viz.scale_trend([{**points[0], "two_se": float("nan")}], "t", unit="CV")
     assert one_run.data[0].error_y.visible is False
     assert "CV" in one_run.layout.yaxis.title.text
@@ -236,3 +240,8 @@ def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points()
         viz.scale_trend([{**points[0], "value": float("nan")}], "t")
     with pytest.raises(ValueError, match="at least one"):
         viz.scale_trend([], "t")
+    with pytest.raises(ValueError, match="drawn once"):
+        viz.scale_trend([points[0], points[0]], "t")
+    for bad in (-1.0, float("inf")):
+        with pytest.raises(ValueError, match="two_se must be"):
+            viz.scale_trend([{**points[0], "two_se": bad}], "t")

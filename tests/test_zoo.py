@@ -58,6 +58,13 @@ def test_card_records_the_run(trained_zoo, zoo_dir):
     assert card["sha256"] == zoo.sha256(zoo.path("tiny_digits"))
 
 
+def test_card_names_the_machine_it_trained_on(trained_zoo):
+    _, card = trained_zoo
+    machine, threads, versions = card["trained_on"].split(", ", 2)
+    assert threads == f"{torch.get_num_threads()} threads" and machine
+    assert versions.startswith(f"torch {torch.__version__}, timm ")
+
+
 def test_round_trip_gives_the_same_logits(zoo_dir):
     assert zoo.list() == ["tiny_digits"]
     model, card = zoo.load("tiny_digits")
@@ -179,6 +186,7 @@ def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_err
     held = zoo.seed_contrast("a", "b")
     assert held["value"] == pytest.approx(a - b) and held["two_se"] == pytest.approx(2 * se)
     assert held["verdict"] == "held" and zoo.seed_contrast("b", "a")["verdict"] == "not held"
+    assert held["seeds"] == ([0, 1, 2], [0, 1, 2])
     assert zoo.seed_contrast("a", "c")["verdict"] == "inconclusive"
     one_seed = zoo.seed_contrast("a", "b", seeds=[0])
     assert math.isnan(one_seed["two_se"]) and one_seed["verdict"] == "inconclusive"

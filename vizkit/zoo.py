@@ -165,9 +165,11 @@ def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict
 
 def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
     """Mean test accuracy of the zoo models ``{a}_s{seed}`` minus that of ``{b}_s{seed}``, in
-    points: ``{"value": d, "two_se": 2 SE, "verdict": v}``, with SE = sqrt(s_a^2 / n_a +
-    s_b^2 / n_b) from the seed spreads and the claims ledger's rule: "held" if d > 2 SE, "not
-    held" if d < -2 SE, else "inconclusive" (also with one seed, whose spread is unknown).
+    points: ``{"value": d, "two_se": 2 SE, "verdict": v, "seeds": (seeds of a, seeds of b)}``,
+    with SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) from the seed spreads and the claims ledger's
+    rule: "held" if d > 2 SE, "not held" if d < -2 SE, else "inconclusive" (also with one
+    seed, whose spread is unknown). ``seeds=None`` takes every seed the zoo has of each, which
+    may be more than a ledger row reads: pass the row's seeds to compare with it.
 
     Raises:
         KeyError: no zoo model matches ``a`` or ``b``.
@@ -176,7 +178,8 @@ def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
     value = 100 * (groups[0]["mean"] - groups[1]["mean"])
     se = 100 * sum(g["std"] ** 2 / len(g["seeds"]) for g in groups) ** 0.5
     verdict = "held" if value > 2 * se else "not held" if value < -2 * se else "inconclusive"
-    return {"value": value, "two_se": 2 * se, "verdict": verdict}
+    seeds_used = tuple(g["seeds"] for g in groups)
+    return {"value": value, "two_se": 2 * se, "verdict": verdict, "seeds": seeds_used}
 
 
 def sha256(file: str | Path) -> str:

@@ -218,10 +218,14 @@ def _model_files(folder: Path, name: str) -> tuple[Path, Path]:
 
 
 def _machine(device: str) -> str:
-    """``"x86_64, 2 threads"`` on the CPU, ``"cuda (NVIDIA H100 80GB HBM3)"`` on a GPU."""
-    if torch.device(device).type == "cuda":
+    """``"x86_64, 2 threads"`` on the CPU, ``"cuda (NVIDIA H100 80GB HBM3)"`` on a GPU, else
+    the device's name."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return f"{platform.machine()}, {torch.get_num_threads()} threads"
+    if kind == "cuda":
         return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
-    return f"{platform.machine()}, {torch.get_num_threads()} threads"
+    return device
 
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:

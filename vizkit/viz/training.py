@@ -84,18 +84,19 @@ def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Fi
     return finish(fig, title, 380)
 
 
-VERDICT_COLORS = {"held": "#1a9850", "not held": "#d73027", "inconclusive": "#7f7f7f"}
+VERDICT_COLORS = {"held": "#2166ac", "not held": "#e66101", "inconclusive": "#7f7f7f"}
 
 
 def scale_trend(points: Sequence[Mapping], title: str, unit: str = "points") -> go.Figure:
     """One claim's contrast over training budgets, smallest first: a marker per budget with its
-    2 SE as error bar (none where ``two_se`` is NaN: one run each), coloured by the verdict at
-    that budget, and the zero line where the claim turns.
+    2 SE as error bar, coloured by the verdict at that budget (blue held, orange not held, grey
+    inconclusive), and the zero line where the claim turns. A budget whose spread is unknown
+    (``two_se`` NaN: one run) has a hollow marker and no error bar.
 
     Args:
-        points: mappings with ``budget`` (its label, e.g. "40 epochs"), ``value`` (the contrast,
-            positive in the paper's direction), ``two_se`` and ``verdict`` ("held", "not
-            held" or "inconclusive").
+        points: mappings with ``budget`` (its label, e.g. "40 epochs"; distinct), ``value``
+            (the contrast, positive in the paper's direction), ``two_se`` (>= 0 or NaN) and
+            ``verdict`` ("held", "not held" or "inconclusive").
         unit: what ``value`` is measured in (the y axis).
     """
     if not points:
@@ -103,21 +104,30 @@ def scale_trend(points: Sequence[Mapping], title: str, unit: str = "points") -> 
     unknown = {p["verdict"] for p in points} - VERDICT_COLORS.keys()
     if unknown:
         raise ValueError(f"Unknown verdicts {sorted(unknown)}; known: {list(VERDICT_COLORS)}.")
+    budgets = [str(p["budget"]) for p in points]
+    if len(set(budgets)) != len(budgets):
+        raise ValueError(f"Each budget is drawn once; got the labels {budgets}.")
     values = [float(p["value"]) for p in points]
+    errors = [float(p.get("two_se", math.nan)) for p in points]
     if not all(math.isfinite(v) for v in values):
         raise ValueError(f"The contrasts must be finite; got {values}.")
-    budgets = [str(p["budget"]) for p in points]
-    errors = [float(p.get("two_se", math.nan)) for p in points]
+    if any(e < 0 or math.isinf(e) for e in errors):
+        raise ValueError(f"two_se must be >= 0 and finite, or NaN if unknown; got {errors}.")
+    known = [not math.isnan(e) for e in errors]
     fig = go.Figure()
     fig.add_hline(y=0, line={"color": "#444", "dash": "dash", "width": 1})
     fig.add_trace(go.Scatter(
         x=budgets, y=values, mode="lines+markers", showlegend=False,
         line={"color": "#bbbbbb"},
-        marker={"size": 11, "color": [VERDICT_COLORS[p["verdict"]] for p in points]},
-        error_y={"type": "data", "array": [0 if math.isnan(e) else e for e in errors],
-                 "visible": not all(math.isnan(e) for e in errors), "color": "#555"},
-        text=[p["verdict"] for p in points],
-        hovertemplate="%{x}: %{y:+.2f} " + unit + " (%{text})<extra></extra>",
+        marker={"size": 11, "color": [VERDICT_COLORS[p["verdict"]] for p in points],
+                "symbol": ["circle" if k else "circle-open" for k in known],
+                "line": {"width": 2, "color": [VERDICT_COLORS[p["verdict"]] for p in points]}},
+        error_y={"type": "data", "array": [e if k else 0 for e, k in zip(errors, known)],
+                 "visible": any(known), "color": "#555"},
+        customdata=[[p["verdict"], f"2 SE {e:.2f}" if k else "spread unknown"]
+                    for p, e, k in zip(points, errors, known)],
+        hovertemplate="%{x}: %{y:+.2f} " + unit + " (%{customdata[1]}; %{customdata[0]})"
+                      "<extra></extra>",
     ))  # fmt: skip
     for verdict, color in VERDICT_COLORS.items():  # the legend: the verdicts drawn
         if any(p["verdict"] == verdict for p in points):

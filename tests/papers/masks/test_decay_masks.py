@@ -162,3 +162,7 @@ def test_frozen_mask_keeps_its_initialisation_through_training_steps():
         timm.create_model("vizkit_gap_vit_tiny", freeze_mask=True)
     with pytest.raises(ValueError, match="mask 'local' has no parameters to freeze"):
         timm.create_model("vizkit_local_vit_tiny", freeze_mask=True)
+    with pytest.raises(ValueError, match="the ELM starts at zero"):
+        timm.create_model("vizkit_elm_vit_tiny", freeze_mask=True)
+    with pytest.raises(ValueError, match="is the fixed decay"):
+        timm.create_model("vizkit_rmt_vit_tiny", freeze_mask=True, learnable_gamma=True)

@@ -148,6 +148,12 @@ class MaskedViT(VisionTransformer):
                 block.attn = cls(self.embed_dim, heads, **common, **layer)
         if weight_init != "skip":
             self.init_weights(weight_init)
+        if freeze_mask and (mask == "elm" or learnable_gamma):
+            raise ValueError(
+                "freeze_mask keeps a learned mask at its initialisation: the ELM starts at zero "
+                "(frozen, attention stays uniform) and a learnable gamma frozen is the fixed "
+                "decay (learnable_gamma=False). Freeze 'gmm', whose random init is a prior."
+            )
         if freeze_mask:
             frozen = [param for block in self.blocks if isinstance(block.attn, MaskedAttention)
                       for param in block.attn.mask.parameters()]  # fmt: skip
