@@ -317,8 +317,8 @@ def test_seeds_to_decide_with_weights_and_a_borrowed_spread(ledger):
 def test_cost_counts_the_seeds_the_zoo_already_has(ledger):
     """SoT's single-seed ablations read sot_sum_s0 only, but the zoo has more seeds of it: the
     runs to add are counted against those."""
-    claim = next(c for c in ledger.CLAIMS["sot"] if c.text.startswith("Table 3(b), sum fusion: "
-                                                                      "MGCrP beats GAP"))  # fmt: skip
+    start = "Table 3(b), sum fusion: MGCrP beats GAP"
+    claim = next(c for c in ledger.CLAIMS["sot"] if c.text.startswith(start))
     m = claim.measured()
     n = m.seeds_to_decide()
     have = {g.source: len(ledger.zoo_seeds(g)) for g in m.groups}

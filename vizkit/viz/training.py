@@ -122,10 +122,10 @@ def scale_trend(points: Sequence[Mapping], title: str, unit: str = "points") -> 
         marker={"size": 11, "color": [VERDICT_COLORS[p["verdict"]] for p in points],
                 "symbol": ["circle" if k else "circle-open" for k in known],
                 "line": {"width": 2, "color": [VERDICT_COLORS[p["verdict"]] for p in points]}},
-        error_y={"type": "data", "array": [e if k else 0 for e, k in zip(errors, known)],
+        error_y={"type": "data", "array": [0 if math.isnan(e) else e for e in errors],
                  "visible": any(known), "color": "#555"},
         customdata=[[p["verdict"], f"2 SE {e:.2f}" if k else "spread unknown"]
-                    for p, e, k in zip(points, errors, known)],
+                    for p, e, k in zip(points, errors, known, strict=True)],
         hovertemplate="%{x}: %{y:+.2f} " + unit + " (%{customdata[1]}; %{customdata[0]})"
                       "<extra></extra>",
     ))  # fmt: skip
