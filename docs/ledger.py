@@ -383,7 +383,13 @@ class Claim:
     def trend(self) -> list[tuple[str, Measurement]]:
         """(budget label, measurement) at every budget, smallest first."""
         measured = [self.measured(budget) for budget in self.budgets]
-        return [(self.scale.format(**scale_fields(m)), m) for m in measured]
+        labels = [self.scale.format(**scale_fields(m)) for m in measured]
+        if len(set(labels)) != len(labels):
+            raise ValueError(
+                f"{self.text!r}: the budgets {self.budgets} read as {labels}; the scale "
+                f"{self.scale!r} must name what differs between them."
+            )
+        return list(zip(labels, measured, strict=True))
 
     def verdict(self, measurement: Measurement | None = None) -> str:
         return self.criterion(self.measured() if measurement is None else measurement)

@@ -387,11 +387,16 @@ def test_a_claim_at_two_budgets_gets_both_measurements_a_sentence_and_a_plot(led
 
     claim = dataclasses.replace(real, measure=measure, budgets=("", "_larger"))
     monkeypatch.setitem(ledger.CLAIMS, "sot", [claim])
+    with pytest.raises(ValueError, match="must name what differs"):
+        ledger.table("sot")  # both budgets read the 40-epoch cards
+    base = real.measured().groups[0].values
+    monkeypatch.setattr(ledger, "scale_fields",
+                        lambda m: {"epochs": 40 if m.groups[0].values == base else 80})  # fmt: skip
     text = ledger.table("sot")
     (cells,) = rows(text)
-    assert cells[1].startswith("**40 epochs**: ") and "<br>**40 epochs**: " in cells[1]
+    assert cells[1].startswith("**40 epochs**: ") and "<br>**80 epochs**: " in cells[1]
     assert cells[3] == "held"
-    assert "**1.** From 40 epochs to 40 epochs the contrast (difference) goes from" in text
+    assert "**1.** From 40 epochs to 80 epochs the contrast (difference) goes from" in text
     assert "+5.00 points: it reverses" in text
     assert 'id="trend-sot-1"' in text and f'<script src="{ledger.PLOTLY_JS_URL}">' in text
     assert "Inconclusive" not in text
