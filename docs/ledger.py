@@ -375,6 +375,7 @@ class Claim:
     criterion: Callable[[Measurement], str]
     budgets: tuple[str, ...] = ("",)  # card-name suffixes, smallest budget first
     scale: str = "{epochs} epochs"  # a budget's label, from its cards' recipe and kwargs
+    decide: str = ""  # what beyond more seeds would decide it, where seeds are hopeless
 
     def measured(self, budget: str | None = None) -> Measurement:
         """The measurement at ``budget`` (default: the largest, which the verdict is about)."""
@@ -404,10 +405,32 @@ def scale_fields(m: Measurement) -> dict:
 
 
 def _claims(paper: str, rows: list[tuple]) -> list[Claim]:
-    """Claims from rows (text, seeds, measure, criterion[, budgets[, scale]])."""
-    return [Claim(paper, text, tuple(seeds), *rest) for text, seeds, *rest in rows]
+    """Claims from rows (text, seeds, measure, criterion[, {budgets, scale, decide}])."""
+    return [Claim(paper, text, tuple(seeds), measure, criterion, **(options[0] if options else {}))
+            for text, seeds, measure, criterion, *options in rows]  # fmt: skip
 
 
+# What would decide a claim where more seeds are hopeless (appended to its cost sentence).
+DEPTH_AND_TIME = {
+    "decide": " More seeds are the wrong lever: at 2 epochs and 6 blocks the "
+    "models are far from converged and the class token has little depth to skip. "
+    "Deeper models trained to convergence (a GPU run of these recipes, "
+    "`--device cuda`) are the test Table 2 needs."
+}
+LONGER = {
+    "decide": " The seed spread at this short budget dwarfs the paper's gap; a longer "
+    "budget, where the runs converge and their spread shrinks, is the cheaper test."
+}
+TO_CONVERGENCE = {
+    "decide": " The claim is about epochs to convergence; the runs after one "
+    "epoch of two still differ by several points from seed to seed. Runs to "
+    "convergence (a GPU run) are the test."
+}
+ELM_TIME = {
+    "decide": " The ELM starts at zero (uniform attention); the paper's gains come from "
+    "100-epoch runs on CIFAR. A longer budget, where the mask has time to grow, is the "
+    "test."
+}
 SOT_REF = "sot_sum"  # the adopted head (sum fusion, MGCrP, (1, 1) approximation), 3 seeds
 ONE = (0,)
 # Labels are filled from each card's kwargs (`label`), so they show what was trained.
@@ -428,13 +451,13 @@ CLAIMS: dict[str, list[Claim]] = {
                          "table2_vit_cls4"),
                         ("ViT, {depth} blocks, class token at block {cls_insert_layer}",
                          "table2_vit_cls0"),
-                        "late minus block 0"), two_se),
+                        "late minus block 0"), two_se, DEPTH_AND_TIME),
         ("Table 2: a class-attention stage beats the class token at layer 0 at the same depth "
          "(12 layers as 10 SA + 2 CA: 80.3 % against 79.9 %).",
          SEEDS, compare(("{architecture}, {depth} SA blocks", "table2_cait_ca2"),
                         ("ViT, {depth} blocks, class token at block {cls_insert_layer}",
                          "table2_vit_cls0"),
-                        "CaiT minus ViT"), two_se),
+                        "CaiT minus ViT"), two_se, DEPTH_AND_TIME),
         ("Sec. 4.1.3, Fig. 4 (top): LayerScale makes the ratio of the self-attention branch's "
          "norm to the main branch's more uniform across layers (36 layers).",
          ONE, uniformity("attn", "self-attention"), lower_every_epoch),
@@ -451,13 +474,14 @@ CLAIMS: dict[str, list[Claim]] = {
          SEEDS, compare((K, "refiner_r3_k3"), (K, "refiner_r3_k5"), "difference"), two_se),
         ("Table 1: expansion ratio r = 2 beats r = 1 (82.8 % against 82.3 %; r = 1 "
          "'degenerates to the talking-heads attention').",
-         SEEDS, compare((R, "refiner_r2_k3"), (R, "refiner_r1_k3"), "difference"), two_se),
+         SEEDS, compare((R, "refiner_r2_k3"), (R, "refiner_r1_k3"), "difference"), two_se,
+         LONGER),
         ("Table 1: r = 3 beats r = 1 (82.8 % against 82.3 %).",
          SEEDS, compare((R, "refiner_r3_k3"), (R, "refiner_r1_k3"), "difference"), two_se),
         ("Table 1: a larger expansion ratio converges faster (273 against 300 epochs for r = 3 "
          "and r = 1). Here: test accuracy after the first epoch.",
          SEEDS, compare_epoch((R, "refiner_r3_k3"), (R, "refiner_r1_k3"), 1,
-                              "difference after epoch 1"), two_se),
+                              "difference after epoch 1"), two_se, TO_CONVERGENCE),
         ("Table 2: refining the attention maps beats the ViT of the same shape (+1.4 to +1.9 "
          "points for DLA alone). Here the Refined-ViT and the ViT of "
          "`notebooks/02_refiner.ipynb`, one run each.",
@@ -472,14 +496,15 @@ CLAIMS: dict[str, list[Claim]] = {
         ("Tables 5-6: an element-wise learnable mask beats the ViT without a mask (+0.48 to "
          "+2.17 points).",
          SEEDS, compare(("ELM-ViT", "masks_elm"), ("ViT", "masks_gap"), "ELM minus ViT"),
-         two_se),
+         two_se, ELM_TIME),
         ("Tables 5-6: the GMM beats the ELM, 'better modeling ability than ELM with extremely "
          "few parameters' (+0.29 to +1.24 points).",
          SEEDS, compare((GMM, "masks_gmm_k5"), ("ELM-ViT", "masks_elm"), "GMM minus ELM"),
          two_se),
         ("Fig. 6: one Gaussian already helps (CIFAR-100: 75.54 % at K = 1 against 75.36 % "
          "without a mask).",
-         SEEDS, compare((GMM, "masks_gmm_k1"), ("ViT", "masks_gap"), "GMM minus ViT"), two_se),
+         SEEDS, compare((GMM, "masks_gmm_k1"), ("ViT", "masks_gap"), "GMM minus ViT"), two_se,
+         LONGER),
         ("Fig. 6: accuracy rises with the number of Gaussians (CIFAR-100: 77.12 % at K = 3 "
          "against 75.54 % at K = 1).",
          SEEDS, compare((GMM, "masks_gmm_k3"), (GMM, "masks_gmm_k1"), "difference"), two_se),
@@ -496,7 +521,8 @@ CLAIMS: dict[str, list[Claim]] = {
                         "difference"), two_se),
         ("Table 1: ClassT+WordT beats ClassT (+1.1 to +6.4 points on ImageNet). Here on "
          "Shapes.",
-         SEEDS, compare((FUSION, "sot_sum"), (FUSION, "sot_classt"), "difference"), two_se),
+         SEEDS, compare((FUSION, "sot_sum"), (FUSION, "sot_classt"), "difference"), two_se,
+         LONGER),
         ("Table 1: ClassT+WordT beats ClassT. Here on Digits.",
          SEEDS, compare((FUSION, "sot_digits_sum"), (FUSION, "sot_digits_classt"),
                         "difference"), two_se),
@@ -565,7 +591,7 @@ def table(paper: str) -> str:
         cells = (str(number), claim.text, measured, m.seeds_text(), verdict)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         if verdict == INCONCLUSIVE:
-            to_decide.append(f"- **{number}.** Inconclusive: {m.cost()}.")
+            to_decide.append(f"- **{number}.** Inconclusive: {m.cost()}.{claim.decide}")
         if len(trend) > 1:
             trends.append((number, claim, trend))
     if to_decide:
