@@ -511,6 +511,23 @@ CLAIMS: dict[str, list[Claim]] = {
         ("Fig. 6: accuracy 'will quickly rise and eventually reach saturation' (CIFAR-100: "
          "+1.76 points from no mask to K = 3, +0.69 from K = 3 to 5).",
          SEEDS, gmm_flattens, two_se),
+        ("Sec. 1: 'RetNet employs explicit distance decay for local modeling', and 'explicit "
+         "local modeling can further improve model performance'. Here RetNet's causal decay "
+         "gamma^(n - m) over the patches in raster order (gamma per head, fixed) against the "
+         "ViT without a mask.",
+         SEEDS, compare(("RetNet decay ({architecture})", "masks_retnet"), ("ViT", "masks_gap"),
+                        "RetNet minus ViT"), two_se),
+        ("Sec. 1: 'explicit local modeling can further improve model performance'; RMT brings "
+         "RetNet's distance decay to ViTs. Here RMT's decay gamma^(|dx| + |dy|) (RetNet's "
+         "gamma per head, fixed) against the ViT without a mask.",
+         SEEDS, compare(("RMT decay ({architecture})", "masks_rmt"), ("ViT", "masks_gap"),
+                        "RMT minus ViT"), two_se),
+        ("Sec. 3.2: the GMM is a learned mask, 'an independent dynamic GMM mask for each head'. "
+         "Our control: the learned kernels beat the same kernels frozen at their "
+         "initialisation (same seeds, so the same initial kernels).",
+         SEEDS, compare((GMM, "masks_gmm_k5"),
+                        (GMM + ", freeze_mask {freeze_mask}", "masks_gmm_k5_frozen"),
+                        "learned minus frozen"), two_se),
     ]),
     "sot": _claims("sot", [
         ("Table 1: the word tokens alone (WordT) beat the class token (ClassT): DeiT-T 72.2 -> "

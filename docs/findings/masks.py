@@ -1,9 +1,12 @@
 """The findings of docs/papers/masks.md, measured as notebooks/03_masks.ipynb measures them: the
 seed-0 ViT, ELM-ViT and GMM-ViT (K 5) and the ELM-ViTs of seeds 1 and 2, on the 64 sample images
-(attention maps, score scales), their learned masks, and the parameter counts of the registered
-models against the paper's Tables 3-6."""
+(attention maps, score scales), their learned masks, the parameter counts of the registered
+models against the paper's Tables 3-6, and the test accuracy over seeds 0-2 of every mask type
+(the decays and the frozen-mask control beside ELM and GMM)."""
 
 from __future__ import annotations
+
+import statistics
 
 import torch
 from statements import expect, fixed, percent
@@ -15,6 +18,9 @@ GRID = (8, 8)  # the tiny models' patch grid: 64 x 64 masks
 MODELS = {"vit": "masks_gap_s0", "elm": "masks_elm_s0", "gmm": "masks_gmm_k5_s0"}
 FLAT, DIAGONAL = 8.0, 0.5  # |sigma| from the grid side up: flat; below 0.5: the diagonal only
 UNIFORM_SELF = 1 / 64  # a patch's attention to itself under uniform attention
+ACCURACY_RUNS = {"vit": "masks_gap", "elm": "masks_elm", "gmm": "masks_gmm_k5",
+                 "gmm_frozen": "masks_gmm_k5_frozen", "retnet": "masks_retnet",
+                 "rmt": "masks_rmt", "local": "masks_local"}  # fmt: skip
 
 
 def measure() -> dict:
@@ -28,6 +34,7 @@ def measure() -> dict:
         "kernels": _kernels(*loaded["gmm"]),
         "fig7": _fig7(models, images, objects),
         "params": _params(),
+        "accuracy": _accuracy(),
     }
 
 
@@ -148,6 +155,22 @@ def _score_scale(model, images) -> dict[str, list[float]]:
     field = [mk.mask_receptive_field(mask, GRID, logit=s).mean().item()
              for mask, s in zip(masks.values(), std, strict=True)]  # fmt: skip
     return {"std": std, "field": field}
+
+
+def _accuracy() -> dict:
+    """Test accuracy (%) over seeds 0-2 of every mask the tiny model was trained with (one
+    recipe): the learned ELM and GMM, the GMM frozen at its initialisation, and the decays the
+    paper starts from."""
+    runs = {key: [100 * vk.zoo.card(f"{prefix}_s{seed}")["test_accuracy"] for seed in range(3)]
+            for key, prefix in ACCURACY_RUNS.items()}  # fmt: skip
+    mean = {key: statistics.mean(v) for key, v in runs.items()}
+    std = {key: statistics.stdev(v) for key, v in runs.items()}
+    expect(max(mean, key=mean.get) == "local", "the fixed 3 x 3 window is the most accurate mask")
+    expect(mean["retnet"] > mean["vit"], "RetNet's causal decay beats the ViT")
+    expect(max(std, key=std.get) == "rmt", "RMT's decay varies most from seed to seed")
+    expect(mean["vit"] < mean["gmm_frozen"] < mean["gmm"],
+           "the frozen GMM lies between the ViT and the learned GMM")  # fmt: skip
+    return {key: f"{mean[key]:.2f} ± {std[key]:.2f}" for key in runs}
 
 
 def _params() -> dict:
