@@ -389,7 +389,7 @@ def test_a_claim_at_two_budgets_gets_both_measurements_a_sentence_and_a_plot(led
     monkeypatch.setitem(ledger.CLAIMS, "sot", [claim])
     with pytest.raises(ValueError, match="must name what differs"):
         ledger.table("sot")  # both budgets read the 40-epoch cards
-    base = real.measured().groups[0].values
+    base = real.measure(real.seeds, "").groups[0].values
     monkeypatch.setattr(ledger, "scale_fields",
                         lambda m: {"epochs": 40 if m.groups[0].values == base else 80})  # fmt: skip
     text = ledger.table("sot")
