@@ -147,9 +147,10 @@ class Contrast:
             return "the difference is exactly zero: no number of seeds decides it"
         runs = [(max(0, n - len(zoo_seeds(g))), g.seconds) for g in self.groups]
         hours = sum(k * seconds for k, seconds in runs) / 3600
+        more = sum(k for k, _ in runs)
         return (f"at this difference, 2 SE falls below it with {n} seeds per configuration: "
-                f"{sum(k for k, _ in runs)} more runs, about {hours:.1f} hours of training at "
-                "the times the cards record")  # fmt: skip
+                f"{more} more run{'' if more == 1 else 's'}, about {hours:.1f} hours of training "
+                "at the times the cards record")  # fmt: skip
 
     def seeds_text(self) -> str:
         seeds = ", ".join(map(str, self.seeds))
