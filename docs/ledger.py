@@ -510,7 +510,7 @@ CLAIMS: dict[str, list[Claim]] = {
          LONGER),
         ("Fig. 6: accuracy rises with the number of Gaussians (CIFAR-100: 77.12 % at K = 3 "
          "against 75.54 % at K = 1).",
-         SEEDS, compare((GMM, "masks_gmm_k3"), (GMM, "masks_gmm_k1"), "difference"), two_se),
+         FOUR, compare((GMM, "masks_gmm_k3"), (GMM, "masks_gmm_k1"), "difference"), two_se),
         ("Fig. 6: accuracy 'will quickly rise and eventually reach saturation' (CIFAR-100: "
          "+1.76 points from no mask to K = 3, +0.69 from K = 3 to 5).",
          SEEDS, gmm_flattens, two_se),

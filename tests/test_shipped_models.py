@@ -1,6 +1,7 @@
 """The checkpoints in models/ load (sha256 verified) and reach the accuracy their cards record."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -9,6 +10,20 @@ from vizkit import zoo
 from vizkit.train.recipes import recipe_names, sample_accuracy
 
 SHIPPED = zoo.list()
+# A zoo model retrains within 15 minutes on 2 CPU cores (issue 3), except the larger budgets the
+# claims ledger measures a claim at (issue 37: depth `_d24`, epochs `_e12`): within 30.
+LARGER_BUDGET = re.compile(r"_[de]\d+(_s\d+)?$")
+
+
+def training_limit_minutes(name: str) -> int:
+    return 30 if LARGER_BUDGET.search(name) else 15
+
+
+def test_larger_budgets_are_read_from_the_name():
+    assert training_limit_minutes("vit_deep_shapes_d24") == 30
+    assert training_limit_minutes("sot_wordt_e12_s2") == 30
+    assert training_limit_minutes("sot_wordt_s2") == 15
+    assert training_limit_minutes("masks_gmm_k5_s0") == 15
 
 
 def test_every_recipe_has_a_shipped_model():
@@ -45,7 +60,8 @@ def test_cards_are_complete(name):
         assert key in card, f"{name}: card lacks {key}"
     assert len(card["history"]) == card["recipe"]["epochs"]
     assert zoo.path(name).stat().st_size <= 8e6, f"{name} is over 8 MB"
-    assert card["training_seconds"] <= 15 * 60, f"{name} trained longer than 15 minutes"
+    limit = training_limit_minutes(name)
+    assert card["training_seconds"] <= limit * 60, f"{name} trained longer than {limit} minutes"
 
 
 TRANSFORMERS = [n for n in SHIPPED if n in ("vit_tiny_shapes", "cait_tiny_shapes")]
