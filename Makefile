@@ -34,8 +34,9 @@ demo: setup
 test: lint unit notebooks
 	$(MAKE) docs VIZKIT_DOCS_EXECUTE=false
 
+# --durations: the slowest tests, printed where the 20-minute budget of `make test` is watched
 unit: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 notebooks: setup
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

@@ -31,6 +31,7 @@ from .residual_norms import ResidualRatios as ResidualRatios
 from .residual_norms import layerscale as layerscale
 from .residual_norms import ratio_uniformity as ratio_uniformity
 from .residual_norms import residual_ratios as residual_ratios
+from .residual_norms import uniformity_contrast as uniformity_contrast
 from .saliency_result import SaliencyResult as SaliencyResult
 from .stages import Stages as Stages
 from .token_norms import TokenNorms as TokenNorms
@@ -68,6 +69,7 @@ __all__ = [
     "normalized_entropy",
     "occlusion",
     "ratio_uniformity",
+    "uniformity_contrast",
     "residual_ratios",
     "rollout",
     "saliency",
