@@ -430,6 +430,7 @@ ELM_TIME = {
     "test."
 }
 DIGITS_E80 = {"budgets": ("", "_e80")}  # SoT on Digits: 40 and 80 epochs
+DIGITS_80 = {"budgets": ("_e80",)}  # SoT ablations on Digits: 80 epochs only
 # CaiT's Fig. 4 pair at 12 and 24 blocks, with the paper's epsilon for each depth
 DEPTH_24 = {"budgets": ("", "_d24"), "scale": "{depth} blocks, eps {init_values}"}
 FOUR = (0, 1, 2, 3)
@@ -576,6 +577,25 @@ CLAIMS: dict[str, list[Claim]] = {
         ("Table 4(d): exact svPN (alpha = 0.5) beats no normalization (76.13 % against "
          "74.82 %).",
          SEEDS, compare((SVPN, "sot_svpn_a05"), (SVPN, "sot_svpn_a10"), "difference"), two_se),
+        ("Table 3(b), sum fusion: MGCrP beats GAP. Here on Digits.",
+         SEEDS, compare(("MGCrP", "sot_digits_sum"), (POOL, "sot_digits_pool_gap"),
+                        "difference"), two_se, DIGITS_80),
+        ("Table 3(b), sum fusion: MGCrP beats GCP. Here on Digits.",
+         SEEDS, compare(("MGCrP", "sot_digits_sum"), (POOL, "sot_digits_pool_gcp"),
+                        "difference"), two_se, DIGITS_80),
+        ("Table 3(b), sum fusion: GCP beats GAP. Here on Digits.",
+         SEEDS, compare((POOL, "sot_digits_pool_gcp"), (POOL, "sot_digits_pool_gap"),
+                        "difference"), two_se, DIGITS_80),
+        ("Table 4(c): exact svPN is better at alpha = 0.5 than at 0.3. Here on Digits.",
+         SEEDS, compare((SVPN, "sot_digits_svpn_a05"), (SVPN, "sot_digits_svpn_a03"),
+                        "difference"), two_se, DIGITS_80),
+        ("Table 4(c): exact svPN is better at alpha = 0.5 than at 0.7. Here on Digits.",
+         SEEDS, compare((SVPN, "sot_digits_svpn_a05"), (SVPN, "sot_digits_svpn_a07"),
+                        "difference"), two_se, DIGITS_80),
+        ("Table 4(c): the (1, 1) approximation is slightly below exact svPN at alpha = 0.5. "
+         "Here on Digits.",
+         SEEDS, compare((SVPN, "sot_digits_svpn_a05"), ("approximation (1, 1)", "sot_digits_sum"),
+                        "difference"), two_se, DIGITS_80),
     ]),
 }
 # fmt: on

@@ -20,7 +20,8 @@ FLAT, DIAGONAL = 8.0, 0.5  # |sigma| from the grid side up: flat; below 0.5: the
 UNIFORM_SELF = 1 / 64  # a patch's attention to itself under uniform attention
 ACCURACY_RUNS = {"vit": "masks_gap", "elm": "masks_elm", "gmm": "masks_gmm_k5",
                  "gmm_frozen": "masks_gmm_k5_frozen", "retnet": "masks_retnet",
-                 "rmt": "masks_rmt", "local": "masks_local"}  # fmt: skip
+                 "rmt": "masks_rmt", "retnet_learn": "masks_retnet_learn",
+                 "rmt_learn": "masks_rmt_learn", "local": "masks_local"}  # fmt: skip
 
 
 def measure() -> dict:
@@ -167,7 +168,12 @@ def _accuracy() -> dict:
     std = {key: statistics.stdev(v) for key, v in runs.items()}
     expect(max(mean, key=mean.get) == "local", "the fixed 3 x 3 window is the most accurate mask")
     expect(mean["retnet"] > mean["vit"], "RetNet's causal decay beats the ViT")
-    expect(max(std, key=std.get) == "rmt", "RMT's decay varies most from seed to seed")
+    expect(
+        max(std, key=std.get) in ("rmt", "rmt_learn"),
+        "RMT's decay (gamma fixed or learned) varies most from seed to seed",
+    )
+    expect(all(abs(mean[f"{decay}_learn"] - mean[decay]) < 1 for decay in ("retnet", "rmt")),
+           "learning gamma moves neither decay's mean accuracy by a point")  # fmt: skip
     expect(mean["vit"] < mean["gmm_frozen"] < mean["gmm"],
            "the frozen GMM lies between the ViT and the learned GMM")  # fmt: skip
     return {key: f"{mean[key]:.2f} ± {std[key]:.2f}" for key in runs}
@@ -185,11 +191,15 @@ def _params() -> dict:
     gmm, elm = tiny["gmm"] - base, tiny["elm"] - base
     expect(gmm == 2 * 5 * 4 * 4 and shared == 2 * 5 * 4 and elm == 64**2 * 4, "the GMM costs "
            "2 x 5 x 4 heads x 4 blocks (2 x 5 x 4 head-shared), the ELM 64² per block")  # fmt: skip
+    gammas = (mk.masked_vit_params("vizkit_retnet_vit_tiny", learnable_gamma=True)
+              - mk.masked_vit_params("vizkit_retnet_vit_tiny"))  # fmt: skip
+    expect(gammas == 4 * 4, "a learned decay costs one gamma per head and block")
     return {
         "counts": len(mk.PAPER_COUNTS),
         "reproduced": reproduced,
         "tiny": {"gmm": f"{gmm:,d}", "gmm_shared": f"{shared:,d}", "elm": f"{elm:,d}",
-                 "elm_share": percent(elm / base, 0), "baseline": f"{base / 1e3:.0f}k"},
+                 "elm_share": percent(elm / base, 0), "baseline": f"{base / 1e3:.0f}k",
+                 "gammas": f"{gammas:,d}"},
     }  # fmt: skip
 
 

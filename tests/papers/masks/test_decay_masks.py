@@ -17,7 +17,7 @@ from vizkit.papers.masks.attention_masks import (
     LocalMask,
     retnet_gammas,
 )
-from vizkit.papers.masks.masked_vit import DECAY_MASKS
+from vizkit.papers.masks.masked_vit import DECAY_MASKS, masked_vit_params
 
 GRID = (3, 4)
 
@@ -126,6 +126,19 @@ def test_decay_vit_multiplies_the_mask_into_the_scores(mask):
     assert len(gammas) == (0 if mask == "local" else len(model.blocks))
     fixed = timm.create_model(f"vizkit_{mask}_vit_tiny")
     assert not [name for name, _ in fixed.named_parameters() if "gamma" in name]
+
+
+@pytest.mark.parametrize("mask", DECAY_MASKS)
+def test_decay_vits_are_counted_on_the_meta_device(mask):
+    """`masked_vit_params` builds on the meta device; a learned gamma costs one parameter per head
+    and block (the gammas are checked on the CPU, not read from meta tensors)."""
+    for learnable in (False, True):
+        built = timm.create_model(f"vizkit_{mask}_vit_tiny", learnable_gamma=learnable)
+        counted = masked_vit_params(f"vizkit_{mask}_vit_tiny", learnable_gamma=learnable)
+        assert counted == sum(p.numel() for p in built.parameters())
+    added = counted - masked_vit_params(f"vizkit_{mask}_vit_tiny")
+    heads = built.blocks[0].attn.num_heads
+    assert added == (0 if mask == "local" else heads * len(built.blocks))
 
 
 def test_bad_decay_options_fail_clearly():

@@ -160,7 +160,7 @@ def _lattice(grid: tuple[int, int], device=None) -> tuple[Tensor, Tensor]:
 
 def retnet_gammas(num_heads: int) -> Tensor:
     """RetNet's multi-scale decays, gamma_h = 1 - 2^(-5 - h) for heads h = 0 .. H - 1."""
-    return 1 - 2.0 ** (-5 - torch.arange(num_heads, dtype=torch.float64))
+    return 1 - 2.0 ** (-5 - torch.arange(num_heads, dtype=torch.float64, device="cpu"))
 
 
 class DecayMask(nn.Module):
@@ -183,7 +183,8 @@ class DecayMask(nn.Module):
         super().__init__()
         if kind not in self.KINDS:
             raise ValueError(f"kind must be 'causal' or 'manhattan'; got {kind!r}.")
-        gammas = retnet_gammas(num_heads) if gammas is None else torch.as_tensor(gammas)
+        # checked on the CPU, also when the model is built on the meta device (param_count)
+        gammas = retnet_gammas(num_heads) if gammas is None else torch.as_tensor(gammas).cpu()
         if gammas.shape != (num_heads,) or not bool(((gammas > 0) & (gammas < 1)).all()):
             raise ValueError(f"gammas must be {num_heads} values in (0, 1); got {gammas}.")
         self.kind = kind
