@@ -2,6 +2,7 @@
 mark nbval's behaviour with cell tags, not comments in the code readers copy."""
 
 import ast
+import json
 from pathlib import Path
 
 import nbformat
@@ -47,3 +48,12 @@ def test_nbval_markers_are_tags(path):
     commented = [i for i, c in enumerate(cells) if "NBVAL_" in c.source]
     assert not commented, f"code cells {commented} carry # NBVAL_ comments: use cell tags"
     assert any(CHECK in _tags(c) for c in cells), "no check cell: nbval would test nothing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_an_id(path):
+    """nbformat 4.5 cells carry ids; a cell pasted in without one makes nbval warn (and a future
+    nbformat fail)."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    missing = [i for i, cell in enumerate(raw["cells"]) if "id" not in cell]
+    assert not missing, f"cells {missing} have no id: nbformat.validator.normalize adds them"
