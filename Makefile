@@ -75,18 +75,7 @@ bench: setup
 # the GPU rows of docs/benchmarks.md (needs CUDA; `make bench` covers the CPU)
 bench-gpu: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"
-	$(BIN)/python -m pytest -q -m gpu tests/test_gpu.py
-	$(BIN)/python benchmarks/gradcam.py --device cuda --model vit_base_patch16_224 --batch 64 --record
-	$(BIN)/python benchmarks/gradcam.py --device cuda --model vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
-	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --record
-	$(BIN)/python benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
-	$(BIN)/python benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record
-	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --record
-	$(BIN)/python benchmarks/cka.py --device cuda --model vit_base_patch16_224 --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --dtype bfloat16 --record
-	$(BIN)/python benchmarks/cka_kernels.py --device cuda --model vit_base_patch16_224 --batch 128 --record
-	$(BIN)/python benchmarks/masks.py --device cuda --batch 256 --record
-	$(BIN)/python benchmarks/sot.py --device cuda --record
-	$(BIN)/python benchmarks/sot.py --what model --device cuda --batch 256 --record
+	PYTHON=$(BIN)/python benchmarks/gpu.sh
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks docs/*.py docs/findings/*.py

@@ -42,10 +42,8 @@ def measure(method: str, args: argparse.Namespace) -> None:
     ``args.out``."""
     here = Path(__file__).parent.resolve()
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]  # this file is cka.py
-    import cka as pytorch_cka
     import timm
     import torch
-    import torch_cka
 
     import vizkit as vk
 
@@ -65,7 +63,9 @@ def measure(method: str, args: argparse.Namespace) -> None:
     def vizkit():
         return vk.cka_matrix(model, loader, progress=False).matrix
 
-    def torch_cka_run():
+    def torch_cka_run():  # the peers are imported only when measured: one process per method
+        import torch_cka
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "identical names", "no second loader"
             comparison = torch_cka.CKA(model, model, "a", "b", blocks, blocks, device=device)
@@ -73,6 +73,8 @@ def measure(method: str, args: argparse.Namespace) -> None:
         return comparison.export()["CKA"]
 
     def pytorch_cka_run():
+        import cka as pytorch_cka
+
         return pytorch_cka.compute_cka(
             model, model, loader, layers=blocks, device=device, progress=False
         )[0]

@@ -325,3 +325,16 @@ def test_float32_features_give_the_cka_of_their_float64_values(unbiased, offset)
     expected = cka_from_hsic(hsic_matrix(double, unbiased), names)
     assert 0.05 < expected[0, 1].abs() < 0.95  # not a degenerate case
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_each_batch_of_images_is_checked_once(monkeypatch):
+    # each check of the images is a host sync on a GPU (tests/test_gpu.py counts them there)
+    from vizkit.hooks import inputs
+
+    checked = []
+    check = inputs.check_values_finite
+    monkeypatch.setattr(inputs, "check_values_finite", lambda *a: checked.append(a[0]) or check(*a))
+    model = timm.create_model("test_vit", depth=2).eval()
+    x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    cka_matrix(model, x, batch_size=4, progress=False)
+    assert checked.count("images") == 4

@@ -139,8 +139,10 @@ def test_a_recipe_trains_on_cuda_and_its_card_says_so(tmp_path):
     from vizkit.train.recipes import run_recipe, sample_accuracy
 
     recipe = tmp_path / "tiny_digits_recipe.json"
-    recipe.write_text(json.dumps(TINY))
+    # 8 epochs: 1 leaves it at chance (0.111 of 360 test digits on CPU and CUDA); 8 reached
+    # 0.367 on CPU and 0.358 on an H100 (2026-11-27)
+    recipe.write_text(json.dumps({**TINY, "train": {**TINY["train"], "epochs": 8}}))
     card = run_recipe(recipe, out_dir=tmp_path, progress=False, device="cuda")
-    assert card["trained_on"].startswith("cuda (") and 0.3 <= card["test_accuracy"] <= 1
+    assert card["trained_on"].startswith("cuda (") and 0.25 <= card["test_accuracy"] <= 1
     model, _ = vk.zoo.load(tmp_path / "tiny_digits.safetensors")  # the weights saved from cuda
     assert card["sample_accuracy"] == sample_accuracy(model, "digits")

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked, held
-from ..hooks.inputs import check_choice, check_count, check_images, check_number
+from ..hooks.inputs import check_choice, check_count, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selection import LayerSpec, layer_indices, select_layers
 from .cka_kernels import KERNELS, Kernel, check_kernels, kernel
@@ -264,11 +264,10 @@ class LayerKernels:
         self.tokens, self.kind, self.bandwidth = tokens, kind, bandwidth
 
     def __call__(self, images: Tensor) -> list[Kernel]:
-        images = check_images(self.hm.model, images)
-        size = tuple(images.shape[-2:])
         kernels: dict[str, Kernel] = {}
 
-        def read(activation: Tensor, *, name: str) -> None:
+        def read(activation: Tensor, *, name: str) -> None:  # images are checked by then
+            size = tuple(images.shape[-2:])
             require_per_image(name, activation, len(images))
             prefix = self.hm.tap(name).prefix_tokens
             if prefix is None and activation.ndim == 3:
