@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import json
 import math
 import statistics
@@ -398,3 +399,29 @@ def test_a_claim_at_two_budgets_gets_both_measurements_a_sentence_and_a_plot(led
     assert "+5.00 points: it reverses" in text
     assert 'id="trend-sot-1"' in text and f'<script src="{ledger.PLOTLY_JS_URL}">' in text
     assert "Inconclusive" not in text
+
+
+def test_a_budget_with_its_own_seeds_reads_them_and_says_so(ledger, monkeypatch):
+    """A larger budget trained at fewer seeds (`seeds_at`): each budget reads its own seeds,
+    the seeds cell names them per budget, and cards with other seeds are refused."""
+    real = ledger.CLAIMS["sot"][1]  # WordT vs ClassT on Digits, seeds 0, 1, 2
+    asked = []
+
+    def measure(seeds, budget=""):
+        asked.append((budget, tuple(seeds)))
+        return real.measure(seeds, "")
+
+    claim = dataclasses.replace(real, measure=measure, budgets=("", "_larger"),
+                                seeds_at={"_larger": (0, 1)})  # fmt: skip
+    monkeypatch.setitem(ledger.CLAIMS, "sot", [claim])
+    budget_number = itertools.count()  # `trend` reads the budgets in order: 40, 80, 40, ...
+    monkeypatch.setattr(
+        ledger, "scale_fields", lambda m: {"epochs": 40 * (1 + next(budget_number) % 2)}
+    )
+    (cells,) = rows(ledger.table("sot"))
+    assert asked == [("", (0, 1, 2)), ("_larger", (0, 1))]
+    assert cells[2] == "**40 epochs**: 0, 1, 2<br>**80 epochs**: 0, 1"
+    wrong = dataclasses.replace(claim, measure=lambda seeds, budget="": real.measure((0, 1, 2)))
+    monkeypatch.setitem(ledger.CLAIMS, "sot", [wrong])
+    with pytest.raises(ValueError, match=r"asks for seeds \(0, 1\) at budget '_larger'"):
+        ledger.table("sot")
