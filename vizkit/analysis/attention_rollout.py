@@ -10,6 +10,7 @@ self-attention product through the class-attention rows (each with the residual 
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 import torch
@@ -46,16 +47,24 @@ _MIXED = ".attn.hook_pattern_mixed"
 
 
 def check_row_stochastic(pattern: Tensor, name: str, atol: float | None = None) -> None:
-    """Raise a ValueError if ``pattern`` (..., Nq, N) has negative entries or rows not summing
-    to 1 (summed in float32) within ``atol``; default: 1e-3, or the machine epsilon of a
-    coarser dtype (a bfloat16 softmax rounds each entry, so its rows sum to 1 within 2^-7)."""
+    """Raise a ValueError if ``pattern`` (..., Nq, N) has NaN, Inf or negative entries or rows
+    not summing to 1 (summed in at least float32, without a copy of the map) within ``atol``;
+    default: 1e-3, or the machine epsilon of a coarser dtype (a bfloat16 softmax rounds each
+    entry, so its rows sum to 1 within 2^-7)."""
     if atol is None:
         atol = max(1e-3, torch.finfo(pattern.dtype).eps)
-    negative = pattern.min().item() < -atol
-    off = (pattern.float().sum(-1) - 1).abs().max().item()
-    if negative or off > atol:
+    low = pattern.min().item()  # NaN if any entry is
+    off = pattern.sum(-1, dtype=torch.promote_types(pattern.dtype, torch.float32)) - 1
+    off = off.abs().max().item()
+    if not (math.isfinite(low) and math.isfinite(off)):
         raise ValueError(
-            f"{name} is not row-stochastic (min {pattern.min().item():.3g}, row sums off by "
+            f"{name} holds NaN or Inf values (min {low:.3g}, row sums off by up to {off:.3g}); "
+            "rollout computes nothing on non-finite maps. Check the model's weights and the "
+            "inputs (an overflow in float16, a division by a zero std)."
+        )
+    if low < -atol or off > atol:
+        raise ValueError(
+            f"{name} is not row-stochastic (min {low:.3g}, row sums off by "
             f"up to {off:.3g}), e.g. talking heads after mixing or a refined map; rollout "
             "assumes attention rows that are probabilities. Pass allow_non_stochastic=True "
             "to roll out |A| renormalized per row instead (a heuristic), or use "
@@ -79,12 +88,13 @@ def _with_residual(fused: Tensor) -> Tensor:
 
 
 def _fuse(pattern: Tensor, name: str, heads, allow_non_stochastic: bool) -> Tensor:
-    pattern = pattern.double()
+    """One layer's maps (B, H, N, N) as one float64 map (B, N, N) for the running product."""
     if allow_non_stochastic:
-        pattern = pattern.abs()
+        pattern = pattern.double().abs()
         pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
     else:
-        check_row_stochastic(pattern, name)
+        check_row_stochastic(pattern, name)  # the map as made, with its dtype's tolerance
+        pattern = pattern.double()
     return reduce_heads(pattern, heads, head_dim=1)
 
 
