@@ -7,8 +7,9 @@ on --device (cpu or cuda) at --dtype (float32, or bfloat16/float16 under autocas
   torch-cka    torch_cka.CKA(model, model, ...).compare(loader) (PyPI torch-cka, AntixK)
   pytorch-cka  cka.compute_cka(model, model, loader, layers=...) (PyPI pytorch-cka)
 
-Every measurement is a fresh process (so peak RSS is its own) that imports all four libraries,
-builds the model and the loader, runs its method once untimed (warm-up) and once timed;
+Every measurement is a fresh process (so peak RSS is its own) that imports all four libraries
+(a peer that is not installed is needed only where it is measured), builds the model and the
+loader, runs its method once untimed (warm-up) and once timed;
 ``ru_maxrss`` at the end is its peak (on CUDA: the peak allocated GPU memory). Rounds rotate the
 order; medians are reported: wall time (and its range), process CPU time (user + system, steadier
 than wall time on a shared machine), peak memory, each as a ratio to the forward baseline, and
@@ -22,6 +23,8 @@ Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--thre
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import resource
 import statistics
@@ -47,6 +50,8 @@ def measure(method: str, args: argparse.Namespace) -> None:
 
     import vizkit as vk
 
+    peers = _import_peers(method)
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = args.device
@@ -63,19 +68,17 @@ def measure(method: str, args: argparse.Namespace) -> None:
     def vizkit():
         return vk.cka_matrix(model, loader, progress=False).matrix
 
-    def torch_cka_run():  # the peers are imported only when measured: one process per method
-        import torch_cka
-
+    def torch_cka_run():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "identical names", "no second loader"
-            comparison = torch_cka.CKA(model, model, "a", "b", blocks, blocks, device=device)
+            comparison = peers["torch-cka"].CKA(
+                model, model, "a", "b", blocks, blocks, device=device
+            )
             comparison.compare(loader)
         return comparison.export()["CKA"]
 
     def pytorch_cka_run():
-        import cka as pytorch_cka
-
-        return pytorch_cka.compute_cka(
+        return peers["pytorch-cka"].compute_cka(
             model, model, loader, layers=blocks, device=device, progress=False
         )[0]
 
@@ -104,6 +107,16 @@ def measure(method: str, args: argparse.Namespace) -> None:
     if matrix is not None:
         result["matrix"] = torch.as_tensor(matrix).double().tolist()
     args.out.write_text(json.dumps(result))
+
+
+def _import_peers(method: str) -> dict:
+    """The peer libraries, imported in every process so that each process's peak memory holds
+    the same imports; a peer that is not installed is needed only where ``method`` is it."""
+    peers = {}
+    for name, module in (("torch-cka", "torch_cka"), ("pytorch-cka", "cka")):
+        if name == method or importlib.util.find_spec(module) is not None:
+            peers[name] = importlib.import_module(module)
+    return peers
 
 
 def _cpu_seconds() -> float:

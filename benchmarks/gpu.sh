@@ -3,14 +3,26 @@
 # (written to docs/benchmark_results/). `make bench-gpu` runs it in the project's .venv; on a
 # machine without it: PYTHON=python3 benchmarks/gpu.sh. Each step is bounded by STEP_TIMEOUT
 # seconds (default 300) and a failed step does not stop the others; the exit status counts them.
+# Ctrl-C stops the running step and the script.
 set -u
+cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 failed=0
+pid=""
+trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; echo "!! interrupted"; exit 130' INT TERM
 step() {
-	local start=$SECONDS
+	local start=$SECONDS rc=0
 	echo "== $*"
-	timeout "$STEP_TIMEOUT" "$PYTHON" "$@" || { echo "!! failed (rc $?): $*"; failed=$((failed + 1)); }
+	# in the background, so that the trap runs at once (timeout puts its child in its own group)
+	timeout -k 30 "$STEP_TIMEOUT" "$PYTHON" "$@" &
+	pid=$!
+	wait "$pid" || rc=$?
+	pid=""
+	if [ "$rc" -ne 0 ]; then
+		echo "!! failed (rc $rc): $*"
+		failed=$((failed + 1))
+	fi
 	echo "== $((SECONDS - start)) s"
 }
 step -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py

@@ -376,6 +376,12 @@ class Claim:
     decide: str = ""  # what beyond more seeds would decide it, where seeds are hopeless
     seeds_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # a budget's own seeds
 
+    def __post_init__(self) -> None:
+        unknown = set(self.seeds_at) - set(self.budgets)
+        if unknown:
+            raise ValueError(f"{self.text!r}: seeds_at names {sorted(unknown)}, not among the "
+                             f"budgets {self.budgets}.")  # fmt: skip
+
     def measured(self, budget: str | None = None) -> Measurement:
         """The measurement at ``budget`` (default: the largest, which the verdict is about)."""
         budget = self.budgets[-1] if budget is None else budget

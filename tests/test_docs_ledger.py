@@ -425,3 +425,9 @@ def test_a_budget_with_its_own_seeds_reads_them_and_says_so(ledger, monkeypatch)
     monkeypatch.setitem(ledger.CLAIMS, "sot", [wrong])
     with pytest.raises(ValueError, match=r"asks for seeds \(0, 1\) at budget '_larger'"):
         ledger.table("sot")
+    first_wrong = dataclasses.replace(claim, measure=lambda seeds, budget="": real.measure((0, 1)))
+    monkeypatch.setitem(ledger.CLAIMS, "sot", [first_wrong])
+    with pytest.raises(ValueError, match=r"asks for seeds \(0, 1, 2\) at budget ''"):
+        ledger.table("sot")
+    with pytest.raises(ValueError, match="seeds_at names \\['_e4'\\], not among the budgets"):
+        dataclasses.replace(claim, seeds_at={"_e4": (0, 1)})

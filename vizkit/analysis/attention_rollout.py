@@ -48,20 +48,16 @@ _MIXED = ".attn.hook_pattern_mixed"
 
 def check_row_stochastic(pattern: Tensor, name: str, atol: float | None = None) -> None:
     """Raise a ValueError if ``pattern`` (..., Nq, N) has NaN, Inf or negative entries or rows
-    not summing to 1 (summed in at least float32, without a copy of the map) within ``atol``;
-    default: 1e-3, or the machine epsilon of a coarser dtype (a bfloat16 softmax rounds each
-    entry, so its rows sum to 1 within 2^-7)."""
+    not summing to 1 (summed in at least float32; a float32 or float64 map is not copied)
+    within ``atol``; default: 1e-3, or the machine epsilon of a coarser dtype (a bfloat16
+    softmax rounds each entry, so its rows sum to 1 within 2^-7)."""
     if atol is None:
         atol = max(1e-3, torch.finfo(pattern.dtype).eps)
     low = pattern.min().item()  # NaN if any entry is
     off = pattern.sum(-1, dtype=torch.promote_types(pattern.dtype, torch.float32)) - 1
     off = off.abs().max().item()
     if not (math.isfinite(low) and math.isfinite(off)):
-        raise ValueError(
-            f"{name} holds NaN or Inf values (min {low:.3g}, row sums off by up to {off:.3g}); "
-            "rollout computes nothing on non-finite maps. Check the model's weights and the "
-            "inputs (an overflow in float16, a division by a zero std)."
-        )
+        raise _non_finite(name, f"min {low:.3g}, row sums off by up to {off:.3g}")
     if low < -atol or off > atol:
         raise ValueError(
             f"{name} is not row-stochastic (min {low:.3g}, row sums off by "
@@ -70,6 +66,14 @@ def check_row_stochastic(pattern: Tensor, name: str, atol: float | None = None) 
             "to roll out |A| renormalized per row instead (a heuristic), or use "
             "class_attention()/gradcam()."
         )
+
+
+def _non_finite(name: str, detail: str) -> ValueError:
+    return ValueError(
+        f"{name} holds NaN or Inf values ({detail}); rollout computes nothing on non-finite "
+        "maps. Check the model's weights and the inputs (an overflow in float16, a division by "
+        "a zero std)."
+    )
 
 
 def _discard_lowest(fused: Tensor, ratio: float) -> Tensor:
@@ -91,7 +95,11 @@ def _fuse(pattern: Tensor, name: str, heads, allow_non_stochastic: bool) -> Tens
     """One layer's maps (B, H, N, N) as one float64 map (B, N, N) for the running product."""
     if allow_non_stochastic:
         pattern = pattern.double().abs()
-        pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
+        sums = pattern.sum(-1, keepdim=True)  # NaN or Inf where a row holds one
+        largest = sums.max().item()
+        if not math.isfinite(largest):
+            raise _non_finite(name, f"largest row sum of |A| {largest:.3g}")
+        pattern = pattern / sums.clamp_min(1e-12)
     else:
         check_row_stochastic(pattern, name)  # the map as made, with its dtype's tolerance
         pattern = pattern.double()
