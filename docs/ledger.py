@@ -487,7 +487,8 @@ CLAIMS: dict[str, list[Claim]] = {
         ("Fig. 6 (App. B.3): every kernel size beats kernel size 1; here the larger one.",
          SEEDS, compare((K, "refiner_r3_k5"), (K, "refiner_r3_k1"), "difference"), two_se),
         ("Fig. 6 (App. B.3): kernel size 3 is the best; here against the larger one.",
-         FIVE, compare((K, "refiner_r3_k3"), (K, "refiner_r3_k5"), "difference"), two_se),
+         FIVE, compare((K, "refiner_r3_k3"), (K, "refiner_r3_k5"), "difference"), two_se,
+         {"budgets": ("", "_e4"), "seeds_at": {"_e4": SEEDS}}),
         ("Table 1: expansion ratio r = 2 beats r = 1 (82.8 % against 82.3 %; r = 1 "
          "'degenerates to the talking-heads attention').",
          SEEDS, compare((R, "refiner_r2_k3"), (R, "refiner_r1_k3"), "difference"), two_se,
