@@ -178,7 +178,7 @@ def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_err
     for prefix, accuracies in runs.items():
         for seed, accuracy in enumerate(accuracies):
             (tmp_path / f"{prefix}_s{seed}.json").write_text(
-                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed}})
+                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed, "epochs": 6}})
             )
             (tmp_path / f"{prefix}_s{seed}.safetensors").write_bytes(b"")
     a, b = (100 * statistics.mean(runs[k]) for k in "ab")
@@ -190,3 +190,5 @@ def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_err
     assert zoo.seed_contrast("a", "c")["verdict"] == "inconclusive"
     one_seed = zoo.seed_contrast("a", "b", seeds=[0])
     assert math.isnan(one_seed["two_se"]) and one_seed["verdict"] == "inconclusive"
+    (trend,) = zoo.contrast_over_budgets("a", "b", [""])
+    assert trend == {"budget": "6 epochs", **held}

@@ -32,6 +32,7 @@ __all__ = [
     "PACKAGE_MODELS",
     "accuracy_over_seeds",
     "card",
+    "contrast_over_budgets",
     "list",
     "load",
     "models_dir",
@@ -180,6 +181,18 @@ def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
     verdict = "held" if value > 2 * se else "not held" if value < -2 * se else "inconclusive"
     seeds_used = tuple(g["seeds"] for g in groups)
     return {"value": value, "two_se": 2 * se, "verdict": verdict, "seeds": seeds_used}
+
+
+def contrast_over_budgets(a: str, b: str, budgets: Iterable[str]) -> builtins.list[dict]:
+    """`seed_contrast` of ``{a}{budget}`` against ``{b}{budget}`` for each card-name suffix in
+    ``budgets`` (smallest first, e.g. ``("", "_e80")``), each labelled ``"<epochs> epochs"``
+    from its first card's recipe: the points `vizkit.viz.scale_trend` draws."""
+    points = []
+    for budget in budgets:
+        contrast = seed_contrast(f"{a}{budget}", f"{b}{budget}")
+        epochs = card(f"{a}{budget}_s{contrast['seeds'][0][0]}")["recipe"]["epochs"]
+        points.append({"budget": f"{epochs} epochs", **contrast})
+    return points
 
 
 def sha256(file: str | Path) -> str:
