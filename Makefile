@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
 export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit notebooks docs findings lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit notebooks docs findings findings-gpu lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,16 @@ docs: setup
 # the paper pages' measured findings (docs/findings/<paper>.json), after retraining a zoo model
 findings: setup
 	$(BIN)/python docs/findings/record.py
+
+# the ledgers' deciding sweep (docs/findings/sweeps.py) on a GPU: the runs the zoo lacks, JOBS
+# side by side, none started after MINUTES; then copy the new models' recipes into
+# vizkit/train/recipes/ and run `make findings`
+JOBS ?= 8
+MINUTES ?= 30
+findings-gpu: setup
+	rm -rf .sweep && $(BIN)/python docs/findings/sweeps.py write gpu .sweep
+	set -- .sweep/*.json; [ -e "$$1" ] || { echo "the zoo has every run of the sweep"; exit 0; }; \
+	$(BIN)/vizkit train "$$@" --device cuda --jobs $(JOBS) --stop-after $(MINUTES)
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -109,3 +109,12 @@ def test_committed_sample_matches_the_generator():
         atol=1 / 255 / 0.25 + 1e-6,
     )
     assert torch.equal(norm_labels, shapes.labels) and torch.equal(norm_masks, shapes.masks)
+
+
+def test_a_second_dataset_of_the_same_arguments_is_an_independent_copy():
+    first = Shapes("test", n=40)
+    first.images.zero_(), first.labels.fill_(3), first.masks.fill_(True)
+    second, fresh = Shapes("test", n=40), render_shapes(40, split="test")
+    assert torch.equal(second.images, torch.from_numpy(fresh[0]).permute(0, 3, 1, 2))
+    assert torch.equal(second.labels, torch.from_numpy(fresh[1]))
+    assert torch.equal(second.masks, torch.from_numpy(fresh[2]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -92,16 +93,22 @@ def info(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_recipe(recipe: str, epochs: int | None, force: bool, device: str = "cpu") -> int:
-    """Train a recipe into the zoo folder (replacing a model there only with ``force``) on
-    ``device`` and print its card's headline."""
-    from .train.recipes import run_recipe
+def train_command(args: argparse.Namespace) -> int:
+    """Train recipes into the zoo folder (replacing a model there only with ``--force``) on
+    ``--device``, ``--jobs`` at a time, and print each card's headline as its run ends."""
+    from .train.sweep import run_recipes
 
-    card = run_recipe(recipe, epochs=epochs, overwrite=force, device=device)
-    print(
-        f"{card['name']}: test accuracy {card['test_accuracy']:.4f}, "
-        f"{card['parameters'] / 1e6:.2f}M parameters, {card['training_seconds'] / 60:.1f} min"
-    )
+    def headline(card: dict) -> None:
+        print(
+            f"{card['name']}: test accuracy {card['test_accuracy']:.4f}, "
+            f"{card['parameters'] / 1e6:.2f}M parameters, "
+            f"{card['training_seconds'] / 60:.1f} min",
+            flush=True,
+        )
+
+    stop_after = None if args.stop_after is None else args.stop_after * 60
+    run_recipes(args.recipe, jobs=args.jobs, epochs=args.epochs, overwrite=args.force,
+                device=args.device, stop_after=stop_after, report=headline)  # fmt: skip
     return 0
 
 
@@ -240,6 +247,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _minutes(text: str) -> float:
+    """argparse type: a number of minutes >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a number of minutes >= 0; got {text!r}")
+    return value
+
+
 def _device(text: str) -> str:
     """argparse type: a device this machine has (cpu, cuda, cuda:N, mps)."""
     try:
@@ -295,12 +313,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--all-names", action="store_true", help="also list every '.hook_out' name")
     p.add_argument("--device", type=_device, default="cpu", help="default %(default)s")
     t = commands.add_parser("train", help="train a recipe; writes checkpoint and card to models/")
-    t.add_argument("recipe", help="a shipped recipe name (e.g. vit_tiny_shapes) or a JSON path")
+    t.add_argument(
+        "recipe", nargs="+", help="shipped recipe names (e.g. vit_tiny_shapes) or JSON paths"
+    )
     t.add_argument(
         "--epochs", type=_positive_int, help="override the recipe's epochs (shortened runs)"
     )
     t.add_argument("--force", action="store_true", help="replace the model if the zoo has it")
     t.add_argument("--device", type=_device, default="cpu", help="default %(default)s (or cuda)")
+    t.add_argument(
+        "--jobs", type=_positive_int, default=1, help="runs side by side, one process each"
+    )
+    t.add_argument(
+        "--stop-after", type=_minutes, help="start no run after this many minutes (a sweep)"
+    )
     c = commands.add_parser(
         "cka", help="layer x layer CKA of a model or two (runs under torchrun too)"
     )
@@ -375,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train":
-        return train_recipe(args.recipe, args.epochs, args.force, args.device)
+        return train_command(args)
     if args.command == "zoo":
         return zoo_list()
     if args.command == "cka":

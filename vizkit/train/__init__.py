@@ -1,4 +1,4 @@
-"""Training: a small trainer with per-epoch trackers, recipes."""
+"""Training: a small trainer with per-epoch trackers, recipes, sweeps of recipes."""
 
 from .callbacks import TRACKERS as TRACKERS
 from .callbacks import AttentionEntropyTracker as AttentionEntropyTracker
@@ -6,6 +6,7 @@ from .callbacks import CKAToPreviousTracker as CKAToPreviousTracker
 from .callbacks import LayerScaleTracker as LayerScaleTracker
 from .callbacks import ResidualRatiosTracker as ResidualRatiosTracker
 from .history import tracked_results as tracked_results
+from .sweep import run_recipes as run_recipes
 from .trainer import Callback as Callback
 from .trainer import TrainConfig as TrainConfig
 from .trainer import evaluate as evaluate
@@ -20,6 +21,7 @@ __all__ = [
     "ResidualRatiosTracker",
     "TrainConfig",
     "evaluate",
+    "run_recipes",
     "tracked_results",
     "train",
 ]

@@ -10,9 +10,12 @@ A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``da
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -27,7 +30,14 @@ from .callbacks import TRACKERS
 from .inits import INITS
 from .trainer import TrainConfig, evaluate, train
 
-__all__ = ["DATASETS", "load_recipe", "recipe_names", "run_recipe", "write_models_readme"]
+__all__ = [
+    "DATASETS",
+    "load_recipe",
+    "recipe_names",
+    "refuse_to_overwrite",
+    "run_recipe",
+    "write_models_readme",
+]
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
@@ -123,12 +133,8 @@ def run_recipe(
     spec = load_recipe(recipe)
     config = TrainConfig(**{**spec["train"], **({"epochs": epochs} if epochs is not None else {})})
     out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
-    existing = [f for f in _model_files(out_dir, spec["name"]) if f.exists()]
-    if existing and not overwrite:
-        raise FileExistsError(
-            f"{existing[0]} exists: training {spec['name']} would overwrite it. Pass --force "
-            "(overwrite=True) to replace it, or set VIZKIT_MODELS to another folder."
-        )
+    if not overwrite:
+        refuse_to_overwrite(out_dir, [spec["name"]])
     dataset = DATASETS[spec["data"]]
     train_data, test_data = dataset("train"), dataset("test")
     if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
@@ -152,7 +158,8 @@ def run_recipe(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     weights, card_file = _model_files(out_dir, spec["name"])
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    with _replaced_whole(weights) as part:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(part))
     image_size = test_data[0][0].shape
     card = {
         "name": spec["name"],
@@ -186,9 +193,37 @@ def run_recipe(
         "sha256": zoo.sha256(weights),
         "history": history,
     }
-    card_file.write_text(json.dumps(card, indent=1) + "\n")
+    with _replaced_whole(card_file) as part:  # after the checkpoint: the zoo lists it now
+        part.write_text(json.dumps(card, indent=1) + "\n")
     write_models_readme(out_dir)
     return card
+
+
+def refuse_to_overwrite(folder: Path, names: list[str]) -> None:
+    """Raise FileExistsError if a model of ``names`` is in ``folder`` (checked before
+    training)."""
+    found = {n: [f for f in _model_files(folder, n) if f.exists()] for n in names}
+    found = {n: files[0] for n, files in found.items() if files}
+    if found:
+        one = len(found) == 1
+        raise FileExistsError(
+            f"{', '.join(map(str, found.values()))} {'exists' if one else 'exist'}: training "
+            f"{', '.join(found)} would overwrite {'it' if one else 'them'}. Pass --force "
+            "(overwrite=True) to replace, leave them out, or set VIZKIT_MODELS to another "
+            "folder."
+        )
+
+
+@contextmanager
+def _replaced_whole(file: Path) -> Iterator[Path]:
+    """A temporary path beside ``file`` to write to, moved onto ``file`` in one step when the
+    block ends (a reader, or a sweep's other process, never sees half a file)."""
+    part = file.with_name(f"{file.name}.part{os.getpid()}")
+    try:
+        yield part
+        os.replace(part, file)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 class RandomizedLabels(Dataset):
@@ -265,7 +300,8 @@ def write_models_readme(folder: Path) -> None:
         *rows,
         "",
     ]
-    (Path(folder) / "README.md").write_text("\n".join(text))
+    with _replaced_whole(Path(folder) / "README.md") as part:
+        part.write_text("\n".join(text))
 
 
 def _where(file: Path) -> str:

@@ -1,0 +1,126 @@
+"""The training sweeps that would decide the claims ledgers' inconclusive rows: more seeds or a
+larger budget of recipes the zoo already has, written as recipes for `vizkit train`.
+
+    python docs/findings/sweeps.py list                 # each sweep: its runs, the rows it serves
+    python docs/findings/sweeps.py write gpu DIR        # its recipes not yet in the zoo, in order
+
+A recipe is derived from a shipped one (its first seed): the same model, data and recipe, with
+another seed and, for a larger budget, more epochs (or blocks) and a name that says so
+(``sot_sum_e24_s1``: `docs/ledger.py` reads a budget by that name suffix). The files are
+numbered in the sweep's order, most decisive per training minute first, so
+``vizkit train DIR/*.json --jobs N --stop-after M`` trains as much of it as fits:
+
+    vizkit train DIR/*.json --device cuda --jobs 8 --stop-after 6
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import vizkit as vk
+from vizkit.train.recipes import load_recipe
+
+
+@dataclass(frozen=True)
+class Extension:
+    """Seeds ``seeds`` of shipped recipe ``base`` (its seed-0 recipe), at ``epochs`` (default:
+    the base's) with ``kwargs`` changed, named ``<base><suffix>_s<seed>``; ``rows`` names the
+    ledger rows it serves."""
+
+    base: str
+    suffix: str
+    seeds: range
+    rows: str
+    epochs: int | None = None
+    kwargs: tuple[tuple[str, object], ...] = ()
+
+    def recipes(self) -> list[dict]:
+        spec = load_recipe(f"{self.base}_s0")
+        out = []
+        for seed in self.seeds:
+            train = {**spec["train"], "seed": seed}
+            if self.epochs is not None:
+                train["epochs"] = self.epochs
+            name = f"{self.base}{self.suffix}_s{seed}"
+            out.append({**spec, "name": name, "kwargs": {**spec["kwargs"], **dict(self.kwargs)},
+                        "train": train})  # fmt: skip
+        return out
+
+
+def _seeds(configs: list[str], seeds: range, rows: str, suffix: str = "", **options) -> list:
+    return [Extension(c, suffix, seeds, rows, **options) for c in configs]
+
+
+MORE = range(3, 10)  # seeds 3-9: ten per configuration with the shipped 0-2
+THREE = range(3)
+DIGITS = ("sum", "pool_gcp", "svpn_a05", "pool_gap", "classt", "svpn_a07")
+MASKS = ("gap", "elm", "gmm_k1", "rmt")
+SOT = ("sum", "classt", "pool_gap", "pool_gcp", "svpn_a05", "svpn_a10", "svpn_a03", "svpn_a07",
+       "wordt")  # fmt: skip
+SWEEPS = {  # groups of extensions, trained group by group
+    # the cheapest decisions first (Digits runs are seconds on a GPU, minutes on a CPU)
+    "gpu": [
+        _seeds([f"sot_digits_{c}_e80" for c in DIGITS], MORE, "SoT 4, 15, 16, 19, 20"),
+        _seeds([f"masks_{c}" for c in MASKS], THREE, "masks 2, 4, 8", "_e18", epochs=18),
+        _seeds([f"sot_{c}" for c in SOT], THREE, "SoT 1, 3, 5, 7, 9-14", "_e24", epochs=24),
+        _seeds(["refiner_r1_k3", "refiner_r2_k3"], THREE, "Refiner 4", "_e8", epochs=8),
+        [
+            Extension("table2_vit_cls0", "_d12", THREE, "CaiT 1, 2", 12, (("depth", 12),)),
+            Extension(
+                "table2_vit_cls4",
+                "_d12",
+                THREE,
+                "CaiT 1",
+                12,
+                (("depth", 12), ("cls_insert_layer", 10)),
+            ),  # fmt: skip
+            Extension("table2_cait_ca2", "_d12", THREE, "CaiT 2", 12, (("depth", 10),)),
+        ],
+    ],
+}
+
+
+def sweep_recipes(name: str) -> list[dict]:
+    """The recipes of sweep ``name`` whose models the zoo does not have yet, in order."""
+    if name not in SWEEPS:
+        raise KeyError(f"No sweep {name!r}; sweeps: {sorted(SWEEPS)}.")
+    have = set(vk.zoo.list())
+    ordered = []
+    for group in SWEEPS[name]:  # seed-major inside a group: a sweep cut short has whole seeds
+        runs = [r for e in group for r in e.recipes()]
+        ordered += sorted(runs, key=lambda r: r["train"]["seed"])
+    return [r for r in ordered if r["name"] not in have]
+
+
+def write(name: str, folder: Path) -> list[Path]:
+    """Write sweep ``name``'s missing recipes into ``folder`` as ``NNN_<recipe>.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, recipe in enumerate(sweep_recipes(name)):
+        path = folder / f"{i:03d}_{recipe['name']}.json"
+        path.write_text(json.dumps(recipe, indent=1) + "\n")
+        load_recipe(path)  # a derived recipe is a valid one
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["list"]:
+        for name, groups in SWEEPS.items():
+            print(f"{name}: {len(sweep_recipes(name))} runs to train")
+            for e in (e for group in groups for e in group):
+                print(f"  {e.base}{e.suffix} seeds {e.seeds.start}-{e.seeds.stop - 1}: {e.rows}")
+        return 0
+    if len(argv) == 3 and argv[0] == "write":
+        paths = write(argv[1], Path(argv[2]))
+        print(f"{len(paths)} recipes in {argv[2]}")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+"""Several recipes trained side by side (`vizkit train A B C --jobs N`): one process per run,
+so a seed or budget sweep on a machine with cores (or a GPU) to spare extends the zoo in one
+call. Every recipe is checked before the first run starts; each run writes its checkpoint and
+card whole (`run_recipe` replaces the files atomically), so a stopped sweep leaves only
+complete models and a rerun trains what is missing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import zoo
+from .recipes import load_recipe, refuse_to_overwrite, run_recipe
+
+__all__ = ["run_recipes"]
+
+
+def run_recipes(
+    recipes: Sequence[str | Path],
+    jobs: int = 1,
+    out_dir: Path | None = None,
+    epochs: int | None = None,
+    overwrite: bool = False,
+    device: str = "cpu",
+    stop_after: float | None = None,
+    progress: bool = True,
+    report: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Train ``recipes`` in order, ``jobs`` at a time (each in its own process; ``jobs=1``
+    trains here, with the per-epoch progress bar). ``stop_after`` (seconds) starts no run
+    after that time; runs under way finish. ``report`` is called with each card as its run
+    ends. Returns the cards of the runs that finished, in the order of ``recipes``.
+
+    Raises:
+        ValueError: a recipe is broken, or two recipes name the same model; FileExistsError:
+        a model is in ``out_dir`` already and ``overwrite`` is False (all checked before any
+        run starts); RuntimeError: some of several runs failed (after the others finished; it
+        names each failed recipe and its error, and the finished models stay written). A
+        single run raises its own error.
+    """
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number >= 1; got {jobs!r}.")
+    if stop_after is not None and not stop_after >= 0:
+        raise ValueError(f"stop_after must be a number of seconds >= 0; got {stop_after!r}.")
+    if not recipes:
+        raise ValueError("No recipes given: name at least one (a zoo recipe or a JSON path).")
+    names = [load_recipe(r)["name"] for r in recipes]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(
+            f"Recipes {twice} are given twice (or two recipes share the name): each run writes "
+            "the model its recipe names, so the runs would overwrite each other."
+        )
+    if not overwrite:
+        refuse_to_overwrite(Path(out_dir) if out_dir is not None else zoo.models_dir(), names)
+    options = {"out_dir": out_dir, "epochs": epochs, "overwrite": overwrite, "device": device}
+    deadline = None if stop_after is None else time.monotonic() + stop_after
+    if jobs == 1:
+        return _one_at_a_time(recipes, options, deadline, progress, report)
+    return _side_by_side(recipes, jobs, options, deadline, progress, report)
+
+
+def _one_at_a_time(recipes, options, deadline, progress, report) -> list[dict]:
+    cards, failed = [], []
+    for recipe in recipes:
+        if _past(deadline):
+            break
+        try:
+            cards.append(run_recipe(recipe, progress=progress, **options))
+        except Exception as error:
+            if len(recipes) == 1:
+                raise  # one run: its own error, as `run_recipe` raises it
+            failed.append((recipe, error))
+            continue
+        if report is not None:
+            report(cards[-1])
+    _raise_failures(failed, len(recipes))
+    return cards
+
+
+def _side_by_side(recipes, jobs, options, deadline, progress, report) -> list[dict]:
+    """At most ``jobs`` runs in flight; a new one starts when one ends (and before the
+    deadline). Spawned processes (a forked one would inherit this one's torch state), each
+    with its share of the cores unless its recipe sets ``threads``."""
+    context = multiprocessing.get_context("spawn")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    done: dict[int, dict] = {}
+    failed: list[tuple[str | Path, BaseException]] = []
+    waiting = list(enumerate(recipes))[::-1]
+    bar = tqdm(total=len(recipes), desc="runs", disable=not progress)
+    with ProcessPoolExecutor(jobs, context, torch.set_num_threads, (threads,)) as pool:
+        running: dict[Future, tuple[int, str | Path]] = {}
+        while waiting or running:
+            while waiting and len(running) < jobs and not _past(deadline):
+                index, recipe = waiting.pop()
+                future = pool.submit(run_recipe, recipe, progress=False, **options)
+                running[future] = (index, recipe)
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index, recipe = running.pop(future)
+                bar.update()
+                if future.exception() is not None:
+                    failed.append((recipe, future.exception()))
+                    continue
+                done[index] = future.result()
+                if report is not None:
+                    report(done[index])
+    bar.close()
+    _raise_failures(failed, len(recipes))
+    return [done[i] for i in sorted(done)]
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _raise_failures(failed: list[tuple[str | Path, BaseException]], total: int) -> None:
+    if failed:
+        lines = "; ".join(f"{recipe}: {type(e).__name__}: {e}" for recipe, e in failed)
+        raise RuntimeError(
+            f"{len(failed)} of {total} runs failed (the others' models are written): {lines}"
+        )
