@@ -35,6 +35,7 @@ from pathlib import Path
 import plotly.offline
 
 import vizkit as vk
+from vizkit.verdicts import HELD, INCONCLUSIVE, NOT_HELD, VERDICTS, beyond_two_se, every_epoch
 
 __all__ = [
     "CLAIMS",
@@ -54,8 +55,6 @@ __all__ = [
 ]
 
 PAPERS = ("cait", "refiner", "masks", "sot")
-HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
-VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE)
 SEEDS = (0, 1, 2)
 HEADER = ("#", "claim", "our measurement", "seeds", "held")
 PLOTLY_JS = "plotly.min.js"  # written beside the tables; the paper pages are two folders down
@@ -209,23 +208,12 @@ Measure = Callable[[Sequence[int], str], Measurement]  # (seeds, budget suffix) 
 def two_se(m: Contrast) -> str:
     """Held if the contrast exceeds twice its standard error, not held if it is below minus
     twice, else (or with an unknown spread) inconclusive."""
-    if not math.isfinite(m.se):
-        return INCONCLUSIVE
-    if m.value > 2 * m.se:
-        return HELD
-    if m.value < -2 * m.se:
-        return NOT_HELD
-    return INCONCLUSIVE
+    return beyond_two_se(m.value, m.se)
 
 
 def lower_every_epoch(m: PerEpoch) -> str:
     """Held if ``lower`` is below ``higher`` at every epoch, not held if above at every epoch."""
-    pairs = list(zip(m.lower.values, m.higher.values, strict=True))
-    if all(a < b for a, b in pairs):
-        return HELD
-    if all(a > b for a, b in pairs):
-        return NOT_HELD
-    return INCONCLUSIVE
+    return every_epoch(m.lower.values, m.higher.values)
 
 
 # --- reading the cards -----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from torch import nn
 
 from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
+from .verdicts import beyond_two_se
 
 __all__ = [
     "PACKAGE_MODELS",
@@ -178,7 +179,7 @@ def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
     groups = [accuracy_over_seeds(prefix, seeds) for prefix in (a, b)]
     value = 100 * (groups[0]["mean"] - groups[1]["mean"])
     se = 100 * sum(g["std"] ** 2 / len(g["seeds"]) for g in groups) ** 0.5
-    verdict = "held" if value > 2 * se else "not held" if value < -2 * se else "inconclusive"
+    verdict = beyond_two_se(value, se)
     seeds_used = tuple(g["seeds"] for g in groups)
     return {"value": value, "two_se": 2 * se, "verdict": verdict, "seeds": seeds_used}
 

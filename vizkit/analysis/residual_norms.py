@@ -23,6 +23,7 @@ from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.family import residual_spec
 from ..hooks.inputs import check_choice, check_images
 from ..hooks.layout import require_per_image
+from ..verdicts import every_epoch
 from .result import Result
 
 __all__ = [
@@ -358,11 +359,6 @@ def uniformity_contrast(
         )
     lower = ratio_uniformity(with_layerscale)[branch]["cv"]
     higher = ratio_uniformity(without)[branch]["cv"]
-    if all(a < b for a, b in zip(lower, higher, strict=True)):
-        verdict = "held"
-    elif all(a > b for a, b in zip(lower, higher, strict=True)):
-        verdict = "not held"
-    else:
-        verdict = "inconclusive"
+    verdict = every_epoch(lower, higher)
     return {"value": higher[-1] - lower[-1], "two_se": math.nan, "verdict": verdict,
             "cv_with": lower, "cv_without": higher}  # fmt: skip

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..verdicts import HELD, INCONCLUSIVE, NOT_HELD
 from .style import finish, palette
 
 __all__ = [
@@ -84,7 +85,7 @@ def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Fi
     return finish(fig, title, 380)
 
 
-VERDICT_COLORS = {"held": "#2166ac", "not held": "#e66101", "inconclusive": "#7f7f7f"}
+VERDICT_COLORS = {HELD: "#2166ac", NOT_HELD: "#e66101", INCONCLUSIVE: "#7f7f7f"}
 
 
 def scale_trend(points: Sequence[Mapping], title: str, unit: str = "points") -> go.Figure:
