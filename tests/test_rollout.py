@@ -159,3 +159,31 @@ def test_the_row_check_copies_no_map_and_keeps_the_maps_dtype_tolerance():
     assert (peaked.float().sum(-1) - 1).abs().max() > 1e-3
     fused = _fuse(peaked, "maps", "mean", allow_non_stochastic=False)
     assert fused.shape == (2, 200, 200) and fused.dtype == torch.float64
+
+
+@pytest.mark.parametrize("heads", ["mean", "max", "min", 1, [0, 2]])
+def test_fusing_the_heads_makes_no_float64_copy_of_every_head(heads):
+    """The float64 running product needs one float64 map per layer, not a float64 copy of the
+    (B, H, N, N) maps: heads fused as before (in float64), no output as large as the maps."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from vizkit.analysis.attention_rollout import _fuse
+
+    class Float64Outputs(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.sizes = [0]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.sizes += [t.numel() for t in torch.utils._pytree.tree_leaves(out)
+                           if isinstance(t, torch.Tensor) and t.dtype == torch.float64]  # fmt: skip
+            return out
+
+    maps = torch.softmax(torch.randn(2, 6, 30, 30, generator=torch.Generator().manual_seed(0)), -1)
+    with Float64Outputs() as seen:
+        fused = _fuse(maps, "maps", heads, allow_non_stochastic=False)
+    assert max(seen.sizes) < maps.numel()
+    expected = vk.hooks.reduce_heads(maps.double(), heads, head_dim=1)
+    assert fused.dtype == torch.float64 and torch.equal(fused, expected)

@@ -100,10 +100,9 @@ def _fuse(pattern: Tensor, name: str, heads, allow_non_stochastic: bool) -> Tens
         if not math.isfinite(largest):
             raise _non_finite(name, f"largest row sum of |A| {largest:.3g}")
         pattern = pattern / sums.clamp_min(1e-12)
-    else:
-        check_row_stochastic(pattern, name)  # the map as made, with its dtype's tolerance
-        pattern = pattern.double()
-    return reduce_heads(pattern, heads, head_dim=1)
+        return reduce_heads(pattern, heads, head_dim=1)
+    check_row_stochastic(pattern, name)  # the map as made, with its dtype's tolerance
+    return reduce_heads(pattern, heads, head_dim=1, dtype=torch.float64)  # no float64 per head
 
 
 def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:

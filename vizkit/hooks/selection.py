@@ -185,20 +185,23 @@ def head_option(heads: HeadSpec) -> str | int | list[int]:
     return int(heads) if isinstance(heads, numbers.Integral) else heads
 
 
-def reduce_heads(pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3) -> Tensor:
+def reduce_heads(
+    pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3, dtype: torch.dtype | None = None
+) -> Tensor:
     """Fuse the head axis ``head_dim`` of ``pattern``: ``"mean"``, ``"max"``, ``"min"``, one
-    head (an int, negative from the end) or the mean of the listed heads (a list of ints)."""
+    head (an int, negative from the end) or the mean of the listed heads (a list of ints).
+    ``dtype``: the result's (a mean accumulates in it without a copy of every head in it)."""
     if isinstance(heads, str):
         if heads == "mean":
-            return pattern.mean(head_dim)
+            return pattern.mean(head_dim, dtype=dtype)
         if heads in ("max", "min"):
-            return getattr(pattern, heads)(head_dim).values
+            return getattr(pattern, heads)(head_dim).values.to(dtype or pattern.dtype)
     elif isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
         (head,) = _head_indices([heads], pattern.shape[head_dim])
-        return pattern.select(head_dim, head)
+        return pattern.select(head_dim, head).to(dtype or pattern.dtype)
     elif isinstance(heads, (list, tuple, range)) and len(heads):
         index = torch.tensor(_head_indices(heads, pattern.shape[head_dim]), device=pattern.device)
-        return pattern.index_select(head_dim, index).mean(head_dim)
+        return pattern.index_select(head_dim, index).mean(head_dim, dtype=dtype)
     raise ValueError(
         f"heads must be 'mean', 'max', 'min', a head index or a non-empty list of head indices; "
         f"got {heads!r}."
