@@ -77,9 +77,13 @@ def _non_finite(name: str, detail: str) -> ValueError:
 
 
 def _discard_lowest(fused: Tensor, ratio: float) -> Tensor:
-    """Zero the lowest ``ratio`` share of each map's entries (B, N, N), sparing entry [0, 0]."""
+    """Zero the lowest ``ratio`` share of each map's entries (B, N, N), sparing entry [0, 0]
+    (``fused`` itself where that share is no entry)."""
     flat = fused.flatten(1)
-    lowest = flat.topk(int(flat.shape[1] * ratio), dim=1, largest=False).indices
+    count = int(flat.shape[1] * ratio)
+    if count == 0:
+        return fused
+    lowest = flat.topk(count, dim=1, largest=False).indices
     dropped = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, lowest, True)
     dropped[:, 0] = False
     return flat.masked_fill(dropped, 0.0).view_as(fused)
@@ -88,7 +92,7 @@ def _discard_lowest(fused: Tensor, ratio: float) -> Tensor:
 def _with_residual(fused: Tensor) -> Tensor:
     """(A + I) / 2 with rows renormalized: (B, N, N) -> (B, N, N)."""
     mixed = fused + torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
-    return mixed / mixed.sum(-1, keepdim=True)
+    return mixed.div_(mixed.sum(-1, keepdim=True))  # in place: `mixed` is this step's own
 
 
 def _fuse(pattern: Tensor, name: str, heads, allow_non_stochastic: bool) -> Tensor:
