@@ -108,10 +108,25 @@ def test_mistakes_are_refused_before_any_run_starts(tmp_path):
         run_recipes([], out_dir=out)
 
 
-def test_no_run_starts_after_the_deadline(tmp_path):
-    paths = _recipes(tmp_path, "late")
-    assert run_recipes(paths, jobs=2, out_dir=tmp_path / "zoo", stop_after=0) == []
+def test_no_run_starts_after_the_deadline_and_the_rest_are_named(tmp_path):
+    paths = _recipes(tmp_path, "late", "later")
+    for jobs in (1, 2):
+        with pytest.warns(UserWarning, match=r"2 runs not started \(late, later\);.*skip-trained"):
+            assert run_recipes(paths, jobs=jobs, out_dir=tmp_path / "zoo", stop_after=0) == []
     assert not (tmp_path / "zoo").exists()
+
+
+def test_a_stopped_sweep_resumes_with_skip_trained(tmp_path):
+    paths = _recipes(tmp_path, "first", "second")
+    out = tmp_path / "zoo"
+    run_recipe(paths[0], out_dir=out, progress=False)
+    before = (out / "first.safetensors").stat().st_mtime_ns
+    cards = run_recipes(paths, out_dir=out, skip_trained=True, progress=False)
+    assert [c["name"] for c in cards] == ["second"]
+    assert (out / "first.safetensors").stat().st_mtime_ns == before  # left alone
+    assert run_recipes(paths, out_dir=out, skip_trained=True) == []  # nothing left to train
+    with pytest.raises(ValueError, match="pass one of them"):
+        run_recipes(paths, out_dir=out, skip_trained=True, overwrite=True)
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,8 @@ def train_command(args: argparse.Namespace) -> int:
 
     stop_after = None if args.stop_after is None else args.stop_after * 60
     run_recipes(args.recipe, jobs=args.jobs, epochs=args.epochs, overwrite=args.force,
-                device=args.device, stop_after=stop_after, report=headline)  # fmt: skip
+                device=args.device, stop_after=stop_after, skip_trained=args.skip_trained,
+                report=headline)  # fmt: skip
     return 0
 
 
@@ -326,6 +327,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument(
         "--stop-after", type=_minutes, help="start no run after this many minutes (a sweep)"
+    )
+    t.add_argument(
+        "--skip-trained", action="store_true", help="leave out the recipes the zoo has (resume)"
     )
     c = commands.add_parser(
         "cka", help="layer x layer CKA of a model or two (runs under torchrun too)"

@@ -36,6 +36,7 @@ __all__ = [
     "recipe_names",
     "refuse_to_overwrite",
     "run_recipe",
+    "trained",
     "write_models_readme",
 ]
 
@@ -199,11 +200,16 @@ def run_recipe(
     return card
 
 
+def trained(folder: Path, names: list[str]) -> dict[str, Path]:
+    """Each name of ``names`` with a checkpoint or card in ``folder``: its first such file."""
+    found = {n: [f for f in _model_files(folder, n) if f.exists()] for n in names}
+    return {n: files[0] for n, files in found.items() if files}
+
+
 def refuse_to_overwrite(folder: Path, names: list[str]) -> None:
     """Raise FileExistsError if a model of ``names`` is in ``folder`` (checked before
     training)."""
-    found = {n: [f for f in _model_files(folder, n) if f.exists()] for n in names}
-    found = {n: files[0] for n, files in found.items() if files}
+    found = trained(folder, names)
     if found:
         one = len(found) == 1
         raise FileExistsError(

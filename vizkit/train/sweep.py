@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import zoo
-from .recipes import load_recipe, refuse_to_overwrite, run_recipe
+from .recipes import load_recipe, refuse_to_overwrite, run_recipe, trained
 
 __all__ = ["run_recipes"]
 
@@ -31,13 +32,16 @@ def run_recipes(
     overwrite: bool = False,
     device: str = "cpu",
     stop_after: float | None = None,
+    skip_trained: bool = False,
     progress: bool = True,
     report: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Train ``recipes`` in order, ``jobs`` at a time (each in its own process; ``jobs=1``
     trains here, with the per-epoch progress bar). ``stop_after`` (seconds) starts no run
-    after that time; runs under way finish. ``report`` is called with each card as its run
-    ends. Returns the cards of the runs that finished, in the order of ``recipes``.
+    after that time; runs under way finish (the rest are named in a warning).
+    ``skip_trained`` leaves out the recipes whose models ``out_dir`` has (a stopped sweep
+    resumes). ``report`` is called with each card as its run ends. Returns the cards of the
+    runs that finished, in the order of ``recipes``.
 
     Raises:
         ValueError: a recipe is broken, or two recipes name the same model; FileExistsError:
@@ -59,8 +63,17 @@ def run_recipes(
             f"Recipes {twice} are given twice (or two recipes share the name): each run writes "
             "the model its recipe names, so the runs would overwrite each other."
         )
-    if not overwrite:
-        refuse_to_overwrite(Path(out_dir) if out_dir is not None else zoo.models_dir(), names)
+    if skip_trained and overwrite:
+        raise ValueError("skip_trained leaves trained models alone, overwrite replaces them: "
+                         "pass one of them.")  # fmt: skip
+    folder = Path(out_dir) if out_dir is not None else zoo.models_dir()
+    if skip_trained:
+        have = trained(folder, names)
+        recipes = [r for r, n in zip(recipes, names, strict=True) if n not in have]
+        if not recipes:
+            return []
+    elif not overwrite:
+        refuse_to_overwrite(folder, names)
     options = {"out_dir": out_dir, "epochs": epochs, "overwrite": overwrite, "device": device}
     deadline = None if stop_after is None else time.monotonic() + stop_after
     if jobs == 1:
@@ -70,8 +83,9 @@ def run_recipes(
 
 def _one_at_a_time(recipes, options, deadline, progress, report) -> list[dict]:
     cards, failed = [], []
-    for recipe in recipes:
+    for started, recipe in enumerate(recipes):
         if _past(deadline):
+            _warn_not_started(recipes[started:])
             break
         try:
             cards.append(run_recipe(recipe, progress=progress, **options))
@@ -116,12 +130,23 @@ def _side_by_side(recipes, jobs, options, deadline, progress, report) -> list[di
                 if report is not None:
                     report(done[index])
     bar.close()
+    if waiting:
+        _warn_not_started([recipe for _, recipe in waiting[::-1]])
     _raise_failures(failed, len(recipes))
     return [done[i] for i in sorted(done)]
 
 
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
+
+
+def _warn_not_started(recipes: Sequence[str | Path]) -> None:
+    names = ", ".join(Path(r).stem for r in recipes[:5]) + (", ..." if len(recipes) > 5 else "")
+    warnings.warn(
+        f"stop_after: {len(recipes)} runs not started ({names}); the same command with "
+        "--skip-trained (skip_trained=True) trains them.",
+        stacklevel=3,
+    )
 
 
 def _raise_failures(failed: list[tuple[str | Path, BaseException]], total: int) -> None:
