@@ -1,6 +1,6 @@
-"""Peak live tensor storage of an analysis on the CPU, counted at the dispatcher: every tensor an
-operator returns is counted until its last Python reference dies (a kernel's internal scratch is
-not seen). The CPU's stand-in for `torch.cuda.max_memory_allocated`, at a GPU row's shape.
+"""Peak allocated CPU memory of an analysis, from the profiler's allocation events (every
+allocation the CPU allocator serves, a kernel's own copies included): the CPU's stand-in for
+`torch.cuda.max_memory_allocated`, at a GPU row's shape.
 
     python benchmarks/live_peak.py              # rollout, DINOv2-S reg4, 518 px, batch 1
     python benchmarks/live_peak.py --analysis grad_rollout --size 224
@@ -9,12 +9,10 @@ not seen). The CPU's stand-in for `torch.cuda.max_memory_allocated`, at a GPU ro
 from __future__ import annotations
 
 import argparse
-import collections
-import weakref
 
 import timm
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.profiler import ProfilerActivity, profile
 
 import vizkit as vk
 
@@ -24,33 +22,18 @@ ANALYSES = {
 }
 
 
-class LiveStorage(TorchDispatchMode):
-    """``peak``: the most bytes of CPU tensor storage alive at once while the mode is on."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = self.peak = 0
-        self.size: dict[int, int] = {}
-        self.refs: collections.Counter = collections.Counter()
-
-    def _release(self, key: int) -> None:
-        self.refs[key] -= 1
-        if self.refs[key] == 0:
-            self.live -= self.size.pop(key)
-            del self.refs[key]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                key = t.untyped_storage().data_ptr()
-                if key not in self.size:
-                    self.size[key] = t.untyped_storage().nbytes()
-                    self.live += self.size[key]
-                    self.peak = max(self.peak, self.live)
-                self.refs[key] += 1
-                weakref.finalize(t, self._release, key)
-        return out
+def allocated_peak(call) -> int:
+    """The most CPU bytes ``call()`` held allocated at once (above what was allocated before)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    cpu = torch._C._autograd.DeviceType.CPU
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == cpu)  # fmt: skip
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
 
 
 def main() -> None:
@@ -63,11 +46,10 @@ def main() -> None:
     torch.manual_seed(0)
     model = timm.create_model(args.model, img_size=args.size).eval()
     x = torch.randn(args.batch, 3, args.size, args.size)
-    ANALYSES[args.analysis](model, x)  # once before counting: lazily built buffers
-    with LiveStorage() as counted:
-        ANALYSES[args.analysis](model, x)
-    print(f"{args.analysis} {args.model} {args.size} px batch {args.batch}: peak live tensor "
-          f"storage {counted.peak / 2**20:.2f} MiB")  # fmt: skip
+    ANALYSES[args.analysis](model, x)  # once before measuring: lazily built buffers
+    peak = allocated_peak(lambda: ANALYSES[args.analysis](model, x))
+    print(f"{args.analysis} {args.model} {args.size} px batch {args.batch}: peak allocated "
+          f"{peak / 2**20:.2f} MiB")  # fmt: skip
 
 
 if __name__ == "__main__":

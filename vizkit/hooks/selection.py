@@ -190,22 +190,36 @@ def reduce_heads(
 ) -> Tensor:
     """Fuse the head axis ``head_dim`` of ``pattern``: ``"mean"``, ``"max"``, ``"min"``, one
     head (an int, negative from the end) or the mean of the listed heads (a list of ints).
-    ``dtype``: the result's (a mean accumulates in it without a copy of every head in it)."""
+    ``dtype``: the result's; a mean in another dtype adds the heads one at a time, so at most
+    one head's map is held in it besides the result (``mean(dtype=)`` converts every head)."""
     if isinstance(heads, str):
         if heads == "mean":
-            return pattern.mean(head_dim, dtype=dtype)
+            return _mean_of_heads(pattern, range(pattern.shape[head_dim]), head_dim, dtype)
         if heads in ("max", "min"):
             return getattr(pattern, heads)(head_dim).values.to(dtype or pattern.dtype)
     elif isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
         (head,) = _head_indices([heads], pattern.shape[head_dim])
         return pattern.select(head_dim, head).to(dtype or pattern.dtype)
     elif isinstance(heads, (list, tuple, range)) and len(heads):
-        index = torch.tensor(_head_indices(heads, pattern.shape[head_dim]), device=pattern.device)
-        return pattern.index_select(head_dim, index).mean(head_dim, dtype=dtype)
+        chosen = _head_indices(heads, pattern.shape[head_dim])
+        return _mean_of_heads(pattern, chosen, head_dim, dtype)
     raise ValueError(
         f"heads must be 'mean', 'max', 'min', a head index or a non-empty list of head indices; "
         f"got {heads!r}."
     )
+
+
+def _mean_of_heads(pattern: Tensor, heads, head_dim: int, dtype: torch.dtype | None) -> Tensor:
+    """Mean of the maps ``heads`` along ``head_dim`` (all of them in order: the plain mean)."""
+    if dtype is None or dtype == pattern.dtype:
+        if len(heads) == pattern.shape[head_dim]:
+            return pattern.mean(head_dim)
+        index = torch.tensor(list(heads), device=pattern.device)
+        return pattern.index_select(head_dim, index).mean(head_dim)
+    total = pattern.select(head_dim, heads[0]).to(dtype, copy=True)
+    for head in heads[1:]:
+        total.add_(pattern.select(head_dim, head).to(dtype))
+    return total.div_(len(heads))
 
 
 def _head_indices(heads: Sequence[int], count: int) -> list[int]:
