@@ -53,7 +53,7 @@ findings: setup
 
 # the ledgers' deciding sweep (docs/findings/sweeps.py) on a GPU: the runs the zoo lacks, JOBS
 # side by side, none started after MINUTES; then copy the new models' recipes into
-# vizkit/train/recipes/ and run `make findings`
+# vizkit/train/recipes/ and give the ledger rows they serve (sweeps.py list) those budgets
 JOBS ?= 8
 MINUTES ?= 30
 findings-gpu: setup

@@ -4,6 +4,7 @@ process writing whole files; everything checked before the first run starts."""
 import contextlib
 import io
 import json
+import re
 
 import pytest
 
@@ -127,6 +128,9 @@ def test_a_stopped_sweep_resumes_with_skip_trained(tmp_path):
     assert run_recipes(paths, out_dir=out, skip_trained=True) == []  # nothing left to train
     with pytest.raises(ValueError, match="pass one of them"):
         run_recipes(paths, out_dir=out, skip_trained=True, overwrite=True)
+    (out / "second.json").unlink()  # a checkpoint without its card is no trained model
+    with pytest.raises(FileExistsError, match=r"second\.safetensors exists"):
+        run_recipes(paths, out_dir=out, skip_trained=True)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +145,43 @@ def test_bad_sweep_options_are_one_line(args, phrase, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "vit_tiny_shapes", *args])
     assert exit_.value.code == 2 and phrase in capsys.readouterr().err
+
+
+@pytest.fixture
+def fake_runs(tmp_path, monkeypatch):
+    """Recipes whose runs are `sweep_workers.fake_run` (no training) in the spawned workers."""
+    import sweep_workers
+
+    from vizkit.train import sweep
+
+    monkeypatch.setattr(sweep, "run_recipe", sweep_workers.fake_run)
+    return lambda *names: _recipes(tmp_path, *names)
+
+
+def test_a_dead_worker_fails_its_runs_by_name_and_a_fresh_pool_takes_the_rest(fake_runs, tmp_path):
+    names = ["a_die", "b_fine", "c_fine", "d_fine", "e_fine"]
+    reported = []
+    with pytest.warns(UserWarning, match="a_die.json failed: RuntimeError: a worker process died"):
+        with pytest.raises(RuntimeError, match=r"of 5 runs failed") as failure:
+            run_recipes(fake_runs(*names), jobs=2, out_dir=tmp_path / "zoo", progress=False,
+                        report=lambda card: reported.append(card["name"]))  # fmt: skip
+    failed = re.findall(r"(\w+)\.json: RuntimeError", str(failure.value))
+    assert "a_die" in failed and "e_fine" in reported  # e started after the pool broke
+    assert sorted(failed + reported) == names
+
+
+def test_an_interrupt_stops_the_workers_at_once(fake_runs, tmp_path):
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    paths = fake_runs("a_slow", "b_slow")
+    # Ctrl-C reaching this process only (as Jupyter's "interrupt kernel"), once the runs started
+    threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_recipes(paths, jobs=2, out_dir=tmp_path / "zoo", progress=False)
+    assert time.monotonic() - start < 30  # the runs sleep 60 s: not waited for
+    assert multiprocessing.active_children() == []

@@ -36,3 +36,5 @@ def test_every_epoch():
         every_epoch([1, 2], [3])
     with pytest.raises(ValueError, match="got 0 and 0"):
         every_epoch([], [])
+    with pytest.raises(ValueError, match="must be finite"):
+        every_epoch([1, math.nan], [2, 3])

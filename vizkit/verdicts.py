@@ -34,12 +34,14 @@ def every_epoch(lower: Sequence[float], higher: Sequence[float]) -> str:
     inconclusive.
 
     Raises:
-        ValueError: the runs have different or no epochs.
+        ValueError: the runs have different or no epochs, or a value is not finite.
     """
     if len(lower) != len(higher) or not lower:
         raise ValueError(
             f"Compare runs over the same epochs; got {len(lower)} and {len(higher)} values."
         )
+    if not all(math.isfinite(v) for v in (*lower, *higher)):
+        raise ValueError(f"Per-epoch values must be finite; got {list(lower)} and {list(higher)}.")
     pairs = list(zip(lower, higher, strict=True))
     if all(a < b for a, b in pairs):
         return HELD

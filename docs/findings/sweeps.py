@@ -11,6 +11,9 @@ numbered in the sweep's order, most decisive per training minute first, so
 ``vizkit train DIR/*.json --jobs N --stop-after M`` trains as much of it as fits:
 
     vizkit train DIR/*.json --device cuda --jobs 8 --stop-after 6
+
+A ledger row reads only the budgets and seeds it names: after a sweep, give the rows an
+extension serves (``list``) its budget (``budgets``, ``seeds_at`` in docs/ledger.py).
 """
 
 from __future__ import annotations

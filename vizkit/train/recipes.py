@@ -122,10 +122,13 @@ def run_recipe(
     progress: bool = True,
     overwrite: bool = False,
     device: str = "cpu",
+    readme: bool = True,
 ) -> dict:
     """Train a recipe and write ``<name>.safetensors`` and ``<name>.json`` into ``out_dir``
-    (default: the zoo folder). ``epochs`` shortens the run (for tests); ``device`` trains on
-    another device ("cuda"), the card records which. Returns the card.
+    (default: the zoo folder), each whole (the checkpoint first, the card that lists it in the
+    zoo last), and regenerate the folder's README unless ``readme`` is False (a sweep writes it
+    once). ``epochs`` shortens the run (for tests); ``device`` trains on another device
+    ("cuda"), the card records which. Returns the card.
 
     Raises:
         FileExistsError: the model is in ``out_dir`` already and ``overwrite`` is False (checked
@@ -159,57 +162,58 @@ def run_recipe(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     weights, card_file = _model_files(out_dir, spec["name"])
-    with _replaced_whole(weights) as part:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(part))
-    image_size = test_data[0][0].shape
-    card = {
-        "name": spec["name"],
-        "architecture": spec["architecture"],
-        "kwargs": spec["kwargs"],
-        "pretrained_cfg": {
-            "input_size": list(image_size),
-            "mean": list(dataset.mean),
-            "std": list(dataset.std),
-            "num_classes": len(dataset.classes),
-        },
-        "classes": list(dataset.classes),
-        "data": {
-            "name": spec["data"],
-            "train": len(train_data),
-            "test": len(test_data),
-            **(
-                {"randomized_labels": spec["randomized_labels"]}
-                if "randomized_labels" in spec
-                else {}
-            ),
-        },
-        "recipe": config.to_dict(),
-        "init": spec.get("init", []),
-        "track": tracked,
-        "test_accuracy": history[-1]["test_accuracy"],
-        "sample_accuracy": sample_accuracy(model, spec["data"]),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training_seconds": round(seconds, 1),
-        "trained_on": f"{_machine(device)}, torch {torch.__version__}, timm {timm.__version__}",
-        "sha256": zoo.sha256(weights),
-        "history": history,
-    }
-    with _replaced_whole(card_file) as part:  # after the checkpoint: the zoo lists it now
-        part.write_text(json.dumps(card, indent=1) + "\n")
-    write_models_readme(out_dir)
+    # both written before either replaces its file; leaving the block, the checkpoint first
+    with _replaced_whole(card_file) as card_part, _replaced_whole(weights) as weights_part:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights_part))
+        image_size = test_data[0][0].shape
+        card = {
+            "name": spec["name"],
+            "architecture": spec["architecture"],
+            "kwargs": spec["kwargs"],
+            "pretrained_cfg": {
+                "input_size": list(image_size),
+                "mean": list(dataset.mean),
+                "std": list(dataset.std),
+                "num_classes": len(dataset.classes),
+            },
+            "classes": list(dataset.classes),
+            "data": {
+                "name": spec["data"],
+                "train": len(train_data),
+                "test": len(test_data),
+                **(
+                    {"randomized_labels": spec["randomized_labels"]}
+                    if "randomized_labels" in spec
+                    else {}
+                ),
+            },
+            "recipe": config.to_dict(),
+            "init": spec.get("init", []),
+            "track": tracked,
+            "test_accuracy": history[-1]["test_accuracy"],
+            "sample_accuracy": sample_accuracy(model, spec["data"]),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "training_seconds": round(seconds, 1),
+            "trained_on": f"{_machine(device)}, torch {torch.__version__}, timm {timm.__version__}",
+            "sha256": zoo.sha256(weights_part),
+            "history": history,
+        }
+        card_part.write_text(json.dumps(card, indent=1) + "\n")
+    if readme:
+        write_models_readme(out_dir)
     return card
 
 
-def trained(folder: Path, names: list[str]) -> dict[str, Path]:
-    """Each name of ``names`` with a checkpoint or card in ``folder``: its first such file."""
-    found = {n: [f for f in _model_files(folder, n) if f.exists()] for n in names}
-    return {n: files[0] for n, files in found.items() if files}
+def trained(folder: Path, names: list[str]) -> list[str]:
+    """The names of ``names`` whose checkpoint and card are both in ``folder``."""
+    return [n for n in names if all(f.exists() for f in _model_files(folder, n))]
 
 
 def refuse_to_overwrite(folder: Path, names: list[str]) -> None:
-    """Raise FileExistsError if a model of ``names`` is in ``folder`` (checked before
-    training)."""
-    found = trained(folder, names)
+    """Raise FileExistsError if a checkpoint or card of ``names`` is in ``folder`` (checked
+    before training)."""
+    found = {n: [f for f in _model_files(folder, n) if f.exists()] for n in names}
+    found = {n: files[0] for n, files in found.items() if files}
     if found:
         one = len(found) == 1
         raise FileExistsError(

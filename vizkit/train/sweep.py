@@ -13,13 +13,14 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from .. import zoo
-from .recipes import load_recipe, refuse_to_overwrite, run_recipe, trained
+from .recipes import load_recipe, refuse_to_overwrite, run_recipe, trained, write_models_readme
 
 __all__ = ["run_recipes"]
 
@@ -68,17 +69,23 @@ def run_recipes(
                          "pass one of them.")  # fmt: skip
     folder = Path(out_dir) if out_dir is not None else zoo.models_dir()
     if skip_trained:
-        have = trained(folder, names)
+        have = set(trained(folder, names))
         recipes = [r for r, n in zip(recipes, names, strict=True) if n not in have]
+        names = [n for n in names if n not in have]
         if not recipes:
             return []
-    elif not overwrite:
-        refuse_to_overwrite(folder, names)
-    options = {"out_dir": out_dir, "epochs": epochs, "overwrite": overwrite, "device": device}
+    if not overwrite:
+        refuse_to_overwrite(folder, names)  # with skip_trained: half-written models
+    options = {"out_dir": out_dir, "epochs": epochs, "overwrite": overwrite, "device": device,
+               "readme": False}  # fmt: skip
     deadline = None if stop_after is None else time.monotonic() + stop_after
-    if jobs == 1:
-        return _one_at_a_time(recipes, options, deadline, progress, report)
-    return _side_by_side(recipes, jobs, options, deadline, progress, report)
+    try:
+        if jobs == 1 or len(recipes) == 1:
+            return _one_at_a_time(recipes, options, deadline, progress, report)
+        return _side_by_side(recipes, jobs, options, deadline, progress, report)
+    finally:  # once, after every run: processes side by side would overwrite each other's
+        if folder.is_dir():
+            write_models_readme(folder)
 
 
 def _one_at_a_time(recipes, options, deadline, progress, report) -> list[dict]:
@@ -92,6 +99,7 @@ def _one_at_a_time(recipes, options, deadline, progress, report) -> list[dict]:
         except Exception as error:
             if len(recipes) == 1:
                 raise  # one run: its own error, as `run_recipe` raises it
+            _warn_failed(recipe, error)
             failed.append((recipe, error))
             continue
         if report is not None:
@@ -103,15 +111,17 @@ def _one_at_a_time(recipes, options, deadline, progress, report) -> list[dict]:
 def _side_by_side(recipes, jobs, options, deadline, progress, report) -> list[dict]:
     """At most ``jobs`` runs in flight; a new one starts when one ends (and before the
     deadline). Spawned processes (a forked one would inherit this one's torch state), each
-    with its share of the cores unless its recipe sets ``threads``."""
-    context = multiprocessing.get_context("spawn")
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with its share of the cores unless its recipe sets ``threads``. A worker that dies (killed,
+    out of memory) fails the runs in flight with it, and a fresh pool takes the rest; an
+    interrupt stops every worker at once."""
+    threads = max(1, (os.cpu_count() or 1) // min(jobs, len(recipes)))
     done: dict[int, dict] = {}
     failed: list[tuple[str | Path, BaseException]] = []
     waiting = list(enumerate(recipes))[::-1]
+    running: dict[Future, tuple[int, str | Path]] = {}
     bar = tqdm(total=len(recipes), desc="runs", disable=not progress)
-    with ProcessPoolExecutor(jobs, context, torch.set_num_threads, (threads,)) as pool:
-        running: dict[Future, tuple[int, str | Path]] = {}
+    pool = _pool(jobs, threads)
+    try:
         while waiting or running:
             while waiting and len(running) < jobs and not _past(deadline):
                 index, recipe = waiting.pop()
@@ -120,20 +130,49 @@ def _side_by_side(recipes, jobs, options, deadline, progress, report) -> list[di
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):
+                finished = list(running)  # a dead worker breaks the pool: every run in it
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = _pool(jobs, threads)
             for future in finished:
                 index, recipe = running.pop(future)
                 bar.update()
-                if future.exception() is not None:
-                    failed.append((recipe, future.exception()))
+                error = future.exception()
+                if isinstance(error, BrokenProcessPool):
+                    error = RuntimeError("a worker process died while this run was under way "
+                                         "(killed, or out of memory?)")  # fmt: skip
+                if error is not None:
+                    _warn_failed(recipe, error)
+                    failed.append((recipe, error))
                     continue
                 done[index] = future.result()
                 if report is not None:
                     report(done[index])
-    bar.close()
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    finally:
+        bar.close()
+    pool.shutdown()
     if waiting:
         _warn_not_started([recipe for _, recipe in waiting[::-1]])
     _raise_failures(failed, len(recipes))
     return [done[i] for i in sorted(done)]
+
+
+def _pool(jobs: int, threads: int) -> ProcessPoolExecutor:
+    context = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(jobs, context, torch.set_num_threads, (threads,))
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's processes now (its shutdown would wait for the runs under way)."""
+    processes = list((pool._processes or {}).values())  # the executor has no public handle
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join()
 
 
 def _past(deadline: float | None) -> bool:
@@ -144,9 +183,15 @@ def _warn_not_started(recipes: Sequence[str | Path]) -> None:
     names = ", ".join(Path(r).stem for r in recipes[:5]) + (", ..." if len(recipes) > 5 else "")
     warnings.warn(
         f"stop_after: {len(recipes)} runs not started ({names}); the same command with "
-        "--skip-trained (skip_trained=True) trains them.",
+        "--skip-trained (skip_trained=True) and without --force trains them.",
         stacklevel=3,
     )
+
+
+def _warn_failed(recipe: str | Path, error: BaseException) -> None:
+    """Say at once that a run failed (the sweep goes on), with the worker's traceback."""
+    remote = f"\n{error.__cause__}" if error.__cause__ is not None else ""
+    warnings.warn(f"{recipe} failed: {type(error).__name__}: {error}{remote}", stacklevel=3)
 
 
 def _raise_failures(failed: list[tuple[str | Path, BaseException]], total: int) -> None:
