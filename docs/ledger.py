@@ -431,6 +431,7 @@ ELM_TIME = {
 }
 DIGITS_E80 = {"budgets": ("", "_e80")}  # SoT on Digits: 40 and 80 epochs
 DIGITS_80 = {"budgets": ("_e80",)}  # SoT ablations on Digits: 80 epochs only
+SHAPES_E12 = {"budgets": ("", "_e12")}  # SoT on Shapes: 6 and 12 epochs
 # CaiT's Fig. 4 pair at 12 and 24 blocks, with the paper's epsilon for each depth
 DEPTH_24 = {"budgets": ("", "_d24"), "scale": "{depth} blocks, eps {init_values}"}
 FOUR = (0, 1, 2, 3)
@@ -538,7 +539,8 @@ CLAIMS: dict[str, list[Claim]] = {
     "sot": _claims("sot", [
         ("Table 1: the word tokens alone (WordT) beat the class token (ClassT): DeiT-T 72.2 -> "
          "77.9 %, T2T-ViT-7 71.7 -> 73.7 %, T2T-ViT-14 81.5 -> 82.1 %. Here on Shapes.",
-         SEEDS, compare((FUSION, "sot_wordt"), (FUSION, "sot_classt"), "difference"), two_se),
+         SEEDS, compare((FUSION, "sot_wordt"), (FUSION, "sot_classt"), "difference"), two_se,
+         SHAPES_E12),
         ("Table 1: WordT beats ClassT. Here on Digits.",
          SEEDS, compare((FUSION, "sot_digits_wordt"), (FUSION, "sot_digits_classt"),
                         "difference"), two_se, DIGITS_E80),
