@@ -436,7 +436,7 @@ SHAPES_E12 = {"budgets": ("", "_e12")}  # SoT on Shapes: 6 and 12 epochs
 DEPTH_24 = {"budgets": ("", "_d24"), "scale": "{depth} blocks, eps {init_values}"}
 FOUR = (0, 1, 2, 3)
 FIVE = (0, 1, 2, 3, 4)
-SIX = (0, 1, 2, 3, 4, 5)
+SEVEN = (0, 1, 2, 3, 4, 5, 6)
 SOT_REF = "sot_sum"  # the adopted head (sum fusion, MGCrP, (1, 1) approximation), 3 seeds
 ONE = (0,)
 # Labels are filled from each card's kwargs (`label`), so they show what was trained.
@@ -532,7 +532,7 @@ CLAIMS: dict[str, list[Claim]] = {
         ("Sec. 3.2: the GMM is a learned mask, 'an independent dynamic GMM mask for each head'. "
          "Our control: the learned kernels beat the same kernels frozen at their "
          "initialisation (same seeds, so the same initial kernels).",
-         SIX, compare((GMM, "masks_gmm_k5"),
+         SEVEN, compare((GMM, "masks_gmm_k5"),
                         (GMM + ", freeze_mask {freeze_mask}", "masks_gmm_k5_frozen"),
                         "learned minus frozen"), two_se),
     ]),
