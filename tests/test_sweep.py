@@ -178,10 +178,19 @@ def test_an_interrupt_stops_the_workers_at_once(fake_runs, tmp_path):
     import time
 
     paths = fake_runs("a_slow", "b_slow")
-    # Ctrl-C reaching this process only (as Jupyter's "interrupt kernel"), once the runs started
-    threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    # Ctrl-C reaching this process only (as Jupyter's "interrupt kernel"), once the runs started;
+    # Python's own handler, whatever an earlier test left installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT))
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_recipes(paths, jobs=2, out_dir=tmp_path / "zoo", progress=False)
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_recipes(paths, jobs=2, out_dir=tmp_path / "zoo", progress=False)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 30  # the runs sleep 60 s: not waited for
+    while multiprocessing.active_children() and time.monotonic() - start < 30:
+        time.sleep(0.1)  # the executor's own thread may be reaping them too
     assert multiprocessing.active_children() == []

@@ -172,7 +172,10 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         process.terminate()
     for process in processes:
-        process.join()
+        process.join(timeout=10)
+        if process.is_alive():  # a run that ignores SIGTERM
+            process.kill()
+            process.join()
 
 
 def _past(deadline: float | None) -> bool:
