@@ -178,17 +178,14 @@ def test_fusing_the_heads_makes_no_float64_copy_of_every_head(heads):
 
 
 def _allocator_peak(call):
-    """(call(), the most CPU bytes it held allocated at once), from the profiler's events."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    """(call(), the most CPU bytes it held allocated at once): benchmarks/live_peak.py's count."""
+    import importlib.util
+    from pathlib import Path
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = call()
-    cpu = torch._C._autograd.DeviceType.CPU
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == cpu)  # fmt: skip
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return out, peak
+    file = Path(__file__).resolve().parents[1] / "benchmarks" / "live_peak.py"
+    spec = importlib.util.spec_from_file_location("live_peak", file)
+    live_peak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(live_peak)
+    out = []
+    peak = live_peak.allocated_peak(lambda: out.append(call()))
+    return out[0], peak
