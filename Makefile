@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
 export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit notebooks docs findings findings-gpu lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit notebooks docs findings findings-gpu findings-cpu lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
@@ -51,15 +51,17 @@ docs: setup
 findings: setup
 	$(BIN)/python docs/findings/record.py
 
-# the ledgers' deciding sweep (docs/findings/sweeps.py) on a GPU: the runs the zoo lacks, JOBS
-# side by side, none started after MINUTES; then copy the new models' recipes into
-# vizkit/train/recipes/ and give the ledger rows they serve (sweeps.py list) those budgets
+# the ledgers' deciding sweeps (docs/findings/sweeps.py), on a GPU (JOBS side by side) or on
+# this machine's CPU (two side by side, one thread each): the runs the zoo lacks, none started
+# after MINUTES; then copy the new models' recipes into vizkit/train/recipes/ and give the
+# ledger rows they serve (sweeps.py list) those seeds and budgets
 JOBS ?= 8
 MINUTES ?= 30
-findings-gpu: setup
-	rm -rf .sweep && $(BIN)/python docs/findings/sweeps.py write gpu .sweep
-	set -- .sweep/*.json; [ -e "$$1" ] || { echo "the zoo has every run of the sweep"; exit 0; }; \
-	$(BIN)/vizkit train "$$@" --device cuda --jobs $(JOBS) --stop-after $(MINUTES)
+findings-gpu findings-cpu: findings-%: setup
+	rm -rf .sweep/$* && $(BIN)/python docs/findings/sweeps.py write $* .sweep/$*
+	set -- .sweep/$*/*.json; [ -e "$$1" ] || { echo "the zoo has every run of the sweep"; exit 0; }; \
+	$(BIN)/vizkit train "$$@" $(if $(filter gpu,$*),--device cuda --jobs $(JOBS),--jobs 2) \
+		--stop-after $(MINUTES)
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -40,15 +40,18 @@ def test_a_derived_recipe_changes_only_seed_budget_and_name(sweeps):
                               "cls_insert_layer": 10}  # fmt: skip
 
 
-def test_the_written_sweep_is_valid_recipes_of_models_that_build(sweeps, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sweep", ["gpu", "cpu"], ids=["gpu_sweep", "cpu_sweep"])
+def test_the_written_sweep_is_valid_recipes_of_models_that_build(
+    sweeps, sweep, tmp_path, monkeypatch
+):
     monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: [])  # as if the zoo had none of them
-    paths = sweeps.write("gpu", tmp_path)
+    paths = sweeps.write(sweep, tmp_path)
     recipes = [load_recipe(p) for p in paths]
     names = [r["name"] for r in recipes]
     assert (
         len(set(names))
         == len(names)
-        == sum(len(e.seeds) for group in sweeps.SWEEPS["gpu"] for e in group)
+        == sum(len(e.seeds) for group in sweeps.SWEEPS[sweep] for e in group)
     )
     assert [p.name for p in paths] == sorted(
         p.name for p in paths
@@ -71,5 +74,15 @@ def test_models_the_zoo_has_are_left_out(sweeps, monkeypatch):
     monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: ["sot_digits_sum_e80_s3"])
     names = [r["name"] for r in sweeps.sweep_recipes("gpu")]
     assert "sot_digits_sum_e80_s3" not in names and "sot_digits_sum_e80_s4" in names
-    with pytest.raises(KeyError, match="No sweep 'cpu'"):
-        sweeps.sweep_recipes("cpu")
+    with pytest.raises(KeyError, match="No sweep 'tpu'"):
+        sweeps.sweep_recipes("tpu")
+
+
+def test_the_cpu_sweep_runs_one_thread_each_and_otherwise_the_shipped_recipe(sweeps):
+    [recipe] = sweeps.Extension("sot_svpn_a03", "", range(1, 2), "", threads=1).recipes()
+    base = load_recipe("sot_svpn_a03_s0")
+    assert base["train"]["threads"] == 2
+    assert recipe["train"] == {**base["train"], "seed": 1, "threads": 1}
+    for group in sweeps.SWEEPS["cpu"]:
+        for extension in group:
+            assert {r["train"]["threads"] for r in extension.recipes()} == {1}

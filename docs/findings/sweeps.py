@@ -10,7 +10,8 @@ another seed and, for a larger budget, more epochs (or blocks) and a name that s
 numbered in the sweep's order, most decisive per training minute first, so
 ``vizkit train DIR/*.json --jobs N --stop-after M`` trains as much of it as fits:
 
-    vizkit train DIR/*.json --device cuda --jobs 8 --stop-after 6
+    vizkit train DIR/*.json --device cuda --jobs 8 --stop-after 6   # the "gpu" sweep
+    vizkit train DIR/*.json --jobs 2 --stop-after 110                # the "cpu" sweep, 2 cores
 
 A ledger row reads only the budgets and seeds it names: after a sweep, give the rows an
 extension serves (``list``) its budget (``budgets``, ``seeds_at`` in docs/ledger.py).
@@ -31,7 +32,8 @@ from vizkit.train.recipes import load_recipe
 class Extension:
     """Seeds ``seeds`` of shipped recipe ``base`` (its seed-0 recipe), at ``epochs`` (default:
     the base's) with ``kwargs`` changed, named ``<base><suffix>_s<seed>``; ``rows`` names the
-    ledger rows it serves."""
+    ledger rows it serves. ``threads`` (default: the base's) sets the run's CPU threads: one
+    for runs side by side on a small machine."""
 
     base: str
     suffix: str
@@ -39,6 +41,7 @@ class Extension:
     rows: str
     epochs: int | None = None
     kwargs: tuple[tuple[str, object], ...] = ()
+    threads: int | None = None
 
     def recipes(self) -> list[dict]:
         spec = load_recipe(f"{self.base}_s0")
@@ -47,6 +50,8 @@ class Extension:
             train = {**spec["train"], "seed": seed}
             if self.epochs is not None:
                 train["epochs"] = self.epochs
+            if self.threads is not None:
+                train["threads"] = self.threads
             name = f"{self.base}{self.suffix}_s{seed}"
             out.append({**spec, "name": name, "kwargs": {**spec["kwargs"], **dict(self.kwargs)},
                         "train": train})  # fmt: skip
@@ -59,11 +64,18 @@ def _seeds(configs: list[str], seeds: range, rows: str, suffix: str = "", **opti
 
 MORE = range(3, 10)  # seeds 3-9: ten per configuration with the shipped 0-2
 THREE = range(3)
-DIGITS = ("sum", "pool_gcp", "svpn_a05", "pool_gap", "classt", "svpn_a07")
+DIGITS = ("sum", "pool_gcp", "svpn_a05", "pool_gap", "classt", "svpn_a07")  # nearest first
 MASKS = ("gap", "elm", "gmm_k1", "rmt")
 SOT = ("sum", "classt", "pool_gap", "pool_gcp", "svpn_a05", "svpn_a10", "svpn_a03", "svpn_a07",
        "wordt")  # fmt: skip
 SWEEPS = {  # groups of extensions, trained group by group
+    # two runs side by side on 2 cores, one thread each: the rows nearest a decision first
+    "cpu": [
+        _seeds(["sot_svpn_a03", "sot_svpn_a07"], range(1, 3), "SoT 10, 11", threads=1),
+        _seeds([f"sot_digits_{c}_e80" for c in DIGITS[:3]], MORE, "SoT 16, 20", threads=1),
+        _seeds(["refiner_r3_k3_e4", "refiner_r3_k5_e4"], range(3, 5), "Refiner 3", threads=1),
+        _seeds([f"sot_digits_{c}_e80" for c in DIGITS[3:5]], MORE, "SoT 4, 15, 17", threads=1),
+    ],
     # the cheapest decisions first (Digits runs are seconds on a GPU, minutes on a CPU)
     "gpu": [
         _seeds([f"sot_digits_{c}_e80" for c in DIGITS], MORE, "SoT 4, 15, 16, 19, 20"),
