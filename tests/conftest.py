@@ -87,8 +87,8 @@ def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")
-    for item in items:
-        if "gpu" in item.keywords:
+    for item in items:  # the marker, not the keyword: a parameter id "gpu" is no GPU test
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip)
 
 

@@ -40,7 +40,7 @@ def test_a_derived_recipe_changes_only_seed_budget_and_name(sweeps):
                               "cls_insert_layer": 10}  # fmt: skip
 
 
-@pytest.mark.parametrize("sweep", ["gpu", "cpu"], ids=["gpu_sweep", "cpu_sweep"])
+@pytest.mark.parametrize("sweep", ["gpu", "cpu"])
 def test_the_written_sweep_is_valid_recipes_of_models_that_build(
     sweeps, sweep, tmp_path, monkeypatch
 ):
