@@ -34,9 +34,12 @@ demo: setup
 test: lint unit notebooks
 	$(MAKE) docs VIZKIT_DOCS_EXECUTE=false
 
-# --durations: the slowest tests, printed where the 20-minute budget of `make test` is watched
+# one pytest-xdist worker per core (each module's tests in one worker: its module fixtures are
+# built once); --durations: the slowest tests, printed where the 20-minute budget of `make
+# test` is watched
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 unit: setup
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=30
 
 notebooks: setup
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env \

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -81,6 +83,14 @@ def model_state(model: nn.Module) -> dict:
         "training": {p: m.training for p, m in model.named_modules()},
         "grads": {p: w.grad for p, w in model.named_parameters() if w.grad is not None},
     }
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make unit`: one worker per core) each worker computes with its share
+    of the cores: torch's default, a thread per core in every worker, oversubscribes them."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 
 import math
 import re
+import statistics
 
 import pytest
 import torch
@@ -10,6 +11,13 @@ from vizkit import zoo
 from vizkit.train.recipes import recipe_names, sample_accuracy
 
 SHIPPED = zoo.list()
+SHAPES = [n for n in SHIPPED if zoo.card(n)["data"]["name"] == "shapes"]
+# How far a model's accuracy on the 64-image sample may fall from its 2,000-image test accuracy,
+# in binomial standard deviations. At 3 for each model, one of 137 fell outside by chance
+# (sot_svpn_a03_s6: 62.5 % on the sample, 79.95 % on the test set; the fixed sample is a little
+# harder than the test set, -0.77 std on average): Bonferroni over the Shapes models holds the
+# whole zoo's chance of a false alarm at 1 % (3.97 std for 137 models).
+SAMPLE_Z = statistics.NormalDist().inv_cdf(1 - 0.01 / (2 * max(1, len(SHAPES))))
 # A zoo model retrains within 15 minutes on 2 CPU cores (issue 3), except the larger budgets the
 # claims ledger measures a claim at (issue 37: depth `_d24`, epochs `_e12`): within 30.
 LARGER_BUDGET = re.compile(r"_[de]\d+(_s\d+)?$")
@@ -36,10 +44,10 @@ def test_recorded_accuracy_is_reproduced(name):
     model, card = zoo.load(name)
     measured = sample_accuracy(model, card["data"]["name"])
     assert measured == pytest.approx(card["sample_accuracy"], abs=1e-6)
-    # the 64-image sample agrees with the 2,000-image test accuracy within 3 binomial std
+    # the 64-image sample agrees with the 2,000-image test accuracy (SAMPLE_Z binomial std)
     p, n = card["test_accuracy"], 64
-    if card["data"]["name"] == "shapes":
-        assert abs(measured - p) <= 3 * math.sqrt(p * (1 - p) / n) + 1 / n
+    if name in SHAPES:
+        assert abs(measured - p) <= SAMPLE_Z * math.sqrt(p * (1 - p) / n) + 1 / n
 
 
 @pytest.mark.parametrize("name", SHIPPED)
