@@ -192,6 +192,12 @@ def test_refiner_figures_draw_every_stage_and_model():
     assert len(curves.data) == 2 * 3
     seeds = {"a": {"mean": 0.5, "std": 0.1, "accuracies": [0.4, 0.6], "seeds": [0, 1]}}
     assert viz.accuracy_over_seeds_figure(seeds, "t").data[0].y == (0.5,)
+    near_ceiling = {  # the axis spans the seeds and spreads (with a margin), not 0-100 %
+        "a": {"mean": 0.978, "std": 0.004, "accuracies": [0.974, 0.978, 0.982], "seeds": [0, 1, 2]},
+        "b": {"mean": 0.99, "std": float("nan"), "accuracies": [0.99], "seeds": [0]},
+    }
+    axis = viz.accuracy_over_seeds_figure(near_ceiling, "t").layout.yaxis.range
+    assert axis == pytest.approx((0.969, 0.995))
     assert vk.papers.refiner.crop_ratio_curves({"m": {0.9: 0.5, 1.1: 0.6}}).data[0].x == (0.9, 1.1)
 
 

@@ -192,3 +192,24 @@ def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_err
     assert math.isnan(one_seed["two_se"]) and one_seed["verdict"] == "inconclusive"
     (trend,) = zoo.contrast_over_budgets("a", "b", [""])
     assert trend == {"budget": "6 epochs", **held}
+
+
+def test_shared_seeds_read_only_the_seeds_both_have(tmp_path, monkeypatch):
+    """As the ledger reads a pair: a with seeds 0-3 against b with 1-2 compares seeds 1-2."""
+    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
+    runs = {"a": {0: 0.5, 1: 0.80, 2: 0.84, 3: 0.99}, "b": {1: 0.70, 2: 0.75}, "c": {7: 0.9}}
+    for prefix, accuracies in runs.items():
+        for seed, accuracy in accuracies.items():
+            (tmp_path / f"{prefix}_s{seed}.json").write_text(
+                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed, "epochs": 6}})
+            )
+            (tmp_path / f"{prefix}_s{seed}.safetensors").write_bytes(b"")
+    shared = zoo.seed_contrast("a", "b", seeds="shared")
+    assert shared["seeds"] == ([1, 2], [1, 2]) and shared["value"] == pytest.approx(9.5)
+    assert zoo.seed_contrast("a", "b")["seeds"] == ([0, 1, 2, 3], [1, 2])
+    (trend,) = zoo.contrast_over_budgets("a", "b", [""], seeds="shared")
+    assert trend == {"budget": "6 epochs", **shared}
+    with pytest.raises(KeyError, match=r"a \(seeds \[0, 1, 2, 3\]\) and c \(seeds \[7\]\)"):
+        zoo.seed_contrast("a", "c", seeds="shared")
+    with pytest.raises(ValueError, match="seeds must be None, 'shared' or seed numbers"):
+        zoo.seed_contrast("a", "b", seeds="common")

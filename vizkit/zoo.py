@@ -165,17 +165,27 @@ def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict
     }
 
 
-def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
+def seed_contrast(a: str, b: str, seeds: Iterable[int] | str | None = None) -> dict:
     """Mean test accuracy of the zoo models ``{a}_s{seed}`` minus that of ``{b}_s{seed}``, in
     points: ``{"value": d, "two_se": 2 SE, "verdict": v, "seeds": (seeds of a, seeds of b)}``,
     with SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) from the seed spreads and the claims ledger's
     rule: "held" if d > 2 SE, "not held" if d < -2 SE, else "inconclusive" (also with one
     seed, whose spread is unknown). ``seeds=None`` takes every seed the zoo has of each, which
-    may be more than a ledger row reads: pass the row's seeds to compare with it.
+    may be more than a ledger row reads; ``seeds="shared"`` the seeds both have (as the ledger
+    reads a pair); or pass the seeds.
 
     Raises:
-        KeyError: no zoo model matches ``a`` or ``b``.
+        KeyError: no zoo model matches ``a`` or ``b``, or ``"shared"`` finds no common seed.
+        ValueError: ``seeds`` is a string other than ``"shared"``.
     """
+    if isinstance(seeds, str):
+        if seeds != "shared":
+            raise ValueError(f"seeds must be None, 'shared' or seed numbers; got {seeds!r}.")
+        have = [set(accuracy_over_seeds(prefix)["seeds"]) for prefix in (a, b)]
+        seeds = sorted(have[0] & have[1])
+        if not seeds:
+            raise KeyError(f"{a} (seeds {sorted(have[0])}) and {b} (seeds {sorted(have[1])}) "
+                           "share no seed.")  # fmt: skip
     groups = [accuracy_over_seeds(prefix, seeds) for prefix in (a, b)]
     value = 100 * (groups[0]["mean"] - groups[1]["mean"])
     se = 100 * sum(g["std"] ** 2 / len(g["seeds"]) for g in groups) ** 0.5
@@ -184,13 +194,16 @@ def seed_contrast(a: str, b: str, seeds: Iterable[int] | None = None) -> dict:
     return {"value": value, "two_se": 2 * se, "verdict": verdict, "seeds": seeds_used}
 
 
-def contrast_over_budgets(a: str, b: str, budgets: Iterable[str]) -> builtins.list[dict]:
+def contrast_over_budgets(
+    a: str, b: str, budgets: Iterable[str], seeds: Iterable[int] | str | None = None
+) -> builtins.list[dict]:
     """`seed_contrast` of ``{a}{budget}`` against ``{b}{budget}`` for each card-name suffix in
     ``budgets`` (smallest first, e.g. ``("", "_e80")``), each labelled ``"<epochs> epochs"``
-    from its first card's recipe: the points `vizkit.viz.scale_trend` draws."""
+    from its first card's recipe: the points `vizkit.viz.scale_trend` draws. ``seeds`` as in
+    `seed_contrast`, at every budget (``"shared"``: the seeds both have at that budget)."""
     points = []
     for budget in budgets:
-        contrast = seed_contrast(f"{a}{budget}", f"{b}{budget}")
+        contrast = seed_contrast(f"{a}{budget}", f"{b}{budget}", seeds)
         epochs = card(f"{a}{budget}_s{contrast['seeds'][0][0]}")["recipe"]["epochs"]
         points.append({"budget": f"{epochs} epochs", **contrast})
     return points

@@ -75,6 +75,8 @@ SWEEPS = {  # groups of extensions, trained group by group
         _seeds([f"sot_digits_{c}_e80" for c in DIGITS[:3]], MORE, "SoT 16, 20", threads=1),
         _seeds(["refiner_r3_k3_e4", "refiner_r3_k5_e4"], range(3, 5), "Refiner 3", threads=1),
         _seeds([f"sot_digits_{c}_e80" for c in DIGITS[3:5]], MORE, "SoT 4, 15, 17", threads=1),
+        _seeds(["sot_sum"], THREE, "SoT 3, 5", "_e12", epochs=12, threads=1),
+        _seeds(["sot_svpn_a05", "sot_svpn_a03"], range(3, 7), "SoT 10", threads=1),
     ],
     # the cheapest decisions first (Digits runs are seconds on a GPU, minutes on a CPU)
     "gpu": [
