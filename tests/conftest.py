@@ -90,7 +90,9 @@ def pytest_configure(config):
     of the cores: torch's default, a thread per core in every worker, oversubscribes them."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        cores = len(usable) if usable else os.cpu_count() or 1  # as nproc counts them
+        torch.set_num_threads(max(1, cores // int(workers)))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -209,6 +209,8 @@ def test_shared_seeds_read_only_the_seeds_both_have(tmp_path, monkeypatch):
     assert zoo.seed_contrast("a", "b")["seeds"] == ([0, 1, 2, 3], [1, 2])
     (trend,) = zoo.contrast_over_budgets("a", "b", [""], seeds="shared")
     assert trend == {"budget": "6 epochs", **shared}
+    twice = zoo.contrast_over_budgets("a", "b", ["", ""], seeds=(s for s in (1, 2)))
+    assert [t["seeds"] for t in twice] == [([1, 2], [1, 2])] * 2  # a generator serves both
     with pytest.raises(KeyError, match=r"a \(seeds \[0, 1, 2, 3\]\) and c \(seeds \[7\]\)"):
         zoo.seed_contrast("a", "c", seeds="shared")
     with pytest.raises(ValueError, match="seeds must be None, 'shared' or seed numbers"):

@@ -201,6 +201,8 @@ def contrast_over_budgets(
     ``budgets`` (smallest first, e.g. ``("", "_e80")``), each labelled ``"<epochs> epochs"``
     from its first card's recipe: the points `vizkit.viz.scale_trend` draws. ``seeds`` as in
     `seed_contrast`, at every budget (``"shared"``: the seeds both have at that budget)."""
+    if seeds is not None and not isinstance(seeds, str):
+        seeds = tuple(seeds)  # read at every budget, not used up by the first
     points = []
     for budget in budgets:
         contrast = seed_contrast(f"{a}{budget}", f"{b}{budget}", seeds)
