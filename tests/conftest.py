@@ -90,8 +90,8 @@ def pytest_configure(config):
     of the cores: torch's default, a thread per core in every worker, oversubscribes them."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
-        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        cores = len(usable) if usable else os.cpu_count() or 1  # as nproc counts them
+        affinity = getattr(os, "sched_getaffinity", None)  # the cores nproc counts (Linux)
+        cores = len(affinity(0)) if affinity else os.cpu_count() or 1
         torch.set_num_threads(max(1, cores // int(workers)))
 
 
