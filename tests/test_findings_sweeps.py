@@ -7,12 +7,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import timm
+import torch
+from safetensors.torch import save_file
 
-import vizkit  # noqa: F401 - registers the paper architectures with timm
+import vizkit as vk  # registers the paper architectures with timm
 from vizkit.train.recipes import load_recipe
 
 FILE = Path(__file__).resolve().parents[1] / "docs" / "findings" / "sweeps.py"
@@ -86,3 +89,86 @@ def test_the_cpu_sweep_runs_one_thread_each_and_otherwise_the_shipped_recipe(swe
     for group in sweeps.SWEEPS["cpu"]:
         for extension in group:
             assert {r["train"]["threads"] for r in extension.recipes()} == {1}
+
+
+# --- bringing a device's runs back: pack there, adopt here ----------------------------------
+
+
+def _fake_run(recipe: dict, zoo: Path, **changed) -> None:
+    """A checkpoint and a card as `vizkit train` writes them for ``recipe`` (weights not
+    trained: adopt reads the card, the recipe and the checkpoint's bytes)."""
+    zoo.mkdir(parents=True, exist_ok=True)
+    weights = zoo / f"{recipe['name']}.safetensors"
+    save_file({"w": torch.full((4,), float(recipe["train"]["seed"]))}, str(weights))
+    card = {"name": recipe["name"], "architecture": recipe["architecture"],
+            "kwargs": recipe["kwargs"], "data": {"name": recipe["data"]},
+            "init": recipe.get("init", []), "recipe": {**recipe["train"], "unset": 1},
+            "test_accuracy": 0.5, "parameters": 4, "training_seconds": 1.0,
+            "sha256": vk.zoo.sha256(weights), **changed}  # fmt: skip
+    (zoo / f"{recipe['name']}.json").write_text(json.dumps(card))
+
+
+@pytest.fixture
+def device_runs(sweeps, tmp_path, monkeypatch):
+    """The first three recipes of the gpu sweep written here, their runs in a device's zoo."""
+    monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: [])
+    paths = sweeps.write("gpu", tmp_path / "sweep")
+    for extra in paths[3:]:
+        extra.unlink()
+    recipes = [load_recipe(p) for p in paths[:3]]
+    for recipe in recipes:
+        _fake_run(recipe, tmp_path / "device")
+    monkeypatch.undo()
+    here = tmp_path / "here"
+    (here / "recipes").mkdir(parents=True)
+    monkeypatch.setenv("VIZKIT_MODELS", str(here / "zoo"))
+    return tmp_path / "sweep", tmp_path / "device", here, [r["name"] for r in recipes]
+
+
+def test_packed_runs_are_adopted_with_their_recipes(sweeps, device_runs, tmp_path):
+    sweep, device, here, names = device_runs
+    parts = sweeps.pack(device, tmp_path / "out")
+    assert [p.name for p in parts] == ["models-0.tar"]
+    adopted = sweeps.adopt(sweep, parts, here / "zoo", here / "recipes")
+    assert adopted == sorted(names)
+    for name in names:
+        assert (here / "zoo" / f"{name}.safetensors").read_bytes() == (
+            device / f"{name}.safetensors").read_bytes()  # fmt: skip
+        assert load_recipe(here / "recipes" / f"{name}.json")["name"] == name
+    assert all(name in (here / "zoo" / "README.md").read_text() for name in names)
+    with pytest.raises(FileExistsError, match="is in the zoo already"):
+        sweeps.adopt(sweep, parts, here / "zoo", here / "recipes")
+
+
+def test_pack_keeps_whole_models_within_the_devices_limits(sweeps, device_runs, tmp_path,
+                                                           monkeypatch, capsys):  # fmt: skip
+    _, device, _, names = device_runs
+    size = max(sum(f.stat().st_size for f in device.glob(f"{n}.*")) for n in names)
+    monkeypatch.setattr(sweeps, "PART_BYTES", size)  # one model a part
+    monkeypatch.setattr(sweeps, "PACKED_BYTES", 2 * size + 1)  # two in all
+    parts = sweeps.pack(device, tmp_path / "out")
+    assert len(parts) == 2
+    members = [sorted(tarfile.open(p).getnames()) for p in parts]
+    assert all(len(m) == 2 and m[0].rsplit(".", 1)[0] == m[1].rsplit(".", 1)[0] for m in members)
+    assert "left out (over 0 MiB): " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (lambda f: f.with_suffix(".safetensors").write_bytes(b"x" * 8), "sha256 is not its card"),
+        (lambda f: f.write_text(f.read_text().replace('"seed": ', '"seed": 1')), "train.seed"),
+        (lambda f: f.rename(f.with_name("other_s0.json")), "other_s0 is not a run of"),
+    ],
+)
+def test_a_run_that_is_not_its_recipe_is_refused_and_nothing_is_written(
+    sweeps, device_runs, tmp_path, spoil, message
+):
+    sweep, device, here, names = device_runs
+    spoil(device / f"{names[-1]}.json")
+    if message.startswith("other"):
+        (device / f"{names[-1]}.safetensors").rename(device / "other_s0.safetensors")
+    parts = sweeps.pack(device, tmp_path / "out")
+    with pytest.raises(ValueError, match=message):
+        sweeps.adopt(sweep, parts, here / "zoo", here / "recipes")
+    assert not (here / "zoo").exists() and not any((here / "recipes").iterdir())
