@@ -15,6 +15,8 @@ import jinja2
 import pytest
 
 import vizkit as vk
+from vizkit.datasets import Shapes
+from vizkit.train.trainer import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = ROOT / "docs" / "findings"
@@ -113,3 +115,53 @@ def test_measuring_again_gives_the_record(paper):
     assert models == content["models"]
     stored = {k: v for k, v in content.items() if k not in ("stamp", "models")}
     assert agree(values, stored), f"rerun python docs/findings/record.py {paper}"
+
+
+# --- docs/findings/test_size.py: the seed spreads on a larger test set ------------------------
+
+
+def sizes_module():
+    spec = importlib.util.spec_from_file_location("findings_test_size", FINDINGS / "test_size.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sizes_record() -> dict:
+    return json.loads((FINDINGS / "test_size.json").read_text(encoding="utf-8"))
+
+
+def test_the_test_size_record_is_of_the_shipped_models_and_their_cards():
+    content = sizes_record()
+    assert content["stamp"]["command"] == "python docs/findings/test_size.py"
+    assert content["test_images"] == 10 * content["card_test_images"] == 20_000
+    read = set()
+    for prefix, entry in content["configurations"].items():
+        assert len(entry["seeds"]) == len(entry["cards"]) == len(entry["larger"]) > 1
+        for seed, on_cards in zip(entry["seeds"], entry["cards"], strict=True):
+            card = vk.zoo.card(f"{prefix}_s{seed}")
+            assert card["data"] == {"name": "shapes", "train": 50_000, "test": 2_000}
+            assert card["test_accuracy"] == on_cards
+            assert content["models"][card["name"]] == card["sha256"], (
+                f"{card['name']} changed since docs/findings/test_size.json was recorded; run "
+                "python docs/findings/test_size.py"
+            )
+            read.add(card["name"])
+    assert read == set(content["models"])
+
+
+def test_the_recorded_configurations_are_ones_the_ledger_compares():
+    compared = sizes_module().configurations()
+    for prefix, entry in sizes_record()["configurations"].items():
+        assert set(entry["seeds"]) <= set(compared[prefix]), prefix
+
+
+@pytest.mark.slow
+def test_the_larger_test_set_accuracy_is_reproduced():
+    """One recorded model on the 20,000 images again (within one image: the thread count may
+    move a near tie)."""
+    content = sizes_record()
+    prefix, entry = next(iter(content["configurations"].items()))
+    model, _ = vk.zoo.load(f"{prefix}_s{entry['seeds'][0]}")
+    larger = Shapes("test", n=content["test_images"])
+    assert abs(evaluate(model, larger)["accuracy"] - entry["larger"][0]) <= 1 / len(larger)

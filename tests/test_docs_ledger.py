@@ -431,3 +431,79 @@ def test_a_budget_with_its_own_seeds_reads_them_and_says_so(ledger, monkeypatch)
         ledger.table("sot")
     with pytest.raises(ValueError, match="seeds_at names \\['_e4'\\], not among the budgets"):
         dataclasses.replace(claim, seeds_at={"_e4": (0, 1)})
+
+
+# --- a larger test set -----------------------------------------------------------------------
+
+
+def _record(entries: dict, card_images: int = 2000, images: int = 20000) -> dict:
+    """A docs/findings/test_size.json of {source: (seeds, accuracies on the cards' test set,
+    on the larger one)} (fractions)."""
+    configurations = {source: {"seeds": list(s), "cards": list(c), "larger": list(big)}
+                      for source, (s, c, big) in entries.items()}  # fmt: skip
+    return {"card_test_images": card_images, "test_images": images,
+            "configurations": configurations}  # fmt: skip
+
+
+def test_a_contrast_on_the_larger_test_set_reads_each_seeds_accuracy(ledger):
+    m = _contrast(ledger, [80.0, 82.0, 84.0], [79.0, 81.0, 83.0])  # sources a, b; seeds 0-2
+    record = _record({"a": ((2, 0, 1, 5), (0.84, 0.80, 0.82, 0.5), (0.845, 0.805, 0.815, 0.5)),
+                      "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.78, 0.80, 0.81))})  # fmt: skip
+    again = ledger.on_larger_test_set(m, record)
+    assert again.groups[0].values == pytest.approx((80.5, 81.5, 84.5))
+    assert again.groups[1].values == pytest.approx((78.0, 80.0, 81.0))
+    assert again.weights == m.weights and [g.seeds for g in again.groups] == [(0, 1, 2)] * 2
+    # what the record cannot measure again: another source, a missing seed, a history
+    only_a = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.8, 0.8, 0.8))})
+    assert ledger.on_larger_test_set(m, only_a) is None
+    short = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.8, 0.8, 0.8)),
+                     "b": ((0, 1), (0.79, 0.81), (0.78, 0.80))})  # fmt: skip
+    assert ledger.on_larger_test_set(m, short) is None
+    after_one = dataclasses.replace(m, groups=tuple(dataclasses.replace(g, epoch=1)
+                                                    for g in m.groups))  # fmt: skip
+    assert ledger.on_larger_test_set(after_one, record) is None
+    stale = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.85), (0.8, 0.8, 0.8)),
+                     "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.78, 0.80, 0.81))})  # fmt: skip
+    with pytest.raises(ValueError, match="records other accuracies of a than its cards"):
+        ledger.on_larger_test_set(m, stale)
+
+
+def test_the_larger_test_set_paragraph_names_the_spread_ratio_and_the_changed_rows(
+    ledger, monkeypatch
+):
+    """Two rows of a fake page: one compares recorded configurations, one does not. Spreads a
+    quarter as wide on the larger test set decide the first; unchanged ones do not."""
+    m = _contrast(ledger, [80.0, 82.0, 84.0], [79.0, 81.0, 83.0])  # +1.00, 2 SE 3.27
+    other = dataclasses.replace(m, groups=(dataclasses.replace(m.groups[0], source="c"),
+                                           m.groups[1]))  # fmt: skip
+    claims = [ledger.Claim("sot", text, (0, 1, 2), lambda seeds, budget="", m=c: m,
+                           ledger.two_se) for text, c in (("one", m), ("two", other))]  # fmt: skip
+    monkeypatch.setitem(ledger.CLAIMS, "sot", claims)
+    narrow = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.81, 0.815, 0.82)),
+                      "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.78, 0.785, 0.79))})  # fmt: skip
+    text = ledger.larger_test_set_paragraph("sot", narrow)
+    assert "On 20,000 images of the Shapes test split instead of the cards' 2,000" in text
+    assert "the seed spreads of 2 Shapes configurations the ledgers compare are 0.25" in text
+    assert (
+        "(median; 0.25 to 0.25); spreads that were the test set's binomial noise would "
+        "shrink to 0.32. They come mostly from the test set."
+    ) in text
+    assert (
+        "Of this page's 1 row that compares these configurations, row 1 (inconclusive "
+        "→ held) changes verdict on the larger test set; the verdicts above stay those"
+    ) in text
+    same = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.805, 0.825, 0.845)),
+                    "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.785, 0.805, 0.825))})  # fmt: skip
+    text = ledger.larger_test_set_paragraph("sot", same)
+    assert "are 1.00 times those on the cards' test set (median; 1.00 to 1.00)" in text
+    assert "They come mostly from training." in text and "no row changes verdict" in text
+    assert (
+        ledger.larger_test_set_paragraph("sot", _record({"x": ((0, 1), (0.5, 0.6), (0.5, 0.6))}))
+        == ""
+    )
+
+
+def test_every_page_with_inconclusive_rows_on_shapes_says_what_a_larger_test_set_does(generated):
+    for paper in PAPERS:
+        text = (generated / f"ledger_{paper}.md").read_text()
+        assert "**A larger test set.** On 20,000 images of the Shapes test split" in text, paper

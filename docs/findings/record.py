@@ -71,19 +71,24 @@ def measure(paper: str) -> tuple[dict, dict[str, str]]:
     return values, {name: vk.zoo.card(name)["sha256"] for name in sorted(names)}
 
 
-def record(paper: str) -> Path:
-    values, models = measure(paper)
-    stamp = {
+def stamp(command: str) -> dict:
+    """When, where and by which command a record was measured."""
+    return {
         "date": datetime.date.today().isoformat(),
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "timm": timm.__version__,
         "vizkit": vk.__version__,
-        "command": f"python docs/findings/record.py {paper}",
+        "command": command,
     }
+
+
+def record(paper: str) -> Path:
+    values, models = measure(paper)
     file = FINDINGS / f"{paper}.json"
-    content = {**values, "stamp": stamp, "models": models}
+    content = {**values, "stamp": stamp(f"python docs/findings/record.py {paper}"),
+               "models": models}  # fmt: skip
     file.write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n")
     return file
 
