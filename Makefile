@@ -50,9 +50,11 @@ docs: setup
 	$(BIN)/python docs/generate.py
 	$(BIN)/mkdocs build --strict --quiet
 
-# the paper pages' measured findings (docs/findings/<paper>.json), after retraining a zoo model
+# the paper pages' measured findings (docs/findings/<paper>.json), after retraining a zoo model;
+# then the ledgers' Shapes models on a ten times larger test set (test_size.json, 30 minutes)
 findings: setup
 	$(BIN)/python docs/findings/record.py
+	$(BIN)/python docs/findings/test_size.py
 
 # the ledgers' deciding sweeps (docs/findings/sweeps.py), on a GPU (JOBS side by side) or on
 # this machine's CPU (two side by side, one thread each): the runs the zoo lacks, none started
