@@ -172,3 +172,22 @@ def test_a_run_that_is_not_its_recipe_is_refused_and_nothing_is_written(
     with pytest.raises(ValueError, match=message):
         sweeps.adopt(sweep, parts, here / "zoo", here / "recipes")
     assert not (here / "zoo").exists() and not any((here / "recipes").iterdir())
+
+
+def test_a_runs_time_is_its_bases_card_time_scaled_by_epochs_and_depth(sweeps):
+    card = vk.zoo.card("sot_sum_s0")
+    longer = sweeps.Extension("sot_sum", "_e24", range(1), "", epochs=24)
+    assert longer.minutes() == pytest.approx(card["training_seconds"] * 24 / 6 / 60)
+    assert card["recipe"]["epochs"] == 6
+    base = vk.zoo.card("table2_vit_cls0_s0")
+    deeper = sweeps.Extension("table2_vit_cls0", "_d12", range(1), "", 12, (("depth", 12),))
+    scale = 12 / base["recipe"]["epochs"] * 12 / base["kwargs"]["depth"]
+    assert deeper.minutes() == pytest.approx(base["training_seconds"] * scale / 60)
+
+
+def test_list_says_what_each_sweep_would_cost(sweeps, capsys):
+    assert sweeps.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cpu: ") and "\ngpu: " in out
+    assert "hours at their bases' card times (one run at a time)" in out
+    assert "  sot_sum_e24 seeds 0-2: SoT 1, 3, 5, 7, 9-14; " in out

@@ -76,6 +76,16 @@ class Extension:
                         "train": train})  # fmt: skip
         return out
 
+    def minutes(self) -> float:
+        """About how long one run takes on the machine its base trained on: the base's card
+        time scaled by the epochs and, for a deeper model, the depth."""
+        card = vk.zoo.card(f"{self.base}_s0")
+        scale = (self.epochs or card["recipe"]["epochs"]) / card["recipe"]["epochs"]
+        depth = dict(self.kwargs).get("depth")
+        if depth is not None:
+            scale *= depth / card["kwargs"]["depth"]
+        return card["training_seconds"] * scale / 60
+
 
 def _seeds(configs: list[str], seeds: range, rows: str, suffix: str = "", **options) -> list:
     return [Extension(c, suffix, seeds, rows, **options) for c in configs]
@@ -235,9 +245,15 @@ def _check_run(folder: Path, name: str, wanted: dict[str, Path]) -> None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["list"]:
         for name, groups in SWEEPS.items():
-            print(f"{name}: {len(sweep_recipes(name))} runs to train")
-            for e in (e for group in groups for e in group):
-                print(f"  {e.base}{e.suffix} seeds {e.seeds.start}-{e.seeds.stop - 1}: {e.rows}")
+            extensions = [e for group in groups for e in group]
+            missing = {r["name"] for r in sweep_recipes(name)}
+            todo = [(e, sum(r["name"] in missing for r in e.recipes())) for e in extensions]
+            hours = sum(k * e.minutes() for e, k in todo) / 60
+            print(f"{name}: {len(missing)} runs to train, about {hours:.1f} hours at their "
+                  "bases' card times (one run at a time)")  # fmt: skip
+            for e, k in todo:
+                print(f"  {e.base}{e.suffix} seeds {e.seeds.start}-{e.seeds.stop - 1}: {e.rows}; "
+                      f"{k} to train, about {e.minutes():.0f} min each")  # fmt: skip
         return 0
     if len(argv) == 3 and argv[0] == "write":
         paths = write(argv[1], Path(argv[2]))
