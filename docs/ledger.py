@@ -625,10 +625,11 @@ def table(paper: str) -> str:
     verdict at the largest budget), what would decide each inconclusive claim, and for each
     claim measured at several budgets a sentence and a plot of the contrast over them."""
     lines = [GENERATED, "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    to_decide, trends = [], []
+    to_decide, trends, largest = [], [], []
     for number, claim in enumerate(CLAIMS[paper], 1):
         trend = claim.trend()
         m = trend[-1][1]
+        largest.append((number, claim, m))
         for budget, (_, t) in zip(claim.budgets, trend, strict=True):
             if tuple(t.seeds) != claim.seeds_of(budget):
                 raise ValueError(f"{claim.text!r} asks for seeds {claim.seeds_of(budget)} at "
@@ -647,7 +648,8 @@ def table(paper: str) -> str:
     if to_decide:
         lines += ["", "**What would decide the inconclusive claims**, if the means and seed "
                   "spreads stay as measured:", "", *to_decide]  # fmt: skip
-        larger = larger_test_set_paragraph(paper, json.loads(TEST_SIZE.read_text(encoding="utf-8")))
+        record = json.loads(TEST_SIZE.read_text(encoding="utf-8"))
+        larger = larger_test_set_paragraph(largest, record)
         lines += ["", larger] if larger else []
     if trends:
         lines += ["", "**With scale.** The contrast of each claim measured at several budgets "
@@ -756,23 +758,18 @@ def on_larger_test_set(m: Measurement, record: dict) -> Contrast | None:
 def spread_ratios(record: dict) -> list[float]:
     """Per recorded configuration of nonzero spread, its seed std on the larger test set over
     its seed std on the cards' test set."""
-    ratios = []
-    for entry in record["configurations"].values():
-        on_cards = Group("", "", tuple(entry["cards"]), tuple(entry["seeds"])).std
-        larger = Group("", "", tuple(entry["larger"]), tuple(entry["seeds"])).std
-        if on_cards > 0:
-            ratios.append(larger / on_cards)
-    return sorted(ratios)
+    spreads = [(statistics.stdev(e["larger"]), statistics.stdev(e["cards"]))
+               for e in record["configurations"].values()]  # fmt: skip
+    return sorted(larger / on_cards for larger, on_cards in spreads if on_cards > 0)
 
 
-def larger_test_set_paragraph(paper: str, record: dict) -> str:
-    """Whether a larger test set would decide ``paper``'s rows: the seed spreads of the
-    recorded Shapes configurations on it against those on the cards' test set (binomial noise
-    would shrink by sqrt(n_cards / n_larger)), and the rows whose verdict changes on it; ""
-    if no row of ``paper`` compares recorded configurations."""
+def larger_test_set_paragraph(rows: list[tuple[int, Claim, Measurement]], record: dict) -> str:
+    """Whether a larger test set would decide a page's ``rows`` (number, claim, measurement at
+    its largest budget): the seed spreads of the recorded Shapes configurations on it against
+    those on the cards' test set (binomial noise would shrink by sqrt(n_cards / n_larger)), and
+    the rows whose verdict changes on it; "" if no row compares recorded configurations."""
     changed, compared = [], 0
-    for number, claim in enumerate(CLAIMS[paper], 1):
-        m = claim.measured()
+    for number, claim, m in rows:
         again = on_larger_test_set(m, record)
         if again is None:
             continue
@@ -790,13 +787,13 @@ def larger_test_set_paragraph(paper: str, record: dict) -> str:
     else:
         verdicts = f"row{'s' if len(changed) > 1 else ''} {', '.join(changed)} " + (
             "change" if len(changed) > 1 else "changes")  # fmt: skip
-    rows = "row that compares" if compared == 1 else "rows that compare"
+    comparing = "row that compares" if compared == 1 else "rows that compare"
     return (f"**A larger test set.** On {record['test_images']:,} images of the Shapes test "
             f"split instead of the cards' {record['card_test_images']:,}, the seed spreads of "
             f"{len(ratios)} Shapes configurations the ledgers compare are {median:.2f} "
             f"times those on the cards' test set (median; {ratios[0]:.2f} to {ratios[-1]:.2f}); "
             f"spreads that were the test set's binomial noise would shrink to {binomial:.2f}. "
-            f"They come mostly from {source}. Of this page's {compared} {rows} these "
+            f"They come mostly from {source}. Of this page's {compared} {comparing} these "
             f"configurations, {verdicts} verdict on the larger test set; the verdicts above "
             "stay those of the cards' test set, the one every run records "
             "(`python docs/findings/test_size.py`).")  # fmt: skip

@@ -468,20 +468,18 @@ def test_a_contrast_on_the_larger_test_set_reads_each_seeds_accuracy(ledger):
         ledger.on_larger_test_set(m, stale)
 
 
-def test_the_larger_test_set_paragraph_names_the_spread_ratio_and_the_changed_rows(
-    ledger, monkeypatch
-):
+def test_the_larger_test_set_paragraph_names_the_spread_ratio_and_the_changed_rows(ledger):
     """Two rows of a fake page: one compares recorded configurations, one does not. Spreads a
     quarter as wide on the larger test set decide the first; unchanged ones do not."""
     m = _contrast(ledger, [80.0, 82.0, 84.0], [79.0, 81.0, 83.0])  # +1.00, 2 SE 3.27
     other = dataclasses.replace(m, groups=(dataclasses.replace(m.groups[0], source="c"),
                                            m.groups[1]))  # fmt: skip
-    claims = [ledger.Claim("sot", text, (0, 1, 2), lambda seeds, budget="", m=c: m,
-                           ledger.two_se) for text, c in (("one", m), ("two", other))]  # fmt: skip
-    monkeypatch.setitem(ledger.CLAIMS, "sot", claims)
+    rows = [(number, ledger.Claim("sot", text, (0, 1, 2), lambda seeds, budget="", m=c: m,
+                                  ledger.two_se), c)
+            for number, text, c in ((1, "one", m), (2, "two", other))]  # fmt: skip
     narrow = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.81, 0.815, 0.82)),
                       "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.78, 0.785, 0.79))})  # fmt: skip
-    text = ledger.larger_test_set_paragraph("sot", narrow)
+    text = ledger.larger_test_set_paragraph(rows, narrow)
     assert "On 20,000 images of the Shapes test split instead of the cards' 2,000" in text
     assert "the seed spreads of 2 Shapes configurations the ledgers compare are 0.25" in text
     assert (
@@ -494,11 +492,11 @@ def test_the_larger_test_set_paragraph_names_the_spread_ratio_and_the_changed_ro
     ) in text
     same = _record({"a": ((0, 1, 2), (0.80, 0.82, 0.84), (0.805, 0.825, 0.845)),
                     "b": ((0, 1, 2), (0.79, 0.81, 0.83), (0.785, 0.805, 0.825))})  # fmt: skip
-    text = ledger.larger_test_set_paragraph("sot", same)
+    text = ledger.larger_test_set_paragraph(rows, same)
     assert "are 1.00 times those on the cards' test set (median; 1.00 to 1.00)" in text
     assert "They come mostly from training." in text and "no row changes verdict" in text
     assert (
-        ledger.larger_test_set_paragraph("sot", _record({"x": ((0, 1), (0.5, 0.6), (0.5, 0.6))}))
+        ledger.larger_test_set_paragraph(rows, _record({"x": ((0, 1), (0.5, 0.6), (0.5, 0.6))}))
         == ""
     )
 
