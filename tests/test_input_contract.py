@@ -320,7 +320,7 @@ def test_a_model_returning_a_dict_gives_its_logits_or_needs_a_callable_target():
     cam = vk.gradcam(_DictOutput(inner), x, layer="inner.layer4.hook_out", target=1)
     torch.testing.assert_close(cam.maps, expected.maps)
     other = _DictOutput(inner, key="scores")
-    with pytest.raises(ValueError, match="returned dict. Pass a callable target"):
+    with pytest.raises(ValueError, match="returned dict .*Choose what to explain with target="):
         vk.gradcam(other, x, layer="inner.layer4.hook_out")
     cam = vk.gradcam(other, x, layer="inner.layer4.hook_out", target=lambda o: o["scores"][:, 1])
     torch.testing.assert_close(cam.maps, expected.maps)

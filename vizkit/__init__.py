@@ -6,6 +6,7 @@ from . import methods as methods
 from . import metrics as metrics
 from . import models as models
 from . import papers as papers
+from . import targets as targets
 from . import train as train
 from . import viz as viz
 from . import widgets as widgets

@@ -50,6 +50,9 @@ class Representative:
 
 
 _SMALL_VIT = {"depth": 2, "embed_dim": 64, "num_heads": 2}
+# a classifier head for the families whose timm default is a backbone (num_classes=0), so that
+# class targets mean a class (vizkit refuses them on embeddings)
+_HEAD = {"num_classes": 10}
 
 # timm model module -> its representative (transformer families first in mind: kwargs keep each
 # one's mechanism, e.g. window sizes and stage counts, while cutting depth and width)
@@ -70,7 +73,7 @@ FAMILIES: dict[str, Representative] = {
     "cspnet": Representative("cs3darknet_focus_s", 64),
     "cspnext": Representative("cspnext_tiny", 64),
     "davit": Representative("davit_tiny", 64, {"depths": (1, 1, 1, 1)}),
-    "deepseek_vit": Representative("deepseek_vit_412m", 56, {"img_size": 56, "depth": 2}),
+    "deepseek_vit": Representative("deepseek_vit_412m", 56, {"img_size": 56, "depth": 2, **_HEAD}),
     "deit": Representative("deit_tiny_distilled_patch16_224", 64, {"img_size": 64, **_SMALL_VIT}),
     "densenet": Representative("densenet121", 64),
     "dla": Representative("dla46x_c", 64),
@@ -82,12 +85,12 @@ FAMILIES: dict[str, Representative] = {
     "efficientvim": Representative("efficientvim_m1", 64),
     "efficientvit_mit": Representative("efficientvit_b0", 64),
     "efficientvit_msra": Representative("efficientvit_m0", 64, {"img_size": 64}),
-    "eva": Representative("eva02_tiny_patch14_224", 56, {"img_size": 56, **_SMALL_VIT}),
+    "eva": Representative("eva02_tiny_patch14_224", 56, {"img_size": 56, **_SMALL_VIT, **_HEAD}),
     "fasternet": Representative("fasternet_t0", 64),
     "fastvit": Representative("fastvit_sa12", 64),
     "focalnet": Representative("focalnet_tiny_srf", 64),
     "gcvit": Representative("gcvit_xxtiny", 64, {"img_size": 64}),
-    "gemma4_vit": Representative("gemma4_vit_167m", 64, {"img_size": 64, "depth": 2}),
+    "gemma4_vit": Representative("gemma4_vit_167m", 64, {"img_size": 64, "depth": 2, **_HEAD}),
     "ghostnet": Representative("ghostnet_050", 64),
     "hardcorenas": Representative("hardcorenas_b", 64),
     "hgnet": Representative("hgnetv2_b0", 64),
@@ -118,7 +121,7 @@ FAMILIES: dict[str, Representative] = {
     "pit": Representative("pit_ti_224", 64, {"img_size": 64}),
     "pnasnet": Representative("pnasnet5large", 96),
     "pvt_v2": Representative("pvt_v2_b0", 64),
-    "qwen3_vit": Representative("qwen3_vit_88m", 64, {"img_size": 64, "depth": 2}),
+    "qwen3_vit": Representative("qwen3_vit_88m", 64, {"img_size": 64, "depth": 2, **_HEAD}),
     "rdnet": Representative("rdnet_tiny", 64),
     "regnet": Representative("regnetx_002", 64),
     "repghost": Representative("repghostnet_050", 64),
@@ -151,7 +154,7 @@ FAMILIES: dict[str, Representative] = {
     "vgg": Representative("vgg11", 64),
     "visformer": Representative("visformer_tiny", 64, {"img_size": 64}),
     "vision_transformer": Representative(
-        "vit_base_patch16_siglip_224", 64, {"img_size": 64, **_SMALL_VIT}
+        "vit_base_patch16_siglip_224", 64, {"img_size": 64, **_SMALL_VIT, **_HEAD}
     ),
     "vision_transformer_hybrid": Representative("vit_tiny_r_s16_p8_224", 64, {"img_size": 64}),
     "vision_transformer_relpos": Representative("test_vit_relpos", 64, {"img_size": 64}),

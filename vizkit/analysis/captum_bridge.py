@@ -23,7 +23,7 @@ from ..hooks.inputs import (
     check_size,
     check_values_finite,
 )
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
 from ..methods.registry import saliency_method
 from .saliency_result import SaliencyResult
 
@@ -32,6 +32,7 @@ __all__ = [
     "captum_inputs",
     "captum_result",
     "captum_seeded",
+    "image_rows",
     "integrated_gradients",
     "occlusion",
     "saliency",
@@ -48,14 +49,24 @@ def captum_attr():
 def captum_inputs(
     model, x: Tensor, target: Target
 ) -> tuple[HookedModel, Tensor, Callable, Tensor | None]:
-    """HookedModel, batch on its device, captum forward function, and captum target (B,)."""
+    """HookedModel, batch on its device, captum forward function ``(inputs, rows) -> scores``
+    and captum target (B,) (None for a score target). Pass ``additional_forward_args=(rows,)``
+    with ``rows`` (B,) the images' indices (`image_rows`): captum expands them with the inputs
+    it copies (noise samples, interpolation steps), so a score that differs by image follows
+    its copies."""
     hm = as_hooked(model)
     x = check_images(hm.model, x).detach().requires_grad_(True)  # captum differentiates x
-    if callable(target) and not isinstance(target, Tensor):
-        return hm, x, lambda inputs: target(hm.model(inputs)), None
+    if is_score_target(target):
+        return hm, x, lambda inputs, rows: call_target(target, hm.model(inputs), rows), None
     with torch.no_grad():
         logits = model_logits(hm(x))
-    return hm, x, lambda inputs: model_logits(hm.model(inputs)), target_indices(logits, target)
+    forward = lambda inputs, rows: model_logits(hm.model(inputs))  # noqa: E731
+    return hm, x, forward, target_indices(logits, target)
+
+
+def image_rows(x: Tensor) -> Tensor:
+    """(B,) the index of each image of x (B, C, H, W), for captum's additional forward args."""
+    return torch.arange(len(x), device=x.device)
 
 
 @contextmanager
@@ -122,10 +133,11 @@ def integrated_gradients(
                     images,
                     baselines=start,
                     target=chosen,
+                    additional_forward_args=(rows,),
                     n_steps=n_steps,
                     internal_batch_size=internal_batch_size,
                 )
-                for images, start, chosen in _image_chunks(
+                for images, start, chosen, rows in _image_chunks(
                     x, baseline, targets, internal_batch_size
                 )
             ]
@@ -144,7 +156,11 @@ def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -
     (B, H, W)."""
     hm, x, forward, targets = captum_inputs(model, x, target)
     with frozen_parameters(hm.model):  # gradients of the input only
-        attributions = captum_attr().Saliency(forward).attribute(x, target=targets, abs=True)
+        attributions = (
+            captum_attr()
+            .Saliency(forward)
+            .attribute(x, target=targets, additional_forward_args=(image_rows(x),), abs=True)
+        )
     return captum_result(attributions, "saliency", "abs_max", targets, {})
 
 
@@ -189,9 +205,10 @@ def occlusion(
                 strides=(x.shape[1], *stride),
                 baselines=baseline,
                 target=chosen,
+                additional_forward_args=(rows,),
                 perturbations_per_eval=max(1, internal_batch_size // len(images)),
             )
-            for images, _, chosen in _image_chunks(x, baseline, targets, internal_batch_size)
+            for images, _, chosen, rows in _image_chunks(x, baseline, targets, internal_batch_size)
         ]
     )
     options = {"window": window, "stride": stride, "baseline": baseline}
@@ -200,9 +217,9 @@ def occlusion(
 
 def _image_chunks(
     x: Tensor, baseline: float | Tensor, targets: Tensor | None, size: int
-) -> list[tuple[Tensor, float | Tensor, Tensor | None]]:
-    """The batch x (B, C, H, W) with its baseline and targets (B,) in chunks of ``size``
-    images (one chunk when B <= size)."""
+) -> list[tuple[Tensor, float | Tensor, Tensor | None, Tensor]]:
+    """The batch x (B, C, H, W) with its baseline, targets (B,) and image rows (B,) in chunks
+    of ``size`` images (one chunk when B <= size)."""
     images = x.split(size)
     starts = (
         baseline.expand_as(x).split(size)
@@ -210,7 +227,7 @@ def _image_chunks(
         else [baseline] * len(images)
     )
     chosen = targets.split(size) if targets is not None else [None] * len(images)
-    return list(zip(images, starts, chosen, strict=True))
+    return list(zip(images, starts, chosen, image_rows(x).split(size), strict=True))
 
 
 def _check_baseline(baseline: float | Tensor, x: Tensor) -> float | Tensor:

@@ -192,23 +192,23 @@ def cam_maps(
     found = cam_activation(hm, x, target, layer, gradients, method)
     found.act = found.act.double()
     found.grad = None if found.grad is None else found.grad.double()
-    result = cam_result(method, found, maps_of(found, hm, x), x, target, **options)
-    if class_agnostic:
-        result.targets = None
-    return result
+    explained = None if class_agnostic else target
+    return cam_result(method, found, maps_of(found, hm, x), x, explained, class_agnostic, **options)
 
 
 def cam_result(
-    method: str, found: CamActivation, maps: Tensor, x: Tensor, target: Target, **options
-) -> SaliencyResult:
-    """The `SaliencyResult` of a CAM: maps (B, h, w) on the activation's grid."""
+    method: str, found: CamActivation, maps: Tensor, x: Tensor, target: Target,
+    class_agnostic: bool = False, **options,
+) -> SaliencyResult:  # fmt: skip
+    """The `SaliencyResult` of a CAM: maps (B, h, w) on the activation's grid, with the
+    classes they explain (none when ``class_agnostic``)."""
     return SaliencyResult(
         maps=maps.float(),
         method=method,
         image_size=tuple(x.shape[-2:]),
         options={"layer": found.layer, "layer_index": found.layer_index, **options},
         layout=found.layout,
-        targets=explained_classes(found.logits, target),
+        targets=None if class_agnostic else explained_classes(found.logits, target),
     )
 
 

@@ -12,6 +12,7 @@ training) and warn once when that mode makes results random or changes BatchNorm
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -21,6 +22,7 @@ from torch import nn
 from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
+from .targets import require_class_logits
 
 __all__ = ["analysis_contract", "as_hooked", "eval_mode", "held"]
 
@@ -53,14 +55,40 @@ def held(model: nn.Module) -> Iterator[nn.Module]:
         yield model
 
 
+def require_image_model(model: nn.Module) -> None:
+    """Refuse a model whose forward needs text as well as images (a transformers ``CLIPModel``
+    or ``SiglipModel``), naming the wrappers that explain its image tower."""
+    model = unwrap_model(model)
+    both = all(
+        callable(getattr(model, f, None)) for f in ("get_image_features", "get_text_features")
+    )
+    if both and not callable(getattr(model, "encode_image", None)):
+        name = type(model).__name__
+        raise TypeError(
+            f"{name}'s forward needs text as well as images, so vizkit cannot run it on images "
+            f"alone. Explain its image tower: vk.models.image_tower(model) returns its image "
+            "embeddings (B, D), with target=vk.targets.text(model, 'a photo of a dog', "
+            "tokenizer=tokenizer); or vk.models.zero_shot(model, text_embeddings) makes the "
+            "prompts classes for integer targets."
+        )
+
+
 def analysis_contract(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
     unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
     mode."""
 
+    signature = inspect.signature(fn)
+    targeted = "target" in signature.parameters
+
     @functools.wraps(fn)
     def run(model: nn.Module | HookedModel, *args: P.args, **kwargs: P.kwargs) -> R:
+        require_image_model(model.model if isinstance(model, HookedModel) else model)
         hm = as_hooked(model)
+        if targeted:
+            bound = signature.bind_partial(hm, *args, **kwargs)
+            target = bound.arguments.get("target", signature.parameters["target"].default)
+            require_class_logits(hm.model, target)
         with held(hm.model):
             return fn(hm, *args, **kwargs)
 

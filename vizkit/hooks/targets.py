@@ -1,24 +1,111 @@
-"""Targets for gradients: which logit (or callable score) to differentiate."""
+"""Targets for gradients: which logit (or callable score) to differentiate.
+
+A target is a class index (or B of them) on a model with class logits, or a score on the model's
+raw output: a callable, or a `ScoreTarget` (the ``vizkit.targets`` helpers for backbones, which
+return embeddings, not logits), whose score may depend on the image a row of the output is of.
+"""
 
 from __future__ import annotations
 
 import numbers
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 __all__ = [
+    "ScoreTarget",
     "Target",
+    "call_target",
+    "is_score_target",
     "class_indices",
+    "is_backbone",
     "explained_classes",
     "model_logits",
+    "require_class_logits",
+    "select_images",
+    "target_label",
     "target_indices",
     "target_score",
 ]
 
-Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | None
+
+class ScoreTarget(ABC):
+    """A score per image on a model's raw output, whatever its type (`vizkit.targets`).
+
+    ``target(output, rows)`` gives (n,) scores for the n rows of ``output``; ``rows`` says
+    which image of the explained batch each row is of: (n,) indices, an int for rows that are
+    all copies of one image, or None for row i is image i. So a score that differs by image (a
+    reference embedding per image, a probe class per image) follows perturbed copies.
+    ``label`` names it in results and figures.
+    """
+
+    label = "score"
+    per_image = False  # whether the score holds a value per image of the batch
+
+    @abstractmethod
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        """(n,) scores of the n rows of ``output``."""
+
+    def __repr__(self) -> str:
+        return f"<target: {self.label}>"
+
+
+Target = int | Sequence[int] | Tensor | Callable[[Tensor], Tensor] | ScoreTarget | None
+
+
+class _Selected(ScoreTarget):
+    """``target`` on the images ``images`` (m,) of its batch, as a batch of their own."""
+
+    def __init__(self, target: ScoreTarget, images: Tensor):
+        self.target, self.images, self.label = target, images.cpu(), target.label
+        self.per_image = target.per_image
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        mapped = self.images if rows is None else self.images[torch.as_tensor(rows).cpu()]
+        return self.target(output, mapped)
+
+
+def select_images(target: Target, images: Tensor) -> Target:
+    """``target`` for the images ``images`` (m,) (indices into its batch) taken as a batch of
+    their own: a `ScoreTarget` maps rows back to its images; other targets are returned as
+    they are (a plain callable scores each row by itself)."""
+    return _Selected(target, images) if isinstance(target, ScoreTarget) else target
+
+
+def target_label(target: object) -> object:
+    """``target`` as results record it: a score target by its label (a callable by its
+    name), anything else as it is."""
+    if not is_score_target(target):
+        return target
+    return getattr(target, "label", None) or getattr(target, "__name__", "callable")
+
+
+def is_score_target(target: object) -> bool:
+    """Whether ``target`` scores the model's output itself (a callable or a `ScoreTarget`)
+    instead of naming class indices."""
+    return callable(target) and not isinstance(target, Tensor)
+
+
+def call_target(target: Callable, output: object, rows: Tensor | int | None = None) -> Tensor:
+    """(n,) the score ``target`` gives the n rows of ``output``; ``rows``: the image of the
+    batch each row is of, (n,) or one int for all (a `ScoreTarget` reads it; a plain callable
+    scores each row by itself). Refuses a score that is not a tensor of one value per row."""
+    score = target(output, rows) if isinstance(target, ScoreTarget) else target(output)
+    if not isinstance(score, Tensor):
+        raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
+    count = len(rows) if isinstance(rows, Tensor) else None
+    if score.ndim != 1 or (count is not None and len(score) != count):
+        raise ValueError(
+            "A callable target must give one score per image, shape (B,); got "
+            f"{tuple(score.shape)}"
+            + ("" if count is None else f" for {count} images")
+            + ". Reduce it per image, e.g. target=lambda out: out[:, 0] on (B, D) "
+            "embeddings, or use a vizkit.targets helper."
+        )
+    return score
 
 
 def target_score(output: Tensor, target: Target) -> Tensor:
@@ -32,8 +119,8 @@ def target_score(output: Tensor, target: Target) -> Tensor:
     Returns:
         A scalar tensor.
     """
-    if callable(target) and not isinstance(target, Tensor):
-        score = target(output)
+    if is_score_target(target):
+        score = target(output, None) if isinstance(target, ScoreTarget) else target(output)
         if not isinstance(score, Tensor):
             raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
     else:
@@ -58,7 +145,7 @@ def model_logits(output: object) -> object:
 
 def explained_classes(output: Tensor, target: Target) -> Tensor | None:
     """(B,) class index each sample's score refers to; None for a callable target."""
-    if callable(target) and not isinstance(target, Tensor):
+    if is_score_target(target):
         return None
     return target_indices(model_logits(output), target)
 
@@ -69,8 +156,18 @@ def target_indices(output: Tensor, target: Target) -> Tensor:
     if not isinstance(output, Tensor) or output.ndim != 2:
         shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
         raise ValueError(
-            f"Class-index targets need (B, num_classes) logits; the model returned "
-            f"{shape}. Pass a callable target, e.g. target=lambda out: out[..., 0]."
+            f"Class-index targets need (B, num_classes) logits; the model returned {shape} (a "
+            "backbone's embeddings?). Choose what to explain with target=, e.g. "
+            "target=vk.targets.embedding_norm() or vk.targets.similar_to(reference): they "
+            "read the embedding from tensors, transformers ModelOutputs and open_clip tuples "
+            "(vizkit.targets lists them all)."
+        )
+    if is_score_target(target):
+        raise ValueError(
+            "This analysis scores a class (its logit or probability), so it needs class "
+            "indices, not a score on the output (a callable or a vizkit.targets helper). The "
+            "saliency methods, deletion, insertion, compare_saliency and evaluate's curve "
+            "metrics take score targets."
         )
     batch, classes = output.shape
     if target is None:
@@ -123,3 +220,40 @@ def class_indices(target: Target, batch: int) -> Tensor:
             "for all samples or one per sample."
         )
     return index
+
+
+def is_backbone(model: nn.Module) -> bool:
+    """Whether ``model`` returns image embeddings instead of class logits: a transformers model
+    without an image-classification head, an open_clip CLIP, a timm model with
+    ``num_classes=0`` (or a model of vizkit's that says so), a torchvision model whose head
+    was replaced by ``nn.Identity``."""
+    if type(model).__module__.startswith("transformers."):
+        return "ForImageClassification" not in type(model).__name__
+    if all(callable(getattr(model, f, None)) for f in ("encode_image", "encode_text")):
+        return True  # open_clip: (image_features, text_features, logit_scale)
+    return getattr(model, "num_classes", None) == 0 or any(
+        isinstance(getattr(model, head, None), nn.Identity) for head in ("head", "heads", "fc")
+    )
+
+
+def require_class_logits(model: nn.Module, target: Target, param: str = "target") -> None:
+    """Refuse class-index targets (and the argmax, ``None``) on a backbone: its output is an
+    embedding, whose largest dimension is no class. The message names the embedding targets
+    and a fix that runs on that model's output type."""
+    if is_score_target(target) or not is_backbone(model):
+        return
+    what = "the argmax" if target is None else f"class index {target!r}"
+    if param != "target":
+        what = f"{param}={target!r}" if target is not None else f"class {param}"
+    raise ValueError(
+        f"{type(model).__name__} is a backbone: it returns image embeddings, not class logits, "
+        f"so {what} would explain an embedding dimension as if it were a class. Choose what to "
+        f"explain with {param}=: vk.targets.embedding_norm() (the embedding's norm), "
+        "vk.targets.similar_to(vk.targets.embed(model, reference_images)) (what makes the "
+        "images alike), vk.targets.pca_component(vk.targets.embed(model, images)), "
+        "vk.targets.probe(weight, bias, classes) or vk.targets.prototypes(prototypes, classes), "
+        "vk.targets.text(clip, 'a photo of a dog') for CLIP-family models (or "
+        "vk.models.zero_shot for prompts as classes), or a callable on the output, e.g. "
+        "target=lambda out: vk.targets.embedding_of(out)[:, 0]. For example: "
+        f"{param}=vk.targets.embedding_norm()."
+    )

@@ -8,7 +8,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..analysis.captum_bridge import captum_attr, captum_inputs, captum_result, captum_seeded
+from ..analysis.captum_bridge import (
+    captum_attr,
+    captum_inputs,
+    captum_result,
+    captum_seeded,
+    image_rows,
+)
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
@@ -47,7 +53,12 @@ def gradientshap(
             captum_attr()
             .GradientShap(forward)
             .attribute(
-                x, baselines=baselines.to(x), target=targets, n_samples=samples, stdevs=noise
+                x,
+                baselines=baselines.to(x),
+                target=targets,
+                n_samples=samples,
+                stdevs=noise,
+                additional_forward_args=(image_rows(x),),
             )
         )
     options = {"samples": samples, "noise": noise, "baselines": len(baselines), "seed": seed}

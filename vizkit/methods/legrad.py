@@ -21,7 +21,13 @@ from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.hooked_model import frozen_parameters
 from ..hooks.inputs import check_images
 from ..hooks.selection import LayerSpec
-from ..hooks.targets import explained_classes, model_logits, target_indices
+from ..hooks.targets import (
+    call_target,
+    explained_classes,
+    is_score_target,
+    model_logits,
+    target_indices,
+)
 from .registry import saliency_method
 
 __all__ = ["legrad"]
@@ -142,18 +148,8 @@ def _readout(
 def _scorer(logits: object, target: Target) -> Callable[[Tensor], Tensor]:
     """``layer_logits (B, K) -> (B,)``: each image's target score (the callable target's value,
     or its class logit: an int, B ints, or None for the argmax of the model's ``logits``)."""
-    if callable(target) and not isinstance(target, Tensor):
-
-        def called(layer_logits: Tensor) -> Tensor:
-            score = target(layer_logits)
-            if not isinstance(score, Tensor) or score.shape != layer_logits.shape[:1]:
-                raise ValueError(
-                    "LeGrad needs a callable target that gives one score per image, shape "
-                    f"(B,); got {getattr(score, 'shape', type(score).__name__)}."
-                )
-            return score
-
-        return called
+    if is_score_target(target):
+        return lambda layer_logits: call_target(target, layer_logits)
     index = target_indices(model_logits(logits), target)[:, None]
     return lambda layer_logits: layer_logits.gather(1, index.to(layer_logits.device))[:, 0]
 

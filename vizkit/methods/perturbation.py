@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel, Target
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
 
 __all__ = ["chunked_scores", "resumed_forward", "score_of"]
 
@@ -19,18 +19,8 @@ def score_of(logits: Tensor, target: Target, image: int) -> Callable[[object], T
     """``output -> (N,)``: the score image ``image``'s map explains, for N perturbed copies of
     it: its class logit (``target`` an int, B ints or None for the argmax of ``logits``), or
     the callable target's value per copy."""
-    if callable(target) and not isinstance(target, Tensor):
-
-        def called(output: object) -> Tensor:
-            score = target(output)
-            if not isinstance(score, Tensor) or score.ndim != 1:
-                raise ValueError(
-                    "Score-CAM and Ablation-CAM need a callable target that gives one score per "
-                    f"image, shape (N,); got {getattr(score, 'shape', type(score).__name__)}."
-                )
-            return score
-
-        return called
+    if is_score_target(target):
+        return lambda output: call_target(target, output, image)
     index = int(target_indices(logits, target)[image])
     return lambda output: model_logits(output)[:, index]
 

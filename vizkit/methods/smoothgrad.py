@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..analysis.captum_bridge import captum_attr, captum_inputs, captum_result, captum_seeded
+from ..analysis.captum_bridge import (
+    captum_attr,
+    captum_inputs,
+    captum_result,
+    captum_seeded,
+    image_rows,
+)
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
@@ -38,8 +44,8 @@ def smoothgrad(
     tunnel = captum_attr().NoiseTunnel(captum_attr().Saliency(forward))
     with frozen_parameters(hm.model), captum_seeded(seed, x.device):
         attributions = tunnel.attribute(
-            x, target=targets, nt_type="smoothgrad", nt_samples=samples,
-            nt_samples_batch_size=batch_size, stdevs=stdev, abs=True,
+            x, target=targets, additional_forward_args=(image_rows(x),), nt_type="smoothgrad",
+            nt_samples=samples, nt_samples_batch_size=batch_size, stdevs=stdev, abs=True,
         )  # fmt: skip
     options = {"samples": samples, "noise": noise, "batch_size": batch_size, "seed": seed}
     return captum_result(attributions, "smoothgrad", "abs_max", targets, options)

@@ -20,12 +20,19 @@ from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_m
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import explained_classes, target_indices
+from ..hooks.targets import (
+    explained_classes,
+    is_score_target,
+    select_images,
+    target_indices,
+    target_label,
+)
 from ..methods.registry import METHODS, registered, saliency_method, selected_methods
 from .chance import near_chance, prediction_certainty
 from .faithfulness import (
     LEVELS,
     CurveEnds,
+    CurveScoring,
     batch_images,
     curve_steps,
     perturbation_curve,
@@ -265,10 +272,12 @@ def compare_saliency(
     if masks is not None:
         masks = _masks_for(masks, x)
     batch_size = batch_images(None, tuple(x.shape[-2:]))
+    scoring = CurveScoring.of(target)
     with torch.no_grad():  # the curves' ends, the same for every method
-        ends = CurveEnds.compute(model.model, x, [b for _, b in CURVES.values()], batch_size)
+        kinds = [b for _, b in CURVES.values()]
+        ends = CurveEnds.compute(model.model, x, kinds, batch_size, scoring)
     logits = ends.logits
-    targets = target_indices(logits, target)
+    targets = target if scoring.score is not None else target_indices(logits, target)
     metrics = ["deletion_auc", "insertion_auc"]
     if masks is not None:
         metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
@@ -293,13 +302,18 @@ def compare_saliency(
                 results[name] = result
     per_image = torch.stack(per_image)  # (methods, metrics, B)
     image_size = tuple(x.shape[-2:])
-    entropy, probability = prediction_certainty(logits, targets)
+    certainty = {}
+    if scoring.score is None:  # a class's probability: is it near chance?
+        entropy, probability = prediction_certainty(logits, targets)
+        certainty = {
+            "near_chance": near_chance(logits, targets).cpu(),
+            "target_probability": probability.cpu(),
+            "prediction_entropy": entropy.cpu(),
+        }
     table = SaliencyTable(
         [name for name, _ in chosen], metrics, per_image.nanmean(-1), seconds, notes,
-        per_image, results, options={"level": level, "steps": steps},
-        layout=model.token_layout(image_size), image_size=image_size,
-        near_chance=near_chance(logits, targets).cpu(), target_probability=probability.cpu(),
-        prediction_entropy=entropy.cpu(),
+        per_image, results, options={"level": level, "steps": steps, **_scored(target)},
+        layout=model.token_layout(image_size), image_size=image_size, **certainty,
     )  # fmt: skip
     if table.caution():
         warnings.warn(f"compare_saliency: {table.caution()}", stacklevel=3)
@@ -360,10 +374,9 @@ def _ranked_scores(
     def pick(t: Tensor | None) -> Tensor | None:
         return None if t is None else t[rows.to(t.device)]
 
+    chosen = select_images(targets, rows) if is_score_target(targets) else pick(targets)
     kept = dataclasses.replace(result, maps=pick(result.maps), targets=pick(result.targets))
-    scores = _scores(
-        hm, pick(x), kept, pick(targets), pick(masks), level, steps, bar, ends.rows(rows)
-    )
+    scores = _scores(hm, pick(x), kept, chosen, pick(masks), level, steps, bar, ends.rows(rows))
     scored[:, rows] = torch.stack([scores[m].float().cpu() for m in metrics])
     return scored
 
@@ -406,6 +419,13 @@ def _scores(
         scores["energy_in_mask"] = energy_in_mask(result, masks)
         scores["mask_iou"] = top_iou(result, masks)
     return scores
+
+
+def _scored(target: Target) -> dict:
+    """The table's note of what the curves scored: a score target's label (none for classes)."""
+    if not is_score_target(target):
+        return {}
+    return {"score": target_label(target)}
 
 
 def _masks_for(masks: Tensor, x: Tensor) -> Tensor:

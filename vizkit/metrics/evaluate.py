@@ -25,7 +25,13 @@ from ..analysis.saliency_result import SaliencyResult, constant_maps
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count
-from ..hooks.targets import model_logits
+from ..hooks.targets import (
+    is_score_target,
+    model_logits,
+    require_class_logits,
+    select_images,
+    target_label,
+)
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
@@ -42,11 +48,13 @@ FORMAT = "vizkit evaluation 1"
 @dataclass(frozen=True)
 class Metric:
     """A per-image score of maps: ``fn(hm, x, maps, targets, masks) -> (B,)``; ``masks``
-    says it needs object masks; ``higher`` whether higher is better."""
+    says it needs object masks; ``higher`` whether higher is better; ``scores`` whether it
+    takes a score target (`vizkit.targets`) as well as class indices."""
 
     fn: Callable[[HookedModel, Tensor, Tensor, Tensor, Tensor | None], Tensor]
     higher: bool
     masks: bool = False
+    scores: bool = True
 
 
 EVALUATION_METRICS: dict[str, Metric] = {
@@ -59,16 +67,20 @@ EVALUATION_METRICS: dict[str, Metric] = {
     "insertion_auc": Metric(
         lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
     ),
-    "road_morf_auc": Metric(lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False),
-    "road_lerf_auc": Metric(
-        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True
+    "road_morf_auc": Metric(
+        lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False, scores=False
     ),
-    "average_drop": Metric(lambda hm, x, m, t, _: average_drop(hm, x, m, t), higher=False),
+    "road_lerf_auc": Metric(
+        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True, scores=False
+    ),
+    "average_drop": Metric(
+        lambda hm, x, m, t, _: average_drop(hm, x, m, t), higher=False, scores=False
+    ),
     "increase_in_confidence": Metric(
-        lambda hm, x, m, t, _: increase_in_confidence(hm, x, m, t), higher=True
+        lambda hm, x, m, t, _: increase_in_confidence(hm, x, m, t), higher=True, scores=False
     ),
     "faithfulness_correlation": Metric(
-        lambda hm, x, m, t, _: faithfulness_correlation(hm, x, m, t), higher=True
+        lambda hm, x, m, t, _: faithfulness_correlation(hm, x, m, t), higher=True, scores=False
     ),
     "sparseness": Metric(lambda hm, x, m, t, _: sparseness(m), higher=True),
     "complexity": Metric(lambda hm, x, m, t, _: complexity(m), higher=False),
@@ -239,7 +251,7 @@ def evaluate(
     metrics: Sequence[str] | None = None,
     out: str | Path | None = None,
     batch_size: int = 16,
-    targets: str = "labels",
+    targets: str | Callable = "labels",
     progress: bool = True,
 ) -> EvaluationTable:
     """Score ``methods`` by ``metrics`` on every image of ``data``.
@@ -256,26 +268,30 @@ def evaluate(
             existing file resumes it (its configuration must match). Under ``torchrun`` every
             process takes every WORLD_SIZE-th batch, appends to ``<out>.rank<r>-of-<n>``, and
             the table is gathered on every process: the one a single process gives.
-        targets: "labels" (the data's classes) or "predictions" (the model's).
+        targets: "labels" (the data's classes) or "predictions" (the model's); on a backbone
+            (no class logits) a score target the same for every image, e.g.
+            ``vk.targets.embedding_norm()`` or ``vk.targets.text(clip, "a dog")``: then the
+            metrics that score a class's probability (ROAD, average drop, ...) are left out
+            by default and refused by name.
         progress: a progress bar over the batches and methods.
 
     Returns:
         `EvaluationTable`: per-image scores, means and standard errors.
     """
     batch_size = check_count("batch_size", batch_size)
-    if targets not in ("labels", "predictions"):
-        raise ValueError(f"targets must be 'labels' or 'predictions'; got {targets!r}.")
+    scored = _check_targets(model, targets)
     chosen = resolve_methods(methods, model)
     batches, count = _batches(data, batch_size)
     first = next(iter(batches), None)
     if first is None:
         raise ValueError("data holds no images.")
     has_masks = first[2] is not None
-    names = _metric_names(metrics, has_masks)
+    names = _metric_names(metrics, has_masks, scored)
     world, rank = _process_group()
     config = {
         "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
-        "metrics": names, "batch_size": batch_size, "targets": targets, "images": count,
+        "metrics": names, "batch_size": batch_size, "targets": target_label(targets),
+        "images": count,
         "processes": world,
     }  # fmt: skip
     log = _Log(_shard_file(out, world, rank), config)
@@ -303,7 +319,8 @@ def evaluate(
             notes[key] = f"{notes[key]}; {note}" if key in notes else note
     return EvaluationTable(
         [n for n, _ in chosen], names, per_image, notes,
-        options={"batch_size": batch_size, "targets": targets, "out": None if out is None
+        options={"batch_size": batch_size, "targets": target_label(targets),
+                 "out": None if out is None
                  else str(out)},
     )  # fmt: skip
 
@@ -334,12 +351,42 @@ def _gathered(entries: list[dict], world: int) -> list[dict]:
     return [entry for part in parts for entry in part]
 
 
-def _metric_names(metrics: Sequence[str] | None, has_masks: bool) -> list[str]:
+def _check_targets(model: HookedModel, targets: object) -> bool:
+    """Whether ``targets`` is a score target (one for every image of the data); refuses
+    anything else but "labels" and "predictions", and those on a backbone."""
+    if is_score_target(targets):
+        if getattr(targets, "per_image", False):
+            raise ValueError(
+                f"targets {target_label(targets)!r} holds one value per image of a batch; over "
+                "a data set every image needs the same target (a single reference embedding, "
+                "one probe class), or run compare_saliency batch by batch."
+            )
+        return True
+    if targets not in ("labels", "predictions"):
+        raise ValueError(
+            f"targets must be 'labels', 'predictions' or a score target (vizkit.targets); got "
+            f"{targets!r}."
+        )
+    require_class_logits(model.model, None, "targets")
+    return False
+
+
+def _metric_names(metrics: Sequence[str] | None, has_masks: bool, scored: bool) -> list[str]:
     if metrics is None:
-        return [n for n, m in EVALUATION_METRICS.items() if has_masks or not m.masks]
+        return [
+            n for n, m in EVALUATION_METRICS.items()
+            if (has_masks or not m.masks) and (m.scores or not scored)
+        ]  # fmt: skip
     unknown = [m for m in metrics if m not in EVALUATION_METRICS]
     if unknown:
         raise KeyError(f"Unknown metrics {unknown}; known: {', '.join(EVALUATION_METRICS)}.")
+    classes_only = [m for m in metrics if scored and not EVALUATION_METRICS[m].scores]
+    if classes_only:
+        raise ValueError(
+            f"{classes_only} score a class's probability, and targets is a score on the "
+            "output; these take one: "
+            f"{', '.join(n for n, m in EVALUATION_METRICS.items() if m.scores)}."
+        )
     needing = [m for m in metrics if EVALUATION_METRICS[m].masks]
     if needing and not has_masks:
         raise ValueError(f"{needing} need object masks, and the data has none.")
@@ -348,7 +395,7 @@ def _metric_names(metrics: Sequence[str] | None, has_masks: bool) -> list[str]:
 
 def _scored(
     hm: HookedModel, batch: tuple, index: int, name: str, fn: Callable, metrics: list[str],
-    targets: str,
+    targets: str | Callable,
 ) -> dict:  # fmt: skip
     """The log entry of one batch and method: every image's score per metric (NaN where the
     method or metric refused, or the image's map is constant), and why."""
@@ -357,10 +404,13 @@ def _scored(
     nan = [math.nan] * len(x)
     scores = {metric: list(nan) for metric in metrics}
     entry = {"batch": index, "method": name, "scores": scores, "notes": {}}
-    with torch.no_grad():
-        classes = model_logits(hm(x)).argmax(-1)
-    if targets == "labels" and labels is not None:
-        classes = labels.to(classes.device).long()
+    if is_score_target(targets):
+        classes = targets
+    else:
+        with torch.no_grad():
+            classes = model_logits(hm(x)).argmax(-1)
+        if targets == "labels" and labels is not None:
+            classes = labels.to(classes.device).long()
     try:
         result = fn(hm.model, x, classes)
     except ValueError as error:
@@ -380,7 +430,9 @@ def _scored(
                 hm,
                 x[keep],
                 maps[keep.to(maps.device)],
-                classes[keep.to(classes.device)],
+                select_images(classes, keep)
+                if targets is classes
+                else classes[keep.to(classes.device)],
                 chosen_masks,
             )
         except ValueError as error:

@@ -3,6 +3,8 @@
 Deletion replaces the most salient units first with a baseline and tracks the target class's
 probability (a faithful map makes it fall fast: low AUC is good); insertion starts from the
 baseline and reveals the most salient units first (high AUC is good). Units are patches or pixels.
+On a backbone (no class logits) the curves track the score of a `vizkit.targets` target (an
+embedding's similarity to a reference, its norm, ...) instead of a probability.
 
 Both run the model under the analysis contract (`vizkit.hooks.contract.analysis`: wrappers
 unwrapped, eval mode, its training flags restored) and refuse what would give a wrong curve: bad
@@ -27,13 +29,21 @@ from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.targets import (
+    ScoreTarget,
+    call_target,
+    is_score_target,
+    model_logits,
+    select_images,
+    target_indices,
+)
 
 __all__ = [
     "BASELINES",
     "LEVELS",
     "CurveEnds",
     "CurveResult",
+    "CurveScoring",
     "baseline_images",
     "check_tiles",
     "curve_steps",
@@ -181,23 +191,29 @@ class CurveEnds:
 
     logits: Tensor
     baselines: dict[str, Tensor]
+    scoring: CurveScoring = field(default_factory=lambda: CurveScoring(None))
 
     @classmethod
     def compute(
-        cls, model: nn.Module, x: Tensor, kinds: Iterable[str], batch_size: int
-    ) -> CurveEnds:
+        cls, model: nn.Module, x: Tensor, kinds: Iterable[str], batch_size: int,
+        scoring: CurveScoring | None = None,
+    ) -> CurveEnds:  # fmt: skip
         """The ends for images x (B, C, H, W) and the baselines ``kinds``, ``batch_size``
-        images per forward pass (call under ``torch.no_grad``)."""
-        ends = cls(_forward(model, x, batch_size), {})
+        images per forward pass, read by ``scoring`` (default: class logits; call under
+        ``torch.no_grad``)."""
+        scoring = CurveScoring(None) if scoring is None else scoring
+        ends = cls(scoring.forward(model, x, batch_size), {}, scoring)
         for kind in kinds:
             ends.baseline(model, x, kind, batch_size)
         return ends
 
     def baseline(self, model: nn.Module, x: Tensor, kind: str, batch_size: int) -> Tensor:
-        """(B, K) softmax on the ``kind`` baseline of images x (computed on first use)."""
+        """(B, K) scored values (softmax, or a score target's (B, 1)) on the ``kind`` baseline
+        of images x (computed on first use)."""
         if kind not in self.baselines:
             base = baseline_images(x, kind)
-            self.baselines[kind] = _forward(model, base, batch_size).float().softmax(-1)
+            read = self.scoring.forward(model, base, batch_size)
+            self.baselines[kind] = self.scoring.values(read)
         return self.baselines[kind]
 
     def rows(self, rows: Tensor) -> CurveEnds:
@@ -205,12 +221,45 @@ class CurveEnds:
         return CurveEnds(
             self.logits[rows.to(self.logits.device)],
             {k: p[rows.to(p.device)] for k, p in self.baselines.items()},
+            self.scoring.rows(rows),
         )
 
 
-def _forward(model: nn.Module, x: Tensor, batch_size: int) -> Tensor:
-    """model(x) for images x (B, C, H, W), ``batch_size`` images at a time."""
-    return torch.cat([model_logits(model(chunk)) for chunk in x.split(batch_size)])
+@dataclass(frozen=True)
+class CurveScoring:
+    """What a curve tracks on the model's output: the softmax probability of a class
+    (``score`` None: class-index targets), or the value of a score target (a `vizkit.targets`
+    helper or a callable on the raw output), read as one column (n, 1) so that both index
+    the same way."""
+
+    score: ScoreTarget | None
+
+    @classmethod
+    def of(cls, target: Target) -> CurveScoring:
+        """The scoring ``target`` asks for."""
+        return cls(target if is_score_target(target) else None)
+
+    def read(self, output: object, rows: Tensor) -> Tensor:
+        """(n, K) logits, or (n, 1) scores of the n rows of ``output`` (images ``rows``)."""
+        if self.score is None:
+            return model_logits(output)
+        return call_target(self.score, output, rows)[:, None]
+
+    def values(self, read: Tensor) -> Tensor:
+        """(n, K) what the curve tracks of ``read``: probabilities, or the scores."""
+        return read.float().softmax(-1) if self.score is None else read.float()
+
+    def forward(self, model: nn.Module, x: Tensor, batch_size: int) -> Tensor:
+        """`read` of model(x) for images x (B, C, H, W), ``batch_size`` images at a time."""
+        rows = torch.arange(len(x), device=x.device)
+        return torch.cat(
+            [self.read(model(chunk), part) for chunk, part in zip(
+                x.split(batch_size), rows.split(batch_size), strict=True)]
+        )  # fmt: skip
+
+    def rows(self, rows: Tensor) -> CurveScoring:
+        """The scoring of the images ``rows`` of the batch (as a batch of their own)."""
+        return self if self.score is None else CurveScoring(select_images(self.score, rows))
 
 
 def perturbation_curve(
@@ -246,26 +295,27 @@ def perturbation_curve(
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
     with torch.no_grad(), _bar(progress, len(x) * (steps - 1), kind) as bar:
         if ends is None:
-            ends = CurveEnds.compute(hm.model, x, [], batch_size)
+            ends = CurveEnds.compute(hm.model, x, [], batch_size, CurveScoring.of(target))
         if len(ends.logits) != len(x):
             raise ValueError(f"The curves' ends are of {len(ends.logits)} images, not {len(x)}.")
-        targets = scored_classes(ends.logits, target, saliency)
-        clean = ends.logits.float().softmax(-1)
+        targets = scored_classes(ends.logits, target, saliency, scores=True)
+        clean = ends.scoring.values(ends.logits)
         removed = ends.baseline(hm.model, x, baseline, batch_size)
         outer = (clean, removed)  # nothing removed, everything removed
         outer = outer[::-1] if kind == "insertion" else outer
         base = baseline_images(x, baseline)
         ranked = cells if order == "morf" else -cells
         scores = _scores(
-            kind, hm.model, x, base, ranked, unit, counts, targets, batch_size, bar, outer
-        )
+            kind, hm.model, x, base, ranked, unit, counts, targets, batch_size, bar, outer,
+            ends.scoring,
+        )  # fmt: skip
     fractions = (counts.float() / units).to(x.device)
     return CurveResult(
         kind=kind if order == "morf" else f"{kind}_lerf",
         fractions=fractions,
         scores=scores,
         auc=torch.trapezoid(scores, fractions, dim=-1),
-        targets=targets,
+        targets=None if is_score_target(target) else targets,
         options={
             "level": level,
             "baseline": baseline,
@@ -291,15 +341,22 @@ def _bar(progress: bool | tqdm, total: int, desc: str) -> Iterator[tqdm]:
         yield bar
 
 
-def scored_classes(logits: Tensor, target: Target, saliency: SaliencyResult | Tensor) -> Tensor:
+def scored_classes(
+    logits: Tensor, target: Target, saliency: SaliencyResult | Tensor, scores: bool = False
+) -> Tensor:
     """(B,) the classes to score: ``target``, else the classes a `SaliencyResult` explains, else
-    the argmax. A target that differs from the classes the maps explain is refused."""
-    if callable(target) and not isinstance(target, Tensor):
-        raise TypeError(
-            "deletion and insertion score a class's probability, so target must be class indices "
-            "(an int or B ints) or None; a callable target is not supported here."
-        )
+    the argmax; with ``scores`` (a caller reading through `CurveScoring`), zeros for a score
+    target (the one column it reads), which other callers are refused. A target that differs
+    from the classes the maps explain is refused."""
     explained = saliency.targets if isinstance(saliency, SaliencyResult) else None
+    if scores and is_score_target(target):
+        if explained is not None:
+            raise ValueError(
+                f"The saliency maps explain classes {explained.tolist()}, and target is a score "
+                "on the output: scoring maps against another target is meaningless. Compute "
+                "the maps for this target, or pass target=None to score their classes."
+            )
+        return torch.zeros(len(logits), dtype=torch.long, device=logits.device)
     targets = target_indices(logits, explained if target is None else target)
     if explained is not None and not torch.equal(targets.cpu(), explained.cpu()):
         raise ValueError(
@@ -322,8 +379,10 @@ def _scores(
     batch_size: int,
     bar: tqdm,
     outer: tuple[Tensor, Tensor],
+    scoring: CurveScoring,
 ) -> Tensor:
-    """(B, S + 1) probability of ``targets`` (B,) with the first ``counts`` (S + 1,) units by
+    """(B, S + 1) probability of ``targets`` (B,) (or the score, by ``scoring``) with the
+    first ``counts`` (S + 1,) units by
     ``cells`` (B, gh, gw) taken from ``base`` (deletion) or from ``x`` (insertion), both
     (B, C, H, W); ``batch_size`` perturbed images per forward, each batch a step of ``bar``.
     The first and last steps move no unit or every unit: their images are the curve's start and
@@ -341,7 +400,8 @@ def _scores(
         mask = chosen.view(-1, 1, *cells.shape[-2:]).to(x.dtype)
         mask = mask.repeat_interleave(unit[0], -2).repeat_interleave(unit[1], -1)
         source, fill = (base[b], x[b]) if kind == "insertion" else (x[b], base[b])
-        probs = model_logits(model(source * (1 - mask) + fill * mask)).float().softmax(-1)
+        read = scoring.read(model(source * (1 - mask) + fill * mask), b)
+        probs = scoring.values(read)
         scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
         bar.update(len(chunk))
     return scores
@@ -369,7 +429,8 @@ def deletion(
         x: (B, C, H, W) images, B >= 1, finite.
         saliency: a `SaliencyResult` for these images or maps (B, h, w), h and w dividing H and
             W, every value finite.
-        target: class scored: int, B ints or None (argmax of the clean image).
+        target: class scored: int, B ints or None (argmax of the clean image); or a score
+            target (`vizkit.targets`, a callable on the output): the curve tracks its value.
         level: "patch" (the model's patches; CNNs: an 8 x 8 grid) or "pixel".
         baseline: "zero", "mean" or "blur" (see `baseline_images`).
         steps: number of removal steps, in [1, units]; None: min(16, units). Each step is a

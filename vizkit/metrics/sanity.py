@@ -18,7 +18,7 @@ from ..analysis.result import Result
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.targets import is_score_target, model_logits, target_indices, target_label
 from ..methods.registry import registered
 from .similarity import SIMILARITIES
 
@@ -48,7 +48,8 @@ class SanityResult(Result):
         similarity: name -> (S, B) similarity of each step's maps to the original ones
             (`vizkit.metrics.similarity.SIMILARITIES`: Spearman of |map| and signed, SSIM,
             HOG correlation); NaN where a map is constant.
-        targets: (B,) the classes explained (the trained model's, at every step).
+        targets: (B,) the classes explained (the trained model's, at every step); None for a
+            score target (`vizkit.targets`), whose label ``options["target"]`` holds.
         options: the method's options and the seed.
     """
 
@@ -58,7 +59,7 @@ class SanityResult(Result):
     original: Tensor
     maps: Tensor
     similarity: dict[str, Tensor]
-    targets: Tensor
+    targets: Tensor | None
     options: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
@@ -176,10 +177,7 @@ def sanity_check(
     check_choice("mode", mode, MODES)
     seed = check_count("seed", seed, 0)
     saliency = registered(method)
-    if callable(target) and not isinstance(target, Tensor):
-        raise TypeError("sanity_check explains classes: pass an int, B ints or None.")
-    with torch.no_grad():
-        targets = target_indices(model_logits(hm(x)), target)
+    targets = _explained(hm, x, target)
     original = saliency(hm.model, x, targets, **options).maps
     layers = randomization_layers(hm.model, x)
     generator = torch.Generator().manual_seed(seed)
@@ -197,9 +195,26 @@ def sanity_check(
         for name, measure in SIMILARITIES.items()
     }
     return SanityResult(
-        method, mode, layers[::-1], original, maps, similarity, targets.cpu(),
-        options={**options, "seed": seed},
+        method, mode, layers[::-1], original, maps, similarity, _recorded(targets),
+        options={**options, "seed": seed, **_score_option(target)},
     )  # fmt: skip
+
+
+def _explained(hm: HookedModel, x: Tensor, target: Target) -> Tensor | Target:
+    """What every step explains: the trained model's classes (``target``, or its predictions
+    for None), kept for the randomized models; a score target as it is."""
+    if is_score_target(target):
+        return target
+    with torch.no_grad():
+        return target_indices(model_logits(hm(x)), target)
+
+
+def _recorded(targets: Tensor | Target) -> Tensor | None:
+    return targets.cpu() if isinstance(targets, Tensor) else None
+
+
+def _score_option(target: Target) -> dict:
+    return {"target": target_label(target)} if is_score_target(target) else {}
 
 
 @analysis_contract
@@ -218,20 +233,18 @@ def data_randomization(
     maps for a model that only memorized."""
     x = check_images(model.model, x)
     saliency = registered(method)
-    if callable(target) and not isinstance(target, Tensor):
-        raise TypeError("data_randomization explains classes: pass an int, B ints or None.")
     if type(randomized) is not type(model.model):
         raise TypeError(
             f"randomized must be the model's architecture trained on permuted labels; got a "
             f"{type(randomized).__name__} for a {type(model.model).__name__}."
         )
-    with torch.no_grad():
-        targets = target_indices(model_logits(model(x)), target)
+    targets = _explained(model, x, target)
     original = saliency(model.model, x, targets, **options).maps
     maps = saliency(randomized, x, targets, **options).maps[None]  # eval for the call
     similarity = {
         name: measure(original, maps[0])[None].float().cpu()
         for name, measure in SIMILARITIES.items()
     }
+    options = {**options, **_score_option(target)}
     return SanityResult(method, "data", ["randomized labels"], original, maps, similarity,
-                        targets.cpu(), options=dict(options))  # fmt: skip
+                        _recorded(targets), options=options)  # fmt: skip

@@ -17,15 +17,19 @@ from . import libraries as libraries
 from .counting import param_count as param_count
 from .names import create_timm_model as create_timm_model
 from .names import did_you_mean as did_you_mean
+from .zero_shot import ImageTower as ImageTower
 from .zero_shot import ZeroShotClassifier as ZeroShotClassifier
+from .zero_shot import image_tower as image_tower
 from .zero_shot import zero_shot as zero_shot
 
 __all__ = [
+    "ImageTower",
     "Siglip2Images",
     "ZeroShotClassifier",
     "create_model",
     "create_timm_model",
     "did_you_mean",
+    "image_tower",
     "param_count",
     "zero_shot",
 ]

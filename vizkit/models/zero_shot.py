@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_number
+from ..targets import embedding_of
 
-__all__ = ["ZeroShotClassifier", "zero_shot"]
+__all__ = ["ImageTower", "ZeroShotClassifier", "image_tower", "zero_shot"]
 
 
 class ZeroShotClassifier(nn.Module):
@@ -30,6 +31,8 @@ class ZeroShotClassifier(nn.Module):
 
     def __init__(self, model: nn.Module, text_embeddings: Tensor, scale: float | None = None):
         super().__init__()
+        if isinstance(text_embeddings, dict):  # transformers >= 5.x: a ModelOutput
+            text_embeddings = embedding_of(text_embeddings)
         if not isinstance(text_embeddings, Tensor) or text_embeddings.ndim != 2:
             got = (
                 tuple(text_embeddings.shape)
@@ -67,8 +70,7 @@ def _image_encoder(model: nn.Module) -> Callable[[Tensor], Tensor]:
     if callable(getattr(model, "get_image_features", None)):  # transformers
 
         def features(x: Tensor) -> Tensor:
-            out = model.get_image_features(pixel_values=x)
-            return out if isinstance(out, Tensor) else out.pooler_output
+            return embedding_of(model.get_image_features(pixel_values=x))
 
         return features
     raise TypeError(
@@ -81,3 +83,27 @@ def zero_shot(model: nn.Module, text_embeddings: Tensor, scale: float | None = N
     """`ZeroShotClassifier` in eval mode: ``vk.gradcam(vk.models.zero_shot(clip, text), x,
     target=k)`` explains each image by its similarity to prompt k."""
     return ZeroShotClassifier(model, text_embeddings, scale).eval()
+
+
+class ImageTower(nn.Module):
+    """A CLIP-family model's image tower alone: (B, C, H, W) images -> (B, D) image embeddings
+    in the joint image-text space, for `vizkit.targets.text` (a transformers ``CLIPModel``'s
+    forward needs text too). The tower keeps its family's names (under ``model.``).
+    ``num_classes`` is 0 as on a timm backbone: it returns embeddings, not class logits."""
+
+    num_classes = 0
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.encode = _image_encoder(model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) images -> (B, D) image embeddings."""
+        return self.encode(x)
+
+
+def image_tower(model: nn.Module) -> nn.Module:
+    """`ImageTower` in eval mode: ``vk.gradcam(vk.models.image_tower(clip), x,
+    target=vk.targets.text(clip, "a photo of a dog", tokenizer=tok))``."""
+    return ImageTower(model).eval()
