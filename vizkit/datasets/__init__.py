@@ -7,6 +7,8 @@ from .batch import model_batch as model_batch
 from .digits import Digits as Digits
 from .digits import digit_images as digit_images
 from .image_folder import ImageFolder as ImageFolder
+from .model_input import Preprocessing as Preprocessing
+from .model_input import model_preprocessing as model_preprocessing
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
 from .shapes import load_sample as load_sample
@@ -21,10 +23,12 @@ __all__ = [
     "Digits",
     "ImageFolder",
     "LoadedImages",
+    "Preprocessing",
     "Shapes",
     "digit_images",
     "load_images",
     "load_sample",
+    "model_preprocessing",
     "model_batch",
     "render_shapes",
 ]

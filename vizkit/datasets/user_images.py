@@ -14,7 +14,7 @@ from timm.data import create_transform
 from torch import Tensor, nn
 
 from .image_folder import read_image, readable_images
-from .model_input import model_data_config
+from .model_input import Preprocessing, model_preprocessing
 from .normalize import denormalize
 
 __all__ = ["LoadedImages", "load_images"]
@@ -22,24 +22,43 @@ __all__ = ["LoadedImages", "load_images"]
 ImageSource = str | os.PathLike | Image.Image | np.ndarray | Tensor
 
 
-class LoadedImages(NamedTuple):
-    """Images prepared for a model.
-
-    Attributes:
-        x: (B, 3, H, W) float32 at the model's input size, normalized as it was trained.
-        shown: (B, H, W, 3) uint8 RGB, the same pixels before normalization (for figures).
-        names: one name per image: the file name, or ``image {i}`` for in-memory images.
-    """
-
+class _Loaded(NamedTuple):
     x: Tensor
     shown: np.ndarray
     names: list[str]
 
 
-def load_images(source: ImageSource | Sequence[ImageSource], model: nn.Module) -> LoadedImages:
-    """Read, resize, crop and normalize images for ``model`` (timm's eval transform for the
-    model's data config, at the size its patch embedding was built for, e.g. ``img_size=(224,
-    320)``).
+class LoadedImages(_Loaded):
+    """Images prepared for a model; unpacks as ``x, shown, names``.
+
+    Attributes:
+        x: (B, 3, H, W) float32 at the model's input size, normalized as it was trained.
+        shown: (B, H, W, 3) uint8 RGB, the same pixels before normalization (for figures).
+        names: one name per image: the file name, or ``image {i}`` for in-memory images.
+        preprocessing: how they were prepared (`Preprocessing`: size, statistics, and the
+            library they were read from).
+    """
+
+    preprocessing: Preprocessing | None = None
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.names[:3]) + (", ..." if len(self.names) > 3 else "")
+        how = "" if self.preprocessing is None else f"; {self.preprocessing}"
+        return f"LoadedImages({len(self.names)} images {tuple(self.x.shape)} [{names}]{how})"
+
+
+def load_images(
+    source: ImageSource | Sequence[ImageSource],
+    model: nn.Module,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    size: int | tuple[int, int] | None = None,
+) -> LoadedImages:
+    """Read, resize, crop and normalize images for ``model`` as its own library prepares them
+    (`vizkit.datasets.model_preprocessing`: timm's data config at the size its patch embedding
+    was built for, e.g. ``img_size=(224, 320)``; the Hugging Face image processor of the
+    checkpoint, or of its model type for a model built from a config; open_clip's preprocess
+    config). The result says which (``.preprocessing``).
 
     Args:
         source: an image file, a folder (its readable images, sorted by name; others are skipped
@@ -47,6 +66,8 @@ def load_images(source: ImageSource | Sequence[ImageSource], model: nn.Module) -
             or a batch (B, H, W, 3) / (B, 3, H, W) (uint8, or floats in [0, 1]; grey (H, W)
             too), or a list of these.
         model: the model the images are for.
+        mean, std: per-channel statistics to use instead of the model's.
+        size: an int or (H, W) to use instead of the model's input size.
 
     Returns:
         `LoadedImages` ``(x, shown, names)``: ``x`` goes to any analysis, ``shown`` to figures.
@@ -62,12 +83,14 @@ def load_images(source: ImageSource | Sequence[ImageSource], model: nn.Module) -
     ((1, 3, 32, 32), (1, 32, 32, 3), ['image 0'])
     """
     images, names = _pil_images(source)
-    cfg = model_data_config(model)
-    transform = create_transform(**cfg)
+    preprocessing = model_preprocessing(model, mean, std, size)
+    transform = create_transform(**preprocessing.data_config())
     x = torch.stack([transform(image) for image in images])
-    shown = denormalize(x, cfg["mean"], cfg["std"]).clamp(0, 1)
+    shown = denormalize(x, preprocessing.mean, preprocessing.std).clamp(0, 1)
     shown = (shown * 255).round().byte().permute(0, 2, 3, 1).numpy()
-    return LoadedImages(x, shown, names)
+    loaded = LoadedImages(x, shown, names)
+    loaded.preprocessing = preprocessing
+    return loaded
 
 
 def _pil_images(source: object) -> tuple[list[Image.Image], list[str]]:
