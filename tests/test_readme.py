@@ -2,8 +2,10 @@
 example of the manual runs too."""
 
 import re
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -30,22 +32,37 @@ def test_readme_is_an_entry_point():
     assert len(text.splitlines()) <= 150
     for link in re.findall(r"\]\(([^)#]+)\)", text):  # every relative link resolves
         assert link.startswith("http") or (ROOT / link).exists(), link
-    (quickstart,) = python_blocks(README)
-    assert len(quickstart.strip().splitlines()) <= 10
+    quickstart, own_model = python_blocks(README)
+    assert len(quickstart.strip().splitlines()) <= 10 and len(own_model.splitlines()) <= 10
 
 
-def test_readme_quickstart_runs(tmp_path, monkeypatch):
-    photos = tmp_path / "photos"  # the reader's own images
-    photos.mkdir()
-    for i, image in enumerate(vk.viz.display_images(vk.datasets.load_sample()[0][:3])):
-        Image.fromarray(image).resize((48, 40)).save(photos / f"{i}.png")
-    monkeypatch.chdir(tmp_path)
+def test_readme_quickstart_runs_as_pasted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing of the reader's is needed
     with pytest.warns(UserWarning, match="constant maps"):  # one Grad-CAM map is flat here
         scope = run(python_blocks(README)[0], "README.md")
-    assert tuple(scope["yours"].x.shape) == (3, 3, 32, 32) and scope["yours"].names[0] == "0.png"
+    assert tuple(scope["yours"].x.shape) == (2, 3, 32, 32) and scope["yours"].names[0] == "image 0"
     assert scope["maps"].layers == [0, 3] and tuple(scope["cam"].maps.shape) == (8, 8, 8)
     assert scope["table"].methods == ["rollout", "gradcam", "random"]
     assert scope["fig"].data and "class token" in scope["fig"].layout.title.text
+
+
+@pytest.mark.slow
+def test_readme_own_model_and_photo_runs(tmp_path, monkeypatch):
+    """The second block on the reader's photo (a file made here) with random-init DINOv2 and
+    CLIP (the weights are the reader's): what it says it gives."""
+    monkeypatch.chdir(tmp_path)
+    yy, xx = np.mgrid[0:240, 0:320]
+    pixels = np.stack([xx % 256, yy % 256, (xx * yy) % 256], -1).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "photo.jpg")
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # random weights: flat maps
+        scope = run(python_blocks(README)[1], "README.md block 2")
+    assert "timm's data config" in scope["photo"].preprocessing.source
+    assert tuple(scope["cam"].maps.shape) == (1, 37, 37) and scope["cam"].targets is None
+    assert tuple(scope["alike"].maps.shape) == (1, 37, 37)
+    assert tuple(scope["x"].shape) == (1, 3, 224, 224) and tuple(scope["lrp"].maps.shape) == (
+        1, 224, 224)  # fmt: skip
 
 
 def test_hook_example_runs_and_shows_what_it_says():
