@@ -79,6 +79,8 @@ def test_timm_model_how_to_runs_and_shows_what_it_says():
         run(block, f"your-timm-model.md block {i}", scope)
     assert tuple(scope["x_photo"].shape) == (1, 3, 224, 320) and scope["files"] == ["image 0"]
     assert scope["fig"].data and scope["shown"].shape == (1, 224, 320, 3)
+    grids = [stage.layout.grid for stage in scope["stages"]]  # Swin: one result per stage
+    assert grids == [(28, 28), (14, 14), (7, 7), (4, 4)]
 
 
 def test_add_a_family_how_to_runs_and_shows_what_it_says():

@@ -142,9 +142,10 @@ def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:
             raise ValueError(f"query must be 'cls', (row, col) or a token index; got {query!r}.")
         if not layout.class_token:
             raise ValueError(
-                "query='cls' but these tokens have no class token (CaiT's class token "
-                "appears only in its class-attention stage: see class_attention()); choose a "
-                "patch by its grid coordinates, e.g. query=(0, 0)."
+                "query='cls' but these tokens have no class token (the model pools its "
+                "patches, as Swin and SigLIP do; or its class token joins later, as in CaiT's "
+                "class-attention stage: see class_attention()); choose a patch by its grid "
+                "coordinates, e.g. query=(0, 0)."
             )
         return 0
     if isinstance(query, tuple):

@@ -43,7 +43,7 @@ from ...hooks.family import (
 )
 from ...hooks.sites import captured, recomputed
 from ...hooks.taps import Tap
-from .common import embedding_tokens, returned_map
+from .common import attention_config, embedding_tokens, returned_map
 
 __all__ = ["layout"]
 
@@ -138,7 +138,9 @@ _D2V_ATTENTION_ARGS = (
 
 
 def _d2v_has_bias(attn: nn.Module, context: AttentionContext | None = None) -> bool:
-    return bool(attn.has_relative_position_bias or attn.config.use_shared_relative_position_bias)
+    return bool(
+        attn.has_relative_position_bias or attention_config(attn).use_shared_relative_position_bias
+    )
 
 
 def _d2v_biases(attn: nn.Module, args: tuple, kwargs: dict) -> list[Tensor]:
@@ -147,7 +149,7 @@ def _d2v_biases(attn: nn.Module, args: tuple, kwargs: dict) -> list[Tensor]:
     call = _bound(_D2V_ATTENTION_ARGS, args, kwargs)
     biases = []
     if attn.has_relative_position_bias:
-        window = _window(call["resolution"], attn.config.patch_size)
+        window = _window(call["resolution"], attention_config(attn).patch_size)
         interpolate = bool(call.get("interpolate_pos_encoding", False))
         tokens = call["hidden_states"].shape[1]
         biases.append(attn.relative_position_bias.forward(window, interpolate, dim_size=tokens))

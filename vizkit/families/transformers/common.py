@@ -17,7 +17,7 @@ from ...hooks.family import AttentionContext
 from ...hooks.layout import TokenLayout
 from ...hooks.taps import Tap
 
-__all__ = ["eager_attention", "embedding_tokens", "returned_map"]
+__all__ = ["attention_config", "eager_attention", "embedding_tokens", "returned_map"]
 
 
 @contextmanager
@@ -34,18 +34,41 @@ def eager_attention(config) -> Iterator[None]:
         config._attn_implementation_internal = before
 
 
+def attention_config(attn: nn.Module) -> object:
+    """The config whose ``_attn_implementation`` the attention module reads: its own, or (as in
+    transformers < 5.18, where the module wraps a ``...SelfAttention``) its first
+    submodule's that holds one."""
+    config = next((m.config for m in attn.modules() if hasattr(m, "config")), None)
+    if config is None:
+        raise TypeError(
+            f"{type(attn).__name__} holds no transformers config, so vizkit cannot select its "
+            "eager attention; this transformers version is not supported (see pyproject.toml)."
+        )
+    return config
+
+
 def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
     """``hook_pattern`` (B, H, N, N): the weights an attention module returns beside its output
     under eager attention, the very tensor it multiplies with the values (post-softmax, and
     after attention dropout, which eval mode turns off). Read-only: the output is computed by
     the time the module returns them, so a replacement would change nothing."""
-    config = attn.config
+    config = attention_config(attn)
     return [
-        Tap(f"{path}.hook_pattern", path, item=1, kind="self", read_only=True,
+        Tap(f"{path}.hook_pattern", _returning(path, attn), item=1, kind="self", read_only=True,
             explicit=lambda: eager_attention(config),
             shape=f"B H {context.tokens} {context.tokens}",
             prefix_tokens=context.prefix_tokens, grid=context.grid)
     ]  # fmt: skip
+
+
+def _returning(path: str, attn: nn.Module) -> str:
+    """The module that returns ``(output, weights)``: the attention module itself, or (before
+    transformers 5.18, where it wraps a ``...SelfAttention`` and returns only its output) that
+    inner module ``{path}.attention``."""
+    inner = getattr(attn, "attention", None)
+    if isinstance(inner, nn.Module) and type(inner).__name__.endswith("SelfAttention"):
+        return f"{path}.attention"
+    return path
 
 
 def embedding_tokens(embeddings: nn.Module) -> Callable[[tuple[int, int]], TokenLayout]:

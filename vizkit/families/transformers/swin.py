@@ -54,7 +54,7 @@ from ...hooks.layout import TokenLayout
 from ...hooks.sites import MAP_SHAPES, captured
 from ...hooks.taps import GridFn, Tap, windows_to_batch
 from ...hooks.windows import WindowGeometry
-from .common import eager_attention
+from .common import attention_config, eager_attention
 
 __all__ = ["layout", "stage_grid"]
 
@@ -125,7 +125,7 @@ def _bias_output(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> T
 def _returned_windows(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
     """``SwinAttention``: the window maps it returns beside its output under eager attention
     (read-only, as `vizkit.families.transformers.common.returned_map`), and its bias."""
-    config = attn.config
+    config = attention_config(attn)
     taps = [
         Tap(f"{path}.hook_pattern", path, item=1, kind="window", read_only=True,
             explicit=lambda: eager_attention(config), shape=MAP_SHAPES["window"],
