@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
 export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit notebooks docs findings findings-gpu findings-cpu lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit versions notebooks docs findings findings-gpu findings-cpu lab bench bench-gpu lint strip clean
 
 setup: $(STAMP)
 
@@ -31,8 +31,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/vizkit report --out report
 
-test: lint unit notebooks
+test: lint unit versions notebooks
 	$(MAKE) docs VIZKIT_DOCS_EXECUTE=false
+
+# the lowest library versions pyproject.toml declares (.ci/versions: the family, beyond-timm
+# and embedding-target tests in an environment of its own)
+versions: setup
+	.ci/versions
 
 # one pytest-xdist worker per core (each module's tests in one worker: its module fixtures are
 # built once); --durations: the slowest tests, printed where the 20-minute budget of `make
@@ -102,4 +107,4 @@ strip: setup
 	$(BIN)/python notebooks/strip_outputs.py notebooks/*.ipynb
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-versions build dist *.egg-info .pytest_cache .ruff_cache
