@@ -102,6 +102,8 @@ def test_other_libraries_how_to_runs_and_shows_what_it_says():
         run(block, f"other-libraries.md block {i}", scope)
     assert tuple(scope["maps"].patterns.shape) == (2, 4, 2, 17, 17)
     assert tuple(scope["dog"].maps.shape) == (4, 4, 4)
+    assert tuple(scope["alike"].maps.shape) == (4, 4, 4) and scope["cam"].targets is None
+    assert tuple(scope["by_words"].maps.shape) == (4, 32, 32)
     assert [s.layout.grid for s in scope["stages"]] == [(16, 16), (8, 8)]
 
 

@@ -184,3 +184,33 @@ def test_freed_memory_is_returned_only_where_glibc_can(monkeypatch):
         monkeypatch.setattr(report.sys, "platform", platform)
         monkeypatch.setattr(ctypes, "CDLL", lambda name: pytest.fail("CDLL called"))
         report._return_freed_memory()
+
+
+def test_the_trust_checks_are_one_flag_away_and_sections_can_be_chosen(tmp_path, capsys):
+    from vizkit.report import HEAVY_SECTIONS, chosen_sections
+
+    assert "evaluation" not in chosen_sections("default") and HEAVY_SECTIONS == ("evaluation",)
+    assert chosen_sections("all") == list(SECTIONS)
+    assert chosen_sections(["history", "summary"]) == ["summary", "history"]  # page order
+    page = build_report(n=2, out=tmp_path, sections=["summary", "history"]).read_text()
+    assert "<h2>Training</h2>" in page and "Attention rollout" not in page
+    assert "report: history took" in capsys.readouterr().err  # each section's cost
+    with pytest.raises(ValueError, match=r"Unknown report sections \['saliencey'\]"):
+        chosen_sections(["saliencey"])
+
+
+@pytest.mark.slow
+def test_the_trust_section_runs_when_asked_for(tmp_path):
+    page = build_report(n=2, out=tmp_path, sections=["evaluation"], progress=False).read_text()
+    assert "<h2>Can these explanations be trusted?</h2>" in page
+    assert figures_in(page) == 3  # randomization curves, further scores, ROAD curves
+
+
+def test_report_command_takes_sections(tmp_path, capsys):
+    from vizkit.cli import main
+
+    assert main(["report", "--n", "2", "--out", str(tmp_path), "--sections", "summary"]) == 0
+    assert "<h2>Predictions</h2>" not in (tmp_path / "index.html").read_text()
+    with pytest.raises(SystemExit):
+        main(["report", "--sections", "summary,nope"])
+    assert "Unknown report sections ['nope']" in capsys.readouterr().err

@@ -36,22 +36,28 @@ def build(kind: str, attn_implementation: str = "sdpa") -> nn.Module:
             transformers.Dinov2WithRegistersConfig, transformers.Dinov2WithRegistersModel,
             {**small, "num_register_tokens": 4},
         ),
+        "dinov3": (
+            transformers.DINOv3ViTConfig, transformers.DINOv3ViTModel,
+            {**small, "num_register_tokens": 4},
+        ),
         "clip": (transformers.CLIPVisionConfig, transformers.CLIPVisionModel, small),
         "siglip": (transformers.SiglipVisionConfig, transformers.SiglipVisionModel, small),
+        "aimv2": (transformers.Aimv2VisionConfig, transformers.Aimv2VisionModel, small),
     }  # fmt: skip
     config, model, kwargs = configs[kind]
     return model(config(attn_implementation=attn_implementation, **kwargs)).eval()
 
 
 # prefix tokens, and a target for the models without a classifier (their embedding's sum)
-PREFIX = {"vit": 1, "deit": 2, "dinov2": 1, "dinov2_registers": 5, "clip": 1, "siglip": 0}
+PREFIX = {"vit": 1, "deit": 2, "dinov2": 1, "dinov2_registers": 5, "dinov3": 5, "clip": 1,
+          "siglip": 0, "aimv2": 0}  # fmt: skip
 KINDS = list(PREFIX)
 
 
 def target(kind: str):
-    if kind in ("clip", "siglip"):
+    if kind in ("clip", "siglip", "aimv2"):
         return lambda out: out.pooler_output.sum(-1)
-    if kind == "dinov2_registers":
+    if kind in ("dinov2_registers", "dinov3"):
         return lambda out: out.last_hidden_state[:, 0].sum(-1)
     return None
 
@@ -88,7 +94,7 @@ def test_maps_equal_transformers_own_and_the_output_is_unchanged(kind, implement
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["vit", "deit", "dinov2"])
+@pytest.mark.parametrize("kind", ["vit", "deit", "dinov2", "dinov3"])
 def test_gradients_at_the_maps_equal_autograd_through_transformers_maps(kind):
     model, x, target = build(kind), images(), torch.tensor([0, 1, 2, 3])
     _, cache = vk.HookedModel(model).run_with_cache(

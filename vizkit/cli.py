@@ -165,12 +165,25 @@ def _init_distributed() -> tuple[int, int]:
     return world, int(os.environ.get("RANK", 0))
 
 
+def _sections(text: str) -> str | list[str]:
+    """--sections: "default", "all" or comma-separated names, checked against the report's."""
+    from .report import chosen_sections
+
+    chosen = text if text in ("default", "all") else [t.strip() for t in text.split(",")]
+    try:
+        chosen_sections(chosen)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return chosen
+
+
 def report_command(args: argparse.Namespace) -> int:
     """Write the HTML report and print where it is."""
     from .report import build_report
 
     start = time.perf_counter()
-    page = build_report(args.model, args.data, args.n, args.out, args.checkpoint, args.device)
+    page = build_report(args.model, args.data, args.n, args.out, args.checkpoint, args.device,
+                        sections=args.sections)  # fmt: skip
     print(f"wrote {page.resolve()} in {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -356,6 +369,11 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=_output_folder, default="report", help="output folder (default report/)"
     )
     r.add_argument("--device", type=_device, default="cpu", help="default %(default)s")
+    r.add_argument(
+        "--sections", type=_sections, default="default",
+        help="comma-separated sections, 'all', or 'default' (every one but the trust checks, "
+        "'evaluation', which cost several times the rest)",
+    )  # fmt: skip
     v = commands.add_parser(
         "coverage", help="which analysis works on which timm family (writes docs/coverage.md)"
     )

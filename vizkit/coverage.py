@@ -205,6 +205,33 @@ def _transformers(model: str, config: str, nested: str | None = None, **kwargs) 
     return build
 
 
+class _LinearProbe(nn.Module):
+    """A backbone (no class logits) with a linear probe on its pooled embedding, as a user
+    classifies with DINOv3: (B, C, H, W) -> (B, K) logits."""
+
+    def __init__(self, backbone: nn.Module, dim: int, classes: int = 5) -> None:
+        super().__init__()
+        self.backbone, self.head = backbone, nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from .targets import embedding_of
+
+        return self.head(embedding_of(self.backbone(x)))
+
+
+def _probed(model: str, config: str, **kwargs) -> Callable:
+    """A builder of transformers' backbone ``model`` from its ``config`` with a 5-class linear
+    probe (`_LinearProbe`)."""
+
+    def build() -> nn.Module:
+        import transformers
+
+        backbone = getattr(transformers, model)(getattr(transformers, config)(**kwargs))
+        return _LinearProbe(backbone, kwargs["hidden_size"])
+
+    return build
+
+
 def _siglip2() -> nn.Module:
     """SigLIP 2 takes patches: `vizkit.models.Siglip2Images` gives it images."""
     import transformers
@@ -265,6 +292,12 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 **_HF_SMALL,
             )
         ),  # fmt: skip
+        "DINOv3ViTModel + linear probe": LibraryModel(
+            _probed("DINOv3ViTModel", "DINOv3ViTConfig", num_register_tokens=4, **_HF_SMALL)
+        ),
+        "Aimv2VisionModel + linear probe": LibraryModel(
+            _probed("Aimv2VisionModel", "Aimv2VisionConfig", **_HF_SMALL)
+        ),
         "CLIPForImageClassification": LibraryModel(
             _transformers("CLIPForImageClassification", "CLIPConfig", "vision_config", **_HF_SMALL)
         ),

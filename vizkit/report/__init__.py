@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -12,7 +14,19 @@ from .inputs import DEFAULT_MODEL, ReportInputs, load_inputs
 from .page import write_page
 from .sections import SECTIONS, NotApplicable, Section
 
-__all__ = ["DEFAULT_MODEL", "ReportInputs", "Section", "build_report", "load_inputs"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "HEAVY_SECTIONS",
+    "ReportInputs",
+    "Section",
+    "build_report",
+    "chosen_sections",
+    "load_inputs",
+]
+
+# sections left out unless asked for: the trust checks (a randomization test per method and
+# the further faithfulness scores) cost several times the rest of the report together
+HEAVY_SECTIONS = ("evaluation",)
 
 
 def build_report(
@@ -23,6 +37,7 @@ def build_report(
     checkpoint: str | None = None,
     device: str = "cpu",
     progress: bool = True,
+    sections: str | Sequence[str] = "default",
 ) -> Path:
     """Run every section of `SECTIONS` that applies to the model on ``n`` images of ``data``
     and write ``<out>/index.html``; return its path.
@@ -32,18 +47,45 @@ def build_report(
             checkpoint path with its card beside it.
         data: "shapes", "digits" or an image folder (default: the zoo model's data).
         device: where the model runs.
+        sections: "default" (every section but `HEAVY_SECTIONS`), "all", or names of
+            `SECTIONS`.
+
+    With ``progress`` each section's seconds are printed as it ends.
     """
+    names = chosen_sections(sections)
     inputs = load_inputs(model, data, n, checkpoint, device)
     inputs.progress = progress
-    sections: list[Section] = []
+    built: list[Section] = []
     skipped: dict[str, str] = {}
-    for name, build in tqdm(SECTIONS.items(), desc="report", disable=not progress):
-        try:
-            sections.append(build(inputs))
-        except NotApplicable as reason:
-            skipped[name] = str(reason)
-        _return_freed_memory()
-    return write_page(sections, skipped, f"vizkit report: {inputs.name}", Path(out))
+    with tqdm(names, desc="report", disable=not progress) as bar:
+        for name in bar:
+            start = time.perf_counter()
+            try:
+                built.append(SECTIONS[name](inputs))
+            except NotApplicable as reason:
+                skipped[name] = str(reason)
+            _return_freed_memory()
+            if progress:
+                took = time.perf_counter() - start
+                bar.write(f"report: {name} took {took:.1f} s", file=sys.stderr)
+    return write_page(built, skipped, f"vizkit report: {inputs.name}", Path(out))
+
+
+def chosen_sections(sections: str | Sequence[str]) -> list[str]:
+    """The names of `SECTIONS` that ``sections`` stands for, in the page's order."""
+    if sections == "all":
+        return list(SECTIONS)
+    if sections == "default":
+        return [name for name in SECTIONS if name not in HEAVY_SECTIONS]
+    if isinstance(sections, str) or not isinstance(sections, Sequence) or not sections:
+        raise ValueError(
+            f"sections must be 'default', 'all' or a list of {', '.join(SECTIONS)}; got "
+            f"{sections!r}."
+        )
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        raise ValueError(f"Unknown report sections {unknown}; known: {', '.join(SECTIONS)}.")
+    return [name for name in SECTIONS if name in sections]
 
 
 def _return_freed_memory() -> None:

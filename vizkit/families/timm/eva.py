@@ -1,5 +1,6 @@
-"""EVA / EVA-02 (Fang et al. 2023) and timm's Eva-based models: blocks over [prefix, patches];
-with rotary position embeddings (RoPE) the map's content term is also read unrotated."""
+"""EVA / EVA-02 (Fang et al. 2023) and timm's Eva-based models, Perception Encoder among them:
+blocks over [prefix, patches]; with rotary position embeddings (RoPE) the map's content term
+is also read unrotated."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from timm.layers import AttentionRope
 from timm.models import eva
 from torch import Tensor, nn
 
@@ -29,7 +31,7 @@ def eva_content_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any)
     batch, tokens, _ = x.shape
     if attn.qkv is not None:
         bias = None
-        if attn.q_bias is not None:
+        if getattr(attn, "q_bias", None) is not None:
             bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
         elif attn.qkv.bias is not None:
             bias = attn.qkv.bias
@@ -71,6 +73,8 @@ FAMILY = register_family(
             eva.EvaBlock: dataclasses.replace(PRE_NORM, scales=_GAMMAS),
             eva.EvaBlockPostNorm: POST_NORM,
         },
-        attention={eva.EvaAttention: _attention},
+        # AttentionRope: the blocks of timm's Perception Encoder (``vit_pe_*``, Bolya et al.
+        # 2025), an EvaAttention with its RoPE given as an argument
+        attention={eva.EvaAttention: _attention, AttentionRope: _attention},
     )
 )

@@ -81,7 +81,7 @@ def embedding_tokens(embeddings: nn.Module) -> Callable[[tuple[int, int]], Token
     registers = getattr(embeddings, "register_tokens", None)
     prefix += 0 if registers is None else registers.shape[1]
     patches = getattr(embeddings, "patch_embeddings", embeddings)
-    patch = patches.patch_size
+    patch = getattr(patches, "patch_size", None) or patches.kernel_size  # DINOv3: a Conv2d
     ph, pw = (patch, patch) if isinstance(patch, int) else patch
 
     def tokens(image_size: tuple[int, int]) -> TokenLayout:
