@@ -1,10 +1,12 @@
 """The backbones researchers open first in 2026, beyond the coverage table's representatives:
-timm's Perception Encoder (``vit_pe_core_*``, blocks of ``AttentionRope``) and transformers'
-DINOv3 ViT. Their maps equal the softmax the model itself computes (unfused), and the analyses
-that build on attention run."""
+timm's Perception Encoder (``vit_pe_core_*``, blocks of ``AttentionRope``), AIMv2's pooling
+head, ViTMAE (unmasked, unshuffled) and SigLIP 2 without its images wrapper. Their maps equal
+the ones the model itself computes, and what cannot run as given is refused with a fix that
+runs."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -82,3 +84,36 @@ def test_aimv2_pooling_map_reproduces_its_heads_output():
         torch.testing.assert_close(head.output_proj(pooled), out.pooler_output)
     assert pattern.shape == (2, 2, 1, 16)
     assert vk.class_attention(model, x).maps.shape == (2, 4, 4)
+
+
+def test_vitmae_is_explained_on_every_patch_in_raster_order_and_the_raw_model_refused():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.ViTMAEConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, attn_implementation="eager",
+    )  # fmt: skip
+    mae, x = transformers.ViTMAEModel(config).eval(), torch.randn(2, 3, 32, 32)
+    with pytest.raises(TypeError, match="masks a random 75 %") as info:
+        vk.attention(mae, x)
+    fix = re.search(r"(vk\.models\.unmasked_mae\(model\))", str(info.value)).group(1)
+    result = vk.attention(eval(fix, {"vk": vk, "model": mae}), x)
+    assert result.patterns.shape == (2, 2, 2, 17, 17) and result.layout.grid == (4, 4)
+    assert mae.config.mask_ratio == 0.75  # restored
+    config.mask_ratio = 0.0
+    with torch.no_grad():  # transformers' own maps, in raster order
+        own = mae(x, noise=torch.arange(16.0).expand(2, -1), output_attentions=True)
+    torch.testing.assert_close(result.patterns, torch.stack(own.attentions))
+    assert torch.equal(own.ids_restore, torch.arange(16).expand(2, -1))
+
+
+def test_siglip2_without_its_images_wrapper_is_refused_with_a_fix_that_runs():
+    pytest.importorskip("transformers")
+    from vizkit.coverage import LIBRARIES
+
+    wrapped = LIBRARIES["transformers"]["Siglip2ForImageClassification (Siglip2Images)"].build()
+    raw, x = wrapped.model.eval(), torch.randn(2, 3, 32, 32)
+    with pytest.raises(TypeError, match="takes its images as patches") as info:
+        vk.attention(raw, x)
+    fix = re.search(r"(vk\.models\.Siglip2Images\(model\))", str(info.value)).group(1)
+    assert vk.attention(eval(fix, {"vk": vk, "model": raw}), x).layout.grid == (4, 4)

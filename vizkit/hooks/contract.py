@@ -55,15 +55,33 @@ def held(model: nn.Module) -> Iterator[nn.Module]:
         yield model
 
 
+# models whose forward does not take (B, C, H, W) images as they are, and what does
+_PATCH_INPUTS = {
+    **{
+        name: f"{name} takes its images as patches with their spatial shapes and mask (NaFlex), "
+        "not as (B, C, H, W) images: vk.models.Siglip2Images(model) makes them from images as "
+        "its image processor does, and every analysis takes that."
+        for name in ("Siglip2VisionModel", "Siglip2Model", "Siglip2ForImageClassification")
+    },
+    "ViTMAEModel": "ViTMAEModel masks a random 75 % of the patches and shuffles the rest on "
+    "every forward (its pre-training), so no token sits on a known grid: "
+    "vk.models.unmasked_mae(model) runs it on every patch in raster order, and every analysis "
+    "takes that.",
+}
+
+
 def require_image_model(model: nn.Module) -> None:
     """Refuse a model whose forward needs text as well as images (a transformers ``CLIPModel``
-    or ``SiglipModel``), naming the wrappers that explain its image tower."""
+    or ``SiglipModel``), patches instead of images (SigLIP 2) or masks its input at random
+    (ViTMAE), naming the wrapper that explains it."""
     model = unwrap_model(model)
+    name = type(model).__name__
+    if name in _PATCH_INPUTS:
+        raise TypeError(_PATCH_INPUTS[name])
     both = all(
         callable(getattr(model, f, None)) for f in ("get_image_features", "get_text_features")
     )
     if both and not callable(getattr(model, "encode_image", None)):
-        name = type(model).__name__
         raise TypeError(
             f"{name}'s forward needs text as well as images, so vizkit cannot run it on images "
             f"alone. Explain its image tower: vk.models.image_tower(model) returns its image "

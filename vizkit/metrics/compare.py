@@ -232,7 +232,7 @@ class SaliencyTable(Result):
 def compare_saliency(
     model: nn.Module | HookedModel,
     x: Tensor,
-    methods: str | Sequence[str | tuple[str, Method]] = ("rollout", "gradcam", "random"),
+    methods: str | Sequence[str | tuple[str, Method]] = "default",
     masks: Tensor | None = None,
     target: Target = None,
     level: str = "patch",
@@ -247,10 +247,11 @@ def compare_saliency(
         x: (B, C, H, W) images, B >= 1, finite.
         methods: distinct names from `METHODS` or ``(name, fn(hm, x, targets) ->
             SaliencyResult)``, at least one; "all": every registered method (those that do
-            not apply to the model are noted and left unscored); "default": the registry's
-            defaults (`vizkit.methods.default_methods`), the report's.
+            not apply to the model are noted and left unscored); "default" (the default): the
+            registry's defaults (`vizkit.methods.default_methods`), the report's.
         masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
-        target: the class every method explains (default: the model's prediction).
+        target: the class every method explains (default: the model's prediction), or a
+            score target (`vizkit.targets`, a callable): the curves then track its score.
         level: unit of the deletion/insertion curves, "patch" or "pixel".
         steps: steps of each deletion/insertion curve, in [1, units]; None: min(16, units).
             Each step is a forward pass of every image for every method and curve, so the

@@ -15,6 +15,8 @@ from .. import papers as papers  # registers every vizkit_* model with timm
 from ..families.transformers.siglip2 import Siglip2Images as Siglip2Images
 from . import libraries as libraries
 from .counting import param_count as param_count
+from .mae import UnmaskedMAE as UnmaskedMAE
+from .mae import unmasked_mae as unmasked_mae
 from .names import create_timm_model as create_timm_model
 from .names import did_you_mean as did_you_mean
 from .zero_shot import ImageTower as ImageTower
@@ -25,12 +27,14 @@ from .zero_shot import zero_shot as zero_shot
 __all__ = [
     "ImageTower",
     "Siglip2Images",
+    "UnmaskedMAE",
     "ZeroShotClassifier",
     "create_model",
     "create_timm_model",
     "did_you_mean",
     "image_tower",
     "param_count",
+    "unmasked_mae",
     "zero_shot",
 ]
 

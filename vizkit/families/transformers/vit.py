@@ -1,4 +1,5 @@
-"""Hugging Face transformers' ViT and DeiT (``ViTModel``, ``DeiTModel``; found inside
+"""Hugging Face transformers' ViT, DeiT and ViTMAE's encoder (``ViTModel``, ``DeiTModel``,
+``ViTMAEModel`` through `vizkit.models.unmasked_mae`; found inside
 ``ViTForImageClassification``, ``DeiTForImageClassificationWithTeacher``, ``AutoModel...`` or
 a module of your own): pre-norm blocks ``layers.{i}`` over [class (, distillation), patches],
 one ``dropout`` module closing both branches (its first and second call)."""
@@ -15,6 +16,7 @@ __all__ = ["layout"]
 
 _VIT = "transformers.models.vit.modeling_vit"
 _DEIT = "transformers.models.deit.modeling_deit"
+_MAE = "transformers.models.vit_mae.modeling_vit_mae"  # through vizkit.models.unmasked_mae
 
 
 def layout(model: nn.Module) -> FamilyLayout:
@@ -33,8 +35,20 @@ FAMILY = register_family(
     Family(
         "vit",
         "transformers",
-        models={f"{_VIT}:ViTModel": layout, f"{_DEIT}:DeiTModel": layout},
-        blocks={f"{_VIT}:ViTLayer": _LAYER, f"{_DEIT}:DeiTLayer": _LAYER},
-        attention={f"{_VIT}:ViTAttention": returned_map, f"{_DEIT}:DeiTAttention": returned_map},
+        models={
+            f"{_VIT}:ViTModel": layout,
+            f"{_DEIT}:DeiTModel": layout,
+            f"{_MAE}:ViTMAEModel": layout,
+        },
+        blocks={
+            f"{_VIT}:ViTLayer": _LAYER,
+            f"{_DEIT}:DeiTLayer": _LAYER,
+            f"{_MAE}:ViTMAELayer": _LAYER,
+        },
+        attention={
+            f"{_VIT}:ViTAttention": returned_map,
+            f"{_DEIT}:DeiTAttention": returned_map,
+            f"{_MAE}:ViTMAEAttention": returned_map,
+        },
     )
 )
