@@ -251,3 +251,25 @@ def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points()
     for bad in (-1.0, float("inf")):
         with pytest.raises(ValueError, match="two_se must be"):
             viz.scale_trend([{**points[0], "two_se": bad}], "t")
+
+
+def test_a_method_keeps_its_colour_in_every_figure():
+    """Grad-CAM is one colour in the bars, the curves and the sanity curves, whichever methods
+    each figure holds and in whichever order."""
+    from vizkit.metrics.evaluate import EvaluationTable
+    from vizkit.metrics.faithfulness import CurveResult
+    from vizkit.viz.style import method_color
+
+    bars = vk.viz.evaluation_bars(
+        EvaluationTable(
+            ["integrated_gradients", "gradcam", "random"], ["sparseness"], torch.rand(3, 1, 4)
+        )  # fmt: skip
+    )
+    fractions = torch.linspace(0, 1, 3)
+    curve = CurveResult("deletion", fractions, torch.rand(4, 3), torch.rand(4), None)
+    lines = vk.viz.curve_comparison({"random": curve, "gradcam": curve})
+    bar_colors = dict(zip(bars.data[0].x, bars.data[0].marker.color, strict=True))
+    line_colors = {t.legendgroup: t.line.color for t in lines.data if t.legendgroup}
+    assert bar_colors["gradcam"] == line_colors["gradcam"] == method_color("gradcam")
+    assert bar_colors["random"] == line_colors["random"] != bar_colors["gradcam"]
+    assert method_color("my_method") == method_color("my_method")  # the user's own: stable

@@ -8,12 +8,11 @@ import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from ..metrics.evaluate import EVALUATION_METRICS, EvaluationTable
 from ..metrics.faithfulness import CurveResult
-from .style import finish
+from .style import finish, method_color
 
 __all__ = ["curve_comparison", "evaluation_bars"]
 
@@ -37,14 +36,13 @@ def evaluation_bars(table: EvaluationTable) -> go.Figure:
         titles.append(f"{metric} {arrow}<br>best: {table.best(metric)}")
     fig = make_subplots(rows=rows, cols=min(PER_ROW, len(table.metrics)),
                         subplot_titles=titles, vertical_spacing=0.5 / rows)  # fmt: skip
-    colors = {m: qualitative.Plotly[i % 10] for i, m in enumerate(table.methods)}
     for j in range(len(table.metrics)):
         row, col = divmod(j, PER_ROW)
         fig.add_trace(
             go.Bar(
                 x=table.methods, y=table.mean[:, j].tolist(),
                 error_y={"type": "data", "array": table.sem[:, j].nan_to_num().tolist()},
-                marker_color=[colors[m] for m in table.methods], showlegend=False,
+                marker_color=[method_color(m) for m in table.methods], showlegend=False,
                 hovertemplate="%{x}: %{y:.3f}<extra></extra>",
             ),
             row=row + 1, col=col + 1,
@@ -70,8 +68,8 @@ def curve_comparison(curves: Mapping[str, CurveResult | Sequence[CurveResult]]) 
     titles = [_CURVES.get(kind, kind) for kind in kinds[0]]
     fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles if len(titles) > 1
                         else None, horizontal_spacing=0.08)  # fmt: skip
-    for i, (name, chosen) in enumerate(per_method.items()):
-        color = qualitative.Plotly[i % 10]
+    for name, chosen in per_method.items():
+        color = method_color(name)
         for col, curve in enumerate(chosen, start=1):
             x = curve.fractions.tolist()
             mean = curve.scores.mean(0)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from ..metrics.sanity import SanityResult
 from .overlay import opacity_slider, overlay_grid
 from .saliency import check_display
-from .style import MIN_FONT_SIZE, finish
+from .style import MIN_FONT_SIZE, finish, method_color
 
 __all__ = ["sanity_curves", "sanity_maps"]
 
@@ -73,6 +73,7 @@ def sanity_curves(results: Sequence[SanityResult], similarity: str = "spearman_a
                 y=mean,
                 mode="lines+markers",
                 name=result.method,
+                line={"color": method_color(result.method)},
                 error_y={"type": "data", "array": error.tolist()},
             )  # fmt: skip
         )

@@ -168,6 +168,17 @@ def palette(i: int) -> str:
     return qualitative.Plotly[i % len(qualitative.Plotly)]
 
 
+def method_color(name: str) -> str:
+    """The colour of saliency method ``name``, the same in every figure: its place in the
+    registry (`vizkit.methods.methods`) in a 24-colour palette; a method of the user's own by
+    its name's characters (stable across runs, unlike ``hash``)."""
+    from ..methods.registry import methods
+
+    known = list(methods())
+    index = known.index(name) if name in known else sum(map(ord, name))
+    return qualitative.Dark24[index % len(qualitative.Dark24)]
+
+
 def step_slider(fig: go.Figure, labels: Sequence[str], per_step: int, active: int, prefix: str):
     """A slider that shows one group of ``per_step`` consecutive traces at a time (the traces
     were added group by group, one group per label); ``active`` is the group shown first."""
