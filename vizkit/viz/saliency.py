@@ -85,9 +85,12 @@ def side_by_side(
     columns = min(len(methods), PANELS_PER_ROW)
     rows = [methods[i : i + columns] for i in range(0, len(methods), columns)]
     cells = [[(images[image], table.results[name].maps[image]) for name in row] for row in rows]
-    titles = [f"<b>{name}</b><br>{_scores(table, name, image)}" for name in methods]
+    per_line = 2 if columns <= 4 else 1  # narrow panels: one score a line (900 px, 6 panels)
+    titles = [f"<b>{_wrapped(name)}</b><br>{_scores(table, name, image, per_line)}"
+              for name in methods]  # fmt: skip
+    lines = max(title.count("<br>") + 1 for title in titles)
     fig = overlay_grid(cells, subplot_titles=titles, horizontal_spacing=0.02,
-                       vertical_spacing=0.3 / len(rows))  # fmt: skip
+                       vertical_spacing=(0.3 + 0.04 * lines) / len(rows))  # fmt: skip
     fig.update_annotations(font_size=MIN_FONT_SIZE)  # plotly's 16 px crowds the score lines
     opacity_slider(fig)
     fig.add_annotation(
@@ -95,9 +98,15 @@ def side_by_side(
         showarrow=False, xanchor="left",
     )  # fmt: skip
     caution = _near_chance(table, image)
-    finish(fig, title + caution, 480 + 300 * (len(rows) - 1) + (40 if caution else 0))
-    fig.update_layout(margin={"t": 215 if caution else 160})
+    extra = 18 * max(0, lines - 3)  # title lines beyond the three the margin was made for
+    finish(fig, title + caution, 480 + 300 * (len(rows) - 1) + (40 if caution else 0) + extra)
+    fig.update_layout(margin={"t": (215 if caution else 160) + extra})
     return fig
+
+
+def _wrapped(name: str) -> str:
+    """A long method name broken after its underscores (``integrated_<br>gradients``)."""
+    return name.replace("_", "_<br>") if len(name) > 14 else name
 
 
 def saliency_row(
@@ -131,7 +140,8 @@ def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.
     return opacity_slider(fig)
 
 
-def _scores(table: SaliencyTable, method: str, image: int) -> str:
+def _scores(table: SaliencyTable, method: str, image: int, per_line: int = 2) -> str:
+    """The image's scores of ``method``, ``per_line`` to a line."""
     if table.per_image is None:
         return ""
     values = table.per_image[table.methods.index(method), :, image].tolist()
@@ -140,7 +150,8 @@ def _scores(table: SaliencyTable, method: str, image: int) -> str:
         for m, v in zip(table.metrics, values, strict=True)
         if not math.isnan(v)
     ]
-    return "<br>".join(" · ".join(cells[i : i + 2]) for i in range(0, len(cells), 2))  # narrow
+    lines = range(0, len(cells), per_line)
+    return "<br>".join(" · ".join(cells[i : i + per_line]) for i in lines)
 
 
 def _legend(table: SaliencyTable) -> str:
