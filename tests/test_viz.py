@@ -273,3 +273,15 @@ def test_a_method_keeps_its_colour_in_every_figure():
     assert bar_colors["gradcam"] == line_colors["gradcam"] == method_color("gradcam")
     assert bar_colors["random"] == line_colors["random"] != bar_colors["gradcam"]
     assert method_color("my_method") == method_color("my_method")  # the user's own: stable
+
+
+def test_curves_of_a_score_target_are_drawn_on_their_own_scale():
+    """A backbone's curves track an embedding target's score (say a norm of 13), not a
+    probability: the axis says so and spans the values."""
+    from vizkit.metrics.faithfulness import CurveResult
+
+    fractions = torch.linspace(0, 1, 3)
+    scores = 13 + torch.rand(2, 3)
+    curve = CurveResult("deletion", fractions, scores, scores.mean(1), None)
+    fig = vk.viz.curve_comparison({"gradcam": curve})
+    assert fig.layout.yaxis.title.text == "target score" and fig.layout.yaxis.range is None

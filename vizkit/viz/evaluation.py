@@ -17,12 +17,13 @@ from .style import finish, method_color
 __all__ = ["curve_comparison", "evaluation_bars"]
 
 PER_ROW = 4
+# two lines each: side by side at 900 px, one line would run into the next panel's
 _CURVES = {
-    "deletion": "deletion: most salient first removed",
-    "deletion_lerf": "deletion LeRF: least salient first removed",
-    "insertion": "insertion: most salient first revealed",
-    "road_morf": "ROAD MoRF: most relevant first removed and imputed",
-    "road_lerf": "ROAD LeRF: least relevant first removed and imputed",
+    "deletion": "deletion:<br>most salient first removed",
+    "deletion_lerf": "deletion LeRF:<br>least salient first removed",
+    "insertion": "insertion:<br>most salient first revealed",
+    "road_morf": "ROAD MoRF: most relevant<br>first removed and imputed",
+    "road_lerf": "ROAD LeRF: least relevant<br>first removed and imputed",
 }
 
 
@@ -47,7 +48,8 @@ def evaluation_bars(table: EvaluationTable) -> go.Figure:
             ),
             row=row + 1, col=col + 1,
         )  # fmt: skip
-        fig.update_yaxes(title_text="mean ± SE", row=row + 1, col=col + 1)
+        if col == 0:  # beside the first panel of a row only: it would run into the one before
+            fig.update_yaxes(title_text="mean ± SE", row=row + 1, col=1)
     images = table.per_image.shape[-1]
     title = f"Saliency methods over {images} images: mean and standard error per metric"
     return finish(fig, title, 330 * rows + 90)
@@ -89,9 +91,12 @@ def curve_comparison(curves: Mapping[str, CurveResult | Sequence[CurveResult]]) 
             revealed = curve.kind == "insertion"
             fig.update_xaxes(title="share of the image " + ("revealed" if revealed else "removed"),
                              range=[0, 1], row=1, col=col)  # fmt: skip
-            fig.update_yaxes(range=[0, 1.02], row=1, col=col)
-    fig.update_yaxes(title="probability of the class explained", row=1, col=1)
+            if curve.targets is not None:  # a probability (a score target's score has no range)
+                fig.update_yaxes(range=[0, 1.02], row=1, col=col)
+    first = next(iter(per_method.values()))[0]
+    scored = "probability of the class explained" if first.targets is not None else "target score"
+    fig.update_yaxes(title=scored, row=1, col=1)
     images = len(next(iter(per_method.values()))[0].scores)
-    title = titles[0] if len(titles) == 1 else "Perturbation curves"
+    title = titles[0].replace("<br>", " ") if len(titles) == 1 else "Perturbation curves"
     over = f"mean over {images} images, band: standard error" if images > 1 else "1 image"
     return finish(fig, f"{title} ({over})", 430)

@@ -81,7 +81,7 @@ def sanity_curves(results: Sequence[SanityResult], similarity: str = "spearman_a
     fig.update_yaxes(title=similarity.replace("_", " "), range=[-1.05, 1.05])
     fig.update_xaxes(title=f"randomized ({results[0].mode}), top layer first")
     title = (
-        f"Sanity check: each method's similarity to its maps of the trained model "
+        f"Sanity check: each method's similarity to its maps of the trained model<br>"
         f"({results[0].mode} randomization; error bars: standard error over the images)"
     )
     return finish(fig, title, 450)
