@@ -87,6 +87,9 @@ def test_each_helper_equals_its_definition():
     e, ref = torch.randn(5, 8), torch.randn(5, 8)
     torch.testing.assert_close(vk.targets.embedding_norm()(e), torch.linalg.norm(e, dim=-1))
     torch.testing.assert_close(vk.targets.similar_to(ref)(e), F.cosine_similarity(e, ref))
+    one = vk.targets.similar_to(ref[:1])  # embed() of one image: the reference of every image
+    torch.testing.assert_close(one(e), F.cosine_similarity(e, ref[:1]))
+    assert not one.per_image
     torch.testing.assert_close(
         vk.targets.similar_to(ref[0], versus=ref[1])(e),
         F.cosine_similarity(e, ref[:1]) - F.cosine_similarity(e, ref[1:2]),

@@ -103,14 +103,15 @@ class SimilarTo(ScoreTarget):
     alike the reference (another image's embedding, a class prototype, a text embedding).
 
     Args:
-        reference: (D,) one reference for every image, or (B, D) one per image of the batch.
+        reference: (D,) or (1, D) one reference for every image, or (B, D) one per image of
+            the batch.
         versus: the same for a contrast: the score is cos(e, reference) - cos(e, versus).
         label: the name results and figures give it.
     """
 
     def __init__(self, reference: Tensor, versus: Tensor | None = None, label: str = "similarity"):
-        self.reference = _check_embeddings("reference", reference)
-        self.versus = None if versus is None else _check_embeddings("versus", versus)
+        self.reference = _one_for_all(_check_embeddings("reference", reference))
+        self.versus = None if versus is None else _one_for_all(_check_embeddings("versus", versus))
         self.label = label
         self.per_image = self.reference.ndim == 2 or (
             self.versus is not None and self.versus.ndim == 2
@@ -213,6 +214,11 @@ class Probe(ScoreTarget):
 def _rows(classes: Sequence | Tensor) -> bool:
     """Whether ``classes`` holds one class per image (not a 0-d tensor)."""
     return not isinstance(classes, Tensor) or classes.ndim > 0
+
+
+def _one_for_all(embeddings: Tensor) -> Tensor:
+    """A (1, D) reference (`embed` of one image) as (D,): one for every image."""
+    return embeddings[0] if embeddings.ndim == 2 and len(embeddings) == 1 else embeddings
 
 
 def _check_embeddings(name: str, value: object, rows: bool = True) -> Tensor:

@@ -84,7 +84,7 @@ def attention_grid(
     specs += [[None] * beside + [{}] * heads for _ in range(depth - 1)]
     fig = make_subplots(
         rows=depth, cols=beside + heads, specs=specs,
-        column_titles=["image"] * beside + [f"head {h}" for h in range(heads)],
+        column_titles=["image"] * beside + [_head_title(h, heads) for h in range(heads)],
         row_titles=[f"layer {layer}" for layer in result.layers],
         horizontal_spacing=0.02, vertical_spacing=0.04 / max(1, depth / 4),
     )  # fmt: skip
@@ -121,9 +121,19 @@ def attention_grid(
     }[scale]
     title = (
         f"Attention of {query_label(query)} over the patches, image {image}: layers x heads"
-        f"<br><sup>post-softmax row; {how}</sup>"
+        f"<br><sup>post-softmax row; {how}{'; columns: heads' if heads > MANY_HEADS else ''}"
+        "</sup>"
     )
     return finish(fig, title, height=max(300, 150 * depth + 110))
+
+
+MANY_HEADS = 8  # more head columns than this are titled by their number alone
+
+
+def _head_title(head: int, heads: int) -> str:
+    """A column's title: "head 3", or "3" where there are too many columns for the word (24
+    heads at 900 px would run their titles together)."""
+    return f"head {head}" if heads <= MANY_HEADS else str(head)
 
 
 def query_attention(
