@@ -285,3 +285,13 @@ def test_curves_of_a_score_target_are_drawn_on_their_own_scale():
     curve = CurveResult("deletion", fractions, scores, scores.mean(1), None)
     fig = vk.viz.curve_comparison({"gradcam": curve})
     assert fig.layout.yaxis.title.text == "target score" and fig.layout.yaxis.range is None
+
+
+def test_many_head_columns_are_titled_by_number():
+    """24 heads at 900 px would run 'head 0 head 1 ...' together: beyond 8 the columns are
+    titled by number and the figure's title says they are heads."""
+    model = vk.create_model("vit_tiny_patch16_224", img_size=32, depth=1, num_heads=12,
+                            embed_dim=48).eval()  # fmt: skip
+    fig = vk.viz.attention_grid(vk.attention(model, torch.randn(1, 3, 32, 32)))
+    titles = [a.text for a in fig.layout.annotations if a.text and a.textangle != 90]
+    assert titles == [str(h) for h in range(12)] and "columns: heads" in fig.layout.title.text
