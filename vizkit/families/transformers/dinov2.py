@@ -5,29 +5,39 @@ closing both branches (its first and second call)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
 from ...hooks.family import BlockSite, Family, FamilyLayout, ResidualSpec, register_family
 from ...hooks.taps import Tap
 from .common import embedding_tokens, returned_map
 
-__all__ = ["layout"]
+__all__ = ["DINO_LAYER", "dino_layout", "layout"]
 
 _DINO = "transformers.models.dinov2.modeling_dinov2"
 _REG = "transformers.models.dinov2_with_registers.modeling_dinov2_with_registers"
 
 
-def layout(model: nn.Module) -> FamilyLayout:
-    """``Dinov2Model`` / ``Dinov2WithRegistersModel``: embeddings, ``encoder.layer.{i}``,
-    ``layernorm``."""
-    blocks = [BlockSite(f"encoder.layer.{i}") for i in range(len(model.encoder.layer))]
-    extra = [Tap("hook_final_norm", "layernorm", shape="B N C")]
-    return FamilyLayout(
-        "dinov2", blocks, extra, tokens=embedding_tokens(model.embeddings), reads_class_token=True
-    )
+def dino_layout(family: str, stack: str, norm: str) -> Callable[[nn.Module], FamilyLayout]:
+    """The layout of a DINO-style model named ``family``: embeddings, blocks ``{stack}.{i}``
+    (``stack`` a module path holding them in order), final norm ``norm``."""
+
+    def layout(model: nn.Module) -> FamilyLayout:
+        count = len(model.get_submodule(stack))
+        blocks = [BlockSite(f"{stack}.{i}") for i in range(count)]
+        extra = [Tap("hook_final_norm", norm, shape="B N C")]
+        tokens = embedding_tokens(model.embeddings)
+        return FamilyLayout(family, blocks, extra, tokens=tokens, reads_class_token=True)
+
+    return layout
 
 
-_LAYER = ResidualSpec(
+# ``Dinov2Model`` / ``Dinov2WithRegistersModel``: embeddings, ``encoder.layer.{i}``, ``layernorm``
+layout = dino_layout("dinov2", "encoder.layer", "layernorm")
+
+# x + drop_path(ls1(attention(norm1(x)))); x + drop_path(ls2(mlp(norm2(x))))
+DINO_LAYER = ResidualSpec(
     "drop_path", "drop_path", "norm2", scales=("layer_scale1.lambda1", "layer_scale2.lambda1")
 )
 
@@ -36,7 +46,7 @@ FAMILY = register_family(
         "dinov2",
         "transformers",
         models={f"{_DINO}:Dinov2Model": layout, f"{_REG}:Dinov2WithRegistersModel": layout},
-        blocks={f"{_DINO}:Dinov2Layer": _LAYER, f"{_REG}:Dinov2WithRegistersLayer": _LAYER},
+        blocks={f"{_DINO}:Dinov2Layer": DINO_LAYER, f"{_REG}:Dinov2WithRegistersLayer": DINO_LAYER},
         attention={
             f"{_DINO}:Dinov2Attention": returned_map,
             f"{_REG}:Dinov2WithRegistersAttention": returned_map,
