@@ -214,3 +214,15 @@ def test_report_command_takes_sections(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["report", "--sections", "summary,nope"])
     assert "Unknown report sections ['nope']" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_backbones_report_explains_its_embedding_not_a_class(tmp_path):
+    """timm's EVA02 is a backbone (num_classes=0): no predictions to show, and the saliency
+    maps explain the embedding's norm, never the argmax of an embedding as a class."""
+    chosen = ["predictions", "saliency"]
+    page = build_report("eva02_tiny_patch14_224", data="shapes", n=2, out=tmp_path,
+                        sections=chosen, progress=False).read_text()  # fmt: skip
+    assert "<h2>Saliency methods compared</h2>" in page and "<h2>Predictions</h2>" not in page
+    assert "is a backbone: it returns embeddings, not classes" in page
+    assert "explains the norm of each image" in page and "explains class" not in page

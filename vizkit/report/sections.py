@@ -16,12 +16,13 @@ from .. import analysis, viz
 from ..analysis import SaliencyResult
 from ..analysis.saliency_result import constant_maps
 from ..hooks import HookedModel
-from ..hooks.targets import model_logits
+from ..hooks.targets import is_backbone, model_logits
 from ..metrics import compare_saliency, evaluate, near_chance, road, sanity_check
 from ..metrics.compare import resolve_methods
 from ..metrics.road import ORDERS
 from ..metrics.faithfulness import unit_count
 from ..methods.registry import default_methods
+from ..targets import embedding_norm
 from ..train.history import tracked_results
 from .inputs import ReportInputs
 
@@ -95,6 +96,7 @@ def _architecture(model: nn.Module, card: dict) -> str:
 
 
 def predictions(r: ReportInputs) -> Section:
+    _require_classes(r, "there is no predicted class to show")
     with torch.no_grad():
         logits = r.hooked(r.images)
     figure = viz.predictions_figure(
@@ -166,12 +168,21 @@ def saliency(r: ReportInputs) -> Section:
     quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
     methods = [quick.get(name, name) for name in default_methods(_has_self_attention(r))]
     units = unit_count(r.model, tuple(r.images.shape[-2:]), "patch")
+    backbone = is_backbone(r.model)
     table = _quiet(
         lambda: compare_saliency(
             r.hooked, r.images, methods, r.masks, steps=min(CURVE_STEPS, units),
-            progress=r.progress,
+            progress=r.progress, target=embedding_norm() if backbone else None,
         )
     )  # fmt: skip
+    explains = (
+        " The model is a backbone (embeddings, no classes): every map explains the norm of "
+        "each image's embedding (vk.targets.embedding_norm()), and the curves track that norm; "
+        "vk.compare_saliency(..., target=vk.targets.similar_to(reference)) explains "
+        "similarity instead."
+        if backbone
+        else ""
+    )
     images = viz.display_images(r.images, r.model)
     shown = min(2, len(r.images))
     return Section(
@@ -184,7 +195,7 @@ def saliency(r: ReportInputs) -> Section:
         f"table holds means over the {len(r.images)} images (its caption names what was left "
         f"out). For a quick report the curves have {table.options['steps']} steps and "
         f"integrated gradients {IG_STEPS}; vk.compare_saliency(..., steps=16 or 64) scores "
-        "finer.",
+        "finer." + explains,
         [viz.saliency_side_by_side(table, images, i, r.classes) for i in range(shown)],
         html=_breakable(table._repr_html_()),
     )
@@ -197,6 +208,9 @@ EVALUATION = ("road_morf_auc", "average_drop", "faithfulness_correlation", "spar
 def evaluation(r: ReportInputs) -> Section:
     """The sanity check (cascading randomization) of the default methods, and the metrics the
     comparison does not show, with standard errors."""
+    _require_classes(r, "the further faithfulness scores (ROAD, average drop, faithfulness "
+                     "correlation) score a class's probability; vk.sanity_check(model, x, "
+                     "target=vk.targets.embedding_norm()) runs the randomization test on it")  # fmt: skip
     has_attention = _has_self_attention(r)
     names = [n for n in default_methods(has_attention) if n != "integrated_gradients"]
     quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
@@ -311,6 +325,14 @@ def history(r: ReportInputs) -> Section:
     if any("residual_ratios" in h for h in records):
         figures.append(viz.residual_ratio_curves(tracked_results(records, "residual_ratios")))
     return Section("Training", "Loss and accuracy per epoch from the model card.", figures)
+
+
+def _require_classes(r: ReportInputs, why: str) -> None:
+    """Raise NotApplicable for a backbone (embeddings, no class logits), saying ``why``."""
+    if is_backbone(r.model):
+        raise NotApplicable(
+            f"{type(r.model).__name__} is a backbone: it returns embeddings, not classes, so {why}."
+        )
 
 
 def _has_self_attention(r: ReportInputs) -> bool:
