@@ -19,15 +19,15 @@ __all__ = [
     "ScoreTarget",
     "Target",
     "call_target",
-    "is_score_target",
     "class_indices",
-    "is_backbone",
     "explained_classes",
+    "is_backbone",
+    "is_score_target",
     "model_logits",
     "require_class_logits",
     "select_images",
-    "target_label",
     "target_indices",
+    "target_label",
     "target_score",
 ]
 
