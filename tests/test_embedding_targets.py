@@ -322,3 +322,20 @@ def test_bad_helper_inputs_are_refused():
     rows_unknown = vk.targets.similar_to(torch.randn(4, 4))
     with pytest.raises(ValueError, match="which row is of which image is unknown"):
         rows_unknown(torch.randn(3, 4))  # never silently the first rows
+
+
+def test_a_resumed_evaluation_refuses_another_score_target(tmp_path):
+    """The log records a score target by label and content: a resume with another reference of
+    the same label is refused, never answered with the first reference's scores; a plain
+    callable, which cannot be checked, is refused with out=."""
+    model, x = build("timm"), images()
+    data, out = (x, torch.zeros(3, dtype=torch.long)), tmp_path / "log.jsonl"
+    first = vk.targets.similar_to(reference(model)[0])
+    run = dict(methods=["saliency"], metrics=["deletion_auc"], out=out, progress=False)  # noqa: C408
+    table = vk.evaluate(model, data, targets=first, **run)
+    again = vk.evaluate(model, data, targets=vk.targets.similar_to(reference(model)[0]), **run)
+    torch.testing.assert_close(again.per_image, table.per_image)  # the same target resumes
+    with pytest.raises(ValueError, match="targets"):
+        vk.evaluate(model, data, targets=vk.targets.similar_to(reference(model)[1]), **run)
+    with pytest.raises(ValueError, match="a plain callable cannot be checked"):
+        vk.evaluate(model, data, targets=lambda out: out[:, 0], **run)

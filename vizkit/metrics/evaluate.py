@@ -26,6 +26,7 @@ from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count
 from ..hooks.targets import (
+    ScoreTarget,
     is_score_target,
     model_logits,
     require_class_logits,
@@ -204,6 +205,29 @@ def _fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def _target_record(targets: object, out: str | Path | None) -> object:
+    """What the log's header records of ``targets``, so that a resume with another target is
+    refused: "labels" / "predictions", or a score target's label and a hash of its tensors (two
+    references of one label differ there). A plain callable has no content to check, so it
+    is refused with ``out``."""
+    if not isinstance(targets, ScoreTarget):
+        if is_score_target(targets) and out is not None:
+            raise ValueError(
+                "A resumable evaluation (out=) records its target to refuse a resume with "
+                "another; a plain callable cannot be checked. Pass a vizkit.targets helper "
+                "(e.g. targets=vk.targets.embedding_norm()), or leave out=."
+            )
+        return target_label(targets)
+    digest = hashlib.sha1(type(targets).__qualname__.encode())
+    for name, value in sorted(vars(targets).items()):
+        if isinstance(value, Tensor):
+            digest.update(name.encode())
+            digest.update(value.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, (str, int, float, bool)):
+            digest.update(f"{name}={value!r}".encode())
+    return f"{targets.label} ({digest.hexdigest()[:12]})"
+
+
 class _Log:
     """The evaluation's file: a header line (the configuration), then one JSON line per
     (batch, method) as it is done. Opening an existing file checks its header and reads what
@@ -223,9 +247,11 @@ class _Log:
         if good and good[0].get("format") != FORMAT:
             raise ValueError(f"{path} is not a vizkit evaluation file; pass another out.")
         if good and good[0]["config"] != config:
+            stored = good[0]["config"]
+            differ = sorted(k for k in {*stored, *config} if stored.get(k) != config.get(k))
             raise ValueError(
-                f"{path} holds an evaluation of another configuration (model, data, methods, "
-                "metrics or batch size differ); pass another out, or delete it to start over."
+                f"{path} holds an evaluation of another configuration ({', '.join(differ)} "
+                "differ); pass another out, or delete it to start over."
             )
         with path.open("w") as file:  # rewrite what parsed: no partial line stays
             file.writelines(json.dumps(entry) + "\n" for entry in good)
@@ -290,7 +316,7 @@ def evaluate(
     world, rank = _process_group()
     config = {
         "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
-        "metrics": names, "batch_size": batch_size, "targets": target_label(targets),
+        "metrics": names, "batch_size": batch_size, "targets": _target_record(targets, out),
         "images": count,
         "processes": world,
     }  # fmt: skip
