@@ -31,10 +31,11 @@ def main() -> None:
         with torch.inference_mode():
             model(x)
 
+    NORM = vk.targets.embedding_norm()  # a DINOv2 backbone: no class logits
     runs = {
         "plain": plain,
         "rollout": lambda: vk.rollout(model, x),
-        "grad_rollout": lambda: vk.grad_rollout(model, x, target=3, max_bytes=2**40),
+        "grad_rollout": lambda: vk.grad_rollout(model, x, target=NORM, max_bytes=2**40),
     }
     with precision(args):
         times, faults = rotated_rounds(runs, args.repeats, args.device, untimed=1)

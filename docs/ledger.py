@@ -602,7 +602,7 @@ CLAIMS: dict[str, list[Claim]] = {
          SEEDS, compare((SVPN, "sot_digits_svpn_a05"), (SVPN, "sot_digits_svpn_a03"),
                         "difference"), two_se, DIGITS_E80),
         ("Table 4(c): exact svPN is better at alpha = 0.5 than at 0.7. Here on Digits.",
-         SEEDS, compare((SVPN, "sot_digits_svpn_a05"), (SVPN, "sot_digits_svpn_a07"),
+         TEN, compare((SVPN, "sot_digits_svpn_a05"), (SVPN, "sot_digits_svpn_a07"),
                         "difference"), two_se, DIGITS_80),
         ("Table 4(c): the (1, 1) approximation is slightly below exact svPN at alpha = 0.5. "
          "Here on Digits.",
