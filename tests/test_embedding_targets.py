@@ -219,7 +219,8 @@ def test_compare_evaluate_and_sanity_check_take_every_kind_of_target(kind):
             assert bool(torch.isfinite(table.values).all()), name
             evaluated = vk.evaluate(model, (x, labels), methods=["saliency"], batch_size=2,
                                     targets=target, progress=False)  # fmt: skip
-            assert "road_morf_auc" not in evaluated.metrics, name
+            assert "road_morf_auc" in evaluated.metrics, name
+            assert "average_drop" not in evaluated.metrics, name
             assert not evaluated.mean[:, 0].isnan().any(), name
             check = vk.sanity_check(model, x[:2], target=target, progress=False)
             assert check.targets is None and check.maps.shape[0] == len(check.layers), name
@@ -299,11 +300,33 @@ def test_targets_that_differ_by_image_are_refused_over_a_data_set_and_class_metr
     data = (x, torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="every image needs the same target"):
         vk.evaluate(model, data, targets=vk.targets.similar_to(reference(model)), progress=False)
-    with pytest.raises(ValueError, match=r"\['road_morf_auc'\] score a class's probability"):
-        vk.evaluate(model, data, metrics=["road_morf_auc"], progress=False,
+    with pytest.raises(ValueError, match=r"\['average_drop'\] score a class's probability"):
+        vk.evaluate(model, data, metrics=["average_drop"], progress=False,
                     targets=vk.targets.embedding_norm())  # fmt: skip
-    with pytest.raises(ValueError, match="needs class indices, not a score"):
-        vk.metrics.road(model, x, torch.rand(3, 4, 4), target=vk.targets.embedding_norm())
+
+
+def test_road_tracks_a_score_target_on_each_image_own_imputed_copies():
+    """ROAD (noise 0: the imputation is deterministic) reads the score of each image's own
+    imputed copy at each fraction: equal to the embedding norm of that copy computed here."""
+    from vizkit.metrics.road import noisy_linear_imputation
+
+    model, x = build("timm"), images()
+    maps = torch.rand(3, 4, 4, generator=torch.Generator().manual_seed(2))
+    curve = vk.metrics.road(model, x, maps, target=vk.targets.embedding_norm(), noise=0.0,
+                            fractions=(0.25, 0.5, 0.75))  # fmt: skip
+    pixels = F.interpolate(maps[:, None], size=(32, 32), mode="bilinear")[:, 0].flatten(1)
+    order = pixels.argsort(dim=1, descending=True, stable=True).argsort(dim=1)
+    for k, share in enumerate((0.25, 0.5, 0.75)):
+        removed = (order < round(share * 1024)).view(3, 32, 32)
+        imputed = noisy_linear_imputation(x, removed, 0.0, torch.Generator())
+        with torch.no_grad():
+            expected = model(imputed).norm(dim=-1)
+        torch.testing.assert_close(curve.scores[:, k], expected, rtol=1e-4, atol=1e-5)
+    assert curve.targets is None
+    table = vk.evaluate(model, (x, torch.zeros(3, dtype=torch.long)), methods=["gradcam"],
+                        metrics=["road_morf_auc", "road_lerf_auc"], progress=False,
+                        targets=vk.targets.embedding_norm())  # fmt: skip
+    assert not table.mean.isnan().any()
 
 
 def test_bad_helper_inputs_are_refused():
@@ -339,3 +362,57 @@ def test_a_resumed_evaluation_refuses_another_score_target(tmp_path):
         vk.evaluate(model, data, targets=vk.targets.similar_to(reference(model)[1]), **run)
     with pytest.raises(ValueError, match="a plain callable cannot be checked"):
         vk.evaluate(model, data, targets=lambda out: out[:, 0], **run)
+
+
+def test_the_saliency_comparer_explains_a_backbone_through_a_score_target():
+    """SaliencyComparer on a backbone: refused without a target (naming the helpers); with a
+    per-image reference, each image's maps, ROAD curves and sanity check are of that image's
+    own reference, and the evaluation over all images (which needs one target) says why not;
+    with the embedding norm, every view draws."""
+    from vizkit.widgets import SaliencyComparer
+
+    model, x = build("timm"), images()
+    with pytest.raises(ValueError, match=r"backbone.*vk\.targets\.embedding_norm\(\)"):
+        SaliencyComparer(model, x, methods=["gradcam"], progress=False)
+    ref = reference(model)
+    comparer = SaliencyComparer(model, x, methods=["gradcam", "random"], steps=2,
+                                progress=False, target=vk.targets.similar_to(ref))  # fmt: skip
+    comparer.image.value = 1
+    own = vk.gradcam(model, x[1:2], target=vk.targets.similar_to(ref[1:2]))
+    torch.testing.assert_close(comparer.table(1).results["gradcam"].maps, own.maps)
+    comparer.view.value = "ROAD curves"
+    morf = comparer.road_curves(1)["gradcam"][0]
+    expected = vk.metrics.road(model, x[1:2], own, target=vk.targets.similar_to(ref[1:2]))
+    torch.testing.assert_close(morf.scores, expected.scores)
+    comparer.view.value = "sanity check"
+    assert "no sanity check" not in comparer.status.value
+    comparer.view.value = "all images"
+    assert "every image needs the same target" in comparer.status.value
+    norm = SaliencyComparer(model, x, methods=["gradcam"], steps=2, progress=False,
+                            target=vk.targets.embedding_norm())  # fmt: skip
+    norm.view.value = "all images"
+    assert norm.status.value == "3 images, the target explained"
+    assert not norm.evaluation().mean.isnan().all()
+
+
+def test_similarity_to_a_region_of_the_same_image():
+    """The region's embedding is the model's embedding of the crop resized back (torchvision's
+    resize computed here); the whole image as its own region scores 1; maps of the target are
+    each image's own; a box outside the image is refused."""
+    from torchvision.transforms.functional import resize
+
+    model, x = build("timm"), images()
+    crops = resize(x[..., 8:24, 4:20], [32, 32], antialias=True)
+    with torch.no_grad():
+        expected = model(crops)
+    torch.testing.assert_close(vk.targets.region(model, x, (8, 4, 16, 16)), expected)
+    whole = vk.targets.similar_to_region(model, x, (0, 0, 32, 32))
+    with torch.no_grad():
+        torch.testing.assert_close(whole(model(x), torch.arange(3)), torch.ones(3))
+    target = vk.targets.similar_to_region(model, x, (8, 4, 16, 16))
+    assert target.label == "similarity to region (8, 4, 16, 16)"
+    alone = vk.gradcam(model, x[2:], target=vk.targets.similar_to(expected[2:]))
+    torch.testing.assert_close(vk.gradcam(model, x, target=target).maps[2:], alone.maps)
+    for box in [(0, 0, 33, 8), (-1, 0, 4, 4), (0, 0, 0, 4), (0, 0, 4)]:
+        with pytest.raises(ValueError, match="box"):
+            vk.targets.region(model, x, box)

@@ -34,7 +34,9 @@ __all__ = [
     "pca_component",
     "probe",
     "prototypes",
+    "region",
     "similar_to",
+    "similar_to_region",
     "text",
 ]
 
@@ -247,6 +249,16 @@ def similar_to(reference: Tensor, versus: Tensor | None = None) -> SimilarTo:
     return SimilarTo(reference, versus, "similarity")
 
 
+def similar_to_region(
+    model: nn.Module, images: Tensor, box: tuple[int, int, int, int]
+) -> SimilarTo:
+    """Explain what makes each image alike a region of itself: the cosine similarity of the
+    image's embedding to the embedding of its crop ``box`` (`region`), e.g. which parts of the
+    photo make it look like the dog in its corner. One reference per image, so pass the same
+    ``images`` the maps are computed for."""
+    return SimilarTo(region(model, images, box), label=f"similarity to region {tuple(box)}")
+
+
 def direction(vector: Tensor, center: Tensor | None = None) -> Direction:
     """Explain the embedding's coordinate along ``vector`` (D,), measured from ``center``."""
     return Direction(vector, center)
@@ -291,6 +303,39 @@ def embed(model: nn.Module, images: Tensor, batch_size: int = 64) -> Tensor:
     with held(model), torch.no_grad():
         parts = [embedding_of(model(chunk)).float() for chunk in images.split(batch_size)]
     return torch.cat(parts)
+
+
+def region(
+    model: nn.Module, images: Tensor, box: tuple[int, int, int, int], batch_size: int = 64
+) -> Tensor:
+    """(B, D) the embeddings of the crop ``box`` = (top, left, height, width), in pixels, of
+    each of ``images`` (B, C, H, W), resized back to (H, W) (bilinear, antialiased): a local
+    view of the image, the kind DINO's multi-crop training teaches the model to match with the
+    whole image (Caron et al. 2021, "Emerging Properties in Self-Supervised Vision
+    Transformers", Sec. 3.1)."""
+    images = check_images(
+        unwrap_model(model.model if hasattr(model, "hook_names") else model), images
+    )
+    height, width = images.shape[-2:]
+    top, left, rows, cols = _check_box(box, height, width)
+    crops = images[..., top : top + rows, left : left + cols]
+    resized = F.interpolate(crops, size=(height, width), mode="bilinear", antialias=True)
+    return embed(model, resized, batch_size)
+
+
+def _check_box(box: object, height: int, width: int) -> tuple[int, int, int, int]:
+    """``box`` as (top, left, height, width) ints inside an image of ``height`` x ``width``."""
+    values = tuple(box) if isinstance(box, Sequence) else ()
+    if (len(values) != 4 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                    for v in values)):  # fmt: skip
+        raise ValueError(f"box must be 4 ints (top, left, height, width) in pixels; got {box!r}.")
+    top, left, rows, cols = values
+    if min(top, left) < 0 or min(rows, cols) < 1 or top + rows > height or left + cols > width:
+        raise ValueError(
+            f"box {values} (top, left, height, width) must lie inside the {height} x {width} "
+            "image and be at least one pixel high and wide."
+        )
+    return values
 
 
 def text(

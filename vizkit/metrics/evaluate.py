@@ -69,10 +69,10 @@ EVALUATION_METRICS: dict[str, Metric] = {
         lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
     ),
     "road_morf_auc": Metric(
-        lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False, scores=False
+        lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False
     ),
     "road_lerf_auc": Metric(
-        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True, scores=False
+        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True
     ),
     "average_drop": Metric(
         lambda hm, x, m, t, _: average_drop(hm, x, m, t), higher=False, scores=False

@@ -16,8 +16,7 @@ from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images, check_number
-from ..hooks.targets import model_logits
-from .faithfulness import CurveResult, batch_images, scored_classes
+from .faithfulness import CurveResult, CurveScoring, batch_images, scored_classes
 
 __all__ = ["ORDERS", "noisy_linear_imputation", "road"]
 
@@ -104,13 +103,16 @@ def road(
     fractions: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     noise: float = 0.01, seed: int = 0, batch_size: int | None = None,
 ) -> CurveResult:  # fmt: skip
-    """The ROAD curve per image: the target's probability with each of ``fractions`` of the
-    pixels removed, most (``order="morf"``) or least (``"lerf"``) salient first, and imputed.
+    """The ROAD curve per image: the target's probability (or score, for a score target) with
+    each of ``fractions`` of the pixels removed, most (``order="morf"``) or least (``"lerf"``)
+    salient first, and imputed.
 
     Args:
         saliency: a `SaliencyResult` or maps (B, h, w) tiling the images, upsampled to pixels
             (bilinear); constant maps are refused.
-        target: the class scored (int, B ints, or None: the maps' classes, else the prediction).
+        target: the class scored (int, B ints, or None: the maps' classes, else the
+            prediction), or a score target (`vizkit.targets`; a backbone's embedding score)
+            whose value the curve tracks.
         fractions: shares of the pixels removed, each in (0, 1), increasing.
         noise: the imputation noise's standard deviation (the paper's 0.01 on [0, 1] images);
             seed: its generator; batch_size: images per forward (None: 2**19 pixels).
@@ -136,8 +138,10 @@ def road(
     counts = (shares * pixels).round().long().clamp(1, pixels - 1)
     generator = torch.Generator().manual_seed(seed)
     chunk = batch_images(batch_size, image_size)
+    scoring = CurveScoring.of(target)
     with torch.no_grad():
-        targets = scored_classes(model_logits(model(x)), target, saliency)
+        every = torch.arange(len(x), device=x.device)
+        targets = scored_classes(scoring.read(model(x), every), target, saliency, scores=True)
         pairs = [(b, k) for k in range(len(counts)) for b in range(len(x))]  # alike in a block
         scores = torch.empty(len(x), len(counts), device=x.device)
         for start in range(0, len(pairs), chunk):
@@ -145,12 +149,13 @@ def road(
             k = torch.tensor([p[1] for p in pairs[start : start + chunk]])
             removed = (rank[b] < counts[k].to(x.device)[:, None]).view(-1, *image_size)
             imputed = noisy_linear_imputation(x[b], removed, noise, generator)
-            probs = model_logits(model(imputed)).float().softmax(-1)
-            scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
+            values = scoring.values(scoring.read(model(imputed), b))
+            scores[b, k.to(x.device)] = values.gather(1, targets[b][:, None])[:, 0]
     fractions_removed = (counts.double() / pixels).float().to(x.device)
     return CurveResult(
         kind=f"road_{order}", fractions=fractions_removed, scores=scores,
-        auc=torch.trapezoid(scores, fractions_removed, dim=-1), targets=targets,
+        auc=torch.trapezoid(scores, fractions_removed, dim=-1),
+        targets=None if scoring.score is not None else targets,
         options={"order": order, "noise": noise, "seed": seed}, layout=model.token_layout(
             image_size), image_size=image_size,
     )  # fmt: skip

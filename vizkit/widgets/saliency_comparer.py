@@ -10,8 +10,9 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor, nn
 
+from ..hooks import Target
 from ..hooks.inputs import check_images
-from ..hooks.targets import model_logits
+from ..hooks.targets import is_score_target, model_logits, require_class_logits, select_images
 from ..metrics import compare_saliency, evaluate, road, sanity_check
 from ..viz import display_images
 from ..viz.evaluation import curve_comparison, evaluation_bars
@@ -41,7 +42,10 @@ class SaliencyComparer(Explorer):
             the image (its maps as the model's layers are randomized from the top,
             `vizkit.metrics.sanity_check`; "all" shows the first method's) and every metric
             of `vizkit.evaluate` over all the images (means with standard errors; computed on
-            the first visit, for the predicted classes).
+            the first visit, for the predicted classes or the score target).
+        target: what the maps explain: None (each image's predicted class), a class index, or
+            a score target (`vizkit.targets`: a backbone's embedding norm, similarity to a
+            reference, a text prompt...), which a backbone needs (it has no classes).
         steps: steps of the deletion/insertion curves. 8 keeps a new image quick (about half
             the forward passes of 16; on the Shapes sample its AUCs differ from 64 steps' by
             0.02 on average); ``steps=None`` scores as `compare_saliency` does by default
@@ -59,9 +63,12 @@ class SaliencyComparer(Explorer):
         std: Sequence[float] | None = None,
         steps: int | None = 8,
         progress: bool = True,
+        target: Target = None,
     ) -> None:
         super().__init__()
         self.model, self.images = model, check_images(model, images)
+        require_class_logits(model, target)
+        self.target = torch.as_tensor(target) if isinstance(target, list | tuple) else target
         if masks is not None and tuple(masks.shape) != (len(images), *images.shape[-2:]):
             raise ValueError(
                 f"masks must be (B, H, W) = ({len(images)}, {images.shape[-2]}, "
@@ -88,8 +95,9 @@ class SaliencyComparer(Explorer):
             count = f"{len(self.methods)} method" + "s" * (len(self.methods) != 1)
             self.status.value = f"scoring image {image} with {count}…"
             return compare_saliency(
-                self.model, x, self.methods, masks=masks, steps=self.steps, progress=self.progress
-            )
+                self.model, x, self.methods, target=self._target_of(image), masks=masks,
+                steps=self.steps, progress=self.progress,
+            )  # fmt: skip
 
         return self.cached(image, score)
 
@@ -100,7 +108,7 @@ class SaliencyComparer(Explorer):
         def check():
             self.status.value = f"randomizing the model's layers for {method} on image {image}…"
             return sanity_check(self.model, self.images[image : image + 1], method,
-                                progress=self.progress)  # fmt: skip
+                                target=self._target_of(image), progress=self.progress)  # fmt: skip
 
         return self.cached((image, "sanity", method), check)
 
@@ -110,7 +118,8 @@ class SaliencyComparer(Explorer):
         def curves():
             self.status.value = f"removing and imputing image {image}'s pixels per method…"
             x, results = self.images[image : image + 1], self.table(image).results
-            return {name: [road(self.model, x, result, order=order) for order in ("morf", "lerf")]
+            target = self._target_of(image) if is_score_target(self.target) else None
+            return {name: [road(self.model, x, result, target, order) for order in ("morf", "lerf")]
                     for name, result in results.items()}  # fmt: skip
 
         return self.cached((image, "road"), curves)
@@ -120,21 +129,41 @@ class SaliencyComparer(Explorer):
 
         def run():
             self.status.value = f"evaluating {len(self.methods)} methods on every image…"
-            with torch.no_grad():
-                predicted = model_logits(self.model(self.images)).argmax(-1)
-            data = (self.images, predicted) + ((self.masks,) if self.masks is not None else ())
-            return evaluate(self.model, data, self.methods, targets="predictions",
+            if is_score_target(self.target):
+                targets, classes = self.target, torch.zeros(len(self.images), dtype=torch.long)
+            else:
+                with torch.no_grad():
+                    predicted = model_logits(self.model(self.images)).argmax(-1)
+                classes = predicted if self.target is None else torch.as_tensor(
+                    self.target).expand(len(self.images))  # fmt: skip
+                targets = "labels"
+            data = (self.images, classes) + ((self.masks,) if self.masks is not None else ())
+            return evaluate(self.model, data, self.methods, targets=targets,
                             progress=self.progress)  # fmt: skip
 
         return self.cached("evaluation", run)
+
+    def _target_of(self, image: int) -> Target:
+        """The target of image ``image`` alone: a score target's rows for it, a class index
+        (one per image, or one for all), or None."""
+        if is_score_target(self.target):
+            return select_images(self.target, torch.tensor([image]))
+        if isinstance(self.target, torch.Tensor) and self.target.ndim:
+            return self.target[image : image + 1]
+        return self.target
 
     def _figure(self) -> go.Figure:
         i = self.image.value
         refused = ""
         if self.view.value == "all images":
-            table = self.evaluation()
-            self.status.value = f"{len(self.images)} images, the predicted classes explained"
-            return evaluation_bars(table)
+            try:
+                table = self.evaluation()
+            except ValueError as error:  # e.g. a target that differs by image
+                refused = f"; no evaluation over the images: {error}"
+            else:
+                explained = "the predicted classes" if self.target is None else "the target"
+                self.status.value = f"{len(self.images)} images, {explained} explained"
+                return evaluation_bars(table)
         if self.view.value == "ROAD curves":
             curves = self.road_curves(i)
             if self.method.value != "all" and self.method.value in curves:
