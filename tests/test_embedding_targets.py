@@ -416,3 +416,48 @@ def test_similarity_to_a_region_of_the_same_image():
     for box in [(0, 0, 33, 8), (-1, 0, 4, 4), (0, 0, 0, 4), (0, 0, 4)]:
         with pytest.raises(ValueError, match="box"):
             vk.targets.region(model, x, box)
+
+
+def test_patching_and_ablation_score_a_probe_as_the_same_head_scores_its_class():
+    """Activation patching and ablation on a backbone with a linear-probe target (one class per
+    image, so each patched copy must be scored against its own image's class) equal the same
+    views on the model whose head is that probe, scoring the class logits."""
+    import copy
+
+    torch.manual_seed(0)
+    classifier = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=32,
+                                   patch_size=8, depth=2).eval()  # fmt: skip
+    backbone = copy.deepcopy(classifier)
+    backbone.reset_classifier(0)
+    x, corrupted, classes = images(), images(seed=7), torch.tensor([3, 7, 1])
+    probe = vk.targets.probe(classifier.head.weight, classifier.head.bias, classes)
+    for view, args in ((vk.activation_patching, (x, corrupted)), (vk.ablation, (x,))):
+        with_head = view(classifier, *args, target=classes, progress=False)
+        on_probe = view(backbone, *args, target=probe, progress=False)
+        assert on_probe.targets is None
+        for name in ("resid", "attn", "mlp", "heads", "change", "clean_score", "score"):
+            if getattr(with_head, name, None) is not None:
+                torch.testing.assert_close(getattr(on_probe, name), getattr(with_head, name),
+                                           rtol=1e-4, atol=1e-5, msg=name)  # fmt: skip
+
+
+def test_class_logit_views_refuse_a_backbone_and_their_printed_fixes_run():
+    from vizkit.widgets import MechanisticExplorer
+
+    x, corrupted = images(), images(seed=7)
+    for kind in ("timm", "dinov2"):
+        model = build(kind)
+        for view in (vk.logit_lens, vk.direct_logit_attribution, MechanisticExplorer):
+            with pytest.raises(ValueError, match="is a backbone") as refused:
+                view(model, x)
+            fixes = re.findall(
+                r"(vk\.(?:ablation|activation_patching)\(.*?\)\))", str(refused.value)
+            )
+            assert len(fixes) == 2, refused.value
+            for fix in fixes:
+                result = eval(fix, {"vk": vk, "model": model, "x": x, "corrupted": corrupted})
+                assert result.targets is None and result.options, fix
+        with pytest.raises(ValueError, match="versus= subtracts a second class"):
+            vk.ablation(model, x, target=vk.targets.embedding_norm(), versus=2)
+        with pytest.raises(ValueError, match="Leave labels out"):
+            vk.ablation(model, x, target=vk.targets.embedding_norm(), labels=torch.zeros(3).long())

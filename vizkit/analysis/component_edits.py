@@ -11,10 +11,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..hooks import HookedModel
-from ..hooks.targets import model_logits
+from ..hooks import HookedModel, Target
+from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
 
-__all__ = ["Edit", "edited_scores"]
+__all__ = ["Edit", "RunScore", "edited_scores"]
 
 IMAGES_PER_FORWARD = 64  # default: edited images run together
 
@@ -27,13 +27,53 @@ class Edit:
     fn: Callable[[Tensor], Tensor]
 
 
+@dataclass(frozen=True)
+class RunScore:
+    """What an edited run is scored by, read off the model's raw output: the logit of class
+    ``targets`` less that of ``versus`` (B,) each, or the value of a score target (a
+    `vizkit.targets` helper or a callable on the output; ``targets`` None)."""
+
+    targets: Tensor | None
+    versus: Tensor | None
+    score: Callable | None = None
+
+    @classmethod
+    def of(cls, output: object, target: Target, versus: Target) -> RunScore:
+        """The score ``target`` and ``versus`` ask for on a batch whose clean output is
+        ``output``: class indices (None: the prediction) or a score target alone."""
+        if is_score_target(target):
+            if versus is not None:
+                raise ValueError(
+                    "versus= subtracts a second class's logit; a score target has no classes. "
+                    "Put the contrast in the target, e.g. vk.targets.similar_to(reference, "
+                    "versus=other) or vk.targets.text(clip, prompt, versus=other_prompt)."
+                )
+            return cls(None, None, target)
+        if callable(versus) and not isinstance(versus, Tensor):
+            raise TypeError("versus must be class indices (an int or B ints), not a callable.")
+        logits = model_logits(output)
+        other = None if versus is None else target_indices(logits, versus)
+        return cls(target_indices(logits, target), other)
+
+    def __call__(self, output: object, rows: Tensor) -> Tensor:
+        """(n,) the score of the n rows of ``output``, row i of image ``rows[i]``."""
+        if self.score is not None:
+            return call_target(self.score, output, rows).float()
+        logits = model_logits(output)
+        index = rows.to(self.targets.device)
+        score = logits.gather(1, self.targets[index][:, None].to(logits.device))[:, 0]
+        if self.versus is not None:
+            score = score - logits.gather(1, self.versus[index][:, None].to(logits.device))[:, 0]
+        return score
+
+
 def edited_scores(
-    hm: HookedModel, x: Tensor, edits: Sequence[Edit], score: Callable[[Tensor], Tensor],
+    hm: HookedModel, x: Tensor, edits: Sequence[Edit], score: Callable[[object, Tensor], Tensor],
     batch_size: int | None = None, progress: bool = False, desc: str = "edited runs",
 ) -> Tensor:  # fmt: skip
-    """(E, B, ...) ``score`` (logits (B, K) -> (B, ...)) of the model on images x (B, C, H, W)
-    under each of ``edits``, ``batch_size`` images per forward (None: 64; at least one copy
-    of x)."""
+    """(E, B, ...) ``score`` (the raw output of n images and the image (n,) each row is of ->
+    (n, ...)) of the model on images x (B, C, H, W) under each of ``edits``, ``batch_size``
+    images per forward (None: 64; at least one copy of x)."""
     per_forward = max(1, (batch_size or IMAGES_PER_FORWARD) // len(x))
     scores = []
     with tqdm(total=len(edits), desc=desc, unit="run", disable=not progress, leave=False) as bar:
@@ -45,7 +85,7 @@ def edited_scores(
 
 
 def _chunk_scores(
-    hm: HookedModel, x: Tensor, chunk: Sequence[Edit], score: Callable[[Tensor], Tensor]
+    hm: HookedModel, x: Tensor, chunk: Sequence[Edit], score: Callable[[object, Tensor], Tensor]
 ) -> Tensor:
     """(len(chunk), B, ...) scores of one forward of len(chunk) copies of x, copy k edited by
     ``chunk[k]``."""
@@ -64,11 +104,7 @@ def _chunk_scores(
         return replace
 
     fwd = {name: replace_copies(name) for name in by_name}
+    rows = torch.arange(len(x), device=x.device).repeat(copies)
     with torch.no_grad(), hm.hooks(fwd=fwd):
-        logits = model_logits(hm.model(x.repeat(copies, *[1] * (x.ndim - 1))))
-    return score_copies(logits, copies, score)
-
-
-def score_copies(logits: Tensor, copies: int, score: Callable[[Tensor], Tensor]) -> Tensor:
-    """(copies, B, ...) ``score`` of each copy's rows of ``logits`` (copies * B, K)."""
-    return torch.stack([score(part) for part in logits.view(copies, -1, logits.shape[-1])])
+        scores = score(hm.model(x.repeat(copies, *[1] * (x.ndim - 1))), rows)
+    return scores.view(copies, len(x), *scores.shape[1:])

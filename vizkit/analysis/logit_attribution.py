@@ -95,7 +95,10 @@ def logit_score(logits: Tensor, targets: Tensor, versus: Tensor | None) -> Tenso
     return score
 
 
-@analysis_contract
+@analysis_contract(
+    classifier="direct logit attribution splits a class logit along the classifier head's "
+    "linear readout of the residual stream"
+)
 def direct_logit_attribution(
     model: nn.Module | HookedModel,
     x: Tensor,

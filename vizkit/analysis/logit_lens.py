@@ -74,7 +74,9 @@ class LogitLens(Result):
         return stays.float().argmax(1)
 
 
-@analysis_contract
+@analysis_contract(
+    classifier="the logit lens reads each layer's stream through the classifier head"
+)
 def logit_lens(model: nn.Module | HookedModel, x: Tensor, progress: bool = False) -> LogitLens:
     """The model's head read off the residual stream after each block, pooled and per token,
     for images x (B, C, H, W).

@@ -26,9 +26,8 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import model_logits, target_indices
-from .component_edits import Edit, edited_scores
-from .logit_attribution import logit_score, require_class_indices
+from ..hooks.targets import is_score_target, model_logits, target_indices
+from .component_edits import Edit, RunScore, edited_scores
 from .residual_stream import block_activations, head_outputs, residual_blocks
 from .result import Result
 
@@ -62,14 +61,15 @@ class PatchingResult(Result):
             ``region`` at once.
         clean_score, corrupted_score: (B,) the score on each input; a restored share is NaN
             where they are equal (nothing to restore).
-        targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``).
+        targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``);
+            None for a score target (`vizkit.targets`).
         scores: site -> the raw patched scores, shaped as the maps.
     """
 
     blocks: list[str]
     clean_score: Tensor
     corrupted_score: Tensor
-    targets: Tensor
+    targets: Tensor | None
     versus: Tensor | None
     resid: Tensor | None = None
     attn: Tensor | None = None
@@ -90,7 +90,7 @@ class AblationResult(Result):
         component: "heads", "attn", "mlp" or "positions"; mode: "zero", "mean", "resample".
         labels: one name per ablated component (``"blocks.3 head 2"``, ``"position 17"``).
         change: (B, E) ablated score less the clean score, per image and component.
-        score: (B,) the clean score; targets, versus: its classes.
+        score: (B,) the clean score; targets, versus: its classes (None for a score target).
         accuracy: (E,) the share of images still classified as ``reference labels`` with each
             component ablated, and ``clean_accuracy`` without; None without labels.
     """
@@ -100,7 +100,7 @@ class AblationResult(Result):
     labels: list[str]
     change: Tensor
     score: Tensor
-    targets: Tensor
+    targets: Tensor | None
     versus: Tensor | None
     accuracy: Tensor | None = None
     clean_accuracy: float | None = None
@@ -113,12 +113,6 @@ class AblationResult(Result):
         mean = self.change.mean(0)
         order = self.change.abs().mean(0).argsort(descending=True).tolist()
         return [(self.labels[i], float(mean[i])) for i in order]
-
-
-def _classes(logits: Tensor, target: Target, versus: Target) -> tuple[Tensor, Tensor | None]:
-    require_class_indices(target, versus)
-    targets = target_indices(logits, target)
-    return targets, None if versus is None else target_indices(logits, versus)
 
 
 def _replace_position(position: int, value: Tensor) -> Callable[[Tensor], Tensor]:
@@ -155,7 +149,10 @@ def activation_patching(
         clean, corrupted: (B, C, H, W) pairs of images (another image, the object erased,
             noise added).
         target: the class scored, default the clean prediction; versus: a class whose logit is
-            subtracted (the logit difference), default none.
+            subtracted (the logit difference), default none. Or a score target
+            (`vizkit.targets`, e.g. a backbone's ``embedding_norm()`` or ``similar_to(...)``):
+            its value is the score, each patched copy scored against its own image's
+            reference.
         sites: any of "resid" (the stream entering each block, per position), "attn", "mlp"
             (each block's output), "heads" (each head's output).
         region: (B, H, W) bool pixel masks (an object) or (B, gh, gw) masks of the patch grid:
@@ -174,12 +171,9 @@ def activation_patching(
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)
     corrupted_acts, corrupted_out = block_activations(model, corrupted)
-    targets, other = _classes(model_logits(clean_out), target, versus)
-
-    def score(logits: Tensor) -> Tensor:
-        return logit_score(logits, targets, other)
-
-    high, low = score(model_logits(clean_out)), score(model_logits(corrupted_out))
+    score = RunScore.of(clean_out, target, versus)
+    every_image = torch.arange(len(clean), device=clean.device)
+    high, low = score(clean_out, every_image), score(corrupted_out, every_image)
     edits: dict[str, list[Edit]] = {}
     if "resid" in sites:
         _require_aligned_tokens(model, clean, clean_acts, blocks)
@@ -213,7 +207,7 @@ def activation_patching(
     gap = high - low
     restored = ((patched - low) / gap.where(gap != 0, torch.nan)).transpose(0, 1)  # (B, E)
     result = PatchingResult(
-        blocks, high, low, targets, other, options={"sites": sites},
+        blocks, high, low, score.targets, score.versus, options={"sites": sites},
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip
     start = 0
@@ -319,7 +313,8 @@ def ablation(
         reference: (R, C, H, W) images for "mean" and "resample"; default x.
         labels: (B,) the true classes: the result then has each ablation's accuracy.
         target: the class scored, default each image's prediction; versus: a class whose
-            logit is subtracted.
+            logit is subtracted. Or a score target (`vizkit.targets`), whose value is the
+            score (then without ``labels``).
     """
     x = check_images(model.model, x)
     check_choice("component", component, COMPONENTS)
@@ -331,10 +326,15 @@ def ablation(
             f"reference images must be of the images' size {tuple(x.shape[-2:])}, so that each "
             f"ablated activation has a reference value; got {tuple(reference.shape[-2:])}."
         )
+    if labels is not None and is_score_target(target):
+        raise ValueError(
+            "labels= measures how often the model still predicts each image's class with a "
+            "component ablated; a score target (e.g. a backbone's embedding score) has no "
+            "classes to predict. Leave labels out: the result's change is the score's."
+        )
     blocks = residual_blocks(model)
     acts, output = block_activations(model, x)
-    logits = model_logits(output)
-    targets, other = _classes(logits, target, versus)
+    score = RunScore.of(output, target, versus)
     reference_acts = acts if reference is x else block_activations(model, reference)[0]
     draw = torch.randint(len(reference), (len(x),), generator=torch.Generator().manual_seed(seed))
 
@@ -367,19 +367,24 @@ def ablation(
             edits.append(Edit(f"{blocks[0]}.hook_resid_pre",
                               _replace_position(p, replacement(embedded[:, p]))))  # fmt: skip
             names.append(f"position {p}")
-    clean = logit_score(logits, targets, other)
+    clean = score(output, torch.arange(len(x), device=x.device))
 
-    def score_and_class(out: Tensor) -> Tensor:  # (B, 2)
-        return torch.stack([logit_score(out, targets, other), out.argmax(-1).float()], -1)
+    def score_and_class(out: object, rows: Tensor) -> Tensor:  # (n, 2): the class with labels
+        values = score(out, rows)
+        if labels is None:
+            return values[:, None]
+        return torch.stack([values, model_logits(out).argmax(-1).float()], -1)
 
     runs = edited_scores(model, x, edits, score_and_class, batch_size, progress,
                          f"ablating {component}")  # fmt: skip
     result = AblationResult(
-        component, mode, names, (runs[..., 0] - clean).transpose(0, 1), clean, targets, other,
+        component, mode, names, (runs[..., 0] - clean).transpose(0, 1), clean, score.targets,
+        score.versus,
         options={"seed": seed, "reference_images": len(reference)},
         layout=model.token_layout(tuple(x.shape[-2:])), image_size=tuple(x.shape[-2:]),
     )  # fmt: skip
     if labels is not None:
+        logits = model_logits(output)
         labels = target_indices(logits, labels).float()
         result.accuracy = (runs[..., 1] == labels).float().mean(1)
         result.clean_accuracy = float((logits.argmax(-1).float() == labels).float().mean())

@@ -22,7 +22,7 @@ from torch import nn
 from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
-from .targets import require_class_logits
+from .targets import require_class_logits, require_classifier
 
 __all__ = ["analysis_contract", "as_hooked", "eval_mode", "held"]
 
@@ -91,11 +91,16 @@ def require_image_model(model: nn.Module) -> None:
         )
 
 
-def analysis_contract(fn: Callable[P, R]) -> Callable[P, R]:
+def analysis_contract(
+    fn: Callable[P, R] | None = None, *, classifier: str | None = None
+) -> Callable[P, R]:
     """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
     unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
-    mode."""
-
+    mode. A class target on a backbone is refused; ``classifier`` (what ``fn`` reads through
+    the classifier head, e.g. "the logit lens reads each layer's stream through it") refuses a
+    backbone whatever the target."""
+    if fn is None:
+        return functools.partial(analysis_contract, classifier=classifier)
     signature = inspect.signature(fn)
     targeted = "target" in signature.parameters
 
@@ -103,6 +108,8 @@ def analysis_contract(fn: Callable[P, R]) -> Callable[P, R]:
     def run(model: nn.Module | HookedModel, *args: P.args, **kwargs: P.kwargs) -> R:
         require_image_model(model.model if isinstance(model, HookedModel) else model)
         hm = as_hooked(model)
+        if classifier is not None:
+            require_classifier(hm.model, classifier)
         if targeted:
             bound = signature.bind_partial(hm, *args, **kwargs)
             target = bound.arguments.get("target", signature.parameters["target"].default)

@@ -25,6 +25,7 @@ __all__ = [
     "is_score_target",
     "model_logits",
     "require_class_logits",
+    "require_classifier",
     "select_images",
     "target_indices",
     "target_label",
@@ -234,6 +235,19 @@ def is_backbone(model: nn.Module) -> bool:
     return getattr(model, "num_classes", None) == 0 or any(
         isinstance(getattr(model, head, None), nn.Identity) for head in ("head", "heads", "fc")
     )
+
+
+def require_classifier(model: nn.Module, why: str) -> None:
+    """Refuse a backbone for a view that reads class logits through the classifier head
+    (``why`` says how), naming the views that score an embedding target instead."""
+    if is_backbone(model):
+        raise ValueError(
+            f"{type(model).__name__} is a backbone: it returns image embeddings, not class "
+            f"logits, and {why}, which it has none of. On a backbone, score an embedding "
+            "target with the views that take one: vk.ablation(model, x, "
+            "target=vk.targets.embedding_norm()) or vk.activation_patching(model, x, "
+            "corrupted, target=vk.targets.embedding_norm()) (or another vk.targets helper)."
+        )
 
 
 def require_class_logits(model: nn.Module, target: Target, param: str = "target") -> None:
