@@ -85,3 +85,60 @@ def test_bad_sources_say_what_is_accepted(source, error, match, wide_vit):
 def test_an_empty_folder_is_refused(tmp_path, wide_vit):
     with pytest.raises(ValueError, match="holds no readable image"):
         vk.datasets.load_images(tmp_path, wide_vit)
+
+
+def _asymmetric(height: int = 24, width: int = 40) -> np.ndarray:
+    """(H, W, 3) uint8 whose rows, columns and channels all differ: a rotation shows."""
+    rows, cols = np.mgrid[0:height, 0:width]
+    return np.stack([rows * 10, cols * 6, (rows * 3 + cols * 5) % 256], -1).astype(np.uint8)
+
+
+def test_photos_load_as_a_viewer_shows_them(tmp_path):
+    """Each format against a reference decode: EXIF orientation 6 (rotate 90 degrees clockwise
+    to view) applied, a 16-bit grey ramp scaled (not clipped at 255), CMYK by its standard
+    formula, a palette with transparency by its palette, grey with alpha as grey."""
+    from vizkit.datasets.image_folder import read_image
+
+    pixels = _asymmetric()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: the camera was turned
+    Image.fromarray(pixels).save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    with Image.open(tmp_path / "phone.jpg") as stored:
+        raw = np.asarray(stored.convert("RGB"))
+    np.testing.assert_array_equal(np.asarray(read_image(tmp_path / "phone.jpg")),
+                                  np.rot90(raw, k=-1))  # fmt: skip
+
+    ramp = np.linspace(0, 65535, 24 * 40).reshape(24, 40).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "ramp16.png")
+    grey = np.round(ramp / 65535 * 255).astype(np.uint8)
+    loaded = np.asarray(read_image(tmp_path / "ramp16.png"))
+    np.testing.assert_array_equal(loaded, np.repeat(grey[..., None], 3, -1))
+    assert len(np.unique(loaded)) > 200  # not 255 everywhere
+
+    cmyk = np.stack([pixels[..., 0], pixels[..., 1], pixels[..., 2], pixels[..., 0] // 2], -1)
+    Image.fromarray(cmyk, "CMYK").save(tmp_path / "print.tif")
+    expected = (255 - cmyk[..., :3].astype(float)) * (255 - cmyk[..., 3:].astype(float)) / 255
+    assert np.abs(np.asarray(read_image(tmp_path / "print.tif")) - expected).max() <= 1
+
+    palette = np.arange(256 * 3, dtype=np.uint8).reshape(256, 3)
+    indices = (pixels[..., 0] // 4).astype(np.uint8)
+    image = Image.fromarray(indices, "P")
+    image.putpalette(palette.flatten().tolist())
+    image.info["transparency"] = 0
+    image.save(tmp_path / "palette.png", transparency=0)
+    np.testing.assert_array_equal(np.asarray(read_image(tmp_path / "palette.png")),
+                                  palette[indices])  # fmt: skip
+
+    Image.fromarray(np.stack([pixels[..., 1], pixels[..., 0]], -1), "LA").save(tmp_path / "la.png")
+    np.testing.assert_array_equal(np.asarray(read_image(tmp_path / "la.png")),
+                                  np.repeat(pixels[..., 1:2], 3, -1))  # fmt: skip
+
+
+def test_images_without_a_known_range_and_broken_files_are_named(tmp_path, wide_vit):
+    with pytest.raises(ValueError, match="floating-point image"):
+        vk.datasets.load_images(Image.fromarray(np.zeros((8, 8), np.float32), "F"), wide_vit)
+    Image.fromarray(_asymmetric()).save(tmp_path / "ok.png")
+    Image.fromarray(_asymmetric()).save(tmp_path / "whole.jpg")
+    (tmp_path / "truncated.jpg").write_bytes((tmp_path / "whole.jpg").read_bytes()[:300])
+    with pytest.raises(OSError, match="truncated.jpg"):
+        vk.datasets.load_images([tmp_path / "ok.png", tmp_path / "truncated.jpg"], wide_vit)

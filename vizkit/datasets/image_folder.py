@@ -5,26 +5,56 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
 from timm.data import create_transform
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from .model_input import model_data_config
 
-__all__ = ["ImageFolder", "read_image", "readable_images"]
+__all__ = ["ImageFolder", "as_viewed_rgb", "read_image", "readable_images"]
 
 # what PIL raises for a file that is no image, a truncated one, or a decompression bomb
 _UNREADABLE = (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
 
 
 def read_image(file: Path) -> Image.Image:
-    """The whole image in ``file`` as RGB, decoded (a truncated file raises OSError; an image
-    above PIL's pixel limit, a decompression bomb, raises too)."""
+    """The whole image in ``file`` as RGB as a viewer shows it (`as_viewed_rgb`), decoded (a
+    truncated file raises OSError; an image above PIL's pixel limit, a decompression bomb,
+    raises too; both name the file)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        with Image.open(file) as image:
-            return image.convert("RGB")
+        try:
+            with Image.open(file) as image:
+                return as_viewed_rgb(image)
+        except _UNREADABLE as error:
+            raise type(error)(f"{file}: {error}") from error
+
+
+def as_viewed_rgb(image: Image.Image) -> Image.Image:
+    """``image`` as 8-bit RGB the way an image viewer shows it: its EXIF orientation applied
+    (a phone's portrait photo upright), 16-bit greys scaled to 8 bits (not clipped at 255),
+    palette, CMYK, grey and alpha modes converted (the alpha channel dropped, as timm's and
+    torchvision's loaders drop it). Floating-point and 32-bit integer images, whose range is
+    unknown, are refused."""
+    image = ImageOps.exif_transpose(image) or image
+    if image.mode.startswith("I;16") or image.mode == "I":
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode == "I" and (values.min() < 0 or values.max() > 65535):
+            raise ValueError(
+                f"A 32-bit integer image (values {values.min():.0f}..{values.max():.0f}) has no "
+                "known range; scale it to 0..255 and pass it as a uint8 array."
+            )
+        image = Image.fromarray(np.round(values / 65535 * 255).astype(np.uint8), "L")
+    elif image.mode == "F":
+        raise ValueError(
+            "A floating-point image (PIL mode F) has no known range; scale it to 0..255 and "
+            "pass it as a uint8 array, or to 0..1 as a float tensor."
+        )
+    elif image.mode in ("P", "PA"):  # a palette with transparency: through RGBA, as PIL advises
+        image = image.convert("RGBA")
+    return image.convert("RGB")
 
 
 def readable_images(path: str | Path, limit: int | None = None) -> list[Path]:

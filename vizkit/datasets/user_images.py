@@ -13,7 +13,7 @@ from PIL import Image
 from timm.data import create_transform
 from torch import Tensor, nn
 
-from .image_folder import read_image, readable_images
+from .image_folder import as_viewed_rgb, read_image, readable_images
 from .model_input import Preprocessing, model_preprocessing
 from .normalize import denormalize
 
@@ -111,7 +111,7 @@ def _one_source(source: object) -> tuple[list[Image.Image], list[str] | None]:
     if isinstance(source, (str, os.PathLike)):
         return _from_path(Path(source))
     if isinstance(source, Image.Image):
-        return [source.convert("RGB")], None
+        return [as_viewed_rgb(source)], None
     if isinstance(source, (np.ndarray, Tensor)):
         return [Image.fromarray(a) for a in _image_arrays(source)], None
     raise TypeError(
