@@ -53,15 +53,19 @@ def captum_inputs(
     and captum target (B,) (None for a score target). Pass ``additional_forward_args=(rows,)``
     with ``rows`` (B,) the images' indices (`image_rows`): captum expands them with the inputs
     it copies (noise samples, interpolation steps), so a score that differs by image follows
-    its copies."""
+    its copies. The copies captum makes reach the model in the batch's dtype (its noise is
+    float32, which a bfloat16 or float16 model refuses)."""
     hm = as_hooked(model)
     x = check_images(hm.model, x).detach().requires_grad_(True)  # captum differentiates x
+
+    def run(inputs: Tensor) -> object:
+        return hm.model(inputs.to(x.dtype))
+
     if is_score_target(target):
-        return hm, x, lambda inputs, rows: call_target(target, hm.model(inputs), rows), None
+        return hm, x, lambda inputs, rows: call_target(target, run(inputs), rows), None
     with torch.no_grad():
         logits = model_logits(hm(x))
-    forward = lambda inputs, rows: model_logits(hm.model(inputs))  # noqa: E731
-    return hm, x, forward, target_indices(logits, target)
+    return hm, x, lambda inputs, rows: model_logits(run(inputs)), target_indices(logits, target)
 
 
 def image_rows(x: Tensor) -> Tensor:

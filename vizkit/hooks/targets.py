@@ -93,20 +93,22 @@ def is_score_target(target: object) -> bool:
 def call_target(target: Callable, output: object, rows: Tensor | int | None = None) -> Tensor:
     """(n,) the score ``target`` gives the n rows of ``output``; ``rows``: the image of the
     batch each row is of, (n,) or one int for all (a `ScoreTarget` reads it; a plain callable
-    scores each row by itself). Refuses a score that is not a tensor of one value per row."""
+    scores each row by itself). A callable's (n, ...) values are summed per row, as
+    `target_score` sums them for the gradient methods; a score that is not a tensor with one
+    row per image is refused."""
     score = target(output, rows) if isinstance(target, ScoreTarget) else target(output)
     if not isinstance(score, Tensor):
         raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
     count = len(rows) if isinstance(rows, Tensor) else None
-    if score.ndim != 1 or (count is not None and len(score) != count):
+    if score.ndim == 0 or (count is not None and len(score) != count):
         raise ValueError(
-            "A callable target must give one score per image, shape (B,); got "
-            f"{tuple(score.shape)}"
+            "A callable target must give a score per image, shape (B,) (or (B, ...), summed per "
+            f"image); got {tuple(score.shape)}"
             + ("" if count is None else f" for {count} images")
-            + ". Reduce it per image, e.g. target=lambda out: out[:, 0] on (B, D) "
-            "embeddings, or use a vizkit.targets helper."
+            + ". Keep the batch axis, e.g. target=lambda out: out[:, 0] on (B, D) embeddings "
+            "(not out[0] or out.sum()), or use a vizkit.targets helper."
         )
-    return score
+    return score.flatten(1).sum(1) if score.ndim > 1 else score
 
 
 def target_score(output: Tensor, target: Target) -> Tensor:
