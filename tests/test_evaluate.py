@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import timm
 import torch
 from torch.utils.data import TensorDataset
 
@@ -154,3 +155,30 @@ def test_evaluation_figures_come_from_the_table_and_curves(shapes):
                 ),
             }
         )
+
+
+def test_labels_are_checked_before_a_batch_is_scored():
+    """A label outside the model's classes, a float label, one-hot labels and data without
+    labels are refused naming the image and the fix, never a batch of NaN or a truncated
+    class; the table's caption counts the images it averages; best() of an empty column
+    refuses."""
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=32,
+                              patch_size=8, depth=1).eval()  # fmt: skip
+    x = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    run = {"methods": ["random"], "metrics": ["sparseness"], "batch_size": 4, "progress": False}
+    labels = torch.tensor([1, 2, 3, 4, 5, 10])
+    with pytest.raises(ValueError, match=r"Label 10 of image 5 is not a class.*0\.\.9"):
+        vk.evaluate(model, (x, labels), **run)
+    with pytest.raises(ValueError, match=r"integer class indices; got torch.float32"):
+        vk.evaluate(model, (x, torch.full((6,), 2.7)), **run)
+    with pytest.raises(ValueError, match=r"pass labels\.argmax\(1\)"):
+        vk.evaluate(model, (x, torch.eye(10)[:6]), **run)
+    with pytest.raises(ValueError, match="targets='predictions'"):
+        vk.evaluate(model, torch.utils.data.TensorDataset(x), **run)
+    table = vk.evaluate(model, (x, labels.clamp(max=9)), **run)
+    assert "over 6 images" in table._repr_html_()
+    table.per_image[:, :, 4:] = float("nan")
+    assert "over 4 of 6 images" in table._repr_html_()
+    table.per_image[:] = float("nan")
+    with pytest.raises(ValueError, match="No method has a sparseness score"):
+        table.best("sparseness")

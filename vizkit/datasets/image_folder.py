@@ -13,23 +13,20 @@ from torch.utils.data import Dataset
 
 from .model_input import model_data_config
 
-__all__ = ["ImageFolder", "as_viewed_rgb", "read_image", "readable_images"]
+__all__ = ["UNREADABLE", "ImageFolder", "as_viewed_rgb", "read_image", "readable_images"]
 
 # what PIL raises for a file that is no image, a truncated one, or a decompression bomb
-_UNREADABLE = (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
+UNREADABLE = (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning)
 
 
 def read_image(file: Path) -> Image.Image:
     """The whole image in ``file`` as RGB as a viewer shows it (`as_viewed_rgb`), decoded (a
     truncated file raises OSError; an image above PIL's pixel limit, a decompression bomb,
-    raises too; both name the file)."""
+    raises too)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            with Image.open(file) as image:
-                return as_viewed_rgb(image)
-        except _UNREADABLE as error:
-            raise type(error)(f"{file}: {error}") from error
+        with Image.open(file) as image:
+            return as_viewed_rgb(image)
 
 
 def as_viewed_rgb(image: Image.Image) -> Image.Image:
@@ -76,7 +73,7 @@ def readable_images(path: str | Path, limit: int | None = None) -> list[Path]:
         try:
             read_image(file)
             files.append(file)
-        except _UNREADABLE as error:
+        except UNREADABLE as error:
             why = "not an image" if isinstance(error, UnidentifiedImageError) else error
             skipped.append(f"{file.name} ({why})")
     if not files:

@@ -13,7 +13,7 @@ from PIL import Image
 from timm.data import create_transform
 from torch import Tensor, nn
 
-from .image_folder import as_viewed_rgb, read_image, readable_images
+from .image_folder import UNREADABLE, as_viewed_rgb, read_image, readable_images
 from .model_input import Preprocessing, model_preprocessing
 from .normalize import denormalize
 
@@ -126,7 +126,10 @@ def _from_path(path: Path) -> tuple[list[Image.Image], list[str]]:
         return [read_image(f) for f in files], [f.name for f in files]
     if not path.exists():
         raise FileNotFoundError(f"No image file or folder at {path}.")
-    return [read_image(path)], [path.name]
+    try:
+        return [read_image(path)], [path.name]
+    except UNREADABLE as error:  # name the file: it may be one of a list
+        raise type(error)(f"{path}: {error}") from error
 
 
 def _image_arrays(value: np.ndarray | Tensor) -> list[np.ndarray]:

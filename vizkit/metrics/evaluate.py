@@ -24,7 +24,7 @@ from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count
+from ..hooks.inputs import check_choice, check_count
 from ..hooks.targets import (
     ScoreTarget,
     is_score_target,
@@ -68,9 +68,7 @@ EVALUATION_METRICS: dict[str, Metric] = {
     "insertion_auc": Metric(
         lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
     ),
-    "road_morf_auc": Metric(
-        lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False
-    ),
+    "road_morf_auc": Metric(lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False),
     "road_lerf_auc": Metric(
         lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True
     ),
@@ -127,10 +125,19 @@ class EvaluationTable(Result):
         return torch.where(count > 1, std / count.clamp_min(1).sqrt(), float("nan"))
 
     def best(self, metric: str) -> str:
-        """The method with the best mean ``metric``."""
-        column = self.mean[:, self.metrics.index(metric)]
+        """The method with the best mean ``metric`` (one of ``metrics``)."""
+        column = self.mean[:, self.metrics.index(check_choice("metric", metric, self.metrics))]
+        if bool(column.isnan().all()):
+            raise ValueError(f"No method has a {metric} score (see table.notes for why).")
         column = column if EVALUATION_METRICS[metric].higher else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
+
+    def scored_images(self) -> str:
+        """How many images the means average: "16 images", or "12 of 16 images" where some
+        have no score at all (a method or metric refused their batch, constant maps)."""
+        images = self.per_image.shape[-1]
+        scored = int((~self.per_image.isnan()).flatten(0, 1).any(0).sum())
+        return f"{images} images" if scored == images else f"{scored} of {images} images"
 
     def to_markdown(self) -> str:
         """Mean ± standard error per method and metric, arrows saying which way is better."""
@@ -154,8 +161,7 @@ class EvaluationTable(Result):
                 for j in range(len(self.metrics))
             )
             rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
-        images = self.per_image.shape[-1]
-        caption = f"<caption>mean ± standard error over {images} images</caption>"
+        caption = f"<caption>mean ± standard error over {self.scored_images()}</caption>"
         return f"<table class='scores'>{caption}<tr>{head}</tr>{rows}</table>"
 
 
@@ -324,13 +330,15 @@ def evaluate(
     notes: dict[str, str] = {}
     total = None if count is None else math.ceil(count / batch_size) * len(chosen)
     shown = progress and rank == 0
+    seen = 0  # images before this batch
     with tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar:
         for index, batch in enumerate(itertools.chain([first], batches)):
+            start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue
             for name, fn in chosen:
                 if (index, name) not in log.done:
-                    log.add(_scored(model, batch, index, name, fn, names, targets))
+                    log.add(_scored(model, batch, index, name, fn, names, targets, start))
                 bar.update(world)
     entries = _gathered(list(log.done.values()), world)
     entries = sorted(entries, key=lambda e: e["batch"])
@@ -349,6 +357,39 @@ def evaluate(
                  "out": None if out is None
                  else str(out)},
     )  # fmt: skip
+
+
+def _checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
+    """(B,) ``labels`` as class indices of a model of ``classes`` classes, refused (naming the
+    image's place in the data and its value) unless they are whole numbers in range; the
+    batch's first image is the ``start``-th of the data."""
+    if labels is None:
+        raise ValueError(
+            "targets='labels', but the data yields no labels (only images): pass "
+            "targets='predictions' to explain the model's own predictions, or data of "
+            "(images, labels)."
+        )
+    if labels.ndim == 2 and labels.shape[-1] == classes:
+        raise ValueError(
+            f"The labels are one-hot or scores over the {classes} classes, shape "
+            f"{tuple(labels.shape)}; evaluate takes class indices (B,): pass labels.argmax(1)."
+        )
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be class indices (B,); got shape {tuple(labels.shape)}.")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(
+            f"labels must be integer class indices; got {labels.dtype} (image {start}: "
+            f"{labels[0].item()}). Pass a LongTensor of classes."
+        )
+    wrong = ((labels < 0) | (labels >= classes)).nonzero()[:, 0]
+    if len(wrong):
+        i = int(wrong[0])
+        raise ValueError(
+            f"Label {int(labels[i])} of image {start + i} is not a class of this model, which "
+            f"has {classes} (0..{classes - 1}); {len(wrong)} such label(s) in its batch. Check "
+            "the data's labels against the model's classes."
+        )
+    return labels.long()
 
 
 def _process_group() -> tuple[int, int]:
@@ -421,10 +462,11 @@ def _metric_names(metrics: Sequence[str] | None, has_masks: bool, scored: bool) 
 
 def _scored(
     hm: HookedModel, batch: tuple, index: int, name: str, fn: Callable, metrics: list[str],
-    targets: str | Callable,
+    targets: str | Callable, start: int,
 ) -> dict:  # fmt: skip
-    """The log entry of one batch and method: every image's score per metric (NaN where the
-    method or metric refused, or the image's map is constant), and why."""
+    """The log entry of one batch (its first image the ``start``-th of the data) and method:
+    every image's score per metric (NaN where the method or metric refused, or the image's map
+    is constant), and why."""
     x, labels, masks = batch
     x = x.to(next(iter(hm.model.parameters()), x).device)
     nan = [math.nan] * len(x)
@@ -434,9 +476,10 @@ def _scored(
         classes = targets
     else:
         with torch.no_grad():
-            classes = model_logits(hm(x)).argmax(-1)
-        if targets == "labels" and labels is not None:
-            classes = labels.to(classes.device).long()
+            logits = model_logits(hm(x))
+        classes = logits.argmax(-1)
+        if targets == "labels":
+            classes = _checked_labels(labels, logits.shape[-1], start).to(classes.device)
     try:
         result = fn(hm.model, x, classes)
     except ValueError as error:
