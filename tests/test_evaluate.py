@@ -77,7 +77,7 @@ def test_a_killed_run_resumes_to_the_same_table(shapes, tmp_path):
     again = vk.evaluate(model, data, methods=[("lrp", killed), "random"], metrics=METRICS,
                         batch_size=8, out=out, progress=False)  # fmt: skip
     torch.testing.assert_close(again.per_image, reference.per_image, equal_nan=True)
-    with pytest.raises(ValueError, match="another configuration"):
+    with pytest.raises(ValueError, match=r"other evaluation settings \(methods differ\)"):
         vk.evaluate(model, data, methods=["random"], metrics=METRICS, batch_size=8, out=out)
 
 
@@ -119,8 +119,9 @@ def test_two_gloo_processes_give_the_single_process_table(tmp_path, capsys):
     run = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout == single
-    shards = sorted(p.name for p in tmp_path.iterdir())
+    shards = sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock")
     assert shards == ["shapes.jsonl.rank0-of-2", "shapes.jsonl.rank1-of-2"]
+    assert (tmp_path / "shapes.jsonl.rank1-of-2.lock").exists()  # each shard's writer lock
     batches = {json.loads(line)["batch"] for line in
                (tmp_path / shards[1]).read_text().splitlines()[1:]}  # fmt: skip
     assert batches == {1, 3}

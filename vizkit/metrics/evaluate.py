@@ -7,9 +7,7 @@ from __future__ import annotations
 import hashlib
 import html
 import itertools
-import json
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
@@ -33,6 +31,7 @@ from ..hooks.targets import (
     select_images,
     target_label,
 )
+from ..journal import Journal
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
@@ -42,8 +41,6 @@ from .localization import pointing_game, relevance_mass_accuracy, relevance_rank
 from .road import road
 
 __all__ = ["EVALUATION_METRICS", "EvaluationTable", "Metric", "evaluate"]
-
-FORMAT = "vizkit evaluation 1"
 
 
 @dataclass(frozen=True)
@@ -171,9 +168,10 @@ def _cell(mean: Tensor, sem: Tensor) -> str:
     return f"{float(mean):.3f}" + ("" if math.isnan(float(sem)) else f" ± {float(sem):.3f}")
 
 
-def _batches(data: object, batch_size: int) -> tuple[Iterable, int | None]:
+def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, int | None]:
     """Batches ``(images, labels or None, masks or None)`` of ``data`` (a Dataset, a
-    DataLoader, a tuple of tensors, or "shapes": the shipped Shapes sample), in a fixed order,
+    DataLoader, a tuple of tensors, or "shapes": the shipped Shapes sample), in a fixed order
+    (a shuffling loader is refused when the run is ``resumable``: another order on resume),
     and the number of images when known."""
     if isinstance(data, str):
         if data != "shapes":
@@ -189,6 +187,11 @@ def _batches(data: object, batch_size: int) -> tuple[Iterable, int | None]:
         raise TypeError(
             f"data must be a Dataset, a DataLoader, a tuple of tensors or 'shapes'; got "
             f"{type(data).__name__}."
+        )
+    if resumable and isinstance(getattr(data, "sampler", None), RandomSampler):
+        raise ValueError(
+            "The DataLoader shuffles, so a resumed run would see other images in each batch; "
+            "evaluation does not depend on the order: pass shuffle=False (or leave out out=)."
         )
     count = len(data.dataset) if hasattr(data.dataset, "__len__") else None
 
@@ -234,47 +237,6 @@ def _target_record(targets: object, out: str | Path | None) -> object:
     return f"{targets.label} ({digest.hexdigest()[:12]})"
 
 
-class _Log:
-    """The evaluation's file: a header line (the configuration), then one JSON line per
-    (batch, method) as it is done. Opening an existing file checks its header and reads what
-    is done; a line cut short by a kill is dropped."""
-
-    def __init__(self, path: Path | None, config: dict) -> None:
-        self.path, self.done = path, {}
-        if path is None:
-            return
-        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
-        good = []
-        for line in lines:
-            try:
-                good.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut short: it and anything after it are dropped
-        if good and good[0].get("format") != FORMAT:
-            raise ValueError(f"{path} is not a vizkit evaluation file; pass another out.")
-        if good and good[0]["config"] != config:
-            stored = good[0]["config"]
-            differ = sorted(k for k in {*stored, *config} if stored.get(k) != config.get(k))
-            raise ValueError(
-                f"{path} holds an evaluation of another configuration ({', '.join(differ)} "
-                "differ); pass another out, or delete it to start over."
-            )
-        with path.open("w") as file:  # rewrite what parsed: no partial line stays
-            file.writelines(json.dumps(entry) + "\n" for entry in good)
-            if not good:
-                file.write(json.dumps({"format": FORMAT, "config": config}) + "\n")
-        for entry in good[1:]:
-            self.done.setdefault((entry["batch"], entry["method"]), entry)
-
-    def add(self, entry: dict) -> None:
-        self.done[(entry["batch"], entry["method"])] = entry
-        if self.path is not None:
-            with self.path.open("a") as file:
-                file.write(json.dumps(entry) + "\n")
-                file.flush()
-                os.fsync(file.fileno())
-
-
 @analysis_contract
 def evaluate(
     model: nn.Module | HookedModel,
@@ -313,7 +275,7 @@ def evaluate(
     batch_size = check_count("batch_size", batch_size)
     scored = _check_targets(model, targets)
     chosen = resolve_methods(methods, model)
-    batches, count = _batches(data, batch_size)
+    batches, count = _batches(data, batch_size, resumable=out is not None)
     first = next(iter(batches), None)
     if first is None:
         raise ValueError("data holds no images.")
@@ -326,19 +288,21 @@ def evaluate(
         "images": count,
         "processes": world,
     }  # fmt: skip
-    log = _Log(_shard_file(out, world, rank), config)
     notes: dict[str, str] = {}
     total = None if count is None else math.ceil(count / batch_size) * len(chosen)
     shown = progress and rank == 0
     seen = 0  # images before this batch
-    with tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar:
+    with (_Log(_shard_file(out, world, rank), config) as log,
+          tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar):  # fmt: skip
         for index, batch in enumerate(itertools.chain([first], batches)):
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue
+            images = log.identity(batch)
             for name, fn in chosen:
-                if (index, name) not in log.done:
-                    log.add(_scored(model, batch, index, name, fn, names, targets, start))
+                if log.entry(index, name, images) is None:
+                    entry = _scored(model, batch, index, name, fn, names, targets, start)
+                    log.add({**entry, "images": images})
                 bar.update(world)
     entries = _gathered(list(log.done.values()), world)
     entries = sorted(entries, key=lambda e: e["batch"])
@@ -390,6 +354,60 @@ def _checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
             "the data's labels against the model's classes."
         )
     return labels.long()
+
+
+class _Log:
+    """What is done, by (batch, method): read from and appended to the `Journal` at ``path``
+    (None: kept in memory only). An entry records its batch's ``images`` (a hash of the
+    batch's tensors), so a resume on other data or in another order is refused."""
+
+    def __init__(self, path: Path | None, config: dict) -> None:
+        self.path, self.done = path, {}
+        self.journal = None if path is None else Journal(path, "evaluation", config, _complete)
+        for entry in [] if self.journal is None else self.journal.entries:
+            self.done.setdefault((entry["batch"], entry["method"]), entry)
+
+    def identity(self, batch: tuple) -> str:
+        """A hash of the batch's images, labels and masks ("" when nothing is written)."""
+        if self.journal is None:
+            return ""
+        digest = hashlib.sha1()
+        for part in batch:
+            if isinstance(part, Tensor):
+                part = part.detach().cpu().contiguous()
+                digest.update(f"{part.dtype}{tuple(part.shape)}".encode())
+                digest.update(part.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def entry(self, index: int, method: str, images: str) -> dict | None:
+        """The logged entry of batch ``index`` and ``method``, if any, checked to be of the
+        same images."""
+        entry = self.done.get((index, method))
+        if entry is not None and entry["images"] != images:
+            raise ValueError(
+                f"Batch {index} of the data is not the batch {self.path} scored: other images, "
+                "another order or a shuffling loader. Resume with the same data in the same "
+                "order, or pass another out."
+            )
+        return entry
+
+    def add(self, entry: dict) -> None:
+        self.done[(entry["batch"], entry["method"])] = entry
+        if self.journal is not None:
+            self.journal.append(entry)
+
+    def __enter__(self) -> _Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _complete(entry: object) -> bool:
+    """Whether a parsed log line is a whole entry (not one damaged by hand or a kill)."""
+    kinds = {"batch": int, "method": str, "scores": dict, "notes": dict, "images": str}
+    return isinstance(entry, dict) and all(isinstance(entry.get(k), t) for k, t in kinds.items())
 
 
 def _process_group() -> tuple[int, int]:
