@@ -183,3 +183,40 @@ def test_labels_are_checked_before_a_batch_is_scored():
     table.per_image[:] = float("nan")
     with pytest.raises(ValueError, match="No method has a sparseness score"):
         table.best("sparseness")
+
+
+def test_mistakes_at_data_set_scale_say_what_was_wrong_and_the_fix(tmp_path):
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=32,
+                              patch_size=8, depth=1).eval()  # fmt: skip
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([1, 2, 3, 4])
+    table = vk.evaluate(model, (x, labels), methods="random", metrics="sparseness",
+                        progress=False)  # fmt: skip
+    assert table.methods == ["random"] and table.metrics == ["sparseness"]  # one name each
+
+    class Dicts(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return {"pixel_values": x[i], "label": labels[i]}
+
+    with pytest.raises(TypeError, match=r"yields dicts \(keys pixel_values, label\)"):
+        vk.evaluate(model, Dicts(), methods=["random"], progress=False)
+    with pytest.raises(ValueError, match=r"masks of images 0\.\. are \(4, 30, 30\)"):
+        vk.evaluate(model, (x, labels, torch.ones(4, 30, 30, dtype=torch.bool)),
+                    methods=["random"], progress=False)  # fmt: skip
+    out = tmp_path / "log.jsonl"
+    (tmp_path / "log.jsonl.rank0-of-2").write_text("")
+    with pytest.raises(ValueError, match=r"run of 2 process\(es\) and this one has 1"):
+        vk.evaluate(model, (x, labels), methods=["random"], out=out, progress=False)
+    patched = vk.activation_patching(model, x[:2], x[2:], sites="attn", progress=False)
+    assert patched.attn is not None and patched.resid is None
+    with pytest.raises(ValueError, match=r"versus is the target class for images \[0, 1\]"):
+        vk.activation_patching(model, x[:2], x[2:], target=3, versus=3, progress=False)
+    with pytest.raises(ValueError, match="versus is the target class"):
+        vk.direct_logit_attribution(model, x[:2], target=3, versus=3)
+    lens = vk.logit_lens(model, x[:2])
+    for wrong in (10, 2.5):
+        with pytest.raises((ValueError, TypeError), match="(?i)target"):
+            lens.maps(wrong)

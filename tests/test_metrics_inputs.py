@@ -280,9 +280,9 @@ OPTION_CASES = [
         id="compare no methods",
     ),
     pytest.param(
-        lambda m, x, k: compare_saliency(m, x, "random"),
-        TypeError,
-        "pass a list",
+        lambda m, x, k: compare_saliency(m, x, "lime"),  # a string is one method's name
+        KeyError,
+        "known: rollout",
         id="compare str methods",
     ),
     pytest.param(

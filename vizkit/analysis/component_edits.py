@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, Target
 from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
+from .logit_attribution import require_distinct
 
 __all__ = ["Edit", "RunScore", "edited_scores"]
 
@@ -52,8 +53,10 @@ class RunScore:
         if callable(versus) and not isinstance(versus, Tensor):
             raise TypeError("versus must be class indices (an int or B ints), not a callable.")
         logits = model_logits(output)
+        targets = target_indices(logits, target)
         other = None if versus is None else target_indices(logits, versus)
-        return cls(target_indices(logits, target), other)
+        require_distinct(targets, other)
+        return cls(targets, other)
 
     def __call__(self, output: object, rows: Tensor) -> Tensor:
         """(n,) the score of the n rows of ``output``, row i of image ``rows[i]``."""

@@ -87,6 +87,17 @@ def require_class_indices(target: Target, versus: Target) -> None:
             )
 
 
+def require_distinct(targets: Tensor, versus: Tensor | None) -> None:
+    """Refuse a ``versus`` class equal to the target class of some image: its logit
+    difference is zero whatever the model does."""
+    if versus is not None and bool((same := targets == versus.to(targets.device)).any()):
+        images = same.nonzero()[:, 0].tolist()
+        raise ValueError(
+            f"versus is the target class for images {images}: a logit less itself is 0 "
+            "whatever the model does. Pass another class as versus, or versus=None."
+        )
+
+
 def logit_score(logits: Tensor, targets: Tensor, versus: Tensor | None) -> Tensor:
     """(B,) the ``targets`` logit of each row of ``logits`` (B, K), less the ``versus`` one."""
     score = logits.gather(1, targets[:, None].to(logits.device))[:, 0]
@@ -126,6 +137,7 @@ def direct_logit_attribution(
     logits = model_logits(output)
     targets = target_indices(logits, target)
     other = None if versus is None else target_indices(logits, versus)
+    require_distinct(targets, other)
     blocks = residual_blocks(model)
     readout = StreamReadout(model, x, blocks)
     gradient, constant = readout.linear_score(lambda out: logit_score(out, targets, other))

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
+from ..hooks.targets import target_indices
 from .residual_stream import StreamReadout, residual_blocks
 from .result import Result
 
@@ -60,8 +61,7 @@ class LogitLens(Result):
                 "The stream's tokens are not the model's patch grid (and prefix tokens), so "
                 "the per-position readings have no image map; read per_position instead."
             )
-        classes = self.predictions if target is None else torch.as_tensor(target).expand(
-            len(self.predictions))  # fmt: skip
+        classes = self.predictions if target is None else target_indices(self.pooled[:, -1], target)
         probs = self.per_position.softmax(-1)[..., layout.num_prefix_tokens :, :]
         index = classes.to(probs.device).view(-1, 1, 1, 1).expand(*probs.shape[:3], 1)
         return probs.gather(-1, index)[..., 0].view(*probs.shape[:2], *layout.grid)

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import as_names, check_choice, check_count, check_images
 from ..hooks.targets import is_score_target, model_logits, target_indices
 from .component_edits import Edit, RunScore, edited_scores
 from .residual_stream import block_activations, head_outputs, residual_blocks
@@ -167,7 +167,7 @@ def activation_patching(
             f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
             f"{tuple(corrupted.shape)}."
         )
-    sites = tuple(check_choice("sites", s, SITES) for s in sites)
+    sites = tuple(check_choice("sites", s, SITES) for s in as_names("sites", sites))
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)
     corrupted_acts, corrupted_out = block_activations(model, corrupted)

@@ -178,6 +178,16 @@ def check_choice(name: str, value: object, options: Sequence[str]) -> str:
     return value
 
 
+def as_names(name: str, value: object) -> list[str]:
+    """``value`` as a list of names: a string is one name (``metrics="sparseness"``, not the
+    letters s, p, a, ...), a sequence of strings is its names; anything else is refused."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TypeError(f"{name} must be a name or a list of names; got {value!r}.")
+
+
 def check_count(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an int in [minimum, maximum]; a TypeError/ValueError naming ``name`` and the
     valid range otherwise (bools and non-integral floats are refused)."""

@@ -448,10 +448,12 @@ def resolve_methods(
     method, "default" for `default_methods`; distinct names, at least one."""
     if methods in ("all", "default"):
         methods = selected_methods(methods, bool(self_attention_names(hm)))
-    if isinstance(methods, str) or not isinstance(methods, Sequence):
+    if isinstance(methods, str):  # one method's name
+        methods = [methods]
+    if not isinstance(methods, Sequence):
         raise TypeError(
-            f"methods must be a list of names or (name, fn) pairs, 'all' or 'default'; got "
-            f"{methods!r}. For one method pass a list, e.g. methods=['gradcam']."
+            f"methods must be a name, a list of names or (name, fn) pairs, 'all' or "
+            f"'default'; got {methods!r}."
         )
     if not methods:
         raise ValueError(f"methods is empty; pass at least one of {', '.join(METHODS)}.")

@@ -22,7 +22,7 @@ from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_choice, check_count
+from ..hooks.inputs import as_names, check_choice, check_count
 from ..hooks.targets import (
     ScoreTarget,
     is_score_target,
@@ -196,6 +196,12 @@ def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, 
     count = len(data.dataset) if hasattr(data.dataset, "__len__") else None
 
     def split(batch: object) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        if isinstance(batch, dict):
+            raise TypeError(
+                f"The data yields dicts (keys {', '.join(map(str, batch))}); evaluate takes "
+                "(images, labels[, masks]) tuples. Wrap the dataset so that each item is one, "
+                "e.g. (item['pixel_values'], item['label'])."
+            )
         items = list(batch) if isinstance(batch, (list, tuple)) else [batch]
         x = items[0]
         labels = items[1] if len(items) > 1 and isinstance(items[1], Tensor) else None
@@ -298,6 +304,7 @@ def evaluate(
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue
+            _check_masks(batch, start)
             images = log.identity(batch)
             for name, fn in chosen:
                 if log.entry(index, name, images) is None:
@@ -321,6 +328,16 @@ def evaluate(
                  "out": None if out is None
                  else str(out)},
     )  # fmt: skip
+
+
+def _check_masks(batch: tuple, start: int) -> None:
+    """Refuse object masks that are not (B, H, W) for the batch's images (B, C, H, W)."""
+    x, _, masks = batch
+    if masks is not None and tuple(masks.shape) != (len(x), *x.shape[-2:]):
+        raise ValueError(
+            f"The masks of images {start}.. are {tuple(masks.shape)}; they must be (B, H, W) = "
+            f"({len(x)}, {x.shape[-2]}, {x.shape[-1]}), one pixel mask per image at its size."
+        )
 
 
 def _checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
@@ -424,6 +441,15 @@ def _shard_file(out: str | Path | None, world: int, rank: int) -> Path | None:
     if out is None:
         return None
     out = Path(out)
+    shards = [p.name.rsplit("-of-", 1)[1] for p in out.parent.glob(f"{out.name}.rank*-of-*")]
+    counts = {int(n) for n in shards if n.isdigit()} | ({1} if out.exists() else set())
+    if counts - {world}:
+        raise ValueError(
+            f"{out} was written by a run of {', '.join(map(str, sorted(counts)))} process(es) "
+            f"and this one has {world}: each process resumes its own share of the batches, so "
+            "rerun with the same number of processes (torchrun --nproc_per_node), or pass "
+            "another out."
+        )
     return out if world == 1 else out.with_name(f"{out.name}.rank{rank}-of-{world}")
 
 
@@ -462,6 +488,7 @@ def _metric_names(metrics: Sequence[str] | None, has_masks: bool, scored: bool) 
             n for n, m in EVALUATION_METRICS.items()
             if (has_masks or not m.masks) and (m.scores or not scored)
         ]  # fmt: skip
+    metrics = as_names("metrics", metrics)
     unknown = [m for m in metrics if m not in EVALUATION_METRICS]
     if unknown:
         raise KeyError(f"Unknown metrics {unknown}; known: {', '.join(EVALUATION_METRICS)}.")
