@@ -353,7 +353,6 @@ def test_attention_pool_map_reproduces_the_head():
     ("levit", "Attention"),
     ("levit", "AttentionDownsample"),
     ("mvitv2", "MultiScaleAttention"),
-    ("hiera", "MaskUnitAttention"),
     ("tiny_vit", "Attention"),
     ("efficientformer", "Attention"),
     ("hieradet_sam2", "MultiScaleAttention"),
@@ -364,9 +363,10 @@ def test_attention_pool_map_reproduces_the_head():
     ("efficientvit_msra", "CascadedGroupAttention"),
 ])  # fmt: skip
 def test_recomputed_maps_reproduce_the_module_output(key, cls):
-    """LeViT, MViTv2, Hiera, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone, SHViT,
-    BoTNet and EfficientViT (MSRA) never hand their map to a module; the recomputed map times the
-    values must give the attention module's output."""
+    """LeViT, MViTv2, TinyViT, EfficientFormer, SAM2's Hiera, LowFormer, CPUBone, SHViT, BoTNet
+    and EfficientViT (MSRA) never hand their map to a module; the recomputed map times the
+    values must give the attention module's output (Hiera's, in raster order:
+    tests/test_hiera_raster.py)."""
     model, x = family(key)
     hm = vk.HookedModel(model)
     name = next(
@@ -444,16 +444,11 @@ def _apply_map(key, attn, pattern, args):
         v = v.reshape(b * attn.num_heads, attn.dim_head_v, -1).transpose(-1, -2)
         out = (pattern.flatten(0, 1) @ v).transpose(-1, -2).reshape(b, attn.dim_out_v, h, w)
         return attn.pool(out)
-    if key == "hieradet_sam2":
-        b, h, w, _ = x.shape
-        v = attn.qkv(x).reshape(b, h * w, 3, attn.num_heads, -1)[:, :, 2].transpose(1, 2)
-        side = int(pattern.shape[-2] ** 0.5)
-        return attn.proj((pattern @ v).transpose(1, 2).reshape(b, side, side, -1))
-    b, n, _ = x.shape  # hiera
-    heads, hd = attn.heads, attn.head_dim
-    windows = n // (attn.q_stride * attn.window_size)
-    v = attn.qkv(x).reshape(b, -1, windows, 3, heads, hd).permute(3, 0, 4, 2, 1, 5)[2]
-    return attn.proj((pattern @ v).transpose(1, 3).reshape(b, -1, attn.dim_out))
+    assert key == "hieradet_sam2", key
+    b, h, w, _ = x.shape
+    v = attn.qkv(x).reshape(b, h * w, 3, attn.num_heads, -1)[:, :, 2].transpose(1, 2)
+    side = int(pattern.shape[-2] ** 0.5)
+    return attn.proj((pattern @ v).transpose(1, 2).reshape(b, side, side, -1))
 
 
 def test_convit_gate_mixes_content_and_position():

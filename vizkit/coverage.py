@@ -207,29 +207,38 @@ def _transformers(model: str, config: str, nested: str | None = None, **kwargs) 
 
 class _LinearProbe(nn.Module):
     """A backbone (no class logits) with a linear probe on its pooled embedding, as a user
-    classifies with DINOv3: (B, C, H, W) -> (B, K) logits."""
+    classifies with DINOv3: (B, C, H, W) -> (B, K) logits; ``pool``: the embedding of the
+    backbone's output (default `vizkit.targets.embedding_of`)."""
 
-    def __init__(self, backbone: nn.Module, dim: int, classes: int = 5) -> None:
+    def __init__(
+        self, backbone: nn.Module, dim: int, classes: int = 5, pool: Callable | None = None
+    ) -> None:
         super().__init__()
-        self.backbone, self.head = backbone, nn.Linear(dim, classes)
+        self.backbone, self.head, self.pool = backbone, nn.Linear(dim, classes), pool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .targets import embedding_of
 
-        return self.head(embedding_of(self.backbone(x)))
+        return self.head((self.pool or embedding_of)(self.backbone(x)))
 
 
-def _probed(model: str, config: str, **kwargs) -> Callable:
+def _probed(model: str, config: str, dim: int | None = None, pool: Callable | None = None,
+            **kwargs) -> Callable:  # fmt: skip
     """A builder of transformers' backbone ``model`` from its ``config`` with a 5-class linear
-    probe (`_LinearProbe`)."""
+    probe (`_LinearProbe`) on its ``dim``-wide (default hidden_size) embedding ``pool``."""
 
     def build() -> nn.Module:
         import transformers
 
         backbone = getattr(transformers, model)(getattr(transformers, config)(**kwargs))
-        return _LinearProbe(backbone, kwargs["hidden_size"])
+        return _LinearProbe(backbone, dim or kwargs["hidden_size"], pool=pool)
 
     return build
+
+
+def _mean_of_grid(output) -> torch.Tensor:
+    """(B, C) the mean of SAM2's image-encoder features (B, h, w, C)."""
+    return output.last_hidden_state.mean((1, 2))
 
 
 def _siglip2() -> nn.Module:
@@ -298,6 +307,34 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
         "Aimv2VisionModel + linear probe": LibraryModel(
             _probed("Aimv2VisionModel", "Aimv2VisionConfig", **_HF_SMALL)
         ),
+        "HieraForImageClassification": LibraryModel(
+            _transformers(
+                "HieraForImageClassification",
+                "HieraConfig",
+                image_size=[64, 64],
+                embed_dim=16,
+                depths=[1, 1, 1, 1],
+                num_heads=[1, 1, 1, 1],
+            ),
+            size=64,
+        ),  # fmt: skip
+        "Sam2HieraDetModel + linear probe": LibraryModel(
+            _probed(
+                "Sam2HieraDetModel",
+                "Sam2HieraDetConfig",
+                dim=64,
+                pool=_mean_of_grid,
+                hidden_size=8,
+                embed_dim_per_stage=[8, 16, 32, 64],
+                blocks_per_stage=[1, 2, 2, 2],
+                num_attention_heads_per_stage=[1, 2, 2, 2],
+                global_attention_blocks=[4],
+                window_size_per_stage=[8, 4, 4, 2],
+                image_size=[64, 64],
+                attn_implementation="eager",
+            ),
+            size=64,
+        ),  # fmt: skip
         "CLIPForImageClassification": LibraryModel(
             _transformers("CLIPForImageClassification", "CLIPConfig", "vision_config", **_HF_SMALL)
         ),

@@ -193,10 +193,10 @@ def attention_bytes(hm: HookedModel, x: Tensor, names: list[str], query: int | N
 def _head_count(attn: nn.Module) -> int:
     """Heads of an attention module (timm ``num_heads``; transformers ``num_attention_heads``
     or its config's, on the module or, before transformers 5.18, its inner self-attention;
-    torchvision MaxViT's ``n_heads``)."""
+    torchvision MaxViT's ``n_heads``; timm Hiera's ``heads``)."""
     for module in attn.modules():
         for owner in (module, getattr(module, "config", None)):
-            for name in ("num_heads", "num_attention_heads", "n_heads"):
+            for name in ("num_heads", "num_attention_heads", "n_heads", "heads"):
                 if isinstance(getattr(owner, name, None), int):
                     return getattr(owner, name)
     raise ValueError(f"{type(attn).__name__} does not say how many heads it has.")
