@@ -109,6 +109,10 @@ TIMM = ["info", "--model", "vit_tiny_patch16_224", "--checkpoint"]
         ([*REPORT, "{d}/text"], "holds no readable image (png, jpg, ...); skipped notes.txt"),
         (["report", "--model", "{d}/truncated.safetensors"], "not a readable safetensors"),
         (["report", "--out", "{d}/afile"], "afile is a file; pass a folder"),
+        (
+            ["evaluate", "--model", "vit_tiny_patch16_224", "--limit", "2"],
+            "Pass a model of the sample (e.g. --model vit_tiny_shapes",
+        ),
         (["report", "--out", "{d}/no/report"], "there is no folder {d}/no"),
         (["cka", "--out", "{d}"], "is a folder; pass a file name"),
         (["info", "--batch", "0"], "argument --batch: must be a whole number >= 1; got '0'"),

@@ -206,6 +206,11 @@ def test_mistakes_at_data_set_scale_say_what_was_wrong_and_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"masks of images 0\.\. are \(4, 30, 30\)"):
         vk.evaluate(model, (x, labels, torch.ones(4, 30, 30, dtype=torch.bool)),
                     methods=["random"], progress=False)  # fmt: skip
+    broken = x.repeat(2, 1, 1, 1)
+    broken[5, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"Images \[5\] of the data hold NaN"):
+        vk.evaluate(model, (broken, labels.repeat(2)), methods=["random"], batch_size=4,
+                    progress=False)  # fmt: skip
     out = tmp_path / "log.jsonl"
     (tmp_path / "log.jsonl.rank0-of-2").write_text("")
     with pytest.raises(ValueError, match=r"run of 2 process\(es\) and this one has 1"):

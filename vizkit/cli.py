@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import torch
+from torch import Tensor, nn
 
 from . import zoo
 from ._version import __version__
@@ -202,6 +203,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     try:
         model, _ = zoo.load(args.model, checkpoint=args.checkpoint)
         data = TensorDataset(*(t[: args.limit] for t in load_sample()))
+        _require_sample_size(model, data.tensors[0], args.model)
         methods = args.methods if args.methods else "default"
         table = evaluate(model.to(args.device), data, methods, args.metrics, args.out,
                          args.batch_size, progress=rank == 0)  # fmt: skip
@@ -213,6 +215,23 @@ def evaluate_command(args: argparse.Namespace) -> int:
         for name, note in table.notes.items():
             print(f"{name}: {note}", file=sys.stderr)
     return 0
+
+
+def _require_sample_size(model: nn.Module, images: Tensor, name: str) -> None:
+    """Refuse, with what works on the command line, a model that cannot take the Shapes
+    sample's images (B, 3, 32, 32)."""
+    from .hooks.inputs import check_images
+
+    try:
+        check_images(model, images[:1])
+    except ValueError as error:
+        raise ValueError(
+            f"vizkit evaluate scores the Shapes sample ({images.shape[-2]}x{images.shape[-1]} "
+            f"images), which {name} does not take: {str(error).split(';')[0]}. Pass a model "
+            "of the sample (e.g. --model vit_tiny_shapes; vizkit zoo list), or evaluate your "
+            "own images from Python: x, _, _ = vk.datasets.load_images(files, model); "
+            "vk.evaluate(model, (x, labels))."
+        ) from error
 
 
 def zoo_list() -> int:

@@ -304,7 +304,7 @@ def evaluate(
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue
-            _check_masks(batch, start)
+            _check_batch(batch, start)
             images = log.identity(batch)
             for name, fn in chosen:
                 if log.entry(index, name, images) is None:
@@ -330,9 +330,17 @@ def evaluate(
     )  # fmt: skip
 
 
-def _check_masks(batch: tuple, start: int) -> None:
-    """Refuse object masks that are not (B, H, W) for the batch's images (B, C, H, W)."""
+def _check_batch(batch: tuple, start: int) -> None:
+    """Refuse non-finite images (named by their place in the data, the batch's first being
+    the ``start``-th) and object masks that are not (B, H, W) for the images (B, C, H, W)."""
     x, _, masks = batch
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x.flatten(1))).any(1).nonzero()[:, 0] + start
+        raise ValueError(
+            f"Images {bad.tolist()} of the data hold NaN or Inf values; vizkit computes nothing "
+            "on non-finite inputs. Check the data pipeline (a division by a zero std, a float16 "
+            "overflow) or leave those images out."
+        )
     if masks is not None and tuple(masks.shape) != (len(x), *x.shape[-2:]):
         raise ValueError(
             f"The masks of images {start}.. are {tuple(masks.shape)}; they must be (B, H, W) = "
