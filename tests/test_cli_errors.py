@@ -174,3 +174,16 @@ def test_a_recipe_name_must_be_a_plain_file_name(tmp_path):
     (tmp_path / "r.json").write_text(json.dumps(spec))
     with pytest.raises(ValueError, match="plain file name"):
         load_recipe(str(tmp_path / "r.json"))
+
+
+def test_an_interrupted_evaluation_says_how_to_resume(monkeypatch, capsys, tmp_path):
+    import vizkit.metrics
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vizkit.metrics, "evaluate", interrupted)
+    monkeypatch.delenv("VIZKIT_MODELS")  # the shipped zoo
+    assert main(["evaluate", "--limit", "2", "--out", str(tmp_path / "log.jsonl")]) == 130
+    err = capsys.readouterr().err
+    assert err == "vizkit evaluate: interrupted; rerun the same command to resume.\n"

@@ -438,6 +438,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"vizkit {args.command}: error: {message}{hint}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line per process, not a traceback
+        resumable = args.command == "evaluate" and args.out is not None
+        resume = "; rerun the same command to resume" if resumable else ""
+        print(f"vizkit {args.command}: interrupted{resume}.", file=sys.stderr)
+        return 130
 
 
 def _run(args: argparse.Namespace) -> int:
