@@ -63,6 +63,9 @@ _UNCONSERVED = {
     "xcit": "its positional encoding is a convolution of fixed Fourier features",
     "sot_vit": "its Newton-Schulz iteration of the covariance adds 3I",
     "sequencer": "its LSTMs run as one fused operation, whose gates take their plain gradient",
+    # not yet explained (2026-11-28): 10-60 % of the logit is missing with GELU or ReLU, with
+    # or without query pooling and mask-unit attention; timm's Hiera conserves
+    "transformers:HieraForImageClassification": "unexplained; see the comment above",
 }
 
 
