@@ -413,3 +413,19 @@ def test_heads_split_at_the_output_projection_equal_the_map_split():
     sdpa = vk.direct_logit_attribution(build_hf("data2vec", "sdpa"), x)
     assert eager.heads is not None and sdpa.heads is not None
     torch.testing.assert_close(sdpa.heads, eager.heads, rtol=1e-4, atol=1e-6)
+
+
+def test_half_precision_is_refused_by_the_additive_views_with_a_fix_that_runs():
+    """DLA and head splits check sums to 1e-4, which bfloat16 rounding exceeds: the refusal
+    says so (not "not linear in its heads") and its fix, float32, runs."""
+    import timm
+
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=5, img_size=32, patch_size=8,
+                              depth=1).eval()  # fmt: skip
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    half, half_x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"Run it in float32: model\.float\(\) and x\.float\(\)"):
+        vk.direct_logit_attribution(half, half_x, target=1)
+    with pytest.raises(ValueError, match="Splitting attention outputs by head"):
+        vk.ablation(half, half_x, component="heads", target=1, progress=False)
+    assert vk.direct_logit_attribution(half.float(), half_x.float(), target=1).heads is not None

@@ -19,7 +19,13 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
 from ..hooks.targets import model_logits, target_indices
-from .residual_stream import StreamReadout, head_outputs, residual_blocks, stream_parts
+from .residual_stream import (
+    StreamReadout,
+    head_outputs,
+    require_full_precision,
+    residual_blocks,
+    stream_parts,
+)
 from .result import Result
 
 __all__ = [
@@ -133,6 +139,7 @@ def direct_logit_attribution(
     """
     x = check_images(model.model, x)
     require_class_indices(target, versus)
+    require_full_precision(x, "Direct logit attribution")
     parts, labels, final, output = stream_parts(model, x)
     logits = model_logits(output)
     targets = target_indices(logits, target)

@@ -277,6 +277,17 @@ def edited_forward(
         return hm.model(x.repeat(copies, *[1] * (x.ndim - 1)))
 
 
+def require_full_precision(x: Tensor, what: str) -> None:
+    """Refuse half-precision images (and so a half-precision model) for ``what``, whose
+    additivity checks hold to 1e-4: bfloat16 and float16 round to about 1e-2."""
+    if x.dtype in (torch.bfloat16, torch.float16):
+        raise ValueError(
+            f"{what} checks that the parts sum to the whole to 1e-4, and {x.dtype} rounds to "
+            "about 1e-2, so the check cannot tell a decomposition from rounding. Run it in "
+            "float32: model.float() and x.float() (the maps are the same up to that rounding)."
+        )
+
+
 def head_outputs(hm: HookedModel, x: Tensor, blocks: list[str], attn: list[Tensor]) -> list[Tensor]:
     """Per block (H + 1, B, N, C): its attention output split by head, f_h = W_O^h z_h (the
     output with every other head's attention zeroed, less the output with all zeroed), the
@@ -285,6 +296,7 @@ def head_outputs(hm: HookedModel, x: Tensor, blocks: list[str], attn: list[Tenso
     Raises:
         ValueError: a block without one attention map, or whose output is not linear in its
             heads (a norm between heads and projection, talking heads)."""
+    require_full_precision(x, "Splitting attention outputs by head")
     per_block = []
     for block, output in zip(blocks, attn, strict=True):
         split = _split_heads(hm, x, block)
