@@ -21,6 +21,10 @@ from vizkit.coverage import (
 )
 from vizkit.families import families
 
+# the module's fixtures walk every family (about 280 s on 2 busy cores in setup): a guard
+# against a hang, above the suite's 300 s per test
+pytestmark = pytest.mark.timeout(900)
+
 TABLE = Path(__file__).parent.parent / "docs" / "coverage.md"
 REGENERATE = "Regenerate with `vizkit coverage --out docs/coverage.md` and review the diff."
 
