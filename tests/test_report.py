@@ -226,3 +226,30 @@ def test_a_backbones_report_explains_its_embedding_not_a_class(tmp_path):
     assert "<h2>Saliency methods compared</h2>" in page and "<h2>Predictions</h2>" not in page
     assert "is a backbone: it returns embeddings, not classes" in page
     assert "explains the norm of each image" in page and "explains class" not in page
+
+
+@pytest.mark.parametrize("backbone", [False, True])
+def test_the_reports_attnlrp_in_chunks_gives_the_whole_batchs_maps(backbone):
+    """AttnLRP runs `BACKWARD_IMAGES` images per backward pass (its memory), with the maps,
+    classes and relevance of one pass over the batch; also for a score target (a backbone)."""
+    import timm
+
+    import vizkit as vk
+    from vizkit.report import sections
+
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=0 if backbone else 5
+    ).eval()  # fmt: skip
+    x = torch.randn(5, 3, 32, 32)  # 2 + 2 + 1 images
+    hm = vk.HookedModel(model)
+    target = vk.targets.embedding_norm() if backbone else torch.tensor([0, 1, 2, 3, 4])
+    chunked = sections._attnlrp(hm, x, target)
+    whole = vk.attnlrp(hm, x, target)
+    assert sections.BACKWARD_IMAGES < len(x)
+    torch.testing.assert_close(chunked.maps, whole.maps, rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(chunked.extras, whole.extras, rtol=1e-5, atol=1e-9)
+    assert (chunked.targets is None) == backbone
+    if not backbone:
+        assert torch.equal(chunked.targets, whole.targets)
+    assert chunked.options == whole.options and chunked.method == "attnlrp"

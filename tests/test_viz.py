@@ -295,3 +295,27 @@ def test_many_head_columns_are_titled_by_number():
     fig = vk.viz.attention_grid(vk.attention(model, torch.randn(1, 3, 32, 32)))
     titles = [a.text for a in fig.layout.annotations if a.text and a.textangle != 90]
     assert titles == [str(h) for h in range(12)] and "columns: heads" in fig.layout.title.text
+
+
+@pytest.mark.parametrize("case", ["softmax", "applied", "query", "stages"])
+def test_the_statistics_figure_draws_the_statistics_of_stats(case):
+    """It computes only what it draws (entropy, distance, locality), equal to `stats()`'s."""
+    torch.manual_seed(0)
+    if case == "stages":
+        model = timm.create_model(
+            "swin_tiny_patch4_window7_224", img_size=112, depths=(2, 2, 2, 2), embed_dim=32,
+            num_heads=(1, 2, 2, 4),
+        ).eval()  # fmt: skip
+        x = torch.randn(2, 3, 112, 112)
+    else:
+        model = timm.create_model("vizkit_refined_vit_tiny", depth=3, embed_dim=32).eval()
+        x = torch.randn(2, 3, 32, 32)
+    options = {"applied": {"maps": "applied"}, "query": {"query": "cls"}}.get(case, {})
+    result = vk.attention(model, x, **options)
+    stats = [s.stats() for s in (result if case == "stages" else [result])]
+    means = [t for t in viz.attention_stats_figure(result).data if t.name == "mean"]
+    keys = ["entropy"] if case == "query" else ["entropy", "distance_pixels", "locality"]
+    assert len(means) == len(keys)
+    for trace, key in zip(means, keys, strict=True):
+        per_head = [st[key].float().mean(1) for st in stats]  # (L, H) per stage
+        assert list(trace.y) == [v for p in per_head for v in p.mean(1).tolist()]

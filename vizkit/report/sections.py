@@ -3,6 +3,7 @@ says why it does not apply to the model."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from collections.abc import Callable
@@ -16,12 +17,12 @@ from .. import analysis, viz
 from ..analysis import SaliencyResult
 from ..analysis.saliency_result import constant_maps
 from ..hooks import HookedModel
-from ..hooks.targets import is_backbone, model_logits
+from ..hooks.targets import is_backbone, is_score_target, model_logits, select_images
+from ..methods.registry import default_methods, registered
 from ..metrics import compare_saliency, evaluate, near_chance, road, sanity_check
 from ..metrics.compare import resolve_methods
-from ..metrics.road import ORDERS
 from ..metrics.faithfulness import unit_count
-from ..methods.registry import default_methods
+from ..metrics.road import ORDERS
 from ..targets import embedding_norm
 from ..train.history import tracked_results
 from .inputs import ReportInputs
@@ -34,7 +35,10 @@ __all__ = ["SECTIONS", "NotApplicable", "Section", "add_section"]
 # (python benchmarks/report_settings.py).
 CURVE_STEPS = 8
 IG_STEPS = 16
-IG_BATCH = 4  # interpolated images per integrated-gradients pass (~60 MB each for a ViT-S)
+# images per backward pass of integrated gradients (interpolated images) and AttnLRP: a pass
+# holds every layer's activations, 0.14 GB for 2 ViT-S images (4: 0.30 GB; AttnLRP's batch of
+# 8 at once: 0.56 GB), which keeps the report's peak at the attention section's
+BACKWARD_IMAGES = 2
 
 
 @dataclass
@@ -165,8 +169,7 @@ def class_attention(r: ReportInputs) -> Section:
 
 
 def saliency(r: ReportInputs) -> Section:
-    quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
-    methods = [quick.get(name, name) for name in default_methods(_has_self_attention(r))]
+    methods = _report_methods(_has_self_attention(r))
     units = unit_count(r.model, tuple(r.images.shape[-2:]), "patch")
     backbone = is_backbone(r.model)
     table = _quiet(
@@ -208,13 +211,15 @@ EVALUATION = ("road_morf_auc", "average_drop", "faithfulness_correlation", "spar
 def evaluation(r: ReportInputs) -> Section:
     """The sanity check (cascading randomization) of the default methods, and the metrics the
     comparison does not show, with standard errors."""
-    _require_classes(r, "the further faithfulness scores (ROAD, average drop, faithfulness "
-                     "correlation) score a class's probability; vk.sanity_check(model, x, "
-                     "target=vk.targets.embedding_norm()) runs the randomization test on it")  # fmt: skip
+    _require_classes(
+        r,
+        "the further faithfulness scores (ROAD, average drop, faithfulness correlation) score "
+        "a class's probability; vk.sanity_check(model, x, target=vk.targets.embedding_norm()) "
+        "runs the randomization test on it",
+    )
     has_attention = _has_self_attention(r)
     names = [n for n in default_methods(has_attention) if n != "integrated_gradients"]
-    quick = {"integrated_gradients": ("integrated_gradients", _integrated_gradients)}
-    methods = [quick.get(n, n) for n in default_methods(has_attention)]
+    methods = _report_methods(has_attention)
     checks, refused = [], []
     for name in names:
         try:
@@ -260,8 +265,8 @@ def _road_curves(r: ReportInputs, methods: list, targets: Tensor) -> dict:
         if len(keep) < len(maps):
             name = f"{name} ({len(keep)} of {len(maps)} images)"
         if len(keep):
-            curves[name] = [road(r.hooked, r.images[keep], maps[keep.to(maps.device)],
-                                 targets[keep.to(targets.device)], order=o) for o in ORDERS]  # fmt: skip
+            kept = (r.images[keep], maps[keep.to(maps.device)], targets[keep.to(targets.device)])
+            curves[name] = [road(r.hooked, *kept, order=o) for o in ORDERS]
     return curves
 
 
@@ -271,12 +276,45 @@ def _predictions(r: ReportInputs) -> Tensor:
         return model_logits(r.hooked(r.images)).argmax(-1)
 
 
+def _report_methods(has_attention: bool) -> list:
+    """The default methods as the report runs them: by name, but integrated gradients
+    (`_integrated_gradients`) and AttnLRP (`_attnlrp`) as (name, fn) pairs."""
+    quick = {"integrated_gradients": _integrated_gradients, "attnlrp": _attnlrp}
+    return [(n, quick[n]) if n in quick else n for n in default_methods(has_attention)]
+
+
 def _integrated_gradients(hm: HookedModel, x: Tensor, targets: Tensor) -> SaliencyResult:
-    """Integrated gradients of `IG_STEPS` steps, `IG_BATCH` interpolated images per backward
-    pass (the default of 64 runs 8 steps of 8 images at once, each holding its activations)."""
+    """Integrated gradients of `IG_STEPS` steps, `BACKWARD_IMAGES` interpolated images per
+    backward pass (the default of 64 runs 8 steps of 8 images at once, each holding its
+    activations)."""
     return analysis.integrated_gradients(
-        hm, x, targets, n_steps=IG_STEPS, internal_batch_size=IG_BATCH
+        hm, x, targets, n_steps=IG_STEPS, internal_batch_size=BACKWARD_IMAGES
     )
+
+
+def _attnlrp(hm: HookedModel, x: Tensor, targets) -> SaliencyResult:
+    """AttnLRP maps (B, H, W) of images x (B, C, H, W), `BACKWARD_IMAGES` at a time (an image's
+    relevance is its own): one backward pass of the whole batch would hold every image's
+    activations."""
+    method = registered("attnlrp")
+    parts = []
+    for rows in torch.arange(len(x), device=x.device).split(BACKWARD_IMAGES):
+        if is_score_target(targets):
+            chosen = select_images(targets, rows)
+        else:
+            chosen = targets[rows.to(targets.device)]
+        parts.append(method(hm, x[rows], chosen))
+    return _joined(parts)
+
+
+def _joined(parts: list[SaliencyResult]) -> SaliencyResult:
+    """The results of consecutive chunks of a batch as one: maps, targets and extras
+    concatenated (the first chunk's options and layout)."""
+    first = parts[0]
+    targets = None if first.targets is None else torch.cat([p.targets for p in parts])
+    extras = {key: torch.cat([p.extras[key] for p in parts]) for key in first.extras}
+    maps = torch.cat([p.maps for p in parts])
+    return dataclasses.replace(first, maps=maps, targets=targets, extras=extras)
 
 
 def representations(r: ReportInputs) -> Section:

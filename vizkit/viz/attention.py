@@ -8,6 +8,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult, Stages
+from ..analysis import attention_stats as stats
 from ..hooks.inputs import check_choice
 from ..hooks.selection import HeadSpec, LayerSpec
 from .overlay import heatmap_on_image, opacity_slider
@@ -186,13 +187,8 @@ def attention_stats_figure(result: AttentionResult | Stages) -> go.Figure:
     `Stages` result (a hierarchical model's default `attention`) gives every stage's layers in
     one curve, stages marked by dotted lines and their token grids named in the title."""
     stages = list(result) if isinstance(result, Stages) else [result]
-    per_stage = [stage.stats() for stage in stages]
-    wanted = {
-        "entropy": "entropy / log N (1 = uniform)",
-        "distance_pixels": "mean distance (pixels)",
-        "locality": "mass within 1 patch",
-    }
-    wanted = {k: label for k, label in wanted.items() if all(k in st for st in per_stage)}
+    per_stage = [_drawn_stats(stage) for stage in stages]
+    wanted = {k: label for k, label in DRAWN_STATS.items() if all(k in st for st in per_stage)}
     x = [str(layer) for stage in stages for layer in stage.layers]
     fig = make_subplots(rows=1, cols=len(wanted), horizontal_spacing=0.12)
     for col, (key, label) in enumerate(wanted.items(), start=1):
@@ -223,3 +219,34 @@ def attention_stats_figure(result: AttentionResult | Stages) -> go.Figure:
         grids = ", ".join(f"{s.layout.grid[0]}x{s.layout.grid[1]}" for s in stages)
         title += f"<br><sub>{len(stages)} stages (dotted lines), token grids {grids}</sub>"
     return finish(fig, title, 380 + 20 * (len(stages) > 1))
+
+
+# the statistics `attention_stats_figure` draws (keys of `AttentionResult.stats`) and their axes
+DRAWN_STATS = {
+    "entropy": "entropy / log N (1 = uniform)",
+    "distance_pixels": "mean distance (pixels)",
+    "locality": "mass within 1 patch",
+}
+
+
+def _drawn_stats(result: AttentionResult) -> dict[str, torch.Tensor]:
+    """The `DRAWN_STATS` of ``result``, each (L, B, H), equal to `AttentionResult.stats`'s
+    values but only these: the others (head diversity above all) are most of its time on
+    large maps (Swin's first stage: 3136 x 3136 per head). One (image, layer) block at a time,
+    as `stats`; distance and locality only with every query captured."""
+    blocks = [[_drawn_block(result, p) for p in layer] for layer in result.patterns]
+    return {
+        key: torch.stack([torch.stack([s[key] for s in layer]) for layer in blocks])
+        for key in blocks[0][0]
+    }
+
+
+def _drawn_block(result: AttentionResult, p: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`_drawn_stats` of one image's maps in one layer, (H, Nq, N) -> (H,) each."""
+    if result.maps == "applied":  # signed maps are measured as |A|, rows renormalized
+        p = stats.absolute_rows(p)
+    out = {"entropy": stats.query_entropy(p)}
+    if result.query is None:
+        out["distance_pixels"] = stats.mean_attention_distance(p, result.layout, result.patch_size)
+        out["locality"] = stats.locality_mass(p, result.layout)
+    return out
