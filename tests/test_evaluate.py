@@ -81,6 +81,35 @@ def test_a_killed_run_resumes_to_the_same_table(shapes, tmp_path):
         vk.evaluate(model, data, methods=["random"], metrics=METRICS, batch_size=8, out=out)
 
 
+def test_a_resumed_progress_bar_starts_at_the_done_count(shapes, tmp_path, monkeypatch):
+    evaluate_module = sys.modules["vizkit.metrics.evaluate"]  # the name is the function's
+    bars = []
+
+    class Recorded(evaluate_module.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.opened_at = self.n
+            bars.append(self)
+
+    monkeypatch.setattr(evaluate_module, "tqdm", Recorded)
+    model, data = shapes
+    calls = []
+
+    def interrupted(model, x, targets):  # Ctrl-C on the third batch
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return vk.metrics.random_saliency(model, x, target=targets)
+
+    run = {"metrics": ["sparseness"], "batch_size": 8, "out": tmp_path / "eval.jsonl"}
+    with pytest.raises(KeyboardInterrupt):
+        vk.evaluate(model, data, methods=[("m", interrupted)], **run)
+    vk.evaluate(model, data, methods=[("m", interrupted)], **run)
+    assert (bars[0].opened_at, bars[0].n, bars[0].total) == (0, 2, 3)  # interrupted
+    assert (bars[1].opened_at, bars[1].n, bars[1].total) == (2, 3, 3)  # resumed
+    assert "2/3" in bars[1].format_meter(2, 3, 0)  # what the bar showed on opening
+
+
 def test_evaluate_refuses_bad_arguments(shapes):
     model, data = shapes
     x, labels, _ = data.tensors

@@ -1,6 +1,9 @@
 """vk.datasets.load_images: the user's own images for a model in one call, from a file, a
 folder, a list, a PIL image or an array, at the model's real input size."""
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -93,10 +96,26 @@ def _asymmetric(height: int = 24, width: int = 40) -> np.ndarray:
     return np.stack([rows * 10, cols * 6, (rows * 3 + cols * 5) % 256], -1).astype(np.uint8)
 
 
+def _png48(pixels: np.ndarray) -> bytes:
+    """A 16-bit-per-channel RGB PNG of big-endian (H, W, 3) ``pixels``, by the PNG
+    specification (IHDR bit depth 16, colour type 2; filter 0 on every row)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    height, width, _ = pixels.shape
+    rows = b"".join(b"\x00" + row.tobytes() for row in pixels)
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))  # fmt: skip
+
+
 def test_photos_load_as_a_viewer_shows_them(tmp_path):
     """Each format against a reference decode: EXIF orientation 6 (rotate 90 degrees clockwise
-    to view) applied, a 16-bit grey ramp scaled (not clipped at 255), CMYK by its standard
-    formula, a palette with transparency by its palette, grey with alpha as grey."""
+    to view) applied, a 16-bit grey ramp and 48-bit RGB scaled (not clipped at 255), CMYK by
+    its standard formula, a palette with transparency by its palette, grey with alpha as grey."""
     from vizkit.datasets.image_folder import read_image
 
     pixels = _asymmetric()
@@ -114,6 +133,11 @@ def test_photos_load_as_a_viewer_shows_them(tmp_path):
     loaded = np.asarray(read_image(tmp_path / "ramp16.png"))
     np.testing.assert_array_equal(loaded, np.repeat(grey[..., None], 3, -1))
     assert len(np.unique(loaded)) > 200  # not 255 everywhere
+
+    rgb48 = np.stack([ramp, ramp[::-1], ramp.T.reshape(24, 40)], -1).astype(">u2")
+    (tmp_path / "rgb48.png").write_bytes(_png48(rgb48))  # Pillow cannot write 16-bit RGB
+    expected = np.round(rgb48 / 65535 * 255)
+    assert np.abs(np.asarray(read_image(tmp_path / "rgb48.png")) - expected).max() <= 1
 
     cmyk = np.stack([pixels[..., 0], pixels[..., 1], pixels[..., 2], pixels[..., 0] // 2], -1)
     Image.fromarray(cmyk, "CMYK").save(tmp_path / "print.tif")

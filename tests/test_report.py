@@ -192,6 +192,7 @@ def test_the_trust_checks_are_one_flag_away_and_sections_can_be_chosen(tmp_path,
     assert "evaluation" not in chosen_sections("default") and HEAVY_SECTIONS == ("evaluation",)
     assert chosen_sections("all") == list(SECTIONS)
     assert chosen_sections(["history", "summary"]) == ["summary", "history"]  # page order
+    assert chosen_sections("history") == ["history"]  # one name, not its letters
     page = build_report(n=2, out=tmp_path, sections=["summary", "history"]).read_text()
     assert "<h2>Training</h2>" in page and "Attention rollout" not in page
     assert "report: history took" in capsys.readouterr().err  # each section's cost

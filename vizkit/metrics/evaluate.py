@@ -299,7 +299,8 @@ def evaluate(
     shown = progress and rank == 0
     seen = 0  # images before this batch
     with (_Log(_shard_file(out, world, rank), config) as log,
-          tqdm(total=total, desc="evaluate", disable=not shown, leave=False) as bar):  # fmt: skip
+          tqdm(total=total, initial=len(log.done) * world, desc="evaluate", disable=not shown,
+               leave=False) as bar):  # fmt: skip
         for index, batch in enumerate(itertools.chain([first], batches)):
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
@@ -310,7 +311,7 @@ def evaluate(
                 if log.entry(index, name, images) is None:
                     entry = _scored(model, batch, index, name, fn, names, targets, start)
                     log.add({**entry, "images": images})
-                bar.update(world)
+                    bar.update(world)  # a resumed bar starts at the done count
     entries = _gathered(list(log.done.values()), world)
     entries = sorted(entries, key=lambda e: e["batch"])
     per_image = torch.stack([

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..hooks.inputs import as_names
+
 from .inputs import DEFAULT_MODEL, ReportInputs, load_inputs
 from .page import write_page
 from .sections import SECTIONS, NotApplicable, Section
@@ -77,10 +79,10 @@ def chosen_sections(sections: str | Sequence[str]) -> list[str]:
         return list(SECTIONS)
     if sections == "default":
         return [name for name in SECTIONS if name not in HEAVY_SECTIONS]
-    if isinstance(sections, str) or not isinstance(sections, Sequence) or not sections:
+    sections = as_names("sections", sections)
+    if not sections:
         raise ValueError(
-            f"sections must be 'default', 'all' or a list of {', '.join(SECTIONS)}; got "
-            f"{sections!r}."
+            f"sections must be 'default', 'all' or names of {', '.join(SECTIONS)}; got none."
         )
     unknown = [name for name in sections if name not in SECTIONS]
     if unknown:
