@@ -42,6 +42,13 @@ def build(key: str) -> tuple[nn.Module, torch.Tensor]:
     return model, x
 
 
+def pass_budget(model: nn.Module, x: torch.Tensor, images: int, gradients: bool) -> int:
+    """The ``max_bytes`` that holds ``images`` images per pass of a multi-copy method."""
+    from vizkit.hooks.passes import one_image_bytes
+
+    return images * one_image_bytes(model, x, gradients)
+
+
 @pytest.fixture(params=list(MODELS))
 def any_model(request):
     return (request.param, *build(request.param))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import build
+from conftest import build, pass_budget
 from pytorch_grad_cam import (
     AblationCAM,
     GradCAMPlusPlus,
@@ -75,6 +75,20 @@ def test_gradient_cams_equal_pytorch_grad_cam(name, kind, request):
     assert ours.maps.shape == act.shape[:1] + act.shape[2:]
 
 
+@pytest.mark.parametrize("shape", [(3, 10, 40), (3, 40, 10)])
+def test_eigencams_component_is_the_svds_from_either_gram(shape):
+    """s1 u1 from the positions' Gram (fewer positions) or A v1 from the channels' (fewer
+    channels) equals the singular value decomposition's, up to the sign."""
+    from vizkit.methods.eigencam import _first_component
+
+    a = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    _, _, vh = torch.linalg.svd(a, full_matrices=False)
+    expected = (a @ vh[:, :1].transpose(1, 2))[..., 0]
+    ours = _first_component(a)
+    signs = torch.sign((ours * expected).sum(1, keepdim=True))
+    torch.testing.assert_close(ours * signs, expected, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("kind", ["vit", "cnn"])
 def test_eigencam_is_the_first_principal_component(kind, request):
     model, x, _ = request.getfixturevalue(kind)
@@ -97,7 +111,7 @@ def test_eigencam_is_the_first_principal_component(kind, request):
 def test_scorecam_equals_pytorch_grad_cam(vit):
     model, x, labels = vit
     x, labels = x[:2], labels[:2]
-    ours = vk.scorecam(model, x, target=labels, batch_size=50)
+    ours = vk.scorecam(model, x, target=labels)
     act, grad = activation_and_gradient(model, x, labels, ours.options["layer"])
     reference = ScoreCAM(model, target_layers=[])
     targets = [ClassifierOutputTarget(int(t)) for t in labels]
@@ -123,7 +137,7 @@ def test_ablationcam_on_tokens_is_the_relative_score_drop(vit):
     """(y - y_k) / y with channel k of the patch tokens zeroed, one forward per channel here."""
     model, x, labels = vit
     x, labels = x[:2], labels[:2]
-    ours = vk.ablationcam(model, x, target=labels, batch_size=7)
+    ours = vk.ablationcam(model, x, target=labels, max_bytes=pass_budget(model, x, 7, False))
     layer = ours.options["layer"]
     hm = vk.HookedModel(model)
     act, _ = activation_and_gradient(model, x, labels, layer)
@@ -182,16 +196,16 @@ def test_ablationcam_runs_the_ablated_copies_from_the_layers_block_on(vit, monke
     model, x, labels = vit
     x, labels = x[:2], labels[:2]
     last = f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
-    calls = []
+    calls, budget = [], pass_budget(model, x, 16, gradients=False)
     handle = model.blocks[0].register_forward_hook(lambda m, i, o: calls.append(len(o)))
     try:
-        resumed = vk.ablationcam(model, x, target=labels, layer=last, batch_size=16)
+        resumed = vk.ablationcam(model, x, target=labels, layer=last, max_bytes=budget)
     finally:
         handle.remove()
     channels = model.embed_dim
     assert sum(calls) < channels  # the copies skipped the first block
     monkeypatch.setattr(module, "resumed_forward", lambda *args: None)
-    whole = vk.ablationcam(model, x, target=labels, layer=last, batch_size=16)
+    whole = vk.ablationcam(model, x, target=labels, layer=last, max_bytes=budget)
     torch.testing.assert_close(resumed.maps, whole.maps, rtol=1e-4, atol=1e-6)
 
 

@@ -196,11 +196,15 @@ def test_labels_are_checked_before_a_batch_is_scored():
                               patch_size=8, depth=1).eval()  # fmt: skip
     x = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     run = {"methods": ["random"], "metrics": ["sparseness"], "batch_size": 4, "progress": False}
-    labels = torch.tensor([1, 2, 3, 4, 5, 10])
+    labels, calls = torch.tensor([1, 2, 3, 4, 5, 10]), []
     with pytest.raises(ValueError, match=r"Label 10 of image 5 is not a class.*0\.\.9"):
-        vk.evaluate(model, (x, labels), **run)
-    with pytest.raises(ValueError, match=r"integer class indices; got torch.float32"):
-        vk.evaluate(model, (x, torch.full((6,), 2.7)), **run)
+        vk.evaluate(model, (x, labels), **{**run, "methods": [("m", lambda *a: calls.append(a))]})
+    assert calls == []  # refused before the first batch was explained
+    fractional = torch.tensor([1.0, 2.0, 3.0, 2.7, 5.0, 6.0])
+    with pytest.raises(
+        ValueError, match=r"integer class indices; got torch.float32 \(image 3: 2.7"
+    ):
+        vk.evaluate(model, (x, fractional), **run)
     with pytest.raises(ValueError, match=r"pass labels\.argmax\(1\)"):
         vk.evaluate(model, (x, torch.eye(10)[:6]), **run)
     with pytest.raises(ValueError, match="targets='predictions'"):

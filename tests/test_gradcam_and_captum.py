@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from captum.attr import IntegratedGradients, Occlusion, Saliency
-from conftest import build, hooks_on
+from conftest import build, hooks_on, pass_budget
 from pytorch_grad_cam import GradCAM
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
@@ -91,7 +91,7 @@ def test_gradcam_targets_and_batch():
 def test_captum_wrappers_equal_direct_calls(key):
     model, x = build(key)
     target = torch.tensor([1, 4])
-    ig = vk.integrated_gradients(model, x, target=target, n_steps=16, internal_batch_size=8)
+    ig = vk.integrated_gradients(model, x, target=target, n_steps=16)
     direct = IntegratedGradients(model).attribute(
         x, baselines=0.0, target=target, n_steps=16, internal_batch_size=8
     )
@@ -99,7 +99,7 @@ def test_captum_wrappers_equal_direct_calls(key):
     sal = vk.saliency(model, x, target=target)
     direct = Saliency(model).attribute(x.clone().requires_grad_(True), target=target)
     torch.testing.assert_close(sal.maps, direct.amax(1), rtol=1e-5, atol=1e-7)
-    occ = vk.occlusion(model, x, target=target, window=16, internal_batch_size=8)
+    occ = vk.occlusion(model, x, target=target, window=16)
     direct = Occlusion(model).attribute(
         x, sliding_window_shapes=(3, 16, 16), strides=(3, 16, 16), baselines=0.0, target=target
     )
@@ -110,10 +110,10 @@ def test_captum_wrappers_equal_direct_calls(key):
 def test_occlusion_keeps_a_batch_below_the_image_count():
     model, x = build("vit")
     whole = vk.occlusion(model, x, target=[1, 4], window=16)
-    sizes = []
+    sizes, one_image = [], pass_budget(model, x, 1, gradients=False)
     handle = model.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
     try:
-        split = vk.occlusion(model, x, target=[1, 4], window=16, internal_batch_size=1)
+        split = vk.occlusion(model, x, target=[1, 4], window=16, max_bytes=one_image)
     finally:
         handle.remove()
     assert max(sizes[1:]) == 1  # after the forward that resolves targets
@@ -122,22 +122,22 @@ def test_occlusion_keeps_a_batch_below_the_image_count():
 
 def test_integrated_gradients_keeps_a_batch_below_the_image_count():
     """captum raises an internal batch below B to B; vizkit splits the images instead, so no
-    pass holds more than internal_batch_size images, and the maps are the same."""
+    pass holds more images than max_bytes allows, and the maps are the same."""
     model, x = build("vit")
     target, start = torch.tensor([1, 4]), torch.randn_like(x)
     whole = vk.integrated_gradients(model, x, target=target, baseline=start, n_steps=6)
-    sizes = []
+    sizes, one_image = [], pass_budget(model, x, 1, gradients=True)
     handle = model.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
     try:
         split = vk.integrated_gradients(
-            model, x, target=target, baseline=start, n_steps=6, internal_batch_size=1
+            model, x, target=target, baseline=start, n_steps=6, max_bytes=one_image
         )
     finally:
         handle.remove()
-    assert sizes[1:] == [1] * 12  # after the forward that resolves targets: 2 images x 6 steps
+    assert sizes[2:] == [1] * 12  # after the targets' forward and the one image measured
     torch.testing.assert_close(split.maps, whole.maps, rtol=1e-4, atol=1e-6)
     by_callable = vk.integrated_gradients(
-        model, x, target=lambda out: out[:, 1], n_steps=6, internal_batch_size=1
+        model, x, target=lambda out: out[:, 1], n_steps=6, max_bytes=one_image
     )
     assert by_callable.maps.shape == whole.maps.shape and by_callable.targets is None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, pass_budget
 from torch import nn
 
 import vizkit as vk
@@ -20,7 +20,9 @@ def linear_model():
 def test_smoothgrad_of_a_linear_model_is_its_weight_magnitude():
     """|d f_k / d x| is |w_k| whatever the noise, so every noisy copy gives the same map."""
     model, x = linear_model(), torch.randn(2, 3, 8, 8)
-    result = vk.smoothgrad(model, x, target=[1, 3], samples=5, batch_size=3)
+    result = vk.smoothgrad(
+        model, x, target=[1, 3], samples=5, max_bytes=pass_budget(model, x, 3, True)
+    )
     weights = model[1].weight.detach().view(5, 3, 8, 8).abs().amax(1)
     torch.testing.assert_close(result.maps, weights[[1, 3]])
     assert result.options["samples"] == 5

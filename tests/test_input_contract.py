@@ -130,7 +130,7 @@ def test_integer_targets_of_every_kind(target):
 
 BAD_OPTIONS = [
     ("integrated_gradients", {"n_steps": 0}, ValueError, r"n_steps must be an int >= 1; got 0"),
-    ("integrated_gradients", {"internal_batch_size": 0}, ValueError, "internal_batch_size"),
+    ("integrated_gradients", {"max_bytes": 0}, ValueError, "max_bytes"),
     ("integrated_gradients", {"baseline": float("nan")}, ValueError, "baseline"),
     ("integrated_gradients", {"baseline": float("inf")}, ValueError, "baseline"),
     ("occlusion", {"baseline": float("-inf")}, ValueError, "baseline"),

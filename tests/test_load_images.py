@@ -161,6 +161,9 @@ def test_photos_load_as_a_viewer_shows_them(tmp_path):
 def test_images_without_a_known_range_and_broken_files_are_named(tmp_path, wide_vit):
     with pytest.raises(ValueError, match="floating-point image"):
         vk.datasets.load_images(Image.fromarray(np.zeros((8, 8), np.float32), "F"), wide_vit)
+    dark = Image.fromarray(np.arange(64, dtype=np.int32).reshape(8, 8) * 4, "I")  # 0..252
+    with pytest.raises(ValueError, match=r"32-bit integer image \(values 0\.\.252\) has no known"):
+        vk.datasets.load_images(dark, wide_vit)
     Image.fromarray(_asymmetric()).save(tmp_path / "ok.png")
     Image.fromarray(_asymmetric()).save(tmp_path / "whole.jpg")
     (tmp_path / "truncated.jpg").write_bytes((tmp_path / "whole.jpg").read_bytes()[:300])

@@ -230,7 +230,7 @@ def test_a_backbones_report_explains_its_embedding_not_a_class(tmp_path):
 
 
 @pytest.mark.parametrize("backbone", [False, True])
-def test_the_reports_attnlrp_in_chunks_gives_the_whole_batchs_maps(backbone):
+def test_the_reports_methods_in_slices_give_the_whole_batchs_maps(backbone):
     """AttnLRP runs `BACKWARD_IMAGES` images per backward pass (its memory), with the maps,
     classes and relevance of one pass over the batch; also for a score target (a backbone)."""
     import timm
@@ -245,7 +245,7 @@ def test_the_reports_attnlrp_in_chunks_gives_the_whole_batchs_maps(backbone):
     x = torch.randn(5, 3, 32, 32)  # 2 + 2 + 1 images
     hm = vk.HookedModel(model)
     target = vk.targets.embedding_norm() if backbone else torch.tensor([0, 1, 2, 3, 4])
-    chunked = sections._attnlrp(hm, x, target)
+    chunked = sections._in_slices(vk.attnlrp)(hm, x, target)
     whole = vk.attnlrp(hm, x, target)
     assert sections.BACKWARD_IMAGES < len(x)
     torch.testing.assert_close(chunked.maps, whole.maps, rtol=1e-5, atol=1e-9)

@@ -1,16 +1,15 @@
 """Thin wrappers over captum's input attributions, returning `SaliencyResult` pixel maps.
 
 captum does the attribution; vizkit resolves targets like every other analysis (int, B ints, a
-callable on the logits, or None for the argmax), chunks the work with ``internal_batch_size`` and
-reduces the channel axis to one map per image.
+callable on the logits, or None for the argmax), sizes the passes of copies (interpolation
+steps, occluded images) by ``max_bytes`` (`vizkit.hooks.passes`) and reduces the channel axis to
+one map per image.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -23,6 +22,7 @@ from ..hooks.inputs import (
     check_size,
     check_values_finite,
 )
+from ..hooks.passes import images_per_pass
 from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
 from ..methods.registry import saliency_method
 from .saliency_result import SaliencyResult
@@ -31,7 +31,6 @@ __all__ = [
     "captum_attr",
     "captum_inputs",
     "captum_result",
-    "captum_seeded",
     "image_rows",
     "integrated_gradients",
     "occlusion",
@@ -73,22 +72,6 @@ def image_rows(x: Tensor) -> Tensor:
     return torch.arange(len(x), device=x.device)
 
 
-@contextmanager
-def captum_seeded(seed: int, device: torch.device) -> Iterator[None]:
-    """torch's generators (the CPU's and ``device``'s) and NumPy's, from which captum draws
-    noise and baselines, seeded with ``seed`` for the block; the caller's states are restored
-    after it, also after an error."""
-    numpy_state = np.random.get_state()
-    devices = [device.index or 0] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            np.random.seed(seed % 2**32)
-            yield
-    finally:
-        np.random.set_state(numpy_state)
-
-
 def captum_result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
     """(B, C, H, W) attributions -> a `SaliencyResult` of (B, H, W) maps, channels reduced by
     ``reduce`` ("sum", "abs_max" or the mean)."""
@@ -119,16 +102,16 @@ def integrated_gradients(
     target: Target = None,
     baseline: float | Tensor = 0.0,
     n_steps: int = 50,
-    internal_batch_size: int = 64,
+    max_bytes: int | None = None,
 ) -> SaliencyResult:
     """captum IntegratedGradients; maps (B, H, W) are the attributions summed over channels
     (signed). ``baseline``: a value or a (B, C, H, W) tensor, in the model's normalized space.
-    ``internal_batch_size``: interpolated images per forward and backward pass, which bounds the
-    activations held; below B the batch is split (captum alone would raise it to B)."""
+    ``max_bytes``: the most one forward and backward pass of interpolated images may hold
+    (default: as much as one gradient pass of the batch; `vizkit.hooks.passes`)."""
     n_steps = check_count("n_steps", n_steps)
-    internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = captum_inputs(model, x, target)
     baseline = _check_baseline(baseline, x)
+    per_pass = images_per_pass(hm.model, x, max_bytes, True, "integrated_gradients")
     method = captum_attr().IntegratedGradients(forward)
     with frozen_parameters(hm.model):  # gradients of the input only
         attributions = torch.cat(
@@ -139,14 +122,12 @@ def integrated_gradients(
                     target=chosen,
                     additional_forward_args=(rows,),
                     n_steps=n_steps,
-                    internal_batch_size=internal_batch_size,
+                    internal_batch_size=per_pass,
                 )
-                for images, start, chosen, rows in _image_chunks(
-                    x, baseline, targets, internal_batch_size
-                )
+                for images, start, chosen, rows in _image_chunks(x, baseline, targets, per_pass)
             ]
         )
-    options = {"n_steps": n_steps, "baseline": _describe(baseline)}
+    options = {"n_steps": n_steps, "baseline": _describe(baseline), "images_per_pass": per_pass}
     return captum_result(attributions, "integrated_gradients", "sum", targets, options)
 
 
@@ -180,7 +161,7 @@ def occlusion(
     window: int | tuple[int, int] | None = None,
     stride: int | tuple[int, int] | None = None,
     baseline: float = 0.0,
-    internal_batch_size: int = 64,
+    max_bytes: int | None = None,
 ) -> SaliencyResult:
     """captum Occlusion: the drop of the target score when a window is set to ``baseline``;
     maps (B, H, W), mean over channels.
@@ -188,11 +169,11 @@ def occlusion(
     Args:
         window: (h, w) occluded at a time; default the patch size (ViTs) or 1/8 of the image.
         stride: default the window (non-overlapping).
-        internal_batch_size: occluded images per forward (captum's ``perturbations_per_eval``
-            is this divided by the batch size; below B the batch is split).
+        max_bytes: the most one forward of occluded images may hold (default: as much as a
+            forward of the batch; `vizkit.hooks.passes`).
     """
-    internal_batch_size = check_count("internal_batch_size", internal_batch_size)
     hm, x, forward, targets = captum_inputs(model, x, target)
+    per_pass = images_per_pass(hm.model, x, max_bytes, False, "occlusion")
     baseline = check_number("baseline", baseline)
     image_size = tuple(x.shape[-2:])
     if window is None:
@@ -210,12 +191,17 @@ def occlusion(
                 baselines=baseline,
                 target=chosen,
                 additional_forward_args=(rows,),
-                perturbations_per_eval=max(1, internal_batch_size // len(images)),
+                perturbations_per_eval=max(1, per_pass // len(images)),
             )
-            for images, _, chosen, rows in _image_chunks(x, baseline, targets, internal_batch_size)
+            for images, _, chosen, rows in _image_chunks(x, baseline, targets, per_pass)
         ]
     )
-    options = {"window": window, "stride": stride, "baseline": baseline}
+    options = {
+        "window": window,
+        "stride": stride,
+        "baseline": baseline,
+        "images_per_pass": per_pass,
+    }
     return captum_result(attributions, "occlusion", "mean", targets, options)
 
 

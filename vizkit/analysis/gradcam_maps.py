@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, TokenLayout
@@ -129,8 +130,9 @@ def cam_activation(
     if gradients:
         logits, cache = hm.run_with_cache(x, names=layer, grads=True, target=target)
         act, grad = cache[layer], cache[f"{layer}_grad"]
-    else:
-        logits, cache = hm.run_with_cache(x, names=layer)
+    else:  # no graph: the logits would hold every layer's activations for a backward
+        with torch.no_grad():
+            logits, cache = hm.run_with_cache(x, names=layer)
         act, grad = cache[layer], None
     require_per_image(layer, act, len(x))
     layout, channels_last = None, False

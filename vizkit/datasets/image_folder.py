@@ -36,13 +36,14 @@ def as_viewed_rgb(image: Image.Image) -> Image.Image:
     torchvision's loaders drop it). Floating-point and 32-bit integer images, whose range is
     unknown, are refused."""
     image = ImageOps.exif_transpose(image) or image
+    if image.mode == "I" and image.format != "PNG":  # a PNG's "I" is 16-bit grey
+        values = np.asarray(image)
+        raise ValueError(
+            f"A 32-bit integer image (values {values.min()}..{values.max()}) has no known "
+            "range; scale it to 0..255 and pass it as a uint8 array."
+        )
     if image.mode.startswith("I;16") or image.mode == "I":
         values = np.asarray(image, dtype=np.float64)
-        if image.mode == "I" and (values.min() < 0 or values.max() > 65535):
-            raise ValueError(
-                f"A 32-bit integer image (values {values.min():.0f}..{values.max():.0f}) has no "
-                "known range; scale it to 0..255 and pass it as a uint8 array."
-            )
         image = Image.fromarray(np.round(values / 65535 * 255).astype(np.uint8), "L")
     elif image.mode == "F":
         raise ValueError(

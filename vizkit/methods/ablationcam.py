@@ -1,7 +1,8 @@
 """Ablation-CAM (Desai & Ramaswamy 2020, "Ablation-CAM: Visual Explanation for Deep
 Convolutional Network via Gradient-free Localization", Eq. 3): each channel's weight is the
 relative drop of the target score when that channel of the activation is set to zero,
-(y - y_k) / y. No gradients; one forward per channel and image, in chunks of ``batch_size``.
+(y - y_k) / y. No gradients; one forward per channel and image, in passes sized by
+``max_bytes``.
 Where the layer is a block's input or output and the family's head reads the last block, the
 ablated copies run from that block on (`resumed_forward`, checked to reproduce the model's
 output first); elsewhere the whole model runs, the copies made in a hook on the activation.
@@ -16,7 +17,7 @@ from ..analysis.gradcam_maps import CamActivation, cam_maps, channel_cam
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count
+from ..hooks.passes import images_per_pass
 from ..hooks.selection import LayerSpec
 from .perturbation import chunked_scores, resumed_forward, score_of
 from .registry import saliency_method
@@ -31,23 +32,24 @@ __all__ = ["ablationcam"]
 @analysis_contract
 def ablationcam(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
-    layer: LayerSpec | None = None, batch_size: int = 64,
+    layer: LayerSpec | None = None, max_bytes: int | None = None,
 ) -> SaliencyResult:  # fmt: skip
     """Ablation-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`);
-    ``batch_size``: ablated copies per forward.
+    ``max_bytes``: the most one forward of perturbed copies may hold (default: as much as a
+    forward of the batch; `vizkit.hooks.passes`).
 
     Raises:
         ValueError: a target score of 0 on an image (the relative drop is undefined there).
     """
-    batch_size = check_count("batch_size", batch_size)
 
     def maps_of(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
-        weights = torch.stack([_weights(found, hm, x, target, b, batch_size)
+        chunk = images_per_pass(hm.model, x, max_bytes, False, "ablationcam")
+        weights = torch.stack([_weights(found, hm, x, target, b, chunk)
                                for b in range(len(x))])  # fmt: skip
         return channel_cam(found, weights.to(found.act.dtype))
 
     return cam_maps(model, x, target, layer, "ablationcam", maps_of, gradients=False,
-                    batch_size=batch_size)  # fmt: skip
+                    max_bytes=max_bytes)  # fmt: skip
 
 
 def _weights(

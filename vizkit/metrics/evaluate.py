@@ -211,6 +211,17 @@ def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, 
     return (split(b) for b in data), count
 
 
+def _labels_in_memory(data: object) -> Tensor | None:
+    """The data's labels (N,) when they are one tensor in memory (a tuple of tensors, a
+    TensorDataset, a loader over one in order); None otherwise."""
+    if isinstance(data, DataLoader) and not isinstance(data.sampler, RandomSampler):
+        data = data.dataset
+    tensors = data if isinstance(data, tuple) else getattr(data, "tensors", None)
+    if isinstance(data, (tuple, TensorDataset)) and len(tensors) > 1:
+        return tensors[1] if isinstance(tensors[1], Tensor) else None
+    return None
+
+
 def _fingerprint(model: nn.Module) -> str:
     """A hash of the model's class and every parameter and buffer, bit for bit."""
     digest = hashlib.sha1(type(model).__qualname__.encode())
@@ -287,6 +298,10 @@ def evaluate(
         raise ValueError("data holds no images.")
     has_masks = first[2] is not None
     names = _metric_names(metrics, has_masks, scored)
+    if targets == "labels" and (labels := _labels_in_memory(data)) is not None:
+        with torch.no_grad():  # every label checked before any work, where all are at hand
+            classes = model_logits(model(first[0][:1])).shape[-1]
+        _checked_labels(labels, classes, 0)
     world, rank = _process_group()
     config = {
         "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
@@ -367,9 +382,13 @@ def _checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
     if labels.ndim != 1:
         raise ValueError(f"labels must be class indices (B,); got shape {tuple(labels.shape)}.")
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        fractional = (
+            (labels != labels.round()).nonzero()[:, 0] if labels.is_floating_point() else []
+        )
+        i = int(fractional[0]) if len(fractional) else 0
         raise ValueError(
-            f"labels must be integer class indices; got {labels.dtype} (image {start}: "
-            f"{labels[0].item()}). Pass a LongTensor of classes."
+            f"labels must be integer class indices; got {labels.dtype} (image {start + i}: "
+            f"{labels[i].item()}). Pass a LongTensor of classes."
         )
     wrong = ((labels < 0) | (labels >= classes)).nonzero()[:, 0]
     if len(wrong):

@@ -277,34 +277,34 @@ def _predictions(r: ReportInputs) -> Tensor:
 
 
 def _report_methods(has_attention: bool) -> list:
-    """The default methods as the report runs them: by name, but integrated gradients
-    (`_integrated_gradients`) and AttnLRP (`_attnlrp`) as (name, fn) pairs."""
-    quick = {"integrated_gradients": _integrated_gradients, "attnlrp": _attnlrp}
+    """The default methods as the report runs them: by name, but integrated gradients (of
+    `IG_STEPS` steps) and AttnLRP as (name, fn) pairs that explain `BACKWARD_IMAGES` images
+    per call (`_in_slices`)."""
+    quick = {
+        "integrated_gradients": _in_slices(
+            lambda hm, x, targets: analysis.integrated_gradients(hm, x, targets, n_steps=IG_STEPS)
+        ),
+        "attnlrp": _in_slices(registered("attnlrp")),
+    }
     return [(n, quick[n]) if n in quick else n for n in default_methods(has_attention)]
 
 
-def _integrated_gradients(hm: HookedModel, x: Tensor, targets: Tensor) -> SaliencyResult:
-    """Integrated gradients of `IG_STEPS` steps, `BACKWARD_IMAGES` interpolated images per
-    backward pass (the default of 64 runs 8 steps of 8 images at once, each holding its
-    activations)."""
-    return analysis.integrated_gradients(
-        hm, x, targets, n_steps=IG_STEPS, internal_batch_size=BACKWARD_IMAGES
-    )
+def _in_slices(method: Callable) -> Callable:
+    """``method(hm, x, targets)`` run on `BACKWARD_IMAGES` images x (B, C, H, W) at a time (an
+    image's map is its own): a backward pass holds every image's activations, and so does
+    each pass of interpolated copies, as many as the images explained at once."""
 
+    def sliced(hm: HookedModel, x: Tensor, targets) -> SaliencyResult:
+        parts = []
+        for rows in torch.arange(len(x), device=x.device).split(BACKWARD_IMAGES):
+            if is_score_target(targets):
+                chosen = select_images(targets, rows)
+            else:
+                chosen = targets[rows.to(targets.device)]
+            parts.append(method(hm, x[rows], chosen))
+        return _joined(parts)
 
-def _attnlrp(hm: HookedModel, x: Tensor, targets) -> SaliencyResult:
-    """AttnLRP maps (B, H, W) of images x (B, C, H, W), `BACKWARD_IMAGES` at a time (an image's
-    relevance is its own): one backward pass of the whole batch would hold every image's
-    activations."""
-    method = registered("attnlrp")
-    parts = []
-    for rows in torch.arange(len(x), device=x.device).split(BACKWARD_IMAGES):
-        if is_score_target(targets):
-            chosen = select_images(targets, rows)
-        else:
-            chosen = targets[rows.to(targets.device)]
-        parts.append(method(hm, x[rows], chosen))
-    return _joined(parts)
+    return sliced
 
 
 def _joined(parts: list[SaliencyResult]) -> SaliencyResult:

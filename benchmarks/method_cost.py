@@ -1,0 +1,153 @@
+"""Every registered saliency method's time and peak memory against the model's own passes of
+the same batch: the plain forward (time, and the forward-only methods' memory) and one forward
++ backward to the images (the gradient methods' memory). Peak: the most bytes allocated at
+once during the call beyond what was allocated before it (CUDA: the allocator's peak; CPU: the
+profiler's allocation events, `live_peak.allocated_peak`). With --against REF the same table
+by the vizkit of a git revision, each in a fresh process, side by side.
+
+Usage: python benchmarks/method_cost.py [--model vit_tiny_patch16_224] [--batch 8] [--size 224]
+       [--methods a,b] [--repeats 3] [--threads 2] [--device cpu] [--against REF] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure in this process with the vizkit at ``args.vizkit`` (or the working tree's);
+    print one JSON line: per method, its seconds per round and its peak bytes."""
+    if args.vizkit:
+        sys.path.insert(0, args.vizkit)
+    import timm
+    import torch
+    from live_peak import allocated_peak
+    from timing import rotated_rounds, timed
+
+    from vizkit.methods.registry import methods
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = timm.create_model(args.model, img_size=args.size).eval().to(args.device)
+    x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
+    targets = list(range(args.batch))
+    registered = methods()
+    chosen = args.methods.split(",") if args.methods else sorted(registered)
+
+    def forward():
+        with torch.inference_mode():
+            model(x)
+
+    def backward():
+        images = x.clone().requires_grad_(True)
+        torch.autograd.grad(model(images)[:, 0].sum(), images)
+
+    runs = {"forward": forward, "forward + backward": backward}
+    runs |= {name: lambda f=registered[name]: f(model, x, targets) for name in chosen}
+
+    def peak(run) -> int:
+        if args.device.startswith("cuda"):
+            return timed(run, args.device)[2]
+        return allocated_peak(run)
+
+    times, _ = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    peaks = {name: peak(run) for name, run in runs.items()}
+    print(json.dumps({"times": times, "peaks": peaks}))
+
+
+def measured(args: argparse.Namespace, package: str | None) -> dict:
+    """`child` in a fresh interpreter, with the vizkit of ``package`` (None: the working tree)."""
+    command = [sys.executable, __file__, "--child", "--model", args.model, "--batch",
+               str(args.batch), "--size", str(args.size), "--repeats", str(args.repeats),
+               "--threads", str(args.threads), "--device", args.device]  # fmt: skip
+    if args.methods:
+        command += ["--methods", args.methods]
+    if package is not None:
+        command += ["--vizkit", package]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": str(HERE)}  # fmt: skip
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def rows_of(results: dict[str, dict]) -> list[list[str]]:
+    """One row per method: for each vizkit, time / forward, peak / forward, peak / forward +
+    backward; then the working tree's time and peak against the first vizkit's."""
+    rows = []
+    first, last = list(results)[0], list(results)[-1]
+    for name in results[last]["times"]:
+        row = [name]
+        for result in results.values():
+            if name not in result["times"]:
+                row += ["-"] * 3
+                continue
+            seconds = statistics.median(result["times"][name])
+            forward = statistics.median(result["times"]["forward"])
+            peaks = result["peaks"]
+            row += [f"{seconds / forward:.1f}x", f"{peaks[name] / peaks['forward']:.1f}x",
+                    f"{peaks[name] / peaks['forward + backward']:.2f}x"]  # fmt: skip
+        if len(results) > 1 and name in results[first]["times"]:
+            ratio = statistics.median(results[last]["times"][name]) / statistics.median(
+                results[first]["times"][name]
+            )
+            memory = results[last]["peaks"][name] / max(1, results[first]["peaks"][name])
+            row += [f"{ratio:.2f}x", f"{memory:.2f}x"]
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="vit_tiny_patch16_224")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--methods", help="comma-separated (default: every registered method)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--against", help="a git revision whose vizkit runs the same methods")
+    parser.add_argument("--record", action="store_true", help="also write docs/benchmark_results/")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--vizkit", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.dtype = "float32"
+    if args.child:
+        return child(args)
+    from report import checkout
+
+    with tempfile.TemporaryDirectory() as tmp:
+        packages = {"working tree": None}
+        if args.against:
+            packages = {args.against: str(checkout(args.against, Path(tmp) / "base")), **packages}
+        results = {name: measured(args, package) for name, package in packages.items()}
+    import torch
+    from timing import device_name, record
+
+    title = (f"{args.model} (random weights), batch {args.batch}, {args.size} px, float32, "
+             f"{device_name(args.device)}, torch {torch.__version__}; "
+             f"median of {args.repeats} rounds, peak: one call")  # fmt: skip
+    columns = ["method"]
+    for name in results:
+        columns += [f"{name}: time / forward", "peak / forward", "peak / fwd+bwd"]
+    if len(results) > 1:
+        columns += [f"time against {args.against}", f"peak against {args.against}"]
+    rows = rows_of(results)
+    print(title)
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(row))
+    if args.record:
+        print(f"recorded in {record(args, title, columns, rows)}")
+
+
+if __name__ == "__main__":
+    main()

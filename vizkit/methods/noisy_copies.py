@@ -1,0 +1,48 @@
+"""The copies of each image that SmoothGrad and GradientSHAP average over (noise samples,
+points towards baselines), run in passes of a given number of images. Each copy draws its
+randomness from its own generator, seeded from the call's ``seed``, so the maps are the same
+however the copies are split into passes (whatever memory budget or device memory is free)
+and the caller's random state is never touched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["mean_over_copies", "target_gradient"]
+
+Attribute = Callable[[Tensor, list[torch.Generator]], Tensor]
+
+
+def mean_over_copies(
+    x: Tensor, samples: int, per_pass: int, seed: int, attribute: Attribute
+) -> Tensor:
+    """(B, C, H, W) float32: for each image of x (B, C, H, W) the mean over its ``samples``
+    copies of ``attribute(rows, generators)``, which gives (n, C, H, W) for n copies of the
+    images ``rows`` (n,), each copy drawing from its own generator; ``per_pass`` copies at a
+    time, image by image."""
+    seeds = torch.randint(
+        0, 2**62, (len(x) * samples,), generator=torch.Generator().manual_seed(seed)
+    )
+    total = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for copies in torch.arange(len(x) * samples).split(per_pass):
+        generators = [torch.Generator(x.device).manual_seed(int(seeds[c])) for c in copies]
+        rows = (copies // samples).to(x.device)
+        total.index_add_(0, rows, attribute(rows, generators).float())
+    return total / samples
+
+
+def target_gradient(
+    forward: Callable[[Tensor, Tensor], Tensor], points: Tensor, rows: Tensor,
+    targets: Tensor | None,
+) -> Tensor:  # fmt: skip
+    """(n, C, H, W) the gradient of each copy's target score at ``points`` (n, C, H, W), the
+    copies of images ``rows`` (n,): ``forward(points, rows)`` gives (n, K) logits, read at the
+    images' ``targets`` (B,), or with ``targets`` None the (n,) scores themselves."""
+    points = points.detach().requires_grad_(True)
+    scores = forward(points, rows)
+    if targets is not None:
+        scores = scores.gather(1, targets[rows][:, None])
+    return torch.autograd.grad(scores.sum(), points)[0]
