@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING ?= 1
 # make docs executes the notebooks for the tutorials; make test builds without (nbval ran them)
 export VIZKIT_DOCS_EXECUTE ?= true
 
-.PHONY: setup demo test unit versions notebooks docs findings findings-gpu findings-cpu lab bench bench-gpu lint strip clean
+.PHONY: setup demo test unit versions notebooks docs findings findings-gpu findings-cpu lab bench bench-gpu gpu-lease lint strip clean
 
 setup: $(STAMP)
 
@@ -98,6 +98,12 @@ bench: setup
 bench-gpu: setup
 	$(BIN)/python -m pip install -q -e ".[dev,bench]"
 	PYTHON=$(BIN)/python benchmarks/gpu.sh
+
+# a short GPU lease used whole: bench-gpu's steps, then the ledgers' GPU sweep for the rest
+# of MINUTES, the models packed into OUT for `sweeps.py adopt`
+gpu-lease: setup
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
+	PYTHON=$(BIN)/python MINUTES=$(MINUTES) OUT=$(OUT) JOBS=$(JOBS) benchmarks/gpu_lease.sh
 
 lint: setup
 	$(BIN)/ruff check vizkit tests benchmarks notebooks docs/*.py docs/findings/*.py

@@ -3,7 +3,10 @@ the same batch: the plain forward (time, and the forward-only methods' memory) a
 + backward to the images (the gradient methods' memory). Peak: the most bytes allocated at
 once during the call beyond what was allocated before it (CUDA: the allocator's peak; CPU: the
 profiler's allocation events, `live_peak.allocated_peak`). With --against REF the same table
-by the vizkit of a git revision, each in a fresh process, side by side.
+by the vizkit of a git revision, each in a fresh process, side by side. Beside timm's models
+(random weights), two built from transformers configs (random weights, no classifier: the maps
+explain `vk.targets.embedding_norm()`): `hf_dinov2_base` (Dinov2Model) and `hf_clip_vit_l14`
+(CLIP's ViT-L/14 image tower with its projection); give them --size 518 and 336.
 
 Usage: python benchmarks/method_cost.py [--model vit_tiny_patch16_224] [--batch 8] [--size 224]
        [--methods a,b] [--repeats 3] [--threads 2] [--device cpu] [--against REF] [--record]
@@ -23,23 +26,43 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def built(name: str, size: int):
+    """The model ``name`` with random weights at ``size`` px: timm's, or one of the two
+    transformers backbones the module names."""
+    if name == "hf_dinov2_base":
+        from transformers import Dinov2Config, Dinov2Model
+
+        return Dinov2Model(Dinov2Config(image_size=size))
+    if name == "hf_clip_vit_l14":
+        from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+        config = CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                                  num_attention_heads=16, patch_size=14, image_size=size,
+                                  projection_dim=768)  # fmt: skip
+        return CLIPVisionModelWithProjection(config)
+    import timm
+
+    return timm.create_model(name, img_size=size)
+
+
 def child(args: argparse.Namespace) -> None:
     """Measure in this process with the vizkit at ``args.vizkit`` (or the working tree's);
     print one JSON line: per method, its seconds per round and its peak bytes."""
     if args.vizkit:
         sys.path.insert(0, args.vizkit)
-    import timm
     import torch
     from live_peak import allocated_peak
     from timing import rotated_rounds, timed
 
+    import vizkit as vk
     from vizkit.methods.registry import methods
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = timm.create_model(args.model, img_size=args.size).eval().to(args.device)
+    model = built(args.model, args.size).eval().to(args.device)
     x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
-    targets = list(range(args.batch))
+    backbone = args.model.startswith("hf_")
+    targets = vk.targets.embedding_norm() if backbone else list(range(args.batch))
     registered = methods()
     chosen = args.methods.split(",") if args.methods else sorted(registered)
 
@@ -49,7 +72,8 @@ def child(args: argparse.Namespace) -> None:
 
     def backward():
         images = x.clone().requires_grad_(True)
-        torch.autograd.grad(model(images)[:, 0].sum(), images)
+        output = vk.targets.embedding_of(model(images)) if backbone else model(images)
+        torch.autograd.grad(output[:, 0].sum(), images)
 
     runs = {"forward": forward, "forward + backward": backward}
     runs |= {name: lambda f=registered[name]: f(model, x, targets) for name in chosen}

@@ -258,3 +258,39 @@ def test_mistakes_at_data_set_scale_say_what_was_wrong_and_the_fix(tmp_path):
     for wrong in (10, 2.5):
         with pytest.raises((ValueError, TypeError), match="(?i)target"):
             lens.maps(wrong)
+
+
+def test_the_next_batch_loads_while_this_one_is_explained():
+    """Batches after the first are read by a prefetching thread; an error while reading is
+    raised at the batch it concerns, after the batches before it were scored."""
+    import threading
+
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=32,
+                              patch_size=8, depth=1).eval()  # fmt: skip
+    x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    readers, scored = [], []
+
+    class Recorded(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            readers.append(threading.current_thread().name)
+            if i == 6 and self.broken:
+                raise OSError("image 6 is unreadable")
+            return x[i], 1
+
+    def method(model, images, targets):
+        scored.append(len(images))
+        return vk.metrics.random_saliency(model, images, target=targets)
+
+    data = Recorded()
+    data.broken = False
+    run = {"methods": [("m", method)], "metrics": ["sparseness"], "batch_size": 2}
+    vk.evaluate(model, data, progress=False, **run)
+    assert readers[:2] == ["MainThread"] * 2  # the first batch, read to check the data
+    assert set(readers[2:]) == {"vizkit-evaluate-prefetch"}
+    data.broken, scored[:] = True, []
+    with pytest.raises(OSError, match="image 6 is unreadable"):
+        vk.evaluate(model, data, progress=False, **run)
+    assert scored == [2, 2, 2]  # batches 0-2 were explained

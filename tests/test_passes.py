@@ -199,3 +199,17 @@ def test_gradientshap_of_a_quadratic_has_its_closed_form():
                            samples=n, noise=s).maps  # fmt: skip
     expected = ((x.square() + s**2) / 2).sum(1)
     torch.testing.assert_close(ours, expected, rtol=0.03, atol=0.03)
+
+
+def test_curves_on_cuda_take_passes_by_the_budget(vit, monkeypatch):
+    """Deletion, insertion and the other perturbation metrics: on CUDA the memory budget
+    sizes their passes (a CPU stand-in for the CUDA query), on the CPU the pixel budget."""
+    from vizkit.metrics import faithfulness
+
+    model, x = vit
+    per_image = one_image_bytes(model, x, gradients=False)
+    assert faithfulness.batch_images(None, x, model) == faithfulness.BATCH_PIXELS // 64**2
+    monkeypatch.setattr(faithfulness, "available_bytes", lambda device: 10 * per_image)
+    monkeypatch.setattr(passes, "available_bytes", lambda device: 10 * per_image)
+    assert faithfulness.batch_images(None, x, model) == 9
+    assert faithfulness.batch_images(5, x, model) == 5

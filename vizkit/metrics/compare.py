@@ -272,7 +272,7 @@ def compare_saliency(
         raise TypeError(f"progress must be True or False; got {progress!r}.")
     if masks is not None:
         masks = _masks_for(masks, x)
-    batch_size = batch_images(None, tuple(x.shape[-2:]))
+    batch_size = batch_images(None, x, model.model)
     scoring = CurveScoring.of(target)
     with torch.no_grad():  # the curves' ends, the same for every method
         kinds = [b for _, b in CURVES.values()]

@@ -32,7 +32,7 @@ def confidence_change(
     weights = min_max(maps.float().to(x.device))[:, None]
     if tuple(weights.shape[-2:]) != tuple(x.shape[-2:]):
         weights = F.interpolate(weights, size=tuple(x.shape[-2:]), mode="bilinear")
-    size = batch_images(batch_size, tuple(x.shape[-2:]))
+    size = batch_images(batch_size, x, model.model)
     clean, masked = [], []
     with torch.no_grad():
         for start in range(0, len(x), size):

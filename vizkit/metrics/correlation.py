@@ -76,7 +76,7 @@ def faithfulness_correlation(
     subsets = (order.argsort(-1) < size).to(x.device)  # (B, runs, units): `size` at random
     attributed = (cells[:, None] * subsets).sum(-1).double()  # (B, runs)
     base = baseline_images(x, baseline)
-    chunk = batch_images(batch_size, image_size)
+    chunk = batch_images(batch_size, x, model.model)
     grid = (image_size[0] // unit[0], image_size[1] // unit[1])
     with torch.no_grad():
         logits = model_logits(model(x))

@@ -8,7 +8,9 @@ import hashlib
 import html
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,6 +213,47 @@ def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, 
     return (split(b) for b in data), count
 
 
+def _prefetched(batches: Iterator[tuple]) -> Iterator[tuple]:
+    """``batches`` in order, the next one loaded by a thread while this one is explained (a
+    loader's reading and decoding overlap the model's work); an error while loading is raised
+    here, at the batch it concerns."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item: tuple) -> bool:
+        """Put ``item`` once there is room; False once the consumer has stopped."""
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def load() -> None:
+        try:
+            for batch in batches:
+                if not offer((batch, None)):
+                    return
+        except BaseException as error:  # handed over to the consumer, raised there
+            offer((None, error))
+            return
+        offer((None, None))
+
+    thread = threading.Thread(target=load, name="vizkit-evaluate-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            batch, error = ready.get()
+            if error is not None:
+                raise error
+            if batch is None:
+                return
+            yield batch
+    finally:
+        stop.set()
+
+
 def _labels_in_memory(data: object) -> Tensor | None:
     """The data's labels (N,) when they are one tensor in memory (a tuple of tensors, a
     TensorDataset, a loader over one in order); None otherwise."""
@@ -316,7 +359,7 @@ def evaluate(
     with (_Log(_shard_file(out, world, rank), config) as log,
           tqdm(total=total, initial=len(log.done) * world, desc="evaluate", disable=not shown,
                leave=False) as bar):  # fmt: skip
-        for index, batch in enumerate(itertools.chain([first], batches)):
+        for index, batch in enumerate(itertools.chain([first], _prefetched(batches))):
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue

@@ -29,6 +29,7 @@ from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.passes import available_bytes, images_per_pass
 from ..hooks.targets import (
     ScoreTarget,
     call_target,
@@ -173,13 +174,17 @@ def unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, in
     return F.avg_pool2d(pixels, unit)[:, 0]
 
 
-def batch_images(batch_size: int | None, image_size: tuple[int, int]) -> int:
-    """Images per forward pass: ``batch_size`` (>= 1), or for None as many (H, W) images as
-    hold `BATCH_PIXELS` pixels (at least 1, at most `MAX_BATCH`), so that the activations of one
-    pass stay bounded whatever the image size."""
-    if batch_size is None:
-        return max(1, min(MAX_BATCH, BATCH_PIXELS // (image_size[0] * image_size[1])))
-    return check_count("batch_size", batch_size, 1)
+def batch_images(batch_size: int | None, x: Tensor, model: nn.Module) -> int:
+    """Images per forward pass of perturbed copies of x (B, C, H, W): ``batch_size`` (>= 1),
+    or for None on CUDA as many as the memory budget allows (`vizkit.hooks.passes`: at least
+    the batch, at least 256 MiB, within the free memory), elsewhere as many as hold
+    `BATCH_PIXELS` pixels (at least 1, at most `MAX_BATCH`: the CPU's caches, whatever the
+    image size)."""
+    if batch_size is not None:
+        return check_count("batch_size", batch_size, 1)
+    if available_bytes(x.device) is not None:
+        return images_per_pass(model, x, None, False, "the perturbation curves")
+    return max(1, min(MAX_BATCH, BATCH_PIXELS // (x.shape[-2] * x.shape[-1])))
 
 
 @dataclass
@@ -285,7 +290,7 @@ def perturbation_curve(
     check_choice("baseline", baseline, BASELINES)
     check_choice("order", order, ("morf", "lerf"))
     image_size = tuple(x.shape[-2:])
-    batch_size = batch_images(batch_size, image_size)
+    batch_size = batch_images(batch_size, x, hm.model)
     unit = unit_size(hm.model, image_size, level)
     check_tiles(image_size, unit, level)
     maps = saliency_maps(saliency, len(x), image_size)

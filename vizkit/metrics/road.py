@@ -137,7 +137,7 @@ def road(
     rank = rank_descending(maps.flatten(1) if order == "morf" else -maps.flatten(1))
     counts = (shares * pixels).round().long().clamp(1, pixels - 1)
     generator = torch.Generator().manual_seed(seed)
-    chunk = batch_images(batch_size, image_size)
+    chunk = batch_images(batch_size, x, model.model)
     scoring = CurveScoring.of(target)
     with torch.no_grad():
         every = torch.arange(len(x), device=x.device)
