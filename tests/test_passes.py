@@ -59,11 +59,7 @@ def test_one_image_is_measured_as_the_allocator_sees_it(vit, gradients):
     image = x[:1].clone().requires_grad_(gradients)
 
     def run():
-        if gradients:
-            torch.autograd.grad(model(image).sum(), image)
-        else:
-            with torch.no_grad():
-                model(image)
+        _pass(model, image, gradients)
 
     run()  # lazily built buffers
     assert peak_bytes(run) == _profiled_peak(run) > 0
@@ -73,11 +69,13 @@ def test_one_image_is_measured_as_the_allocator_sees_it(vit, gradients):
 
 
 def _pass(model: nn.Module, x: torch.Tensor, gradients: bool) -> None:
-    if gradients:
-        torch.autograd.grad(model(x).sum(), x)
-    else:
-        with torch.no_grad():
-            model(x)
+    """A pass as the methods run it: parameters frozen, the gradient to the images."""
+    with vk.hooks.frozen_parameters(model):
+        if gradients:
+            torch.autograd.grad(model(x).sum(), x)
+        else:
+            with torch.no_grad():
+                model(x)
 
 
 def _passes(model: nn.Module, method: str, x: torch.Tensor, **options) -> tuple[list[int], object]:

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .hooked_model import frozen_parameters
 from .inputs import check_count
 
 __all__ = ["available_bytes", "images_per_pass", "one_image_bytes", "peak_bytes"]
@@ -68,7 +69,8 @@ def peak_bytes(run: Callable[[], object]) -> int:
 def one_image_bytes(model: torch.nn.Module, x: Tensor, gradients: bool) -> int:
     """The peak bytes of one image's pass: ``model`` on the first image of ``x`` (B, C, H, W),
     with ``gradients`` also the backward of the sum of its output tensors to the image (what a
-    gradient method's pass holds per image). Parameters' ``.grad`` are left untouched."""
+    gradient method's pass holds per image), parameters frozen as the methods freeze them.
+    Parameters' ``.grad`` and ``requires_grad`` are left as they were."""
     image = x[:1].detach().clone().requires_grad_(gradients)
 
     def run() -> None:
@@ -79,7 +81,8 @@ def one_image_bytes(model: torch.nn.Module, x: Tensor, gradients: bool) -> int:
         outputs = [t for t in _tensors(model(image)) if t.is_floating_point() and t.grad_fn]
         torch.autograd.grad(sum(t.float().sum() for t in outputs), image)
 
-    return max(1, peak_bytes(run))
+    with frozen_parameters(model):
+        return max(1, peak_bytes(run))
 
 
 def images_per_pass(
