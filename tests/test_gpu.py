@@ -146,3 +146,26 @@ def test_a_recipe_trains_on_cuda_and_its_card_says_so(tmp_path):
     assert card["trained_on"].startswith("cuda (") and 0.25 <= card["test_accuracy"] <= 1
     model, _ = vk.zoo.load(tmp_path / "tiny_digits.safetensors")  # the weights saved from cuda
     assert card["sample_accuracy"] == sample_accuracy(model, "digits")
+
+
+@pytest.mark.parametrize("method", ["smoothgrad", "integrated_gradients", "scorecam"])
+def test_multi_copy_methods_on_cuda_take_the_budget_and_agree_with_cpu(method):
+    """On CUDA the default pass holds at least the batch (and 256 MiB, within the free
+    memory); a budget of one image gives the same maps, which equal the CPU's where no noise
+    is drawn (CUDA's generators draw other numbers than the CPU's from the same seed)."""
+    from conftest import pass_budget
+
+    from vizkit.hooks.passes import images_per_pass
+
+    model, x = build("vit")
+    options = {"samples": 3} if method == "smoothgrad" else {}
+    on_cpu = getattr(vk, method)(model, x, target=1, **options).maps
+    model, x = model.cuda(), x.cuda()
+    gradients = method != "scorecam"
+    assert images_per_pass(model, x, None, gradients, method) >= len(x)
+    default = getattr(vk, method)(model, x, target=1, **options).maps
+    small = getattr(vk, method)(model, x, target=1, max_bytes=pass_budget(model, x, 1, gradients),
+                                **options).maps  # fmt: skip
+    torch.testing.assert_close(small, default, rtol=1e-4, atol=1e-5)
+    if method != "smoothgrad":
+        torch.testing.assert_close(default.cpu(), on_cpu, rtol=1e-3, atol=1e-4)

@@ -30,7 +30,10 @@ def mean_over_copies(
     for copies in torch.arange(len(x) * samples).split(per_pass):
         generators = [torch.Generator(x.device).manual_seed(int(seeds[c])) for c in copies]
         rows = (copies // samples).to(x.device)
-        total.index_add_(0, rows, attribute(rows, generators).float())
+        attributions = attribute(rows, generators).float()
+        images, counts = torch.unique_consecutive(copies // samples, return_counts=True)
+        for image, part in zip(images.tolist(), attributions.split(counts.tolist()), strict=True):
+            total[image] += part.sum(0)  # in a fixed order (index_add_ is not, on CUDA)
     return total / samples
 
 
