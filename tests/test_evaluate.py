@@ -211,6 +211,9 @@ def test_labels_are_checked_before_a_batch_is_scored():
         vk.evaluate(model, torch.utils.data.TensorDataset(x), **run)
     table = vk.evaluate(model, (x, labels.clamp(max=9)), **run)
     assert "over 6 images" in table._repr_html_()
+    subset = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, labels),
+                                         batch_size=4, sampler=[0, 1, 2, 3])  # fmt: skip
+    vk.evaluate(model, subset, **run)  # label 10 of image 5 is never read: no refusal
     table.per_image[:, :, 4:] = float("nan")
     assert "over 4 of 6 images" in table._repr_html_()
     table.per_image[:] = float("nan")

@@ -161,6 +161,11 @@ def test_photos_load_as_a_viewer_shows_them(tmp_path):
 def test_images_without_a_known_range_and_broken_files_are_named(tmp_path, wide_vit):
     with pytest.raises(ValueError, match="floating-point image"):
         vk.datasets.load_images(Image.fromarray(np.zeros((8, 8), np.float32), "F"), wide_vit)
+    old_pillow = Image.fromarray(np.arange(64, dtype=np.int32).reshape(8, 8) * 1024, "I")
+    old_pillow.format = "PNG"  # a 16-bit grey PNG as Pillow before 10.3 opens it
+    from vizkit.datasets.image_folder import as_viewed_rgb
+
+    assert np.asarray(as_viewed_rgb(old_pillow))[7, 7, 0] == round(63 * 1024 / 65535 * 255)
     dark = Image.fromarray(np.arange(64, dtype=np.int32).reshape(8, 8) * 4, "I")  # 0..252
     with pytest.raises(ValueError, match=r"32-bit integer image \(values 0\.\.252\) has no known"):
         vk.datasets.load_images(dark, wide_vit)

@@ -211,3 +211,22 @@ def test_curves_on_cuda_take_passes_by_the_budget(vit, monkeypatch):
     monkeypatch.setattr(passes, "available_bytes", lambda device: 10 * per_image)
     assert faithfulness.batch_images(None, x, model) == 9
     assert faithfulness.batch_images(5, x, model) == 5
+
+
+def test_inside_the_callers_no_grad_the_gradient_methods_still_run(vit):
+    """SmoothGrad and GradientSHAP (no longer captum's, which turned gradients on) and the
+    one-image measure take their gradients inside a caller's ``torch.no_grad()``."""
+    model, x = vit
+    expected = vk.smoothgrad(model, x[:2], target=1, samples=2).maps
+    with torch.no_grad():
+        torch.testing.assert_close(vk.smoothgrad(model, x[:2], target=1, samples=2).maps, expected)
+        vk.gradientshap(model, x[:2], target=1, samples=2)
+        budget = pass_budget(model, x, 1, gradients=True)
+        vk.integrated_gradients(model, x[:2], target=1, n_steps=2, max_bytes=budget)
+    assert budget == pass_budget(model, x, 1, gradients=True)
+
+
+def test_tensors_without_a_plain_storage_are_not_counted():
+    """Sparse tensors (and wrapper subclasses) have no storage to read: skipped, not a crash."""
+    sparse = torch.eye(4).to_sparse()
+    assert peak_bytes(lambda: torch.sparse.mm(sparse, torch.ones(4, 2))) > 0

@@ -35,8 +35,9 @@ def as_viewed_rgb(image: Image.Image) -> Image.Image:
     palette, CMYK, grey and alpha modes converted (the alpha channel dropped, as timm's and
     torchvision's loaders drop it). Floating-point and 32-bit integer images, whose range is
     unknown, are refused."""
+    stored_as = image.format  # the copy exif_transpose makes has none
     image = ImageOps.exif_transpose(image) or image
-    if image.mode == "I" and image.format != "PNG":  # a PNG's "I" is 16-bit grey
+    if image.mode == "I" and stored_as != "PNG":  # a PNG's "I" is 16-bit grey (Pillow < 10.3)
         values = np.asarray(image)
         raise ValueError(
             f"A 32-bit integer image (values {values.min()}..{values.max()}) has no known "

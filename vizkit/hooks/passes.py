@@ -42,11 +42,11 @@ class _LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        inputs = {_storage_key(t) for t in _tensors((args, kwargs))}
         for tensor in _tensors(out):
-            storage = tensor.untyped_storage()
-            key = storage.data_ptr()
+            key = _storage_key(tensor)
             if key and key not in self.held and key not in inputs:
+                storage = tensor.untyped_storage()
                 self.held[key] = storage.nbytes()
                 self.live += storage.nbytes()
                 self.peak = max(self.peak, self.live)
@@ -56,6 +56,15 @@ class _LiveBytes(TorchDispatchMode):
 
 def _tensors(tree: object) -> list[Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, Tensor)]
+
+
+def _storage_key(tensor: Tensor) -> int:
+    """The address of ``tensor``'s storage; 0 for tensors without a plain one (sparse tensors,
+    wrapper subclasses such as quantized weights), which are not counted."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return 0
 
 
 def peak_bytes(run: Callable[[], object]) -> int:
@@ -78,8 +87,9 @@ def one_image_bytes(model: torch.nn.Module, x: Tensor, gradients: bool) -> int:
             with torch.no_grad():
                 model(image)
             return
-        outputs = [t for t in _tensors(model(image)) if t.is_floating_point() and t.grad_fn]
-        torch.autograd.grad(sum(t.float().sum() for t in outputs), image)
+        with torch.enable_grad():  # also inside the caller's no_grad
+            outputs = [t for t in _tensors(model(image)) if t.is_floating_point() and t.grad_fn]
+            torch.autograd.grad(sum(t.float().sum() for t in outputs), image)
 
     with frozen_parameters(model):
         return max(1, peak_bytes(run))

@@ -18,7 +18,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.hooked_model import frozen_parameters
 from ..hooks.inputs import check_count, check_number
 from ..hooks.passes import images_per_pass
-from .noisy_copies import mean_over_copies, target_gradient
+from .noisy_copies import mean_over_copies, target_gradient, working_dtype
 from .registry import saliency_method
 
 __all__ = ["gradientshap"]
@@ -50,15 +50,17 @@ def gradientshap(
             f"got {getattr(baselines, 'shape', type(baselines).__name__)}."
         )
     per_pass = images_per_pass(hm.model, x, max_bytes, gradients=True, method="gradientshap")
-    images, starts = x.detach().float(), baselines.detach().to(x.device, torch.float32)
+    images = x.detach().to(working_dtype(x))
+    starts = baselines.detach().to(x.device, images.dtype)
 
     def expected_gradients(rows: Tensor, generators: list[torch.Generator]) -> Tensor:
         shifts, chosen, alphas = [], [], []
         for g in generators:  # each copy: its noise, then its baseline, then its point
-            shift = torch.randn(x.shape[1:], generator=g, device=x.device) if noise else None
+            shift = (torch.randn(x.shape[1:], generator=g, device=x.device, dtype=images.dtype)
+                     if noise else None)  # fmt: skip
             shifts.append(images.new_zeros(x.shape[1:]) if shift is None else noise * shift)
             chosen.append(torch.randint(len(starts), (), generator=g, device=x.device))
-            alphas.append(torch.rand((), generator=g, device=x.device))
+            alphas.append(torch.rand((), generator=g, device=x.device, dtype=images.dtype))
         moved = images[rows] + torch.stack(shifts)
         start = starts[torch.stack(chosen)]
         points = start + torch.stack(alphas)[:, None, None, None] * (moved - start)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["mean_over_copies", "target_gradient"]
+__all__ = ["mean_over_copies", "target_gradient", "working_dtype"]
 
 Attribute = Callable[[Tensor, list[torch.Generator]], Tensor]
 
@@ -19,22 +19,29 @@ Attribute = Callable[[Tensor, list[torch.Generator]], Tensor]
 def mean_over_copies(
     x: Tensor, samples: int, per_pass: int, seed: int, attribute: Attribute
 ) -> Tensor:
-    """(B, C, H, W) float32: for each image of x (B, C, H, W) the mean over its ``samples``
+    """(B, C, H, W), float32 or x's float64: for each image of x (B, C, H, W) the mean over
+    its ``samples``
     copies of ``attribute(rows, generators)``, which gives (n, C, H, W) for n copies of the
     images ``rows`` (n,), each copy drawing from its own generator; ``per_pass`` copies at a
     time, image by image."""
     seeds = torch.randint(
         0, 2**62, (len(x) * samples,), generator=torch.Generator().manual_seed(seed)
     )
-    total = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    total = torch.zeros(x.shape, dtype=working_dtype(x), device=x.device)
     for copies in torch.arange(len(x) * samples).split(per_pass):
         generators = [torch.Generator(x.device).manual_seed(int(seeds[c])) for c in copies]
         rows = (copies // samples).to(x.device)
-        attributions = attribute(rows, generators).float()
+        attributions = attribute(rows, generators).to(total.dtype)
         images, counts = torch.unique_consecutive(copies // samples, return_counts=True)
         for image, part in zip(images.tolist(), attributions.split(counts.tolist()), strict=True):
             total[image] += part.sum(0)  # in a fixed order (index_add_ is not, on CUDA)
     return total / samples
+
+
+def working_dtype(x: Tensor) -> torch.dtype:
+    """The dtype copies of x are made and averaged in: float32, or float64 for float64 images
+    (half-precision images are copied in float32; the model gets them in its own dtype)."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def target_gradient(
@@ -44,8 +51,9 @@ def target_gradient(
     """(n, C, H, W) the gradient of each copy's target score at ``points`` (n, C, H, W), the
     copies of images ``rows`` (n,): ``forward(points, rows)`` gives (n, K) logits, read at the
     images' ``targets`` (B,), or with ``targets`` None the (n,) scores themselves."""
-    points = points.detach().requires_grad_(True)
-    scores = forward(points, rows)
-    if targets is not None:
-        scores = scores.gather(1, targets[rows][:, None])
-    return torch.autograd.grad(scores.sum(), points)[0]
+    with torch.enable_grad():  # also inside the caller's no_grad
+        points = points.detach().requires_grad_(True)
+        scores = forward(points, rows)
+        if targets is not None:
+            scores = scores.gather(1, targets[rows][:, None])
+        return torch.autograd.grad(scores.sum(), points)[0]

@@ -16,7 +16,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.hooked_model import frozen_parameters
 from ..hooks.inputs import check_count, check_number
 from ..hooks.passes import images_per_pass
-from .noisy_copies import mean_over_copies, target_gradient
+from .noisy_copies import mean_over_copies, target_gradient, working_dtype
 from .registry import saliency_method
 
 __all__ = ["smoothgrad"]
@@ -40,10 +40,11 @@ def smoothgrad(
     hm, x, forward, targets = captum_inputs(model, x, target)
     stdev = float(noise * (x.max() - x.min()).detach())
     per_pass = images_per_pass(hm.model, x, max_bytes, gradients=True, method="smoothgrad")
-    images = x.detach().float()
+    images = x.detach().to(working_dtype(x))
 
     def absolute_gradients(rows: Tensor, generators: list[torch.Generator]) -> Tensor:
-        draws = [torch.randn(x.shape[1:], generator=g, device=x.device) for g in generators]
+        draws = [torch.randn(x.shape[1:], generator=g, device=x.device, dtype=images.dtype)
+                 for g in generators]  # fmt: skip
         noisy = images[rows] + stdev * torch.stack(draws)
         return target_gradient(forward, noisy, rows, targets).abs()
 

@@ -17,7 +17,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
@@ -255,9 +262,14 @@ def _prefetched(batches: Iterator[tuple]) -> Iterator[tuple]:
 
 
 def _labels_in_memory(data: object) -> Tensor | None:
-    """The data's labels (N,) when they are one tensor in memory (a tuple of tensors, a
-    TensorDataset, a loader over one in order); None otherwise."""
-    if isinstance(data, DataLoader) and not isinstance(data.sampler, RandomSampler):
+    """The data's labels (N,) when they are one tensor in memory and every one of them is
+    yielded as it is (a tuple of tensors, a TensorDataset, or a loader over one that reads it
+    all in order with the default collation); None otherwise."""
+    if isinstance(data, DataLoader):
+        whole = (isinstance(data.sampler, SequentialSampler) and not data.drop_last
+                 and data.collate_fn is default_collate)  # fmt: skip
+        if not whole:
+            return None
         data = data.dataset
     tensors = data if isinstance(data, tuple) else getattr(data, "tensors", None)
     if isinstance(data, (tuple, TensorDataset)) and len(tensors) > 1:
