@@ -16,7 +16,7 @@ import time
 
 import timm
 import torch
-from timing import add_device_options, device_name, record
+from timing import add_device_options, device_name, print_and_record
 from torch.utils.data import TensorDataset
 
 import vizkit as vk
@@ -71,12 +71,7 @@ def main() -> None:
     rows = [[name, f"{statistics.median(t):.2f}", f"{statistics.median(t) / forward:.2f}x",
              f"{sum(passes)}", f"{len(passes)}"] for name, t in times.items()]  # fmt: skip
     columns = ["run", "median s", "ratio to the forwards", "images", "passes"]
-    print(title)
-    print(" | ".join(columns))
-    for row in rows:
-        print(" | ".join(row))
-    if args.record:
-        print(f"recorded in {record(args, title, columns, rows)}")
+    print_and_record(args, title, columns, rows)
 
 
 if __name__ == "__main__":

@@ -9,31 +9,21 @@ allocation the CPU allocator serves, a kernel's own copies included): the CPU's 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import timm
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import vizkit as vk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from allocation_oracle import allocated_peak  # noqa: E402
 
 ANALYSES = {
     "rollout": lambda model, x: vk.rollout(model, x),
     "grad_rollout": lambda model, x: vk.grad_rollout(model, x, target=3, max_bytes=2**40),
 }
-
-
-def allocated_peak(call) -> int:
-    """The most CPU bytes ``call()`` held allocated at once (above what was allocated before)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        call()
-    cpu = torch._C._autograd.DeviceType.CPU
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == cpu)  # fmt: skip
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
 
 
 def main() -> None:

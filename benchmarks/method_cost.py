@@ -51,7 +51,7 @@ def child(args: argparse.Namespace) -> None:
     if args.vizkit:
         sys.path.insert(0, args.vizkit)
     import torch
-    from live_peak import allocated_peak
+    from allocation_oracle import allocated_peak
     from timing import rotated_rounds, timed
 
     import vizkit as vk
@@ -98,7 +98,7 @@ def measured(args: argparse.Namespace, package: str | None) -> dict:
     if package is not None:
         command += ["--vizkit", package]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": str(HERE)}  # fmt: skip
+           "PYTHONPATH": f"{HERE}:{HERE.parent / 'tests'}"}  # fmt: skip
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -154,7 +154,7 @@ def main() -> None:
             packages = {args.against: str(checkout(args.against, Path(tmp) / "base")), **packages}
         results = {name: measured(args, package) for name, package in packages.items()}
     import torch
-    from timing import device_name, record
+    from timing import device_name, print_and_record
 
     title = (f"{args.model} (random weights), batch {args.batch}, {args.size} px, float32, "
              f"{device_name(args.device)}, torch {torch.__version__}; "
@@ -164,13 +164,7 @@ def main() -> None:
         columns += [f"{name}: time / forward", "peak / forward", "peak / fwd+bwd"]
     if len(results) > 1:
         columns += [f"time against {args.against}", f"peak against {args.against}"]
-    rows = rows_of(results)
-    print(title)
-    print(" | ".join(columns))
-    for row in rows:
-        print(" | ".join(row))
-    if args.record:
-        print(f"recorded in {record(args, title, columns, rows)}")
+    print_and_record(args, title, columns, rows_of(results))
 
 
 if __name__ == "__main__":

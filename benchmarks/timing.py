@@ -223,3 +223,15 @@ def record(args: argparse.Namespace, title: str, columns: list[str], rows: list[
             "rows": [[str(cell) for cell in row] for row in rows]}  # fmt: skip
     file.write_text(json.dumps(body, indent=1) + "\n")
     return file
+
+
+def print_and_record(
+    args: argparse.Namespace, title: str, columns: list[str], rows: list[list]
+) -> None:
+    """Print ``title`` and the table as " | "-separated lines; with ``args.record`` also write
+    it (`record`)."""
+    print(title)
+    for line in [columns, *rows]:
+        print(" | ".join(str(cell) for cell in line))
+    if args.record:
+        print(f"recorded in {record(args, title, columns, rows)}")

@@ -12,9 +12,9 @@ import re
 import pytest
 import timm
 import torch
+from allocation_oracle import allocated_peak
 from conftest import pass_budget
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import vizkit as vk
 from vizkit.hooks import passes
@@ -39,20 +39,6 @@ def vit():
     return model, torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(1))
 
 
-def _profiled_peak(call) -> int:
-    """The most CPU bytes ``call()`` held at once, from the profiler's allocation events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        call()
-    cpu = torch._C._autograd.DeviceType.CPU
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == cpu)  # fmt: skip
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
-
-
 @pytest.mark.parametrize("gradients", [False, True])
 def test_one_image_is_measured_as_the_allocator_sees_it(vit, gradients):
     model, x = vit
@@ -62,9 +48,9 @@ def test_one_image_is_measured_as_the_allocator_sees_it(vit, gradients):
         _pass(model, image, gradients)
 
     run()  # lazily built buffers
-    assert peak_bytes(run) == _profiled_peak(run) > 0
+    assert peak_bytes(run) == allocated_peak(run) > 0
     four = x.clone().requires_grad_(gradients)
-    four_images = _profiled_peak(lambda: _pass(model, four, gradients))
+    four_images = allocated_peak(lambda: _pass(model, four, gradients))
     assert one_image_bytes(model, x, gradients) * 4 == pytest.approx(four_images, rel=1e-3)
 
 
