@@ -54,14 +54,16 @@ def gradientshap(
     starts = baselines.detach().to(x.device, images.dtype)
 
     def expected_gradients(rows: Tensor, generators: list[torch.Generator]) -> Tensor:
-        shifts, chosen, alphas = [], [], []
-        for g in generators:  # each copy: its noise, then its baseline, then its point
-            shift = (torch.randn(x.shape[1:], generator=g, device=x.device, dtype=images.dtype)
-                     if noise else None)  # fmt: skip
-            shifts.append(images.new_zeros(x.shape[1:]) if shift is None else noise * shift)
+        moved, chosen, alphas = images[rows], [], []
+        shifts = []
+        for g in generators:  # each copy: its noise (if any), then its baseline, then its point
+            if noise:
+                shifts.append(torch.randn(x.shape[1:], generator=g, device=x.device,
+                                          dtype=images.dtype))  # fmt: skip
             chosen.append(torch.randint(len(starts), (), generator=g, device=x.device))
             alphas.append(torch.rand((), generator=g, device=x.device, dtype=images.dtype))
-        moved = images[rows] + torch.stack(shifts)
+        if shifts:
+            moved = moved + noise * torch.stack(shifts)
         start = starts[torch.stack(chosen)]
         points = start + torch.stack(alphas)[:, None, None, None] * (moved - start)
         return (moved - start) * target_gradient(forward, points, rows, targets)
