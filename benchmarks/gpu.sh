@@ -2,12 +2,13 @@
 # The GPU rows of docs/benchmarks.md: the gpu tests, then every CUDA benchmark with --record
 # (written to docs/benchmark_results/): every registered saliency method against the forward on
 # ViT-B and on two transformers backbones (DINOv2 at 518 px, CLIP ViT-L/14 at 336 px), the
-# mechanistic views, evaluate, capture, CKA, rollout and the papers' mechanisms. `make
+# mechanistic views, evaluate, capture, CKA, rollout and the papers' mechanisms; then the host
+# profile of capture and CKA and the beside-map variants (printed, for issue 52's item 3). `make
 # bench-gpu` runs it in the project's .venv; on a machine without it: PYTHON=python3
 # benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds, default 25:
-# the limits add up to 8 minutes, so an H100 run fits a short lease) and a failed step does
-# not stop the others; the exit status counts them. Ctrl-C stops the running step and the
-# script.
+# the limits add up to 9.5 minutes; the method_cost steps stop their methods at --budget and
+# record what they measured) and a failed step does not stop the others; the exit status counts
+# them. Ctrl-C stops the running step and the script.
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -32,16 +33,18 @@ step() {  # LIMIT=seconds before it: that step's own bound
 step -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 vit_b=(--model vit_base_patch16_224)
 cost=(benchmarks/method_cost.py --device cuda --repeats 1 --record)
-LIMIT=90 step "${cost[@]}" "${vit_b[@]}" --batch 32
+LIMIT=110 step "${cost[@]}" "${vit_b[@]}" --batch 32 --budget 100
 backbone_methods=saliency,gradcam,attnlrp,legrad,smoothgrad,integrated_gradients,grad_rollout
-LIMIT=40 step "${cost[@]}" --model hf_dinov2_base --size 518 --batch 8 --methods "$backbone_methods"
-LIMIT=40 step "${cost[@]}" --model hf_clip_vit_l14 --size 336 --batch 16 --methods "$backbone_methods"
+LIMIT=50 step "${cost[@]}" --model hf_dinov2_base --size 518 --batch 8 --methods "$backbone_methods" --budget 42
+LIMIT=60 step "${cost[@]}" --model hf_clip_vit_l14 --size 336 --batch 16 --methods "$backbone_methods" --budget 52
 step benchmarks/mechanistic.py --device cuda --record
 LIMIT=40 step benchmarks/evaluate.py --device cuda --record
 step benchmarks/gradcam.py --device cuda "${vit_b[@]}" --batch 64 --dtype bfloat16 --record
 step benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
 step benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record
-LIMIT=50 step benchmarks/cka.py --device cuda "${vit_b[@]}" --images 2048 --batch 128 --methods forward,vizkit --rounds 3 --record
+LIMIT=50 step benchmarks/cka.py --device cuda "${vit_b[@]}" --images 2048 --batch 128 --methods forward,vizkit --rounds 2 --record
+LIMIT=40 step benchmarks/host_profile.py --device cuda --dtype bfloat16 --batch 64 --images 512
+LIMIT=20 step benchmarks/beside_map.py
 step benchmarks/cka_kernels.py --device cuda "${vit_b[@]}" --batch 128 --record
 step benchmarks/masks.py --device cuda --batch 256 --record
 step benchmarks/sot.py --device cuda --record

@@ -7,9 +7,14 @@ by the vizkit of a git revision, each in a fresh process, side by side. Beside t
 (random weights), two built from transformers configs (random weights, no classifier: the maps
 explain `vk.targets.embedding_norm()`): `hf_dinov2_base` (Dinov2Model) and `hf_clip_vit_l14`
 (CLIP's ViT-L/14 image tower with its projection); give them --size 518 and 336.
+Each method: one warm-up call, then the median of --repeats calls; a method that refuses the
+batch (over its max_bytes, say) is a row saying so. With --budget S each vizkit's process is
+stopped after S seconds and the methods it had not reached are marked (a bounded GPU step
+still records what it measured).
 
 Usage: python benchmarks/method_cost.py [--model vit_tiny_patch16_224] [--batch 8] [--size 224]
        [--methods a,b] [--repeats 3] [--threads 2] [--device cpu] [--against REF] [--record]
+       [--budget SECONDS]
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ def child(args: argparse.Namespace) -> None:
         sys.path.insert(0, args.vizkit)
     import torch
     from allocation_oracle import allocated_peak
-    from timing import rotated_rounds, timed
+    from timing import timed
 
     import vizkit as vk
     from vizkit.methods.registry import methods
@@ -77,19 +82,22 @@ def child(args: argparse.Namespace) -> None:
 
     runs = {"forward": forward, "forward + backward": backward}
     runs |= {name: lambda f=registered[name]: f(model, x, targets) for name in chosen}
-
-    def peak(run) -> int:
-        if args.device.startswith("cuda"):
-            return timed(run, args.device)[2]
-        return allocated_peak(run)
-
-    times, _ = rotated_rounds(runs, args.repeats, args.device, untimed=0)
-    peaks = {name: peak(run) for name, run in runs.items()}
-    print(json.dumps({"times": times, "peaks": peaks}))
+    for name, run in runs.items():  # one line per method, printed as it is measured
+        try:
+            run()  # warm-up: the method's own steady state
+            calls = [timed(run, args.device) for _ in range(args.repeats)]
+        except (ValueError, RuntimeError) as error:  # a refusal (over max_bytes, say) is a row
+            print(json.dumps({"name": name, "refused": str(error).splitlines()[0][:160]}))
+            continue
+        cuda = args.device.startswith("cuda")  # the allocator's peak came with each call
+        peak = max(c[2] for c in calls) if cuda else allocated_peak(run)
+        print(json.dumps({"name": name, "times": [c[0] for c in calls], "peak": peak}), flush=True)
 
 
 def measured(args: argparse.Namespace, package: str | None) -> dict:
-    """`child` in a fresh interpreter, with the vizkit of ``package`` (None: the working tree)."""
+    """`child` in a fresh interpreter, with the vizkit of ``package`` (None: the working tree),
+    stopped after ``args.budget`` seconds: what it measured by then, per method its seconds and
+    peak bytes, or why it was refused."""
     command = [sys.executable, __file__, "--child", "--model", args.model, "--batch",
                str(args.batch), "--size", str(args.size), "--repeats", str(args.repeats),
                "--threads", str(args.threads), "--device", args.device]  # fmt: skip
@@ -98,35 +106,51 @@ def measured(args: argparse.Namespace, package: str | None) -> dict:
     if package is not None:
         command += ["--vizkit", package]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": f"{HERE}:{HERE.parent / 'tests'}"}  # fmt: skip
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(out.strip().splitlines()[-1])
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent / "tests"),
+                                          os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.budget)
+        out, failed = done.stdout, done.returncode and done.stderr
+    except subprocess.TimeoutExpired as stopped:
+        out, failed = stopped.stdout or "", None
+        out = out.decode() if isinstance(out, bytes) else out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith('{"name"')]
+    if failed:
+        sys.exit(f"{' '.join(command)} failed:\n{failed}")
+    if not any(line["name"] == "forward + backward" and "times" in line for line in lines):
+        sys.exit(f"{' '.join(command)} measured no baseline within {args.budget} s")
+    return {line["name"]: line for line in lines}
 
 
-def rows_of(results: dict[str, dict]) -> list[list[str]]:
+def rows_of(results: dict[str, dict], methods: list[str]) -> list[list[str]]:
     """One row per method: for each vizkit, time / forward, peak / forward, peak / forward +
-    backward; then the working tree's time and peak against the first vizkit's."""
+    backward (or why it has none); then the working tree's time and peak against the first
+    vizkit's."""
     rows = []
     first, last = list(results)[0], list(results)[-1]
-    for name in results[last]["times"]:
+    for name in ["forward", "forward + backward", *methods]:
         row = [name]
         for result in results.values():
-            if name not in result["times"]:
-                row += ["-"] * 3
-                continue
-            seconds = statistics.median(result["times"][name])
-            forward = statistics.median(result["times"]["forward"])
-            peaks = result["peaks"]
-            row += [f"{seconds / forward:.1f}x", f"{peaks[name] / peaks['forward']:.1f}x",
-                    f"{peaks[name] / peaks['forward + backward']:.2f}x"]  # fmt: skip
-        if len(results) > 1 and name in results[first]["times"]:
-            ratio = statistics.median(results[last]["times"][name]) / statistics.median(
-                results[first]["times"][name]
-            )
-            memory = results[last]["peaks"][name] / max(1, results[first]["peaks"][name])
-            row += [f"{ratio:.2f}x", f"{memory:.2f}x"]
+            row += _cells(result, name)
+        both = [results[first].get(name, {}), results[last].get(name, {})]
+        if len(results) > 1 and all("times" in r for r in both):
+            ratio = statistics.median(both[1]["times"]) / statistics.median(both[0]["times"])
+            row += [f"{ratio:.2f}x", f"{both[1]['peak'] / max(1, both[0]['peak']):.2f}x"]
         rows.append(row)
     return rows
+
+
+def _cells(result: dict[str, dict], name: str) -> list[str]:
+    """time / forward, peak / forward, peak / forward + backward of method ``name``."""
+    line = result.get(name)
+    if line is None:
+        return ["not measured within the budget", "-", "-"]
+    if "refused" in line:
+        return [f"refused: {line['refused']}", "-", "-"]
+    forward, backward = result["forward"], result["forward + backward"]
+    seconds = statistics.median(line["times"]) / statistics.median(forward["times"])
+    return [f"{seconds:.1f}x", f"{line['peak'] / forward['peak']:.1f}x",
+            f"{line['peak'] / backward['peak']:.2f}x"]  # fmt: skip
 
 
 def main() -> None:
@@ -139,6 +163,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--against", help="a git revision whose vizkit runs the same methods")
+    parser.add_argument(
+        "--budget", type=float, help="seconds per vizkit: methods not reached are marked so"
+    )
     parser.add_argument("--record", action="store_true", help="also write docs/benchmark_results/")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--vizkit", help=argparse.SUPPRESS)
@@ -158,13 +185,16 @@ def main() -> None:
 
     title = (f"{args.model} (random weights), batch {args.batch}, {args.size} px, float32, "
              f"{device_name(args.device)}, torch {torch.__version__}; "
-             f"median of {args.repeats} rounds, peak: one call")  # fmt: skip
+             f"median of {args.repeats} calls after a warm-up, peak: one call")  # fmt: skip
     columns = ["method"]
     for name in results:
         columns += [f"{name}: time / forward", "peak / forward", "peak / fwd+bwd"]
     if len(results) > 1:
         columns += [f"time against {args.against}", f"peak against {args.against}"]
-    print_and_record(args, title, columns, rows_of(results))
+    from vizkit.methods.registry import methods
+
+    chosen = args.methods.split(",") if args.methods else sorted(methods())
+    print_and_record(args, title, columns, rows_of(results, chosen))
 
 
 if __name__ == "__main__":

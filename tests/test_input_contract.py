@@ -404,3 +404,22 @@ def test_explorers_check_their_inputs(make, error, phrase):
 def test_token_layout_refuses_sizes_that_are_not_two_positive_ints(size):
     with pytest.raises(ValueError, match=r"image_size must be \(H, W\)"):
         vk.token_layout(_vit(), size)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_one_pass_finiteness_check_finds_every_non_finite_value(dtype, bad):
+    """check_values_finite's fast path (min and max in one pass) against isfinite, at the first
+    and last element and in the middle, for a scalar too."""
+    from vizkit.hooks.inputs import check_values_finite
+
+    x = torch.randn(3, 2, 5, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
+    check_values_finite("images", x)
+    for index in (0, x.numel() // 2, x.numel() - 1):
+        broken = x.clone()
+        broken.view(-1)[index] = bad
+        sample = index // (2 * 5 * 5)
+        with pytest.raises(ValueError, match=rf"samples \[{sample}\]"):
+            check_values_finite("images", broken)
+    with pytest.raises(ValueError, match="non-finite"):
+        check_values_finite("a scalar", torch.tensor(bad, dtype=dtype))

@@ -17,6 +17,7 @@ from ..hooks.contract import analysis_contract, as_hooked, held
 from ..hooks.inputs import check_choice, check_count, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selection import LayerSpec, layer_indices, select_layers
+from ..prefetch import prefetched
 from .cka_kernels import KERNELS, Kernel, check_kernels, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
 from .representations import (
@@ -311,7 +312,8 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
         total = len(data) if hasattr(data, "__len__") else None
     show = progress and (distributed_world() == 1 or torch.distributed.get_rank() == 0)
     first_size = None
-    for item in tqdm(data, total=total, desc="CKA", disable=not show, leave=False):
+    items = prefetched(data, "vizkit-cka-prefetch")  # the next batch loads during this one
+    for item in tqdm(items, total=total, desc="CKA", disable=not show, leave=False):
         images = item[0] if isinstance(item, (list, tuple)) else item
         if not isinstance(images, Tensor) or images.ndim != 4:
             raise TypeError(

@@ -8,9 +8,7 @@ import hashlib
 import html
 import itertools
 import math
-import queue
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +39,7 @@ from ..hooks.targets import (
     target_label,
 )
 from ..journal import Journal
+from ..prefetch import prefetched
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
@@ -220,47 +219,6 @@ def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, 
     return (split(b) for b in data), count
 
 
-def _prefetched(batches: Iterator[tuple]) -> Iterator[tuple]:
-    """``batches`` in order, the next one loaded by a thread while this one is explained (a
-    loader's reading and decoding overlap the model's work); an error while loading is raised
-    here, at the batch it concerns."""
-    ready: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def offer(item: tuple) -> bool:
-        """Put ``item`` once there is room; False once the consumer has stopped."""
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def load() -> None:
-        try:
-            for batch in batches:
-                if not offer((batch, None)):
-                    return
-        except BaseException as error:  # handed over to the consumer, raised there
-            offer((None, error))
-            return
-        offer((None, None))
-
-    thread = threading.Thread(target=load, name="vizkit-evaluate-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            batch, error = ready.get()
-            if error is not None:
-                raise error
-            if batch is None:
-                return
-            yield batch
-    finally:
-        stop.set()
-
-
 def _labels_in_memory(data: object) -> Tensor | None:
     """The data's labels (N,) when they are one tensor in memory and every one of them is
     yielded as it is (a tuple of tensors, a TensorDataset, or a loader over one that reads it
@@ -371,7 +329,8 @@ def evaluate(
     with (_Log(_shard_file(out, world, rank), config) as log,
           tqdm(total=total, initial=len(log.done) * world, desc="evaluate", disable=not shown,
                leave=False) as bar):  # fmt: skip
-        for index, batch in enumerate(itertools.chain([first], _prefetched(batches))):
+        rest = prefetched(batches, "vizkit-evaluate-prefetch")
+        for index, batch in enumerate(itertools.chain([first], rest)):
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch
                 continue
