@@ -17,7 +17,7 @@ from representatives import drawn, representatives
 
 import vizkit as vk
 from vizkit import coverage
-from vizkit.hooks.hooked_model import frozen_parameters
+from vizkit.hooks.gradient_graph import frozen_parameters
 from vizkit.hooks.targets import model_logits
 from vizkit.methods.attnlrp import input_relevance
 from vizkit.methods.relevance_rules import relevance_rules

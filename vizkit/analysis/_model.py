@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel, TokenLayout
-from ..hooks.selection import LayerSpec, select_layers
+from ..hooks.selector import LayerSpec, select_layers
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import windows_to_grid
 

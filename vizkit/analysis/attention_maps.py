@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.heads import HeadSpec, reduce_heads
 from ..hooks.inputs import (
     DEFAULT_MAX_BYTES,
     check_choice,
@@ -17,7 +18,7 @@ from ..hooks.inputs import (
     check_images,
     check_values_finite,
 )
-from ..hooks.selection import HeadSpec, LayerSpec, reduce_heads, select_layer
+from ..hooks.selector import LayerSpec, select_layer
 from . import attention_stats as stats
 from ._model import (
     applied_attention_names,

@@ -18,9 +18,9 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.heads import HeadSpec, head_option, reduce_heads
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_image_batch, check_images
 from ..hooks.layout import TokenLayout
-from ..hooks.selection import HeadSpec, head_option, reduce_heads
 from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
 from ..methods.registry import saliency_method

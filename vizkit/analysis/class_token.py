@@ -7,8 +7,9 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.heads import HeadSpec, head_option, reduce_heads
 from ..hooks.inputs import check_images
-from ..hooks.selection import HeadSpec, LayerSpec, head_option, reduce_heads, select_layer
+from ..hooks.selector import LayerSpec, select_layer
 from ..methods.registry import saliency_method
 from ._model import class_attention_names, pooling_attention_names, self_attention_names
 from .saliency_result import SaliencyResult

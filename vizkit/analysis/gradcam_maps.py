@@ -22,7 +22,7 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
-from ..hooks.selection import LayerSpec, layer_indices, select_layer
+from ..hooks.selector import LayerSpec, layer_indices, select_layer
 from ..hooks.targets import explained_classes
 from ..methods.registry import saliency_method
 from ._model import reads_class_token

@@ -16,7 +16,7 @@ from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked, held
 from ..hooks.inputs import check_choice, check_count, check_number
 from ..hooks.layout import feature_map_format, require_per_image
-from ..hooks.selection import LayerSpec, layer_indices, select_layers
+from ..hooks.selector import LayerSpec, layer_indices, select_layers
 from ..prefetch import prefetched
 from .cka_kernels import KERNELS, Kernel, check_kernels, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world

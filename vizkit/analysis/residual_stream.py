@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel
-from ..hooks.hooked_model import frozen_parameters
+from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.targets import model_logits
 
 __all__ = [

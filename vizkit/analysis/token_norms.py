@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
-from ..hooks.selection import LayerSpec, select_layers
+from ..hooks.selector import LayerSpec, select_layers
 from .representations import token_stream_layers
 from .result import Result
 from .stages import Stages, layout_runs

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images
-from ..hooks.selection import LayerSpec, select_layer
+from ..hooks.selector import LayerSpec, select_layer
 from .representations import token_stream_layers
 from .result import Result
 

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from .layout import TokenLayout
-from .names import resolve_names, resolve_negative_indices, unknown_name_error
+from .names import resolve_names
+from .selector import resolve_negative_indices, unknown_name_error
 
 __all__ = ["ActivationCache"]
 

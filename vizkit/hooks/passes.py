@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .hooked_model import frozen_parameters
+from .gradient_graph import frozen_parameters
 from .inputs import check_count
 
 __all__ = ["available_bytes", "images_per_pass", "one_image_bytes", "peak_bytes"]

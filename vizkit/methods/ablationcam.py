@@ -18,7 +18,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.passes import images_per_pass
-from ..hooks.selection import LayerSpec
+from ..hooks.selector import LayerSpec
 from .perturbation import chunked_scores, resumed_forward, score_of
 from .registry import saliency_method
 

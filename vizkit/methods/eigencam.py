@@ -17,7 +17,7 @@ from ..analysis.gradcam_maps import CamActivation, cam_maps
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.selection import LayerSpec
+from ..hooks.selector import LayerSpec
 from .registry import saliency_method
 
 __all__ = ["eigencam"]

@@ -12,7 +12,7 @@ from ..analysis.gradcam_maps import CamActivation, cam_maps, channel_cam
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
-from ..hooks.selection import LayerSpec
+from ..hooks.selector import LayerSpec
 from .registry import saliency_method
 
 __all__ = ["gradcam_pp"]

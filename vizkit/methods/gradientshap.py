@@ -15,7 +15,7 @@ from ..analysis.captum_bridge import captum_inputs, captum_result
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
-from ..hooks.hooked_model import frozen_parameters
+from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_count, check_number
 from ..hooks.passes import images_per_pass
 from .noisy_copies import mean_over_copies, target_gradient, working_dtype

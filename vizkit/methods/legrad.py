@@ -18,9 +18,9 @@ from ..analysis.attention_maps import common_layout, stage_layers
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
-from ..hooks.hooked_model import frozen_parameters
+from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_images
-from ..hooks.selection import LayerSpec
+from ..hooks.selector import LayerSpec
 from ..hooks.targets import (
     call_target,
     explained_classes,

@@ -17,7 +17,7 @@ from ..analysis.attention_rollout import class_row_relevance, gradient_rollout_m
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
-from ..hooks.hooked_model import frozen_parameters
+from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_images
 from ..hooks.targets import explained_classes, target_score
 from .registry import saliency_method

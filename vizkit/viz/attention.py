@@ -9,8 +9,9 @@ from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult, Stages
 from ..analysis import attention_stats as stats
+from ..hooks.heads import HeadSpec
 from ..hooks.inputs import check_choice
-from ..hooks.selection import HeadSpec, LayerSpec
+from ..hooks.selector import LayerSpec
 from .overlay import heatmap_on_image, opacity_slider
 from .style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 

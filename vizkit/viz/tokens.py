@@ -8,7 +8,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..analysis import TokenNorms, TokenPCA
-from ..hooks.selection import LayerSpec, select_layer
+from ..hooks.selector import LayerSpec, select_layer
 from .overlay import heatmap_on_image
 from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, square_cells
 

@@ -14,7 +14,7 @@ from ...analysis.result import Result
 from ...hooks import HookedModel, TokenLayout
 from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_images
-from ...hooks.selection import LayerSpec, select_layer
+from ...hooks.selector import LayerSpec, select_layer
 
 __all__ = [
     "RefinerStages",

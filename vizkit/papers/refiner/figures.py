@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ...analysis import AttentionResult
-from ...hooks.selection import LayerSpec
+from ...hooks.selector import LayerSpec
 from ...viz.style import ATTENTION_SCALE, MASK_SCALE, finish, map_axes, palette
 from .analysis import RefinerStages
 

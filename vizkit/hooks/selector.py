@@ -1,4 +1,4 @@
-"""The vocabulary every analysis shares for choosing layers and heads.
+"""The naming vocabulary every analysis shares, with its one matcher and one "did you mean".
 
 ``layers=`` (a set of layers) and ``layer=`` (one layer) take
 
@@ -9,8 +9,10 @@
 - a module path (``blocks.3``; Swin's stage ``layers.2``): the analysis' layers under it;
 - or a list mixing any of these.
 
-``heads=`` reduces the head axis with ``"mean"``, ``"max"`` or ``"min"``, keeps one head (an
-int, negative from the end), or averages the listed heads (a list of ints).
+`match` finds what one name, glob, regex or callable selects among the known names;
+`select_layers` adds ints and module paths. ``names=`` of ``run_with_cache`` and ``hooks``
+(`vizkit.hooks.names`) takes the patterns without ints or module paths, through `match` too. A
+pattern that selects nothing is refused with `did_you_mean`'s hint.
 
 Example:
     >>> names = [f"blocks.{i}.attn.hook_pattern" for i in range(4)]
@@ -18,10 +20,8 @@ Example:
     ['blocks.0.attn.hook_pattern', 'blocks.3.attn.hook_pattern']
     >>> select_layers(["blocks.2", "blocks.[12].*"], names)  # each layer once
     ['blocks.2.attn.hook_pattern', 'blocks.1.attn.hook_pattern']
-    >>> import torch
-    >>> pattern = torch.arange(6.0).view(1, 3, 2)  # (B, H, N)
-    >>> reduce_heads(pattern, "max", head_dim=1), reduce_heads(pattern, [0, 2], head_dim=1)
-    (tensor([[4., 5.]]), tensor([[2., 3.]]))
+    >>> match("blocks.-1.attn.hook_pattern", names), did_you_mean("blocks.1.atn", names, 1)
+    (['blocks.3.attn.hook_pattern'], ' Did you mean: blocks.1.attn.hook_pattern?')
 """
 
 from __future__ import annotations
@@ -32,26 +32,117 @@ import numbers
 import re
 from collections.abc import Callable, Sequence
 
-import torch
-from torch import Tensor
-
 from .inputs import check_indices
-from .names import GLOB_CHARS, resolve_names, resolve_negative_indices
 
 __all__ = [
-    "HeadSpec",
     "LayerSpec",
-    "head_option",
+    "Pattern",
+    "did_you_mean",
     "layer_indices",
-    "reduce_heads",
+    "match",
+    "nothing_matched",
+    "resolve_negative_indices",
     "select_layer",
     "select_layers",
+    "unknown_name_error",
 ]
 
+Pattern = str | re.Pattern | Callable[[str], bool]
 LayerSpec = int | str | re.Pattern | Callable[[str], bool] | Sequence[int | str | re.Pattern]
-HeadSpec = str | int | Sequence[int]
 
-HEAD_REDUCTIONS = ("mean", "max", "min")
+GLOB_CHARS = set("*?[")
+_NEGATIVE = re.compile(r"-[1-9]\d*")
+
+
+def is_glob(pattern: str) -> bool:
+    return bool(GLOB_CHARS & set(pattern))
+
+
+def match(pattern: Pattern, known: Sequence[str]) -> list[str]:
+    """The names of ``known`` that ``pattern`` selects, in the order of ``known`` (empty when
+    none): a regex by full match, a callable by its answer, a glob by `fnmatch`, a name
+    exactly; a name's or glob's negative indices are counted back where they mean something
+    in ``known``."""
+    if isinstance(pattern, re.Pattern):
+        return [name for name in known if pattern.fullmatch(name)]
+    if callable(pattern):
+        return [name for name in known if pattern(name)]
+    pattern = counted_back(pattern, known) or pattern
+    if is_glob(pattern):
+        return fnmatch.filter(known, pattern)
+    return [pattern] if pattern in known else []
+
+
+def resolve_negative_indices(name: str, known: Sequence[str]) -> str:
+    """Turn ``blocks.-1.attn.hook_pattern`` into ``blocks.11.attn.hook_pattern``.
+
+    A negative component counts back from the last index that ``known`` has under the same prefix.
+
+    Raises:
+        KeyError: nothing is indexed under the prefix, or the index is out of its range.
+    """
+    parts = name.split(".")
+    for pos, part in enumerate(parts):
+        if not _NEGATIVE.fullmatch(part):
+            continue
+        prefix = ".".join(parts[:pos]) + "."
+        indices = sorted(
+            {
+                int(k[len(prefix) :].split(".", 1)[0])
+                for k in known
+                if k.startswith(prefix) and k[len(prefix) :].split(".", 1)[0].isdigit()
+            }
+        )
+        if not indices:
+            raise KeyError(
+                f"{name!r}: nothing is indexed under {prefix[:-1]!r}, so {part} means "
+                "nothing here. Use hook_names() to see the valid names."
+            )
+        if -int(part) > len(indices):
+            raise KeyError(
+                f"{name!r}: {prefix[:-1]!r} has {len(indices)} entries "
+                f"(0..{indices[-1]}), so index {part} is out of range."
+            )
+        parts[pos] = str(indices[int(part)])
+    return ".".join(parts)
+
+
+def counted_back(name: str, known: Sequence[str]) -> str | None:
+    """``name`` with its negative indices counted back over ``known`` (None where they mean
+    nothing there)."""
+    try:
+        return resolve_negative_indices(name, known)
+    except KeyError:
+        return None
+
+
+def did_you_mean(name: str, known: Sequence[str], count: int) -> str:
+    """`` Did you mean: a, b?`` with up to ``count`` of the known names closest to ``name``
+    (empty when none is close)."""
+    close = difflib.get_close_matches(name, known, n=count, cutoff=0.5)
+    return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def unknown_name_error(name: str, known: Sequence[str], what: str = "hook name") -> KeyError:
+    """A KeyError for an unknown name, listing the closest known names."""
+    hint = did_you_mean(name, known, 5)
+    if name.endswith("_grad"):
+        hint += " Gradients are requested with grads=True on the forward name, not by name."
+    return KeyError(
+        f"No {what} matches {name!r}.{hint} hook_names() lists all "
+        f"{len(known)} names; globs ('blocks.*.attn.hook_pattern') work too."
+    )
+
+
+def nothing_matched(pattern: Pattern, known: Sequence[str]) -> KeyError:
+    """The error for a pattern that `match` found nothing for among the hook names ``known``."""
+    if isinstance(pattern, re.Pattern):
+        return KeyError(f"The regex {pattern.pattern!r} matches none of the hook names.")
+    if callable(pattern):
+        return KeyError(
+            f"The name filter {pattern!r} selected none of the {len(known)} hook names."
+        )
+    return unknown_name_error(pattern, known)
 
 
 def select_layers(
@@ -78,7 +169,7 @@ def select_layers(
     """
     named = list(indexed if named is None else named)
     if callable(spec) and not isinstance(spec, re.Pattern):
-        return resolve_names(spec, named)
+        return _matched(spec, named)
     if isinstance(spec, (str, re.Pattern, numbers.Integral)):
         items = [spec]
     elif isinstance(spec, (list, tuple, range)):
@@ -94,7 +185,7 @@ def select_layers(
         elif isinstance(item, str):
             chosen += _select_name(item, indexed, named, what)
         elif isinstance(item, re.Pattern):
-            chosen += resolve_names(item, named)
+            chosen += _matched(item, named)
         else:
             raise TypeError(_type_message(arg, item, what))
     return list(dict.fromkeys(chosen))
@@ -126,14 +217,22 @@ def layer_indices(names: Sequence[str], indexed: Sequence[str]) -> list[int | No
     return [position.get(name) for name in names]
 
 
+def _matched(pattern: re.Pattern | Callable[[str], bool], named: list[str]) -> list[str]:
+    """What a regex or a callable selects among ``named`` (KeyError when nothing)."""
+    found = match(pattern, named)
+    if not found:
+        raise nothing_matched(pattern, named)
+    return found
+
+
 def _select_name(item: str, indexed: Sequence[str], named: list[str], what: str) -> list[str]:
     """A hook name or glob over ``named``, else a module path over ``indexed``."""
-    if GLOB_CHARS & set(item):
-        matched = fnmatch.filter(named, _without_negatives(item, named) or item)
+    if is_glob(item):
+        matched = match(item, named)
         if matched:
             return matched
         raise KeyError(_unknown(item, item, indexed, named, what))
-    resolved = _without_negatives(item, named) or _without_negatives(item, indexed) or item
+    resolved = counted_back(item, named) or counted_back(item, indexed) or item
     if resolved in named:
         return [resolved]
     under = [n for n in indexed if n.startswith(resolved + ".")]
@@ -142,19 +241,9 @@ def _select_name(item: str, indexed: Sequence[str], named: list[str], what: str)
     raise KeyError(_unknown(item, resolved, indexed, named, what))
 
 
-def _without_negatives(item: str, known: Sequence[str]) -> str | None:
-    """``item`` with its negative indices counted back over ``known`` (None where they mean
-    nothing there)."""
-    try:
-        return resolve_negative_indices(item, known)
-    except KeyError:
-        return None
-
-
 def _unknown(item: str, resolved: str, indexed: Sequence[str], named: list[str], what: str) -> str:
     shown = f"{item!r}" + (f" ({resolved})" if resolved != item else "")
-    close = difflib.get_close_matches(resolved, named, n=3, cutoff=0.5)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    hint = did_you_mean(resolved, named, 3)
     others = (
         f", nor another of the {len(named)} hook names it takes (hook_names() lists them)"
         if len(named) > len(indexed)
@@ -176,64 +265,3 @@ def _type_message(arg: str, value: object, what: str) -> str:
         f"{arg} must be an int (negative from the end), a hook name, a glob, a module path "
         f"such as 'blocks.3', or a list of these; got {value!r} for the {what}."
     )
-
-
-def head_option(heads: HeadSpec) -> str | int | list[int]:
-    """``heads`` as stored in a result's options: a reduction name, an int or a list of ints."""
-    if isinstance(heads, (list, tuple, range)):
-        return [int(h) for h in heads]
-    return int(heads) if isinstance(heads, numbers.Integral) else heads
-
-
-def reduce_heads(
-    pattern: Tensor, heads: HeadSpec = "mean", head_dim: int = -3, dtype: torch.dtype | None = None
-) -> Tensor:
-    """Fuse the head axis ``head_dim`` of ``pattern``: ``"mean"``, ``"max"``, ``"min"``, one
-    head (an int, negative from the end) or the mean of the listed heads (a list of ints).
-    ``dtype``: the result's; a mean in another dtype adds the heads one at a time, so at most
-    one head's map is held in it besides the result (``mean(dtype=)`` converts every head)."""
-    if isinstance(heads, str):
-        if heads == "mean":
-            return _mean_of_heads(pattern, range(pattern.shape[head_dim]), head_dim, dtype)
-        if heads in ("max", "min"):
-            return getattr(pattern, heads)(head_dim).values.to(dtype or pattern.dtype)
-    elif isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
-        (head,) = _head_indices([heads], pattern.shape[head_dim])
-        return pattern.select(head_dim, head).to(dtype or pattern.dtype)
-    elif isinstance(heads, (list, tuple, range)) and len(heads):
-        chosen = _head_indices(heads, pattern.shape[head_dim])
-        return _mean_of_heads(pattern, chosen, head_dim, dtype)
-    raise ValueError(
-        f"heads must be 'mean', 'max', 'min', a head index or a non-empty list of head indices; "
-        f"got {heads!r}."
-    )
-
-
-def _mean_of_heads(pattern: Tensor, heads, head_dim: int, dtype: torch.dtype | None) -> Tensor:
-    """Mean of the maps ``heads`` along ``head_dim`` (all of them in order: the plain mean)."""
-    if dtype is None or dtype == pattern.dtype:
-        if len(heads) == pattern.shape[head_dim]:
-            return pattern.mean(head_dim)
-        index = torch.tensor(list(heads), device=pattern.device)
-        return pattern.index_select(head_dim, index).mean(head_dim)
-    total = pattern.select(head_dim, heads[0]).to(dtype, copy=True)
-    for head in heads[1:]:
-        total.add_(pattern.select(head_dim, head).to(dtype))
-    return total.div_(len(heads))
-
-
-def _head_indices(heads: Sequence[int], count: int) -> list[int]:
-    """``heads`` as indices in [0, count), negative from the end; a ValueError naming the map's
-    head count (stages of a hierarchical model differ)."""
-    chosen = []
-    for head in heads:
-        if isinstance(head, bool) or not isinstance(head, numbers.Integral):
-            raise ValueError(f"heads must hold head indices (ints); got {head!r}.")
-        if not -count <= head < count:
-            raise ValueError(
-                f"heads: head {head} does not exist in a map with {count} heads (valid: "
-                f"0..{count - 1} or -{count}..-1; the stages of a hierarchical model have "
-                "different head counts)."
-            )
-        chosen.append(int(head) % count)
-    return chosen
