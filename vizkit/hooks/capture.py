@@ -3,7 +3,6 @@ they hold against the request's budget, and how often each name fired."""
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,6 +10,8 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from .request import Request
+from .taps import Tap
+from .training_mode import warn_caller
 
 __all__ = ["Capture", "require_fired"]
 
@@ -43,10 +44,9 @@ class Capture:
         ``changed_on_path``, values the forward went on with) was changed in place after."""
         for name, count in self.fired.items():
             if name in request.record and count > 1:
-                warnings.warn(
+                warn_caller(
                     f"{name} fired {count} times in one forward (a module called "
-                    "several times); the cache holds the last call.",
-                    stacklevel=3,
+                    "several times); the cache holds the last call."
                 )
         changed = [n for n, v in self.versions.items() if self.values[n]._version != v]
         changed += list(changed_on_path)
@@ -56,6 +56,17 @@ class Capture:
                 "module, so the cache would not hold what they were. (vizkit copies "
                 "'.hook_out' captures; capture the module's .hook_out instead.)"
             )
+
+    def not_a_tensor(self, tap: Tap, request: Request, raw: object) -> object:
+        """A module gave no tensor: skipped (not fired) where a pattern matched its
+        ``.hook_out``, else refused."""
+        if tap.name not in request.explicit and tap.name.endswith(".hook_out"):
+            self.non_tensor.add(tap.name)
+            return raw
+        raise TypeError(
+            f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a tensor; "
+            "vizkit hooks tensors only. Hook a submodule instead."
+        )
 
     def _count_bytes(self, name: str, value: Tensor, request: Request) -> None:
         if request.max_bytes is None:
@@ -89,9 +100,8 @@ def require_fired(
             "pooling or head option that skips them)."
         )
     if silent:
-        warnings.warn(
+        warn_caller(
             f"{len(silent)} names matched by a pattern did not fire (their modules are "
-            f"not on this forward path): {silent}",
-            stacklevel=4,
+            f"not on this forward path): {silent}"
         )
     return [n for n in chosen if fired[n]]

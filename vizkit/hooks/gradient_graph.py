@@ -4,7 +4,7 @@ whose gradient is wanted; nothing before it is recorded), the tensors the forwar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +18,7 @@ from .request import HookFn, Request
 from .taps import Tap
 from .targets import Target, target_score
 
-__all__ = ["GradientGraph", "frozen_parameters", "recording_from_taps"]
+__all__ = ["GradientGraph", "frozen_parameters", "recording_from_taps", "refuse_derived_gradients"]
 
 
 @dataclass
@@ -123,6 +123,16 @@ class GradientGraph:
         """The starts no longer require grad (the caller's tensors are as they were)."""
         for start in self.starts:
             start.requires_grad_(False)
+
+
+def refuse_derived_gradients(names: Iterable[str], taps: dict[str, Tap], fix: str) -> None:
+    """Refuse gradients of derived values (``Tap.compute``: no gradient flows through them)."""
+    derived = [n for n in names if taps[n].compute is not None]
+    if derived:
+        raise ValueError(
+            f"{derived} are derived values (computed from a module's weights and input, not "
+            f"tensors the forward passes on), so no gradient flows through them; {fix}."
+        )
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -21,16 +20,17 @@ from .cache import ActivationCache
 from .capture import Capture, require_fired
 from .edits import edited
 from .family import family_layout
-from .gradient_graph import GradientGraph, recording_from_taps
+from .gradient_graph import GradientGraph, recording_from_taps, refuse_derived_gradients
 from .guard import exclusive, tracking_forward
 from .inputs import DEFAULT_MAX_BYTES, check_images, unwrap_model
-from .layout import TokenLayout, token_layout
+from .layout import TokenLayout, has_class_token, token_layout
 from .names import NameSpec
 from .readers import reader_for
 from .request import Hooks, Request
 from .selector import resolve_negative_indices, unknown_name_error
 from .taps import Tap
 from .targets import Target
+from .training_mode import warn_if_random
 
 __all__ = ["HookedModel"]
 
@@ -71,7 +71,7 @@ class HookedModel:
         self._names = list(self._taps)
         self._modules = dict(model.named_modules())
         self._root = model.get_submodule(self.family.root) if self.family else model
-        self._class_token = _has_class_token(model)
+        self._class_token = has_class_token(model)
         self._warned_training = False
 
     def __repr__(self) -> str:
@@ -141,7 +141,9 @@ class HookedModel:
             RuntimeError: on exit, if a forward hook never fired.
         """
         run = _Run(Request.for_hooks(self._names, fwd, bwd, read_only))
-        self._refuse_derived_gradients(run.request.bwd, "hook the module's input or output instead")
+        refuse_derived_gradients(
+            run.request.bwd, self._taps, "hook the module's input or output instead"
+        )
         with self._attached(run):
             yield self
         fired, request = run.capture, run.request
@@ -202,8 +204,9 @@ class HookedModel:
             self._names, names, len(x), grads=grads, target=target, device=device,
             max_bytes=max_bytes, bwd=bwd, dtype=dtype, pattern_path=pattern_path,
         )  # fmt: skip
-        self._refuse_derived_gradients(
+        refuse_derived_gradients(
             [*(chosen if grads else ()), *request.bwd],
+            self._taps,
             "leave them out of names= (grads=True) and bwd=",
         )
         return self._cached(x, _Run(request), chosen, target, forward_kwargs)
@@ -248,7 +251,8 @@ class HookedModel:
         taps = [self._taps[n] for n in self._names if n in wanted]
         with exclusive(self.model), ExitStack() as stack:
             training = [(m, m.training) for m in self.model.modules()]  # once the model is ours
-            self._warn_if_random()
+            if not self._warned_training:
+                self._warned_training = warn_if_random(self.model)
             try:
                 stack.enter_context(tracking_forward(self.model))
                 beside = self._maps_beside(run)
@@ -288,65 +292,9 @@ class HookedModel:
         recorded, and the tensor the forward goes on with is returned. ``derived``: a value
         computed beside the forward, which no function may replace."""
         if not isinstance(raw, Tensor):
-            return _not_a_tensor(tap, run, raw)
+            return run.capture.not_a_tensor(tap, run.request, raw)
         value, used = edited(tap, run.request, raw, derived)
         run.capture.fired[tap.name] += 1
         if tap.name in run.request.record:
             run.capture.record(tap.name, value, run.request)
         return run.graph.hand_on(tap, used, run.request, self.model)
-
-    def _refuse_derived_gradients(self, names, fix: str) -> None:
-        derived = [n for n in names if self._taps[n].compute is not None]
-        if derived:
-            raise ValueError(
-                f"{derived} are derived values (computed from a module's weights and input, not "
-                f"tensors the forward passes on), so no gradient flows through them; {fix}."
-            )
-
-    def _warn_if_random(self) -> None:
-        """Warn once if the model's training mode makes results random or updates buffers."""
-        if self._warned_training or not self.model.training:
-            return
-        stochastic = training_effects(self.model)
-        if stochastic:
-            self._warned_training = True
-            warnings.warn(
-                f"{type(self.model).__name__} is in training mode, so {', '.join(stochastic)} "
-                "act in this forward: activations and gradients are random or depend on the "
-                "batch. Call model.eval() first, or use the vizkit analyses, which run the model "
-                "in eval mode and restore its mode after.",
-                stacklevel=5,
-            )
-
-
-def training_effects(model: nn.Module) -> list[str]:
-    """What train mode changes in ``model``'s forward: active dropout or drop-path (random
-    outputs) and BatchNorm (batch statistics, running statistics updated)."""
-    kinds = {}
-    for module in model.modules():
-        if not module.training:
-            continue
-        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
-            kinds["dropout"] = True
-        elif getattr(module, "drop_prob", 0) > 0:  # timm DropPath, DropBlock
-            kinds["drop-path"] = True
-        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
-            kinds["BatchNorm"] = True
-    return list(kinds)
-
-
-def _has_class_token(model: nn.Module) -> bool:
-    """Whether the model learns a class token (``cls_token``; CrossViT: one per branch)."""
-    return any(name.split(".")[-1].startswith("cls_token") for name, _ in model.named_parameters())
-
-
-def _not_a_tensor(tap: Tap, run: _Run, raw: Any) -> Any:
-    """A module gave no tensor: skipped (not fired) where a pattern matched its ``.hook_out``,
-    else refused."""
-    if tap.name not in run.request.explicit and tap.name.endswith(".hook_out"):
-        run.capture.non_tensor.add(tap.name)
-        return raw
-    raise TypeError(
-        f"{tap.name}: module {tap.module!r} gave a {type(raw).__name__}, not a tensor; vizkit "
-        "hooks tensors only. Hook a submodule instead."
-    )

@@ -74,6 +74,11 @@ def _embedding_owner(model: nn.Module) -> nn.Module:
     return next((m for m in model.modules() if _patch_embed(m) is not None), model)
 
 
+def has_class_token(model: nn.Module) -> bool:
+    """Whether the model learns a class token (``cls_token``; CrossViT: one per branch)."""
+    return any(name.split(".")[-1].startswith("cls_token") for name, _ in model.named_parameters())
+
+
 def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout | None:
     """Token layout of ``model`` for an (H, W) input, or None if the model has no patch embedding.
 
@@ -93,8 +98,8 @@ def token_layout(model: nn.Module, image_size: tuple[int, int]) -> TokenLayout |
     else:  # XCiT's convolutional embedding
         grid = tuple(s // p for s, p in zip(image_size, _pair(pe.patch_size), strict=True))
     prefix = int(getattr(model, "num_prefix_tokens", 0))
-    has_class_token = prefix > 0 and getattr(model, "cls_token", None) is not None
-    return TokenLayout(prefix, (int(grid[0]), int(grid[1])), has_class_token)
+    class_token = prefix > 0 and getattr(model, "cls_token", None) is not None
+    return TokenLayout(prefix, (int(grid[0]), int(grid[1])), class_token)
 
 
 def _positive_int(value: object) -> bool:
