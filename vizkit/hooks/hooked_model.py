@@ -167,8 +167,7 @@ class HookedModel:
 
         Args:
             x: image batch (B, C, H, W).
-            names: exact name, glob, compiled regex, callable or list (required: nothing is
-                cached by default; attention of ViT-B/16 is 22 MB per image).
+            names: a name, glob, regex, callable or list (required; ViT-B/16's maps: 22 MB/image).
             grads: also cache ``<name>_grad``, the gradient of the target score with respect
                 to each activation. Only what that gradient crosses is recorded: the graph
                 starts at the earliest named activation, and parameters do not require grad
