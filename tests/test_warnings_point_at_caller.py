@@ -27,8 +27,9 @@ def test_a_pattern_match_that_did_not_fire_is_reported_at_the_call():
 
 @pytest.mark.parametrize("call", ["run_with_cache", "hooks"])
 def test_the_training_mode_warning_is_reported_at_the_call(call):
-    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1,
-                              drop_rate=0.1)  # fmt: skip  (left in training mode)
+    model = timm.create_model(  # left in training mode, with dropout
+        "vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1, drop_rate=0.1
+    )
     hm, x = vk.HookedModel(model), torch.randn(2, 3, 32, 32)
     with pytest.warns(UserWarning, match="training mode") as caught:
         if call == "run_with_cache":
