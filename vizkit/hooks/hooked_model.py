@@ -281,8 +281,8 @@ class HookedModel:
         module = self._modules[tap.module]
         reader = reader_for(tap, beside, self._modules)
         starts = []
-        plain = not beside and tap.compute is None
-        if plain and tap.read_only and run.request.start_graph and run.request.wants_grad(tap.name):
+        wanted = run.request.start_graph and run.request.wants_grad(tap.name)
+        if reader.on_path and tap.read_only and wanted:
             starts = [run.graph.attach_start(tap, module, self.model)]
         return [*starts, *reader.attach(module, functools.partial(self._visit, tap, run))]
 

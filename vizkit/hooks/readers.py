@@ -1,6 +1,7 @@
 """How a tap's value is read from its module: one small class per way, each attaching its hooks
-with ``attach(module, emit)``. ``emit(raw)`` hands the value to the call (its functions run on
-it, it is recorded) and returns the tensor the forward goes on with; a value computed beside
+with ``attach(module, emit)``; ``on_path`` says whether the forward goes on with the value read
+(a gradient can be taken there). ``emit(raw)`` hands the value to the call (its functions run
+on it, it is recorded) and returns the tensor the forward goes on with; a value computed beside
 the forward is emitted with ``derived=True`` and cannot be replaced.
 
 - `OutputReader`: the module's output, or one item of a tuple output (MViTv2's blocks).
@@ -68,6 +69,8 @@ class OutputReader:
     item: int | None = None
     selected: NthCall = field(default_factory=NthCall)
 
+    on_path = True  # the forward goes on with the value read
+
     def attach(self, module: nn.Module, emit: Emit) -> list[RemovableHandle]:
         def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Any:
             if not self.selected():
@@ -95,6 +98,8 @@ class InputReader:
     path: str
     selected: NthCall = field(default_factory=NthCall)
 
+    on_path = True  # the forward goes on with the value read
+
     def attach(self, module: nn.Module, emit: Emit) -> list[RemovableHandle]:
         def pre_hook(mod: nn.Module, args: tuple) -> tuple | None:
             if not self.selected():
@@ -118,6 +123,8 @@ class ComputedReader:
 
     compute: Compute
 
+    on_path = False  # computed beside the forward
+
     def attach(self, module: nn.Module, emit: Emit) -> list[RemovableHandle]:
         def derived_hook(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             emit(self.compute(mod, args, kwargs, output), derived=True)
@@ -131,6 +138,8 @@ class BesideReader:
     the hooks (on the module's own submodules) and returns their handles."""
 
     beside: Callable[[Callable[[Tensor], None]], list]
+
+    on_path = False  # computed beside the forward
 
     def attach(self, module: nn.Module, emit: Emit) -> list[RemovableHandle]:
         return self.beside(lambda pattern: emit(pattern, derived=True))
