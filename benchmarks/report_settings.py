@@ -15,7 +15,6 @@ import warnings
 from timing import record
 
 import vizkit as vk
-from vizkit import analysis
 from vizkit.report.sections import CURVE_STEPS, IG_STEPS
 
 METHODS = ["rollout", "class_attention", "gradcam", "random"]
@@ -25,7 +24,7 @@ def integrated_gradients(steps: int):
     """The integrated-gradients method of ``steps`` steps, named as `compare_saliency` names it."""
 
     def run(hm, x, targets):
-        return analysis.integrated_gradients(hm, x, targets, n_steps=steps)
+        return vk.integrated_gradients(hm, x, targets, n_steps=steps)
 
     return ("integrated_gradients", run)
 

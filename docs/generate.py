@@ -123,7 +123,7 @@ def saliency_methods_page() -> str:
 
     lines = ["| method | needs | what the map is |", "|---|---|---|"]
     for name, method in methods().items():
-        call = "`vk.metrics.random_saliency`" if name == "random" else f"`vk.{name}`"
+        call = f"`vk.{method.fn.__name__}`"
         needs = ", ".join(method.needs) or "nothing"
         summary = method.summary.replace("|", "\\|")
         lines.append(f"| {call} (`{name}`) | {needs} | {summary} |")
@@ -134,6 +134,15 @@ def saliency_methods_page() -> str:
 README_METHODS = re.compile(
     r"(<!-- saliency methods: docs/generate.py -->\n)(?:.*?\n)?(<!-- /saliency methods -->)", re.S
 )
+
+
+def methods_reference_page() -> str:
+    """The API reference of every built-in saliency method, from the registry (each method's
+    module in `vizkit.methods`, where mkdocstrings reads its function)."""
+    from vizkit.methods import methods
+
+    ours = [m for m in methods().values() if m.fn.__module__.startswith("vizkit.methods.")]
+    return "\n".join(f"::: {m.fn.__module__}.{m.fn.__name__}\n" for m in ours)
 
 
 def readme_methods() -> str:
@@ -165,6 +174,7 @@ def main() -> None:
     (OUT / "hook_names.md").write_text(hook_names_page())
     (OUT / "benchmark_results.md").write_text(benchmark_results_page())
     (OUT / "saliency_methods.md").write_text(saliency_methods_page())
+    (OUT / "methods_reference.md").write_text(methods_reference_page())
     spec = importlib.util.spec_from_file_location("ledger", DOCS / "ledger.py")
     ledger = sys.modules["ledger"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ledger)

@@ -178,8 +178,8 @@ def test_the_registry_feeds_exports_and_compare():
     for name, method in registered.items():
         if not method.fn.__module__.startswith("vizkit."):
             continue  # one a test or a how-to registered
-        if name != "random":  # the baseline lives in vk.metrics
-            assert getattr(vk, name) is method.fn, name
+        assert getattr(vk, method.fn.__name__) is method.fn, name  # exported by its name
+        assert method.fn.__name__ in vk.__all__
         assert method.summary and set(method.needs) <= set(vk.methods.NEEDS)
     model, x = build("vit")
     table = vk.compare_saliency(model, x[:4], methods=["gradcam_pp", "eigencam", "random"],

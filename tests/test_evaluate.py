@@ -99,7 +99,7 @@ def test_a_resumed_progress_bar_starts_at_the_done_count(shapes, tmp_path, monke
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return vk.metrics.random_saliency(model, x, target=targets)
+        return vk.random_saliency(model, x, target=targets)
 
     run = {"metrics": ["sparseness"], "batch_size": 8, "out": tmp_path / "eval.jsonl"}
     with pytest.raises(KeyboardInterrupt):
@@ -285,7 +285,7 @@ def test_the_next_batch_loads_while_this_one_is_explained():
 
     def method(model, images, targets):
         scored.append(len(images))
-        return vk.metrics.random_saliency(model, images, target=targets)
+        return vk.random_saliency(model, images, target=targets)
 
     data = Recorded()
     data.broken = False

@@ -39,13 +39,20 @@ __all__ = [
     "models_dir",
     "models_dirs",
     "path",
+    "recipe_names",
     "seed_contrast",
     "sha256",
 ]
 
 PACKAGE_MODELS = Path(__file__).resolve().parent / "zoo_models"
+RECIPES_DIR = Path(__file__).resolve().parent / "train" / "recipes"  # read by vizkit.train
 _CHECKOUT_MODELS = Path(__file__).resolve().parent.parent / "models"
 REPOSITORY = "the vizkit repository"
+
+
+def recipe_names() -> builtins.list[str]:
+    """The zoo names a recipe can train (`vizkit train <name>`; `vizkit.train.recipes`)."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
 
 
 def models_dir() -> Path:
@@ -93,8 +100,6 @@ def _folder(name: str) -> Path:
 def _refuse_missing_paper_checkpoint(name: str) -> None:
     """A KeyError saying where to get ``name`` if it is a zoo recipe whose checkpoint is not
     in any zoo folder here (a wheel carries the core models only)."""
-    from .train.recipes import recipe_names
-
     if name in recipe_names():
         raise KeyError(
             f"Zoo model {name!r} is a paper-study checkpoint, not shipped inside the package: it "
@@ -329,8 +334,9 @@ def load(
         return model, info if shipped else {**info, "weights": name}
     if not timm.is_model(name):
         _refuse_missing_paper_checkpoint(name)
+        close = did_you_mean(name, [*list(), *timm.list_models()])
         raise KeyError(
-            f"{name!r} is neither a zoo model nor a timm architecture.{did_you_mean(name)}"
+            f"{name!r} is neither a zoo model nor a timm architecture.{close}"
             f" vk.zoo.list() lists the {_count(list())}, timm.list_models('pattern*') the "
             "timm ones."
         )

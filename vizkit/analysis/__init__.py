@@ -5,15 +5,8 @@ from ._model import self_attention_names as self_attention_names
 from .attention_maps import AttentionResult as AttentionResult
 from .attention_maps import attention as attention
 from .attention_maps import stage_layers as stage_layers
-from .attention_rollout import grad_rollout as grad_rollout
-from .attention_rollout import rollout as rollout
-from .captum_bridge import integrated_gradients as integrated_gradients
-from .captum_bridge import occlusion as occlusion
-from .captum_bridge import saliency as saliency
 from .cka_kernels import cka as cka
-from .class_token import class_attention as class_attention
 from .entropy import normalized_entropy as normalized_entropy
-from .gradcam_maps import gradcam as gradcam
 from .layer_cka import CKAResult as CKAResult
 from .layer_cka import FeatureEvolution as FeatureEvolution
 from .layer_cka import cka_matrix as cka_matrix
@@ -58,21 +51,14 @@ __all__ = [
     "attention",
     "cka",
     "cka_matrix",
-    "class_attention",
     "direct_logit_attribution",
     "feature_evolution",
-    "grad_rollout",
-    "gradcam",
-    "integrated_gradients",
     "layerscale",
     "logit_lens",
     "normalized_entropy",
-    "occlusion",
     "ratio_uniformity",
     "uniformity_contrast",
     "residual_ratios",
-    "rollout",
-    "saliency",
     "self_attention_names",
     "stage_layers",
     "token_norms",

@@ -14,16 +14,13 @@ import math
 from itertools import pairwise
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..hooks import HookedModel, Target
-from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks import HookedModel
 from ..hooks.heads import HeadSpec, head_option, reduce_heads
-from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_image_batch, check_images
+from ..hooks.inputs import check_count, check_image_batch, check_images
 from ..hooks.layout import TokenLayout
-from ..hooks.targets import explained_classes
 from ..hooks.windows import patch_merge_matrix
-from ..methods.registry import saliency_method
 from ._model import (
     applied_attention_names,
     class_attention_names,
@@ -37,10 +34,9 @@ from .saliency_result import SaliencyResult
 __all__ = [
     "check_row_stochastic",
     "class_row_relevance",
-    "grad_rollout",
     "gradient_rollout_maps",
     "rolled_back",
-    "rollout",
+    "rolled_out",
 ]
 
 _MIXED = ".attn.hook_pattern_mixed"
@@ -118,52 +114,12 @@ def _query_rows(joint: Tensor, layout, class_row: bool) -> Tensor:
     return layout.split(patch_cols, dim=1)[1].mean(1)
 
 
-@saliency_method(
-    "rollout", needs=("attention",), targets=False, default=True,
-    summary="attention maps multiplied over the layers (Abnar & Zuidema 2020)",
-)  # fmt: skip
-@analysis_contract
-def rollout(
-    model: nn.Module | HookedModel,
-    x: Tensor,
-    heads: HeadSpec = "mean",
-    discard_ratio: float = 0.0,
-    allow_non_stochastic: bool = False,
+def rolled_out(
+    hm: HookedModel, x: Tensor, heads: HeadSpec, discard_ratio: float, allow_non_stochastic: bool
 ) -> SaliencyResult:
-    """Attention rollout: per layer fuse the heads, drop the weakest entries, add the identity
-    for the residual, renormalize rows, and multiply over layers (last layer on the left).
-
-    Args:
-        model: a ViT-family model or HookedModel.
-        x: image batch (B, C, H, W).
-        heads: how each layer's heads are fused: "mean", "max", "min", one head's index
-            or a list of heads to average (`vizkit.hooks.reduce_heads`).
-        discard_ratio: share of each fused map's lowest entries set to 0 (the class token's
-            self-weight is kept), as in vit-explain.
-        allow_non_stochastic: roll out maps that are not row-stochastic (CaiT's talking heads)
-            by replacing each head's map with |A| renormalized per row first. Off: they are
-            refused with a ValueError.
-
-    Returns:
-        `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the
-        patches where the head reads the class token (``global_pool="token"``); for models
-        with an attention-pooling head (SigLIP), the
-        head's map (latents and heads fused) times the joint attention; otherwise the mean over
-        patch queries. Window attention (Swin, Twins) is rolled out in image space; across
-        Swin's stages each 2 x 2 patch merging passes the mean of its four tokens' relevance
-        on, and the map is the mean over the last stage's tokens on the first stage's grid. An
-        odd grid (7 -> 4 at 112 px) is padded by the model, so its edge tokens are merged from
-        fewer real tokens, which then carry their merged token's whole relevance: expect a
-        brighter last row and column there (none at 224 px: 56, 28, 14, 7).
-
-    Raises:
-        ValueError: models whose tokens also mix through maps rollout cannot multiply (pooled
-            keys, channel attention, cross-attention between branches) or whose stages are
-            joined by convolutions or pooling (PiT, MViTv2, MaxViT); non-row-stochastic maps.
-    """
+    """Attention rollout's maps of images x (B, C, H, W) (`vizkit.methods.rollout.rollout`)."""
     if not 0 <= discard_ratio < 1:
         raise ValueError(f"discard_ratio must be in [0, 1); got {discard_ratio}.")
-    hm = as_hooked(model)
     x = check_images(hm.model, x)
     names = applied_attention_names(hm)
     layouts = _rollout_layouts(hm, names, tuple(x.shape[-2:]), "rollout")
@@ -319,64 +275,3 @@ def class_row_relevance(hm: HookedModel, relevance: Tensor, layout: TokenLayout)
     """The patches' relevance on the grid (B, gh, gw): R's class-token row where the head reads
     the class token, else the mean over the patch rows."""
     return layout.to_grid(_query_rows(relevance, layout, reads_class_token(hm)).float())
-
-
-@saliency_method(
-    "grad_rollout", needs=("attention", "gradients"),
-    summary="gradient-weighted attention rolled out (Chefer et al., ICCV 2021)",
-)  # fmt: skip
-@analysis_contract
-def grad_rollout(
-    model: nn.Module | HookedModel,
-    x: Tensor,
-    target: Target = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> SaliencyResult:
-    """Gradient-weighted rollout (Chefer, Gur and Wolf, ICCV 2021, "Generic Attention-model
-    Explainability", Eq. 5-6): R = I, then per layer R <- R + mean_h[(dA/dy * A)^+] R; the
-    class token's row over the patches. This is their generic method exactly (checked against
-    the equations in tests/test_rollout.py); their CVPR 2021 method, with each map's LRP
-    relevance in place of A, is `vk.transformer_attribution`.
-
-    Args:
-        target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
-        max_bytes: refuse, before running, when every layer's map (held by the graph until the
-            backward reaches it) and one map's gradient would take more than this (default
-            4 GiB).
-
-    Returns:
-        `SaliencyResult` (B, gh, gw) with ``targets``: the class token's row of R where the head
-        reads the class token, else (average-pooled heads) the mean over the patch rows.
-    """
-    hm = as_hooked(model)
-    names, layout = gradient_rollout_maps(hm, x, max_bytes, "grad_rollout")
-    x = check_images(hm.model, x)
-    patterns: dict[str, Tensor] = {}
-    relevance: Tensor | None = None  # (I + W_L) ... (I + W_k), built from the last layer back
-    done: list[str] = []
-
-    def keep(pattern: Tensor, *, name: str) -> None:
-        patterns[name] = pattern.detach()
-
-    def multiply(grad: Tensor, *, name: str) -> None:
-        """One layer's (dA/dy * A)^+ as the backward reaches it; its gradient is then freed."""
-        nonlocal relevance
-        if len(done) == len(names) or names[-1 - len(done)] != name:
-            raise RuntimeError(f"grad_rollout expected the gradients of {names} last first.")
-        done.append(name)
-        relevance = rolled_back(relevance, grad * patterns.pop(name))
-
-    with hm.hooks(fwd={name: keep for name in names}):
-        logits, _ = hm.run_with_cache(
-            x, names=names[-1], target=target, bwd={name: multiply for name in names}
-        )
-    if len(done) != len(names):
-        raise RuntimeError(f"The target score reached {done} of the attention maps {names}.")
-    return SaliencyResult(
-        maps=class_row_relevance(hm, relevance, layout),
-        method="grad_rollout",
-        image_size=tuple(x.shape[-2:]),
-        options={"maps": names},
-        layout=layout,
-        targets=explained_classes(logits, target),
-    )

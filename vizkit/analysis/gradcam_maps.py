@@ -1,12 +1,11 @@
-"""Grad-CAM (Selvaraju et al. 2017) for ViTs (on tokens) and CNNs (on feature maps), and the
-template every class-activation map shares (`vizkit.methods`: Grad-CAM++, XGrad-CAM, HiResCAM,
-LayerCAM, Eigen-CAM, Score-CAM, Ablation-CAM).
+"""The template every class-activation map shares, for ViTs (on tokens) and CNNs (on feature
+maps): the methods in `vizkit.methods` (Grad-CAM, Grad-CAM++, XGrad-CAM, HiResCAM, LayerCAM,
+Eigen-CAM, Score-CAM, Ablation-CAM) are each a channel weighting over it.
 
 A CAM reads one activation A as channels over a grid, (B, C, h, w), with the gradient G of the
 target score with respect to it where it needs one (`cam_activation`: the token reshape is done
 here once, from the family's token layout), weights its channels, and keeps the positive part of
-the weighted sum: relu(sum_c w_c A_c) (`channel_cam`). Grad-CAM's weight is the mean gradient
-over positions.
+the weighted sum: relu(sum_c w_c A_c) (`channel_cam`).
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, TokenLayout
-from ..hooks.contract import analysis_contract, as_hooked
+from ..hooks.contract import as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selector import LayerSpec, layer_indices, select_layer
 from ..hooks.targets import explained_classes
-from ..methods.registry import saliency_method
 from ._model import reads_class_token
 from .saliency_result import SaliencyResult
 
@@ -35,7 +33,6 @@ __all__ = [
     "cam_result",
     "channel_cam",
     "default_gradcam_layer",
-    "gradcam",
     "gradcam_layers",
 ]
 
@@ -212,36 +209,3 @@ def cam_result(
         layout=found.layout,
         targets=None if class_agnostic else explained_classes(found.logits, target),
     )
-
-
-@saliency_method(
-    "gradcam", needs=("gradients", "layer"), default=True,
-    summary="channels weighted by their mean gradient (Selvaraju et al. 2017)",
-)  # fmt: skip
-@analysis_contract
-def gradcam(
-    model: nn.Module | HookedModel,
-    x: Tensor,
-    target: Target = None,
-    layer: LayerSpec | None = None,
-) -> SaliencyResult:
-    """Grad-CAM maps of a batch.
-
-    Args:
-        model: a timm ViT-family model or CNN, or a HookedModel.
-        x: image batch (B, C, H, W).
-        target: int, B ints, a callable on the logits, or None for each sample's argmax.
-        layer: the activation: an int counting `gradcam_layers` (one per block or stage,
-            negative from the end; default the last), a module path (``"blocks.3"``: that
-            block's entry of `gradcam_layers`) or any hook name.
-
-    Returns:
-        `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid) or (B, h, w)
-        for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
-        `gradcam_layers`, None for another activation).
-    """
-    return cam_maps(model, x, target, layer, "gradcam", _mean_gradient)
-
-
-def _mean_gradient(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
-    return channel_cam(found, found.grad.mean((2, 3)))

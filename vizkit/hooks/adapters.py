@@ -59,7 +59,7 @@ from .family import (
     unplaced_site,
 )
 from .hook_point import HookPoint
-from .sites import block_taps
+from .sites import block_taps, unfused_child
 from .taps import Tap
 
 __all__ = ["build_taps"]
@@ -86,7 +86,7 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
     outputs: dict[str, list[Tap]] = {}
     derived: dict[str, list[Tap]] = {}  # values computed beside a module's output
     for tap in special:
-        site = derived if tap.compute else inputs if tap.site == "input" else outputs
+        site = derived if not tap.read.on_path else inputs if tap.read.reads_input else outputs
         site.setdefault(tap.module, []).append(tap)
 
     taps: list[Tap] = []
@@ -169,8 +169,7 @@ def _unplaced_patterns(model: nn.Module) -> list[Tap]:
         )  # fmt: skip
         if site is not None:
             taps.append(
-                Tap(f"{name}.hook_pattern", f"{name}.{site}", kind="unplaced",
-                    unfuse=name if hasattr(module, "fused_attn") else None,
-                    shape="as captured")
+                Tap(f"{name}.hook_pattern", f"{name}.{site}", unfused_child(module),
+                    kind="unplaced", shape="as captured")
             )  # fmt: skip
     return taps

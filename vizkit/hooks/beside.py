@@ -6,8 +6,9 @@ then computes the block's output through the map. Under half precision on a GPU 
 is much slower than the fused kernel, so a read-only capture can instead leave the kernel computing
 the output and build the map on the side, from the same normalized queries and keys the kernel
 gets and with the explicit path's own operations, so the map equals the unfused path's map. A
-family offers this for the attention classes whose forward it knows op for op (`Tap.beside`;
-timm's ``Attention``: `vizkit.families.timm.vit`); a gradient or an edit of the map needs the map
+family offers this for the attention classes whose forward it knows op for op
+(`vizkit.hooks.readers.ExplicitPathReader.beside`; timm's ``Attention``:
+`vizkit.families.timm.vit`); a gradient or an edit of the map needs the map
 on the output's path, so those runs always use the explicit path.
 """
 

@@ -10,24 +10,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .readers import Reader
 from .request import Request
 from .taps import Tap
 
 __all__ = ["check_replacement", "edited"]
 
 
-def edited(tap: Tap, request: Request, raw: Tensor, derived: bool) -> tuple[Tensor, Tensor]:
+def edited(tap: Tap, reader: Reader, request: Request, raw: Tensor) -> tuple[Tensor, Tensor]:
     """(the value in ``tap``'s canonical layout after the request's functions, the tensor in
     the module's layout the forward goes on with: ``raw`` itself when nothing replaced it).
-    ``derived``: a value computed beside the forward, which no function may replace."""
+    ``reader``: how the value was read in this call (`Reader.refusal`: no function may replace
+    a value whose replacement would change nothing)."""
     value = canonical = tap.to_canonical(raw)
-    fixed = derived or tap.read_only  # no replacement can change what the model computes
     for fn in request.fwd.get(tap.name, ()):
         new = fn(value, name=tap.name)
-        if new is not None and (fixed or request.read_only):
+        if new is not None and (reader.refusal or request.read_only):
             if isinstance(new, Tensor) and torch.equal(new, value):
                 continue  # an unchanged copy edits nothing
-            raise ValueError(_edit_refused(tap, derived=fixed and not request.read_only))
+            raise ValueError(_edit_refused(tap, None if request.read_only else reader.refusal))
         if new is not None:
             check_replacement(tap.name, new, value)
             value = new
@@ -51,18 +52,13 @@ def check_replacement(name: str, new: Any, value: Tensor) -> None:
         )
 
 
-def _edit_refused(tap: Tap, derived: bool) -> str:
-    """Why a hook may not replace ``tap``'s value: a derived value, or a read-only run."""
-    if derived and tap.compute is None:
+def _edit_refused(tap: Tap, refusal: str | None) -> str:
+    """Why a hook may not replace ``tap``'s value: its reader's ``refusal`` (the edit would
+    change nothing), or (None) a read-only run."""
+    if refusal is not None:
+        why = refusal.format(name=tap.name, module=tap.module)
         return (
-            f"The hook on {tap.name} returned a changed tensor, but {tap.module} returns "
-            f"{tap.name} beside an output it has already computed from it, so the edit would "
-            "change nothing; return None (read it), or edit the module's input or output instead."
-        )
-    if derived:
-        return (
-            f"The hook on {tap.name} returned a changed tensor, but {tap.name} is derived from "
-            f"{tap.module}'s weights and input, not passed on by the forward, so the edit would "
+            f"The hook on {tap.name} returned a changed tensor, but {why}, so the edit would "
             "change nothing; return None (read it), or edit the module's input or output instead."
         )
     return (

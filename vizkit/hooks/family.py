@@ -268,10 +268,9 @@ def _under(layout: FamilyLayout, root: str) -> FamilyLayout:
 
     layout.blocks = [dataclasses.replace(site, path=inside(site.path)) for site in layout.blocks]
     layout.extra = [
-        dataclasses.replace(tap, name=inside(tap.name), module=inside(tap.module),
-                            call_scope=inside(tap.call_scope), unfuse=inside(tap.unfuse))
+        dataclasses.replace(tap, name=inside(tap.name), module=inside(tap.module))
         for tap in layout.extra
-    ]  # fmt: skip
+    ]
     layout.root = root
     return layout
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from .edits import check_replacement
+from .readers import Reader
 from .request import HookFn, Request
 from .taps import Tap
 from .targets import Target, target_score
@@ -64,17 +65,19 @@ class GradientGraph:
 
         return module.register_forward_pre_hook(start_at_input, with_kwargs=True)
 
-    def hand_on(self, tap: Tap, used: Tensor, request: Request, model: nn.Module) -> Tensor:
+    def hand_on(
+        self, tap: Tap, reader: Reader, used: Tensor, request: Request, model: nn.Module
+    ) -> Tensor:
         """The tensor the forward goes on with in place of ``used``: where ``tap``'s gradient
         is wanted, the graph starts here if it has not yet, the backward functions are
         attached, and the forward goes on with a copy (a later in-place op would rewrite the
-        value whose gradient is read) or, for an attention map, with the map, watched."""
+        value whose gradient is read) or, for an attention map, with the map, watched.
+        ``reader``: how the value was read (`Reader.on_path_of`: the tensor the gradient is
+        taken at)."""
         wanted = request.wants_grad(tap.name)
         if request.start_graph and wanted and not used.requires_grad:
             self.start(tap, used, model)
-        # a value handed on as a view of the tensor the module used (torch's attention weights,
-        # (B·H, L, S) viewed as (B, H, L, S)): its gradient is the base's, viewed
-        on_path = used._base if tap.read_only and used._base is not None else used
+        on_path = reader.on_path_of(used)
         if tap.name in request.keep_for_grad:
             self.used[tap.name] = on_path
             if on_path is not used:
@@ -126,8 +129,9 @@ class GradientGraph:
 
 
 def refuse_derived_gradients(names: Iterable[str], taps: dict[str, Tap], fix: str) -> None:
-    """Refuse gradients of derived values (``Tap.compute``: no gradient flows through them)."""
-    derived = [n for n in names if taps[n].compute is not None]
+    """Refuse gradients of values computed beside the forward (a tap whose reader is not on
+    the output's path: no gradient flows through them)."""
+    derived = [n for n in names if not taps[n].read.on_path]
     if derived:
         raise ValueError(
             f"{derived} are derived values (computed from a module's weights and input, not "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from .adapters import build_taps
-from .attention_mode import unfused_attention
 from .beside import beside_is_faster
 from .cache import ActivationCache
 from .capture import Capture, require_fired
@@ -25,7 +24,7 @@ from .guard import exclusive, tracking_forward
 from .inputs import DEFAULT_MAX_BYTES, check_images, unwrap_model
 from .layout import TokenLayout, has_class_token, token_layout
 from .names import NameSpec
-from .readers import reader_for
+from .readers import BesideReader, Reader
 from .request import Hooks, Request
 from .selector import resolve_negative_indices, unknown_name_error
 from .taps import Tap
@@ -254,46 +253,44 @@ class HookedModel:
                 self._warned_training = warn_if_random(self.model)
             try:
                 stack.enter_context(tracking_forward(self.model))
-                beside = self._maps_beside(run)
-                unfuse = {self._modules[t.unfuse] for t in taps if t.unfuse and not beside(t)}
-                stack.enter_context(unfused_attention(unfuse))
-                for tap in taps:
-                    if tap.explicit is not None:
-                        stack.enter_context(tap.explicit())
-                for tap in taps:
-                    for handle in self._register(tap, run, beside(tap)):
+                readers = self._readers(taps, run)
+                for reader in readers:
+                    stack.enter_context(reader.switched())
+                for tap, reader in zip(taps, readers, strict=True):
+                    for handle in self._register(tap, reader, run):
                         stack.callback(handle.remove)
                 yield
             finally:
                 for module, mode in training:
                     module.training = mode
 
-    def _maps_beside(self, run: _Run) -> Callable[[Tap], bool]:
-        """Whether a tap's map is computed beside its fused kernel in this run."""
+    def _readers(self, taps: list[Tap], run: _Run) -> list[Reader]:
+        """How each tap is read in this run: its own reader, or where the run may compute maps
+        beside their fused kernels (read only, and faster here), a `BesideReader`."""
         path = run.request.pattern_path  # "unfused" for every run that differentiates or edits
         on = path == "beside" or (path == "auto" and beside_is_faster(self.model))
-        return lambda tap: on and tap.beside is not None
+        return [
+            BesideReader(tap.read.beside) if on and tap.read.beside is not None else tap.read
+            for tap in taps
+        ]
 
-    def _register(self, tap: Tap, run: _Run, beside: bool) -> list[RemovableHandle]:
-        """The hook handles that read ``tap`` in this run (`vizkit.hooks.readers`): where its
-        gradient is wanted and the module hands it on after using it, the graph starts at the
-        module's input first."""
+    def _register(self, tap: Tap, reader: Reader, run: _Run) -> list[RemovableHandle]:
+        """The hook handles that read ``tap`` in this run: where its gradient is wanted and the
+        module hands it on after using it, the graph starts at the module's input first."""
         module = self._modules[tap.module]
-        reader = reader_for(tap, beside, self._modules)
         starts = []
         wanted = run.request.start_graph and run.request.wants_grad(tap.name)
-        if reader.on_path and tap.read_only and wanted:
+        if reader.handed_on and wanted:
             starts = [run.graph.attach_start(tap, module, self.model)]
-        return [*starts, *reader.attach(module, functools.partial(self._visit, tap, run))]
+        return [*starts, *reader.attach(module, functools.partial(self._visit, tap, reader, run))]
 
-    def _visit(self, tap: Tap, run: _Run, raw: Any, derived: bool = False) -> Tensor:
-        """One activation (a reader's ``emit``): the request's functions run on it, it is
-        recorded, and the tensor the forward goes on with is returned. ``derived``: a value
-        computed beside the forward, which no function may replace."""
+    def _visit(self, tap: Tap, reader: Reader, run: _Run, raw: Any) -> Tensor:
+        """One activation (the ``emit`` of ``tap``'s ``reader``): the request's functions run
+        on it, it is recorded, and the tensor the forward goes on with is returned."""
         if not isinstance(raw, Tensor):
             return run.capture.not_a_tensor(tap, run.request, raw)
-        value, used = edited(tap, run.request, raw, derived)
+        value, used = edited(tap, reader, run.request, raw)
         run.capture.fired[tap.name] += 1
         if tap.name in run.request.record:
             run.capture.record(tap.name, value, run.request)
-        return run.graph.hand_on(tap, used, run.request, self.model)
+        return run.graph.hand_on(tap, reader, used, run.request, self.model)

@@ -10,10 +10,20 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .attention_mode import unfused_attention
 from .family import AttentionContext, AttentionSite, BlockSite, residual_spec
-from .taps import Compute, Tap, nchw_to_nlc, nhwc_to_nlc, windows_to_batch
+from .readers import (
+    Compute,
+    ComputedReader,
+    ExplicitPathReader,
+    InputReader,
+    NthCall,
+    OutputReader,
+    Reader,
+)
+from .taps import Tap, nchw_to_nlc, nhwc_to_nlc, windows_to_batch
 
-__all__ = ["MAP_SHAPES", "block_taps", "captured", "recomputed", "stream_taps"]
+__all__ = ["MAP_SHAPES", "block_taps", "captured", "recomputed", "stream_taps", "unfused_child"]
 
 # the canonical shape of each map kind (``{n}``: the block's token letter)
 MAP_SHAPES = {
@@ -30,10 +40,10 @@ def stream_taps(path: str, site: BlockSite, item: int | None = None) -> list[Tap
     """Only the ends of the stream: ``hook_resid_pre`` and ``hook_resid_post`` (``item``: of a
     block that returns a tuple)."""
     common = _common(site)
-    pre = Tap(f"{path}.hook_resid_pre", path, site="input", arg=site.x_arg, **common)
+    pre = Tap(f"{path}.hook_resid_pre", path, InputReader(site.x_arg), **common)
     if site.input_grid is not None:
         pre = dataclasses.replace(pre, grid=site.input_grid)
-    return [pre, Tap(f"{path}.hook_resid_post", path, item=item, **common)]
+    return [pre, Tap(f"{path}.hook_resid_post", path, OutputReader(item), **common)]
 
 
 def block_taps(site: BlockSite, block: nn.Module) -> list[Tap]:
@@ -46,13 +56,15 @@ def block_taps(site: BlockSite, block: nn.Module) -> list[Tap]:
         return ends
     common = _common(site)
     attn_out, mlp_out = f"{path}.{spec.attn_out}", f"{path}.{spec.mlp_out}"
-    shared = attn_out == mlp_out
-    scope = {"call_scope": path} if shared else {}
+    shared = attn_out == mlp_out  # one module run twice (CaiT's drop_path): its calls 0 and 1
+    branch: list[Reader] = (
+        [NthCall(0, block), NthCall(1, block)] if shared else [OutputReader(), OutputReader()]
+    )
     return [
         ends[0],
-        Tap(f"{path}.hook_attn_out", attn_out, call=0 if shared else None, **scope, **common),
-        Tap(f"{path}.hook_resid_mid", f"{path}.{spec.mid}", site="input", **common),
-        Tap(f"{path}.hook_mlp_out", mlp_out, call=1 if shared else None, **scope, **common),
+        Tap(f"{path}.hook_attn_out", attn_out, branch[0], **common),
+        Tap(f"{path}.hook_resid_mid", f"{path}.{spec.mid}", InputReader(), **common),
+        Tap(f"{path}.hook_mlp_out", mlp_out, branch[1], **common),
         ends[1],
     ]
 
@@ -81,7 +93,8 @@ def captured(
         position: computes the relative position bias the module adds (``hook_pos_bias``),
             where ``has_position(module, context)`` says it has one.
         beside: module -> a function attaching hooks that compute the map beside the fused
-            kernel (`Tap.beside`), or None where the module's forward is not known op for op.
+            kernel (`ExplicitPathReader.beside`), or None where the module's forward is not
+            known op for op.
         geometry: (block, module) -> the function giving the window partition (`Tap.geometry`).
     """
 
@@ -90,18 +103,16 @@ def captured(
             return []
         taps = [
             Tap(
-                f"{path}.{leaf}", f"{path}.{child}",
-                unfuse=path if hasattr(attn, "fused_attn") else None,
+                f"{path}.{leaf}", f"{path}.{child}", unfused_child(attn, beside),
                 shape=MAP_SHAPES[kind].format(n=context.tokens),
                 prefix_tokens=context.prefix_tokens, grid=context.grid, kind=kind,
-                beside=None if beside is None else beside(attn),
                 geometry=None if geometry is None else geometry(context.block, attn),
                 **(windows_to_batch if kind == "window" else {}),
             )
         ]  # fmt: skip
         if position is not None and has_position(attn, context):
             taps.append(
-                Tap(f"{path}.hook_pos_bias", path, compute=position, kind="position",
+                Tap(f"{path}.hook_pos_bias", path, ComputedReader(position), kind="position",
                     shape="H Nq Nk" if kind == "self" else "H w² w²")
             )  # fmt: skip
         return taps
@@ -130,11 +141,24 @@ def recomputed(
         what = kind(attn) if callable(kind) else kind
         tokens = context.tokens
         letters = shape or {"self": f"B H {tokens} {tokens}", "pooled": "B H Nq Nk"}[what]
-        taps = [Tap(f"{path}.hook_pattern", path, compute=compute, kind=what, shape=letters,
-                    prefix_tokens=context.prefix_tokens, grid=context.grid)]  # fmt: skip
+        taps = [Tap(f"{path}.hook_pattern", path, ComputedReader(compute), kind=what,
+                    shape=letters, prefix_tokens=context.prefix_tokens,
+                    grid=context.grid)]  # fmt: skip
         if position is not None:
-            taps.append(Tap(f"{path}.hook_pos_bias", path, compute=position, kind="position",
-                            shape="H Nq Nk"))  # fmt: skip
+            taps.append(Tap(f"{path}.hook_pos_bias", path, ComputedReader(position),
+                            kind="position", shape="H Nq Nk"))  # fmt: skip
         return taps
 
     return site
+
+
+def unfused_child(
+    attn: nn.Module, beside: Callable[[nn.Module], Callable | None] | None = None
+) -> Reader:
+    """How a map at the output of a child of ``attn`` is read: with ``attn``'s fused attention
+    switched off for the call where it has a ``fused_attn`` flag (``beside``: as `captured`)."""
+    if not hasattr(attn, "fused_attn"):
+        return OutputReader()
+    return ExplicitPathReader(
+        lambda: unfused_attention([attn]), beside=None if beside is None else beside(attn)
+    )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
+
+from .readers import OutputReader, Reader
 
 __all__ = [
     "PATTERN_KINDS",
@@ -34,7 +35,6 @@ PATTERN_KINDS = {
     "gate": "per-head weight of the positional term (ConViT's GPSA), (H,)",
 }
 
-Compute = Callable[[nn.Module, tuple, dict, Any], Tensor]  # (module, args, kwargs, output)
 GridFn = Callable[[tuple[int, int]], tuple[int, int]]  # image (H, W) -> token grid (gh, gw)
 
 
@@ -48,19 +48,13 @@ def _identity_back(new: Tensor, raw: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Tap:
-    """One canonical activation and the module site it comes from.
+    """One canonical activation: the module it is read at, how (`vizkit.hooks.readers`), and
+    its canonical layout.
 
     Attributes:
         name: canonical name, e.g. ``blocks.3.attn.hook_pattern``.
         module: ``named_modules()`` path of the module whose forward is hooked.
-        site: ``"output"`` (forward hook) or ``"input"`` (forward-pre hook, positional ``arg``).
-        arg: which positional input, for ``site="input"``.
-        item: for a module that returns a tuple (MViTv2's blocks return (x, grid)), which item
-            of its output is the activation.
-        call: for a module that runs several times per forward of ``call_scope`` (CaiT reuses one
-            ``drop_path`` for both branches), the 0-based call this tap reads; None: every call.
-        call_scope: module whose forward starts a new count of ``call``.
-        unfuse: path of a module whose ``fused_attn`` must be False for this site to run.
+        read: how the value is read there (default: the module's output).
         shape: the canonical shape in axis letters (B, H, N, Np, C, gh, gw).
         prefix_tokens: prefix tokens on the token axis, when it differs from the model's
             ``num_prefix_tokens`` (CaiT's self-attention stage has none).
@@ -69,39 +63,20 @@ class Tap:
         kind: for attention maps, what the rows and columns are (a key of `PATTERN_KINDS`).
         grid: image size (H, W) -> the token grid (gh, gw) of this activation, where it differs
             from the patch embedding's (stages of hierarchical models).
-        compute: a value derived when ``module`` runs, ``compute(module, args, kwargs, output)``,
-            instead of a tensor the forward passes on (a position bias, a map recomputed from the
-            module's input); read-only: a hook may not replace it.
-        beside: for an attention map a read-only run may compute beside the module's fused
-            kernel instead of switching it to the explicit path: ``beside(on_map)`` attaches
-            hooks that call ``on_map(map)`` and returns their handles (`vizkit.hooks.beside`).
         geometry: for a window map, a function returning its block's window partition
             (`vizkit.hooks.windows.WindowGeometry`), read when called.
-        read_only: a hook may read the value (and take its gradient) but not replace it: the
-            module hands it on beside an output it has already computed from it.
-        explicit: a function returning the context under which the module materialises the
-            value (its family's switch to an explicit attention path), entered for the call.
     """
 
     name: str
     module: str
-    site: Literal["output", "input"] = "output"
-    arg: int = 0
-    item: int | None = None
-    call: int | None = None
-    call_scope: str | None = None
-    unfuse: str | None = None
+    read: Reader = OutputReader()
     shape: str = ""
     prefix_tokens: int | None = None
     to_canonical: Callable[[Tensor], Tensor] = _identity
     from_canonical: Callable[[Tensor, Tensor], Tensor] = _identity_back
     kind: str = ""
     grid: GridFn | None = None
-    compute: Compute | None = None
-    beside: Callable[[Callable[[Tensor], None]], list] | None = None
     geometry: Callable[[], Any] | None = None
-    read_only: bool = False
-    explicit: Callable[[], AbstractContextManager] | None = None
 
 
 def _heads_last_to_first(t: Tensor) -> Tensor:

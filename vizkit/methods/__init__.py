@@ -1,8 +1,9 @@
-"""Saliency methods, one per file, registered in `vizkit.methods.registry` with what they need.
+"""Saliency methods, one per file, each registered in `vizkit.methods.registry` with what it
+needs; the analyses they build on (`vizkit.analysis`) never import this package.
 
-Importing this package imports only the registry (the analyses register their methods with
-it); `vizkit` imports the method modules (`vizkit.methods.builtin`) and `vk.smoothed`
-(`vizkit.methods.smoothing`), which smooths any of them."""
+Importing this package imports only the registry; the first call of `methods` imports every
+module of the package (`vizkit.methods.builtin`), so a method file placed here is found without
+being listed anywhere, and `vizkit` exports it under its function's name."""
 
 from .registry import METHODS as METHODS
 from .registry import NEEDS as NEEDS

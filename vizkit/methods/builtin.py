@@ -1,24 +1,11 @@
-"""Every built-in saliency method, registered on import: the analyses' (rollout, gradient
-rollout, class attention, Grad-CAM, captum's), the random baseline, and the methods of this
-package."""
+"""Every built-in saliency method, registered on import: each module of this package registers
+its own (`saliency_method`), so a method is one file here and nothing else lists it."""
 
-from .. import analysis, metrics  # noqa: F401  (register their methods)
-from . import (
-    ablationcam,
-    attnlrp,
-    eigencam,
-    gradcam_pp,
-    gradientshap,
-    hirescam,
-    layercam,
-    legrad,
-    scorecam,
-    smoothgrad,
-    transformer_attribution,
-    xgradcam,
-)
+import importlib
+import pkgutil
 
-__all__ = [
-    "ablationcam", "attnlrp", "eigencam", "gradcam_pp", "gradientshap", "hirescam", "layercam",
-    "legrad", "scorecam", "smoothgrad", "transformer_attribution", "xgradcam",
-]  # fmt: skip
+from . import __path__ as _package_path
+
+MODULES = sorted(info.name for info in pkgutil.iter_modules(_package_path))
+for _name in MODULES:
+    importlib.import_module(f"{__package__}.{_name}")

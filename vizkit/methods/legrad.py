@@ -93,9 +93,7 @@ def legrad(
                     "stage)."
                 )
             pattern = captured[name]
-            on_path = (
-                pattern._base if hm.tap(name).read_only and pattern._base is not None else pattern
-            )
+            on_path = hm.tap(name).read.on_path_of(pattern)
             score = score_of(readout(captured[post]))
             last = index == len(names) - 1
             (grad,) = torch.autograd.grad(score.sum(), on_path, retain_graph=not last,

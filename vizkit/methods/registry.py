@@ -88,10 +88,13 @@ _BUILTINS = "vizkit.methods.builtin"  # imports every built-in method's module
 
 
 def methods() -> dict[str, SaliencyMethod]:
-    """Every registered method by name, in registration order (built-ins first)."""
+    """Every registered method by name: the built-ins (`vizkit.methods.builtin`) by name, then
+    the others in registration order."""
     if _BUILTINS not in sys.modules:
         importlib.import_module(_BUILTINS)
-    return dict(_METHODS)
+    ours = [m for m in _METHODS.values() if m.fn.__module__.startswith(f"{__package__}.")]
+    others = [m for m in _METHODS.values() if m not in ours]
+    return {m.name: m for m in [*sorted(ours, key=lambda m: m.name), *others]}
 
 
 def registered(name: str) -> SaliencyMethod:

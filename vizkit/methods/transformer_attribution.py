@@ -87,7 +87,7 @@ def _maps_and_gradients(
                     output = hm(x)
             else:
                 output = hm(x)
-        on_path = [_on_path(hm, name, captured[name]) for name in names]
+        on_path = [hm.tap(name).read.on_path_of(captured[name]) for name in names]
         grads = torch.autograd.grad(target_score(output, target), on_path, allow_unused=True)
     missing = [name for name, grad in zip(names, grads, strict=True) if grad is None]
     if missing:
@@ -100,10 +100,3 @@ def _maps_and_gradients(
         name: grad.reshape(patterns[name].shape) for name, grad in zip(names, grads, strict=True)
     }
     return patterns, gradients, output
-
-
-def _on_path(hm: HookedModel, name: str, pattern: Tensor) -> Tensor:
-    """The tensor the forward goes on with: a read-only map's base (torch's MHA weights)."""
-    if hm.tap(name).read_only and pattern._base is not None:
-        return pattern._base
-    return pattern

@@ -6,7 +6,6 @@ from .chance import prediction_certainty as prediction_certainty
 from .compare import METHODS as METHODS
 from .compare import SaliencyTable as SaliencyTable
 from .compare import compare_saliency as compare_saliency
-from .compare import random_saliency as random_saliency
 from .complexity import complexity as complexity
 from .complexity import sparseness as sparseness
 from .confidence import average_drop as average_drop
@@ -53,7 +52,6 @@ __all__ = [
     "near_chance",
     "pointing_game",
     "prediction_certainty",
-    "random_saliency",
     "sanity_check",
     "SanityResult",
     "top_iou",

@@ -19,15 +19,14 @@ from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import check_choice, check_images
 from ..hooks.targets import (
-    explained_classes,
     is_score_target,
     select_images,
     target_indices,
     target_label,
 )
-from ..methods.registry import METHODS, registered, saliency_method, selected_methods
+from ..methods.registry import METHODS, registered, selected_methods
 from .chance import near_chance, prediction_certainty
 from .faithfulness import (
     LEVELS,
@@ -40,30 +39,9 @@ from .faithfulness import (
 )
 from .localization import check_masks, energy_in_mask, pointing_game, top_iou
 
-__all__ = ["METHODS", "SaliencyTable", "compare_saliency", "random_saliency", "resolve_methods"]
+__all__ = ["METHODS", "SaliencyTable", "compare_saliency", "resolve_methods"]
 
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
-
-
-@saliency_method(
-    "random", summary="uniform noise: the chance level every method should beat", default=True,
-)  # fmt: skip
-@analysis_contract
-def random_saliency(
-    model: nn.Module | HookedModel, x: Tensor, target: Target = None, seed: int = 0
-) -> SaliencyResult:
-    """Uniform noise maps (B, H, W) for images x (B, C, H, W): the chance level every method
-    should beat. ``target`` is only recorded (validated against the model's logits); ``seed``
-    is an int in [0, 2**64 - 1]."""
-    x = check_images(model.model, x)
-    seed = check_count("seed", seed, 0, 2**64 - 1)
-    targets = None
-    if target is not None:
-        with torch.no_grad():
-            targets = explained_classes(model.model(x), target)
-    generator = torch.Generator().manual_seed(seed)
-    maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
-    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)
 
 
 CURVES = {"deletion_auc": ("deletion", "zero"), "insertion_auc": ("insertion", "blur")}

@@ -1,7 +1,8 @@
 """`create_model` and `param_count` for timm names and vizkit's own ``vizkit_*`` models.
 
-The ``vizkit_*`` entrypoints are registered with timm's registry by the papers' model modules
-(`vizkit.papers.<paper>.models`), which importing this package imports.
+The ``vizkit_*`` entrypoints are registered with timm's registry (``@register_model``) by the
+papers' model modules (`vizkit.papers`), which ``import vizkit`` imports; this package does not
+import them (the papers build on it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 import timm
 from torch import nn
 
-from .. import papers as papers  # registers every vizkit_* model with timm
 from ..families.transformers.siglip2 import Siglip2Images as Siglip2Images
 from . import libraries as libraries
 from .counting import param_count as param_count

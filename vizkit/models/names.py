@@ -13,13 +13,8 @@ from torch import nn
 __all__ = ["create_timm_model", "did_you_mean"]
 
 
-def did_you_mean(name: str, names: Iterable[str] | None = None) -> str:
-    """`` Did you mean: a, b?`` with the ``names`` closest to ``name`` (default: the zoo's and
-    timm's); "" when none is close."""
-    if names is None:
-        from .. import zoo
-
-        names = [*zoo.list(), *timm.list_models()]
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` Did you mean: a, b?`` with the ``names`` closest to ``name``; "" when none is close."""
     close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.8)
     return f" Did you mean: {', '.join(close)}?" if close else ""
 

@@ -18,6 +18,7 @@ from ..analysis import SaliencyResult
 from ..analysis.saliency_result import constant_maps
 from ..hooks import HookedModel
 from ..hooks.targets import is_backbone, is_score_target, model_logits, select_images
+from ..methods.integrated_gradients import integrated_gradients
 from ..methods.registry import default_methods, registered
 from ..metrics import compare_saliency, evaluate, near_chance, road, sanity_check
 from ..metrics.compare import resolve_methods
@@ -150,7 +151,7 @@ def attention(r: ReportInputs) -> Section:
 def rollout(r: ReportInputs) -> Section:
     _require_self_attention(r)
     try:
-        result = analysis.rollout(r.hooked, r.images, allow_non_stochastic=True)
+        result = registered("rollout")(r.hooked, r.images, allow_non_stochastic=True)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     return _overlays(r, "Attention rollout", "Abnar & Zuidema's rollout of the class token "
@@ -161,7 +162,7 @@ def rollout(r: ReportInputs) -> Section:
 def class_attention(r: ReportInputs) -> Section:
     _require_self_attention(r)
     try:
-        result = analysis.class_attention(r.hooked, r.images)
+        result = registered("class_attention")(r.hooked, r.images)
     except ValueError as error:
         raise NotApplicable(str(error)) from error
     return _overlays(r, "Class-attention saliency", "The class token's attention over the "
@@ -282,7 +283,7 @@ def _report_methods(has_attention: bool) -> list:
     per call (`_in_slices`)."""
     quick = {
         "integrated_gradients": _in_slices(
-            lambda hm, x, targets: analysis.integrated_gradients(hm, x, targets, n_steps=IG_STEPS)
+            lambda hm, x, targets: integrated_gradients(hm, x, targets, n_steps=IG_STEPS)
         ),
         "attnlrp": _in_slices(registered("attnlrp")),
     }

@@ -26,6 +26,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
+from ..zoo import RECIPES_DIR, recipe_names
 from .callbacks import TRACKERS
 from .inits import INITS
 from .trainer import TrainConfig, evaluate, train
@@ -40,15 +41,10 @@ __all__ = [
     "write_models_readme",
 ]
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
 DATASETS = {"shapes": Shapes, "digits": Digits}
 _FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
 _OPTIONAL = {"init": list, "track": list, "randomized_labels": dict}
 _JSON_NAMES = {str: "string", dict: "object", list: "list"}
-
-
-def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
 
 
 def load_recipe(recipe: str | Path) -> dict:

@@ -11,6 +11,8 @@ from torch import Tensor, nn
 from .. import analysis
 from ..hooks import HookedModel, reduce_heads
 from ..hooks.inputs import check_images
+from ..methods.class_attention import class_attention
+from ..methods.rollout import rollout
 from ..viz import display_images
 from ..viz.attention import default_query, outline_patch, query_label, weight_range
 from ..viz.overlay import heatmap_on_image
@@ -119,9 +121,9 @@ class AttentionExplorer(Explorer):
     def _saliency(self, view: str, image: int):
         x = self.images[image : image + 1]
         if view == "rollout":
-            compute = lambda: analysis.rollout(self.model, x, allow_non_stochastic=True)  # noqa: E731
+            compute = lambda: rollout(self.model, x, allow_non_stochastic=True)  # noqa: E731
         else:
-            compute = lambda: analysis.class_attention(self.model, x)  # noqa: E731
+            compute = lambda: class_attention(self.model, x)  # noqa: E731
         return self.cached((view, image), compute)
 
     def _clicked(self, trace, points, state) -> None:

@@ -522,9 +522,7 @@ def test_head_anatomy_and_branch_gradcam(tiny_sot):
         assert (result.maps >= 0).all() and result.maps.sum() > 0
     assert tiny_sot.head.output == "fused"
     classt_only = timm.create_model("vizkit_sot_micro", fusion="classt")
-    assert vk.analysis.gradcam(classt_only, x, target=1).options["layer"] == (
-        "blocks.3.hook_resid_pre"
-    )
+    assert vk.gradcam(classt_only, x, target=1).options["layer"] == ("blocks.3.hook_resid_pre")
 
 
 def test_branch_predictions_and_fig_s4_panels(tiny_sot):

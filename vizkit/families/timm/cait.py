@@ -10,6 +10,7 @@ from timm.models import cait
 from torch import nn
 
 from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
+from ...hooks.readers import InputReader
 from ...hooks.sites import captured
 from ...hooks.taps import Tap, heads_last_to_first
 from .common import SHARED_DROP_PATH, embed_tap, final_norm_taps
@@ -37,7 +38,7 @@ def _talking_heads(path: str, attn: nn.Module, context: AttentionContext) -> lis
         "prefix_tokens": context.prefix_tokens, "grid": context.grid,
     }  # fmt: skip
     return [
-        Tap(f"{path}.hook_pattern", f"{path}.proj_w", site="input", shape=shape, kind="self",
+        Tap(f"{path}.hook_pattern", f"{path}.proj_w", InputReader(), shape=shape, kind="self",
             **common, **heads_last_to_first),
         Tap(f"{path}.hook_pattern_mixed", f"{path}.attn_drop", shape=shape, **common),
     ]  # fmt: skip

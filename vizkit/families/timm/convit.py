@@ -12,6 +12,7 @@ from timm.models import convit
 from torch import Tensor, nn
 
 from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
+from ...hooks.readers import ComputedReader
 from ...hooks.sites import captured
 from ...hooks.taps import Tap
 from .common import SHARED_DROP_PATH, embed_tap, final_norm_taps
@@ -57,11 +58,12 @@ def _gpsa(path: str, gpsa: nn.Module, context: AttentionContext) -> list[Tap]:
     square = f"{context.tokens} {context.tokens}"
     return [
         *_captured(path, gpsa, context),
-        Tap(f"{path}.hook_content_pattern", path, compute=gpsa_content_pattern, kind="content",
-            shape=f"B H {square}", prefix_tokens=context.prefix_tokens, grid=context.grid),
-        Tap(f"{path}.hook_position_pattern", path, compute=gpsa_position_pattern,
+        Tap(f"{path}.hook_content_pattern", path, ComputedReader(gpsa_content_pattern),
+            kind="content", shape=f"B H {square}", prefix_tokens=context.prefix_tokens,
+            grid=context.grid),
+        Tap(f"{path}.hook_position_pattern", path, ComputedReader(gpsa_position_pattern),
             kind="position", shape=f"H {square}"),
-        Tap(f"{path}.hook_gate", path, compute=gpsa_gate, kind="gate", shape="H"),
+        Tap(f"{path}.hook_gate", path, ComputedReader(gpsa_gate), kind="gate", shape="H"),
     ]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from timm.models import efficientformer, efficientformer_v2
 from torch import Tensor, nn
 
 from ...hooks.family import AttentionContext, Family, register_family
+from ...hooks.readers import InputReader
 from ...hooks.sites import recomputed
 from ...hooks.taps import Tap
 
@@ -31,7 +32,7 @@ def biased_attention_pattern(attn: nn.Module, args: tuple, kwargs: dict, output:
 
 def _talking_heads_softmax(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
     """V2's softmax map, at the input of its second talking-heads mix."""
-    return [Tap(f"{path}.hook_pattern", f"{path}.talking_head2", site="input", kind="unplaced",
+    return [Tap(f"{path}.hook_pattern", f"{path}.talking_head2", InputReader(), kind="unplaced",
                 shape="B H N N")]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from timm.models import eva
 from torch import Tensor, nn
 
 from ...hooks.family import AttentionContext, Family, register_family
+from ...hooks.readers import ComputedReader
 from ...hooks.sites import captured
 from ...hooks.taps import Tap
 from .common import POST_NORM, PRE_NORM, flat_layout
@@ -55,7 +56,7 @@ def _attention(path: str, attn: nn.Module, context: AttentionContext) -> list[Ta
     taps = _captured(path, attn, context)
     if taps and getattr(context.model, "rope", None) is not None:
         taps.append(
-            Tap(f"{path}.hook_content_pattern", path, compute=eva_content_pattern,
+            Tap(f"{path}.hook_content_pattern", path, ComputedReader(eva_content_pattern),
                 kind="content", shape=f"B H {context.tokens} {context.tokens}",
                 prefix_tokens=context.prefix_tokens, grid=context.grid)
         )  # fmt: skip

@@ -23,6 +23,7 @@ from timm.models import hiera
 from torch import Tensor, nn
 
 from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
+from ...hooks.readers import ComputedReader, Reader
 from ...hooks.sites import MAP_SHAPES
 from ...hooks.taps import GridFn, Tap
 from ...hooks.windows import WindowGeometry, window_token_index
@@ -71,7 +72,7 @@ def _positions(reroll: Reroll, step: int, tokens: int) -> tuple[Tensor, tuple[in
     return where, (int(rolled.shape[1]), int(rolled.shape[2]))
 
 
-def unrolled_map(name: str, module: str, order: RasterOrder, windows: int, **read) -> Tap:
+def unrolled_map(name: str, module: str, order: RasterOrder, windows: int, read: Reader) -> Tap:
     """The tap ``name`` of an attention map (B, H, nW, Nq/nW, Nk/nW) over unrolled tokens
     (global attention: nW = 1, or (B, H, Nq, Nk)), read at ``module`` as ``read`` says, in image
     space: window maps where the mask units tile the grid as rectangles and queries are not
@@ -81,7 +82,7 @@ def unrolled_map(name: str, module: str, order: RasterOrder, windows: int, **rea
     pooled = order.query_grid != order.key_grid
     same = not pooled and torch.equal(order.keys, order.queries)
     units = _raster_units(keys, order.key_grid) if same and windows > 1 else None
-    common = {"prefix_tokens": 0, "grid": lambda image_size: order.query_grid, **read}
+    common = {"read": read, "prefix_tokens": 0, "grid": lambda image_size: order.query_grid}
     if units is not None:
         geometry, unit, slot = units
         return Tap(name, module, kind="window", shape=MAP_SHAPES["window"],
@@ -227,7 +228,8 @@ def _site(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
     windows = 1
     if attn.use_mask_unit_attn:
         windows = len(order.keys) // (attn.q_stride * attn.window_size)
-    return [unrolled_map(f"{path}.hook_pattern", path, order, windows, compute=hiera_pattern)]
+    read = ComputedReader(hiera_pattern)
+    return [unrolled_map(f"{path}.hook_pattern", path, order, windows, read)]
 
 
 FAMILY = register_family(

@@ -34,8 +34,9 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import Compute, ComputedReader
 from ...hooks.sites import MAP_SHAPES
-from ...hooks.taps import Compute, GridFn, Tap
+from ...hooks.taps import GridFn, Tap
 from ...hooks.windows import WindowGeometry, window_token_index
 from ..grids import conv_grid
 from .common import PRE_NORM, embed_tap
@@ -95,14 +96,15 @@ def sam2_site(
         name = f"{path}.hook_pattern"
         if size is not None and step is None:
             geometry = WindowGeometry(size)
-            return [Tap(name, path, compute=pattern, kind="window", shape=MAP_SHAPES["window"],
-                        geometry=lambda: geometry, **common)]  # fmt: skip
+            return [Tap(name, path, ComputedReader(pattern), kind="window",
+                        shape=MAP_SHAPES["window"], geometry=lambda: geometry,
+                        **common)]  # fmt: skip
         if size is None:
             kind, shape = ("self", "B H Np Np") if step is None else ("pooled", "B H Nq Nk")
-            return [Tap(name, path, compute=pattern, kind=kind, shape=shape, **common)]
+            return [Tap(name, path, ComputedReader(pattern), kind=kind, shape=shape, **common)]
         block = path.rsplit(".", 1)[0]  # read at the block: the attention sees windows only
-        compute = _pooled_windows(pattern, windows, size, step)
-        return [Tap(name, block, compute=compute, kind="pooled", shape="B H Nq Nk", **common)]
+        read = ComputedReader(_pooled_windows(pattern, windows, size, step))
+        return [Tap(name, block, read, kind="pooled", shape="B H Nq Nk", **common)]
 
     return site
 

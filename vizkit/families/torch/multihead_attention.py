@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from torch import nn
 
 from ...hooks.family import AttentionContext, Family, register_family
+from ...hooks.readers import ExplicitPathReader
 from ...hooks.taps import Tap
 
 __all__ = ["returned_weights", "with_weights"]
@@ -46,9 +47,9 @@ def returned_weights(path: str, attn: nn.Module, context: AttentionContext) -> l
     weights after computing its output from them, so an edit would change nothing."""
     inside = context.block is not None
     tokens = context.tokens
+    read = ExplicitPathReader.returned(lambda: with_weights(attn))
     return [
-        Tap(f"{path}.hook_pattern", path, item=1, read_only=True,
-            explicit=lambda: with_weights(attn), kind="self" if inside else "pool",
+        Tap(f"{path}.hook_pattern", path, read, kind="self" if inside else "pool",
             shape=f"B H {tokens} {tokens}" if inside else "B H Lq N",
             prefix_tokens=context.prefix_tokens, grid=context.grid)
     ]  # fmt: skip

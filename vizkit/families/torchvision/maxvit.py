@@ -23,6 +23,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
+from ...hooks.readers import ComputedReader, InputReader, NthCall
 from ...hooks.taps import GridFn, Tap
 from ...hooks.windows import WindowGeometry
 from ..grids import conv_grid, halved
@@ -56,11 +57,10 @@ def _branch_taps(path: str, block: nn.Module, grid: GridFn) -> list[Tap]:
     its partitioned layout and held as (B, Np, C) on the stage grid."""
     views = _departitioned(block)
     common = {"shape": "B Np C", "prefix_tokens": 0, "grid": grid, **views}
-    scope = {"call_scope": path}
     return [
-        Tap(f"{path}.hook_attn_out", f"{path}.stochastic_dropout", call=0, **scope, **common),
-        Tap(f"{path}.hook_resid_mid", f"{path}.mlp_layer", site="input", **common),
-        Tap(f"{path}.hook_mlp_out", f"{path}.stochastic_dropout", call=1, **scope, **common),
+        Tap(f"{path}.hook_attn_out", f"{path}.stochastic_dropout", NthCall(0, block), **common),
+        Tap(f"{path}.hook_resid_mid", f"{path}.mlp_layer", InputReader(), **common),
+        Tap(f"{path}.hook_mlp_out", f"{path}.stochastic_dropout", NthCall(1, block), **common),
     ]
 
 
@@ -126,10 +126,10 @@ def _window_site(path: str, attn: nn.Module, context: AttentionContext) -> list[
         return WindowGeometry(size, dilated=block.partition_type == "grid")
 
     return [
-        Tap(f"{path}.hook_pattern", path, compute=maxvit_window_pattern, kind="window",
+        Tap(f"{path}.hook_pattern", path, ComputedReader(maxvit_window_pattern), kind="window",
             shape="B·nW H w² w²", prefix_tokens=context.prefix_tokens, grid=context.grid,
             geometry=geometry),
-        Tap(f"{path}.hook_pos_bias", path, compute=maxvit_position_bias, kind="position",
+        Tap(f"{path}.hook_pos_bias", path, ComputedReader(maxvit_position_bias), kind="position",
             shape="H w² w²"),
     ]  # fmt: skip
 

@@ -34,6 +34,7 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import ComputedReader
 from ...hooks.taps import GridFn, Tap, nhwc_to_nchw, nhwc_to_nlc
 from ...hooks.windows import WindowGeometry
 from ..grids import conv_grid
@@ -168,9 +169,10 @@ def _window_site(path: str, attn: nn.Module, context: AttentionContext) -> list[
         return seen.get("geometry", declared)
 
     return [
-        Tap(f"{path}.hook_pattern", path, compute=pattern, kind="window", shape="B·nW H w² w²",
-            prefix_tokens=context.prefix_tokens, grid=context.grid, geometry=geometry),
-        Tap(f"{path}.hook_pos_bias", path, compute=swin_position_bias, kind="position",
+        Tap(f"{path}.hook_pattern", path, ComputedReader(pattern), kind="window",
+            shape="B·nW H w² w²", prefix_tokens=context.prefix_tokens, grid=context.grid,
+            geometry=geometry),
+        Tap(f"{path}.hook_pos_bias", path, ComputedReader(swin_position_bias), kind="position",
             shape="H w² w²"),
     ]  # fmt: skip
 

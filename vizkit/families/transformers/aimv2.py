@@ -19,6 +19,7 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import ComputedReader
 from ...hooks.taps import Tap
 from .common import returned_map
 
@@ -54,7 +55,7 @@ def pooling_pattern(head: nn.Module, args: tuple, kwargs: dict, output: Any) -> 
 
 def _pooling(path: str, head: nn.Module, context: AttentionContext) -> list[Tap]:
     return [
-        Tap(f"{path}.hook_pattern", path, compute=pooling_pattern, kind="pool",
+        Tap(f"{path}.hook_pattern", path, ComputedReader(pooling_pattern), kind="pool",
             shape="B H 1 Np", prefix_tokens=0, grid=context.grid)
     ]  # fmt: skip
 

@@ -41,6 +41,7 @@ from ...hooks.family import (
     ResidualSpec,
     register_family,
 )
+from ...hooks.readers import ComputedReader, OutputReader
 from ...hooks.sites import captured, recomputed
 from ...hooks.taps import Tap
 from .common import attention_config, embedding_tokens, returned_map
@@ -59,7 +60,7 @@ def layout(model: nn.Module) -> FamilyLayout:
     path = "layers" if beit else "encoder.layer"
     blocks = [BlockSite(f"{path}.{i}") for i in range(len(model.get_submodule(path)))]
     extra = [
-        Tap("hook_embed", "embeddings.patch_embeddings", item=None if beit else 0,
+        Tap("hook_embed", "embeddings.patch_embeddings", OutputReader(None if beit else 0),
             shape="B Np C", prefix_tokens=0)
     ]  # fmt: skip
     if isinstance(model.layernorm, nn.LayerNorm):
@@ -124,7 +125,13 @@ def _beit_site(path: str, attn: nn.Module, context: AttentionContext) -> list[Ta
 
     block_path = path.rsplit(".", 1)[0]
     taps.append(
-        Tap(f"{path}.hook_pos_bias", block_path, compute=bias, kind="position", shape="H Nq Nk")
+        Tap(
+            f"{path}.hook_pos_bias",
+            block_path,
+            ComputedReader(bias),
+            kind="position",
+            shape="H Nq Nk",
+        )
     )
     return taps
 

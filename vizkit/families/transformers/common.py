@@ -15,6 +15,7 @@ from torch import nn
 
 from ...hooks.family import AttentionContext
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import ExplicitPathReader
 from ...hooks.taps import Tap
 
 __all__ = ["attention_config", "eager_attention", "embedding_tokens", "returned_map"]
@@ -53,9 +54,9 @@ def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[
     after attention dropout, which eval mode turns off). Read-only: the output is computed by
     the time the module returns them, so a replacement would change nothing."""
     config = attention_config(attn)
+    read = ExplicitPathReader.returned(lambda: eager_attention(config))
     return [
-        Tap(f"{path}.hook_pattern", _returning(path, attn), item=1, kind="self", read_only=True,
-            explicit=lambda: eager_attention(config),
+        Tap(f"{path}.hook_pattern", _returning(path, attn), read, kind="self",
             shape=f"B H {context.tokens} {context.tokens}",
             prefix_tokens=context.prefix_tokens, grid=context.grid)
     ]  # fmt: skip

@@ -31,6 +31,7 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import ExplicitPathReader, OutputReader
 from ...hooks.taps import Tap
 from ..grids import conv_grid
 from ..timm.hiera import raster_order, unrolled_grid, unrolled_map
@@ -54,7 +55,10 @@ def layout(model: nn.Module) -> FamilyLayout:
                           input_grid=unrolled_grid(schedule[before]))
             )  # fmt: skip
     first = conv_grid(model.embeddings.patch_embeddings.projection)
-    extra = [Tap("hook_embed", "embeddings", item=0, shape="B Np C", prefix_tokens=0, grid=first)]
+    extra = [
+        Tap("hook_embed", "embeddings", OutputReader(0), shape="B Np C", prefix_tokens=0,
+            grid=first)
+    ]  # fmt: skip
 
     def tokens(image_size: tuple[int, int]) -> TokenLayout:
         return TokenLayout(0, first(image_size), False)
@@ -92,8 +96,8 @@ def _returned(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap
     windows = 1
     if attn.use_mask_unit_attn:
         windows = len(order.keys) // (attn.query_stride * attn.window_size)
-    tap = unrolled_map(f"{path}.hook_pattern", path, order, windows, item=1, read_only=True,
-                       explicit=lambda: returning_weights(attn))  # fmt: skip
+    read = ExplicitPathReader.returned(lambda: returning_weights(attn))
+    tap = unrolled_map(f"{path}.hook_pattern", path, order, windows, read)
     return [tap]
 
 

@@ -51,6 +51,7 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import ComputedReader, ExplicitPathReader, OutputReader
 from ...hooks.sites import MAP_SHAPES, captured
 from ...hooks.taps import GridFn, Tap, windows_to_batch
 from ...hooks.windows import WindowGeometry
@@ -83,7 +84,10 @@ def layout(model: nn.Module) -> FamilyLayout:
     patch = model.embeddings.patch_embeddings.patch_size
     first = stage_grid(patch, 0)
     blocks: list[BlockSite] = []
-    extra = [Tap("hook_embed", "embeddings", item=0, shape="B Np C", prefix_tokens=0, grid=first)]
+    extra = [
+        Tap("hook_embed", "embeddings", OutputReader(0), shape="B Np C", prefix_tokens=0,
+            grid=first)
+    ]  # fmt: skip
     grid = first
     for s, stage in enumerate(model.encoder.layers):
         grid = stage_grid(patch, s)
@@ -93,8 +97,8 @@ def layout(model: nn.Module) -> FamilyLayout:
         ]
         merged = stage_grid(patch, s + 1) if stage.downsample is not None else grid
         extra.append(
-            Tap(f"encoder.layers.{s}.hook_out", f"encoder.layers.{s}", item=0, shape="B Np C",
-                prefix_tokens=0, grid=merged)
+            Tap(f"encoder.layers.{s}.hook_out", f"encoder.layers.{s}", OutputReader(0),
+                shape="B Np C", prefix_tokens=0, grid=merged)
         )  # fmt: skip
         grid = merged
     extra.append(Tap("hook_final_norm", "layernorm", shape="B Np C", prefix_tokens=0, grid=grid))
@@ -126,16 +130,16 @@ def _returned_windows(path: str, attn: nn.Module, context: AttentionContext) -> 
     """``SwinAttention``: the window maps it returns beside its output under eager attention
     (read-only, as `vizkit.families.transformers.common.returned_map`), and its bias."""
     config = attention_config(attn)
+    read = ExplicitPathReader.returned(lambda: eager_attention(config))
     taps = [
-        Tap(f"{path}.hook_pattern", path, item=1, kind="window", read_only=True,
-            explicit=lambda: eager_attention(config), shape=MAP_SHAPES["window"],
+        Tap(f"{path}.hook_pattern", path, read, kind="window", shape=MAP_SHAPES["window"],
             prefix_tokens=context.prefix_tokens, grid=context.grid,
             geometry=_geometry(context.block), **windows_to_batch)
     ]  # fmt: skip
     if getattr(attn, "relative_position_bias", None) is not None:
         taps.append(
-            Tap(f"{path}.hook_pos_bias", f"{path}.relative_position_bias", compute=_bias_output,
-                kind="position", shape="H w² w²")
+            Tap(f"{path}.hook_pos_bias", f"{path}.relative_position_bias",
+                ComputedReader(_bias_output), kind="position", shape="H w² w²")
         )  # fmt: skip
     return taps
 

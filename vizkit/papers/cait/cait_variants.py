@@ -120,19 +120,45 @@ def _build(variant: str, pretrained: bool, builder, **kwargs):
     return build_model_with_cfg(builder, variant, pretrained, **kwargs)
 
 
-def _register_residual_strategies() -> None:
-    for strategy in RESIDUAL_STRATEGIES:
-        name = f"vizkit_vit_tiny_{strategy}"
-
-        def entrypoint(pretrained: bool = False, _strategy: str = strategy, _name=name, **kwargs):
-            return _build(_name, pretrained, partial(residual_vit, _strategy), **kwargs)
-
-        entrypoint.__name__ = name
-        entrypoint.__doc__ = f"Tiny deep ViT (depth 12, 32 px), residual branches: {strategy}."
-        register_model(entrypoint)
+def _residual(name: str, strategy: str, pretrained: bool, /, **kwargs) -> LateClassTokenViT:
+    """The registered tiny deep ViT ``name`` with residual branches of ``strategy``."""
+    return _build(name, pretrained, partial(residual_vit, strategy), **kwargs)
 
 
-_register_residual_strategies()
+@register_model
+def vizkit_vit_tiny_prenorm(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: prenorm."""
+    return _residual("vizkit_vit_tiny_prenorm", "prenorm", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_vit_tiny_rezero(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: rezero."""
+    return _residual("vizkit_vit_tiny_rezero", "rezero", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_vit_tiny_skipinit(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: skipinit."""
+    return _residual("vizkit_vit_tiny_skipinit", "skipinit", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_vit_tiny_fixup(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: fixup."""
+    return _residual("vizkit_vit_tiny_fixup", "fixup", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_vit_tiny_layerscale(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: layerscale."""
+    return _residual("vizkit_vit_tiny_layerscale", "layerscale", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_vit_tiny_layerscale_zero(pretrained: bool = False, **kwargs) -> LateClassTokenViT:
+    """Tiny deep ViT (depth 12, 32 px), residual branches: layerscale_zero."""
+    return _residual("vizkit_vit_tiny_layerscale_zero", "layerscale_zero", pretrained, **kwargs)
 
 
 @register_model

@@ -186,32 +186,18 @@ _CIFAR_CFG = {**_SHAPES_CFG, "mean": (0.4914, 0.4822, 0.4465), "std": (0.2470, 0
 _TINY_IMAGENET_CFG = {**_CIFAR_CFG, "input_size": (3, 64, 64), "num_classes": 200,
                       "mean": (0.4802, 0.4481, 0.3975),
                       "std": (0.2770, 0.2691, 0.2821)}  # fmt: skip
-_DESCRIBE = {"none": "the paper's baseline ViT (no class token, global average pooling)",
-             "elm": "ELM-ViT: an element-wise learned mask in every block",
-             "gmm": "GMM-ViT: a Gaussian mixture mask in every block",
-             "retnet": "RetNet's causal decay gamma^(n - m) multiplying the scores in every block",
-             "rmt": "RMT's Manhattan decay gamma^(|dx| + |dy|) multiplying the scores in every "
-                    "block",
-             "local": "a 3 x 3 local window multiplying the scores in every block"}  # fmt: skip
+
+
 _PREFIX = {"none": "gap", "elm": "elm", "gmm": "gmm", "retnet": "retnet", "rmt": "rmt",
            "local": "local"}  # fmt: skip
 
 
-def _entrypoint(mask: str, config: str):
+def _masked_vit(name: str, mask: str, config: str, pretrained: bool, /, **kwargs) -> MaskedViT:
+    """The registered model ``name``: ``mask`` in every block of `PAPER_CONFIGS` ``config``
+    (keyword arguments override it)."""
     model_kwargs, gmm_kwargs = PAPER_CONFIGS[config]
-    name = f"vizkit_{_PREFIX[mask]}_vit_{config}"
-
-    def build(pretrained: bool = False, **kwargs) -> MaskedViT:
-        base = {**_PAPER_VIT, **model_kwargs, "mask": mask, **(gmm_kwargs if mask == "gmm" else {})}
-        return build_model_with_cfg(MaskedViT, name, pretrained, **{**base, **kwargs})
-
-    shape = ", ".join(f"{k} {v}" for k, v in {**_PAPER_VIT, **model_kwargs}.items())
-    gmm = f"; K {gmm_kwargs['num_kernels']}, " + (
-        "head-shared" if gmm_kwargs.get("share_heads") else "per head"
-    )
-    build.__name__ = build.__qualname__ = name
-    build.__doc__ = f"{_DESCRIBE[mask]} ({shape}{gmm if mask == 'gmm' else ''})."
-    return build
+    base = {**_PAPER_VIT, **model_kwargs, "mask": mask, **(gmm_kwargs if mask == "gmm" else {})}
+    return build_model_with_cfg(MaskedViT, name, pretrained, **{**base, **kwargs})
 
 
 default_cfgs = generate_default_cfgs(
@@ -228,8 +214,184 @@ default_cfgs = generate_default_cfgs(
     }
     | {f"vizkit_{mask}_vit_tiny": _SHAPES_CFG for mask in DECAY_MASKS}
 )
-for _mask in MASKS:
-    for _config in PAPER_CONFIGS:
-        register_model(_entrypoint(_mask, _config))
-for _mask in DECAY_MASKS:
-    register_model(_entrypoint(_mask, "tiny"))
+
+
+@register_model
+def vizkit_gap_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "tiny"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_tiny", "none", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d6(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d6"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d6", "none", "d6", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d9(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d9"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d9", "none", "d9", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d15(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d15"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d15", "none", "d15", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d30(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d30"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d30", "none", "d30", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d60(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d60"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d60", "none", "d60", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_d30w(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "d30w"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_d30w", "none", "d30w", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gap_vit_heat(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """The paper's baseline ViT (no class token, global average pooling); configuration "heat"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gap_vit_heat", "none", "heat", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "tiny"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_tiny", "elm", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d6(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d6"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d6", "elm", "d6", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d9(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d9"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d9", "elm", "d9", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d15(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d15"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d15", "elm", "d15", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d30(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d30"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d30", "elm", "d30", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d60(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d60"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d60", "elm", "d60", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_d30w(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "d30w"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_d30w", "elm", "d30w", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_elm_vit_heat(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """ELM-ViT: an element-wise learned mask in every block; configuration "heat"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_elm_vit_heat", "elm", "heat", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "tiny" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_tiny", "gmm", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d6(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d6" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d6", "gmm", "d6", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d9(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d9" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d9", "gmm", "d9", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d15(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d15" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d15", "gmm", "d15", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d30(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d30" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d30", "gmm", "d30", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d60(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d60" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d60", "gmm", "d60", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_d30w(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "d30w" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_d30w", "gmm", "d30w", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_gmm_vit_heat(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """GMM-ViT: a Gaussian mixture mask in every block; configuration "heat" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_gmm_vit_heat", "gmm", "heat", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_retnet_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """RetNet's causal decay gamma^(n - m) multiplying the scores in every block; configuration
+    "tiny" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_retnet_vit_tiny", "retnet", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_rmt_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """RMT's Manhattan decay gamma^(|dx| + |dy|) multiplying the scores in every block;
+    configuration "tiny" (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_rmt_vit_tiny", "rmt", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_local_vit_tiny(pretrained: bool = False, **kwargs) -> MaskedViT:
+    """A 3 x 3 local window multiplying the scores in every block; configuration "tiny"
+    (`PAPER_CONFIGS`)."""
+    return _masked_vit("vizkit_local_vit_tiny", "local", "tiny", pretrained, **kwargs)

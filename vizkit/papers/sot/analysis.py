@@ -12,13 +12,13 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ...analysis.gradcam_maps import gradcam
 from ...analysis.result import Result
 from ...analysis.saliency_result import SaliencyResult
 from ...hooks import HookedModel, Target, TokenLayout
 from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_images
 from ...hooks.targets import target_indices
+from ...methods.gradcam import gradcam
 from .classification_head import SoTHead
 from .power_normalization import SVPN_EPS
 from .sot_pooling import MGCrP

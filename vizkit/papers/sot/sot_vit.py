@@ -223,33 +223,21 @@ _SHAPES_CFG = {"input_size": (3, 32, 32), "num_classes": 10, "mean": SHAPES_MEAN
                "std": SHAPES_STD, "crop_pct": 1.0, "first_conv": "patch_embed.proj"}  # fmt: skip
 _IMAGENET_CFG = {"input_size": (3, 224, 224), "num_classes": 1000, "crop_pct": 0.875,
                  "first_conv": "patch_embed.proj.0"}  # fmt: skip
-_DESCRIBE = {"micro": "SoT-Micro, the CPU model (Shapes / Digits, 32 px)",
-             "micro_dense": "SoT-Micro with the paper's DenseNet token embedding (4 x 4 tokens)",
-             "7": "the 7-layer SoT of the ablations (Tables 3-4; 112 px, token size 256)",
-             "tiny": "SoT-Tiny (Table S-1)", "small": "SoT-Small (Table S-1)",
-             "base": "SoT-Base (Table S-1)"}  # fmt: skip
-
-
-def _entrypoint(config: str):
-    vit, head = CONFIGS[config]
-    name = f"vizkit_sot_{config}"
-
-    def build(pretrained: bool = False, **kwargs) -> SoTViT:
-        pooling = {k: kwargs.pop(k) for k in list(kwargs) if k in _POOL_KEYS}
-        pooling = {**kwargs.pop("pool_kwargs", {}), **pooling}
-        return build_model_with_cfg(
-            SoTViT, name, pretrained, **{**vit, **head, **kwargs}, pool_kwargs=pooling
-        )
-
-    shape = ", ".join(f"{k} {v}" for k, v in {**vit, **head}.items())
-    build.__name__ = build.__qualname__ = name
-    build.__doc__ = f"{_DESCRIBE[config]} ({shape})."
-    return build
-
-
 # keyword arguments of a vizkit_sot_* entrypoint that go to the pooling (`MGCrP`, GCP)
 _POOL_KEYS = {"alpha", "norm", "num_sv", "num_iter", "center", "v0_init", "code_faithful",
               "n", "reduced"}  # fmt: skip
+
+
+def _sot_vit(name: str, config: str, pretrained: bool, /, **kwargs) -> SoTViT:
+    """The registered model ``name`` of `CONFIGS` ``config`` (keyword arguments override it;
+    the pooling's go to ``pool_kwargs``)."""
+    vit, head = CONFIGS[config]
+    pooling = {k: kwargs.pop(k) for k in list(kwargs) if k in _POOL_KEYS}
+    pooling = {**kwargs.pop("pool_kwargs", {}), **pooling}
+    return build_model_with_cfg(
+        SoTViT, name, pretrained, **{**vit, **head, **kwargs}, pool_kwargs=pooling
+    )
+
 
 default_cfgs = generate_default_cfgs(
     {
@@ -261,5 +249,41 @@ default_cfgs = generate_default_cfgs(
         for c in CONFIGS
     }
 )
-for _config in CONFIGS:
-    register_model(_entrypoint(_config))
+
+
+@register_model
+def vizkit_sot_micro(pretrained: bool = False, **kwargs) -> SoTViT:
+    """SoT-Micro, the CPU model (Shapes / Digits, 32 px); configuration "micro" (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_micro", "micro", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_sot_micro_dense(pretrained: bool = False, **kwargs) -> SoTViT:
+    """SoT-Micro with the paper's DenseNet token embedding (4 x 4 tokens); configuration
+    "micro_dense" (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_micro_dense", "micro_dense", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_sot_7(pretrained: bool = False, **kwargs) -> SoTViT:
+    """the 7-layer SoT of the ablations (Tables 3-4; 112 px, token size 256); configuration "7"
+    (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_7", "7", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_sot_tiny(pretrained: bool = False, **kwargs) -> SoTViT:
+    """SoT-Tiny (Table S-1); configuration "tiny" (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_tiny", "tiny", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_sot_small(pretrained: bool = False, **kwargs) -> SoTViT:
+    """SoT-Small (Table S-1); configuration "small" (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_small", "small", pretrained, **kwargs)
+
+
+@register_model
+def vizkit_sot_base(pretrained: bool = False, **kwargs) -> SoTViT:
+    """SoT-Base (Table S-1); configuration "base" (`CONFIGS`)."""
+    return _sot_vit("vizkit_sot_base", "base", pretrained, **kwargs)

@@ -1,0 +1,36 @@
+"""The chance level: uniform noise maps, which every saliency method should beat."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..analysis.saliency_result import SaliencyResult
+from ..hooks import HookedModel, Target
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_count, check_images
+from ..hooks.targets import explained_classes
+from .registry import saliency_method
+
+__all__ = ["random_saliency"]
+
+
+@saliency_method(
+    "random", summary="uniform noise: the chance level every method should beat", default=True,
+)  # fmt: skip
+@analysis_contract
+def random_saliency(
+    model: nn.Module | HookedModel, x: Tensor, target: Target = None, seed: int = 0
+) -> SaliencyResult:
+    """Uniform noise maps (B, H, W) for images x (B, C, H, W): the chance level every method
+    should beat. ``target`` is only recorded (validated against the model's logits); ``seed``
+    is an int in [0, 2**64 - 1]."""
+    x = check_images(model.model, x)
+    seed = check_count("seed", seed, 0, 2**64 - 1)
+    targets = None
+    if target is not None:
+        with torch.no_grad():
+            targets = explained_classes(model.model(x), target)
+    generator = torch.Generator().manual_seed(seed)
+    maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
+    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)
