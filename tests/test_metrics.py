@@ -155,7 +155,7 @@ def test_compare_saliency_table(shapes):
     with pytest.warns(UserWarning, match="rollout skipped"):
         table = vk.compare_saliency(cnn, x, methods=["rollout", "gradcam"])
     assert table.values[0].isnan().all() and "rollout" in table.notes
-    with pytest.raises(KeyError, match="known: ablationcam, attnlrp"):
+    with pytest.raises(KeyError, match="known: [a-z_, ]*rollout"):
         vk.compare_saliency(model, x, methods=["lime"])
 
 

@@ -43,10 +43,10 @@ def class_attention(
 
     Returns:
         `SaliencyResult`: maps (B, gh, gw) = the patch weights, heads fused by ``heads``;
-        options ``layer`` (hook name), ``layer_index``, ``stage``, ``heads``; extras
-        ``per_head`` (B, H, gh, gw), ``prefix_mass`` (B, H), the weight on the prefix tokens
-        (class, registers) left out of the maps, not renormalized away, and (with a class
-        token) ``cls_self`` (B, H), its weight on itself.
+            options ``layer`` (hook name), ``layer_index``, ``stage``, ``heads``; extras
+            ``per_head`` (B, H, gh, gw), ``prefix_mass`` (B, H), the weight on the prefix tokens
+            (class, registers) left out of the maps, not renormalized away, and (with a class
+            token) ``cls_self`` (B, H), its weight on itself.
 
     Raises:
         ValueError: a model with neither a class token nor a pooling head (Swin, Twins: use

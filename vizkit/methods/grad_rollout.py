@@ -42,7 +42,7 @@ def grad_rollout(
 
     Returns:
         `SaliencyResult` (B, gh, gw) with ``targets``: the class token's row of R where the head
-        reads the class token, else (average-pooled heads) the mean over the patch rows.
+            reads the class token, else (average-pooled heads) the mean over the patch rows.
     """
     hm = as_hooked(model)
     names, layout = gradient_rollout_maps(hm, x, max_bytes, "grad_rollout")

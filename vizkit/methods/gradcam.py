@@ -40,8 +40,8 @@ def gradcam(
 
     Returns:
         `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid) or (B, h, w)
-        for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
-        `gradcam_layers`, None for another activation).
+            for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
+            `gradcam_layers`, None for another activation).
     """
     return cam_maps(model, x, target, layer, "gradcam", _mean_gradient)
 

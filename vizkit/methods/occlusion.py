@@ -36,8 +36,10 @@ def occlusion(
     maps (B, H, W), mean over channels.
 
     Args:
+        target: the class to explain: int, B ints, a callable on the logits, or None (argmax).
         window: (h, w) occluded at a time; default the patch size (ViTs) or 1/8 of the image.
         stride: default the window (non-overlapping).
+        baseline: the value an occluded window is set to, in the model's normalized space.
         max_bytes: the most one forward of occluded images may hold (default: as much as a
             forward of the batch; `vizkit.hooks.passes`).
     """
