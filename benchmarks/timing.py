@@ -36,7 +36,8 @@ def add_device_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 def parse_args(description: str, **defaults: str) -> argparse.Namespace:
     """The benchmarks' common command line: --model (or --models), --batch, --size, --repeats,
-    --device, --dtype (float32, or bfloat16/float16 under autocast)."""
+    --device, --dtype (float32, or bfloat16/float16 under autocast); --images where a default
+    is given."""
     parser = argparse.ArgumentParser(description=description)
     if "models" in defaults:
         parser.add_argument("--models", default=defaults["models"], help="comma-separated")
@@ -45,6 +46,8 @@ def parse_args(description: str, **defaults: str) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=224, help="image side in pixels")
     parser.add_argument("--repeats", type=int, default=5)
+    if "images" in defaults:
+        parser.add_argument("--images", type=int, default=defaults["images"])
     return add_device_options(parser).parse_args()
 
 

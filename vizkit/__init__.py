@@ -10,6 +10,7 @@ from . import methods as methods
 from . import metrics as metrics
 from . import models as models
 from . import papers as papers
+from . import store as store
 from . import targets as targets
 from . import train as train
 from . import viz as viz
@@ -44,6 +45,7 @@ from .metrics import compare_saliency as compare_saliency
 from .metrics import evaluate as evaluate
 from .metrics import sanity_check as sanity_check
 from .models import create_model as create_model
+from .store import cache_activations as cache_activations
 
 __all__ = [
     "ActivationCache",
@@ -60,6 +62,7 @@ __all__ = [
     "activation_patching",
     "analysis",
     "attention",
+    "cache_activations",
     "cka",
     "cka_matrix",
     "compare_saliency",
@@ -75,6 +78,7 @@ __all__ = [
     "papers",
     "residual_ratios",
     "sanity_check",
+    "store",
     "smoothed",
     "token_layout",
     "token_norms",

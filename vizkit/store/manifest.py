@@ -1,0 +1,84 @@
+"""The manifest of an activation store (``manifest.json``): what was run (model, layers,
+tokens, preprocessing, data, dtype) and what is on disk (each layer's width and tokens per
+image, the shards). Settings are compared field by field, so that a store used with another
+model or other settings is refused with the difference named."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "DTYPES",
+    "FORMAT",
+    "differences",
+    "model_fingerprint",
+    "read_manifest",
+    "tensor_fingerprint",
+    "write_json",
+]
+
+FORMAT = "vizkit-activation-store/1"
+# torch dtype name -> the numpy dtype its bytes are stored as (bfloat16 as its raw 16 bits)
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A hash of the model's class and every parameter and buffer, bit for bit."""
+    digest = hashlib.sha1(type(model).__qualname__.encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor_fingerprint(tensor).encode())
+    return digest.hexdigest()
+
+
+def tensor_fingerprint(tensor: torch.Tensor) -> str:
+    """A hash of a tensor's shape, dtype and bytes."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    digest = hashlib.sha1(f"{tuple(tensor.shape)} {tensor.dtype}".encode())
+    digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def differences(expected: dict, found: dict, prefix: str = "") -> list[str]:
+    """``"key: expected -> found"`` for every setting that differs (nested dicts by path)."""
+    lines = []
+    for key in sorted(set(expected) | set(found)):
+        a, b = expected.get(key), found.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            lines.append(f"{prefix}{key}: {_short(a)} -> {_short(b)}")
+    return lines
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest in ``folder``, or None where there is none."""
+    file = folder / "manifest.json"
+    if not file.is_file():
+        return None
+    manifest = json.loads(file.read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(
+            f"{file} is not a vizkit activation store manifest (format "
+            f"{manifest.get('format')!r}, expected {FORMAT!r})."
+        )
+    return manifest
+
+
+def write_json(file: Path, content: dict) -> None:
+    """Write ``content`` to ``file`` whole or not at all (a temporary file, then a rename)."""
+    partial = file.with_name(f".{file.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(content, indent=1) + "\n")
+    partial.replace(file)

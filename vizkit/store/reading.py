@@ -1,0 +1,145 @@
+"""`ActivationStore`: one layer of an activation store (`vizkit.store.writing`) as a
+``torch.utils.data.Dataset`` of rows (C,), read through ``numpy.memmap``: nothing is loaded
+until read, and `batches` reads consecutive rows, one sequential read per shard."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from ..hooks import HookedModel
+from .manifest import DTYPES, differences, model_fingerprint, read_manifest
+
+__all__ = ["ActivationStore", "shard_done"]
+
+
+def shard_done(folder: Path, shard: int) -> bool:
+    """Whether every file of ``shard`` is in place (its marker is written last)."""
+    return (folder / "shards" / f"{shard:05d}.json").is_file()
+
+
+class ActivationStore(Dataset):
+    """The rows of one stored layer, image by image, each image's kept tokens in order.
+
+    Attributes:
+        folder: the store's folder; ``manifest``: its manifest (settings, layers, shards).
+        name: the layer's hook name; ``width``: C; ``tokens_per_image``: T.
+        dtype: the stored dtype (rows are returned in it).
+    """
+
+    def __init__(self, folder: str | Path, layer: str | None = None) -> None:
+        self.folder = Path(folder)
+        manifest = read_manifest(self.folder)
+        if manifest is None:
+            raise FileNotFoundError(f"No activation store in {self.folder} (no manifest.json).")
+        self.manifest = manifest
+        layers = list(manifest["layers"])
+        name = layers[0] if layer is None else layer
+        if name not in layers:
+            raise KeyError(f"The store holds {layers}; no layer {name!r}.")
+        self.name, self._index = name, layers.index(name)
+        self.width = manifest["layers"][name]["width"]
+        self.tokens_per_image = manifest["layers"][name]["tokens_per_image"]
+        self.dtype = getattr(torch, manifest["settings"]["dtype"])
+        self._check_complete()
+        per_shard = manifest["shard_images"] * self.tokens_per_image
+        self._starts = list(range(0, len(self), per_shard))
+        self._rows: list[np.memmap | None] = [None] * len(self._starts)
+
+    def __len__(self) -> int:
+        return self.manifest["images"] * self.tokens_per_image
+
+    def __getitem__(self, row: int) -> Tensor:
+        """Row ``row`` (C,)."""
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"row {row} out of range for a store of {len(self)} rows.")
+        row %= len(self)
+        shard = bisect.bisect_right(self._starts, row) - 1
+        return self._as_tensor(self._shard(shard)[row - self._starts[shard]])
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """Rows ``start:stop`` (n, C), read in order."""
+        start, stop, _ = slice(start, stop).indices(len(self))
+        parts = []
+        while start < stop:
+            shard = bisect.bisect_right(self._starts, start) - 1
+            offset = self._starts[shard]
+            end = min(stop, offset + len(self._shard(shard)))
+            parts.append(self._as_tensor(self._shard(shard)[start - offset : end - offset]))
+            start = end
+        return torch.cat(parts) if parts else torch.empty(0, self.width, dtype=self.dtype)
+
+    def batches(self, batch_size: int) -> Iterator[Tensor]:
+        """Consecutive rows (n, C), ``batch_size`` at a time (the last may be shorter)."""
+        for start in range(0, len(self), batch_size):
+            yield self.rows(start, start + batch_size)
+
+    def positions(self, images: slice | None = None) -> Tensor:
+        """(images, T) int64: the token position of each stored row, image by image."""
+        parts = [
+            np.fromfile(self._file(s, "pos"), dtype=np.int32).reshape(-1, self.tokens_per_image)
+            for s in range(len(self._starts))
+        ]
+        return torch.from_numpy(np.concatenate(parts)).long()[images or slice(None)]
+
+    def image_of(self, row: int) -> tuple[int, int]:
+        """(image index in the data, token position) of row ``row``."""
+        image = row // self.tokens_per_image
+        position = self.positions(slice(image, image + 1))[0, row % self.tokens_per_image]
+        return image, int(position)
+
+    def layer(self, name: str) -> ActivationStore:
+        """Another layer of the same store."""
+        return ActivationStore(self.folder, name)
+
+    def check(self, model: nn.Module | HookedModel, **settings: object) -> None:
+        """Refuse this store for ``model`` (a model of other weights) or for other
+        ``settings`` (manifest keys: tokens, dtype, image_size, ...), naming the difference."""
+        model = model.model if isinstance(model, HookedModel) else model
+        stored = self.manifest["settings"]
+        asked = {"model": {"class": type(model).__qualname__,
+                           "fingerprint": model_fingerprint(model)}, **settings}  # fmt: skip
+        changed = differences({k: stored.get(k) for k in asked}, asked)
+        if changed:
+            raise ValueError(
+                f"The activation store {self.folder} was not made with this model or these "
+                f"settings ({'; '.join(changed)}; stored -> given). Write a store for them "
+                "with vk.cache_activations."
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"ActivationStore({self.name}: {self.manifest['images']} images x "
+            f"{self.tokens_per_image} tokens x {self.width}, {self.manifest['settings']['dtype']})"
+        )
+
+    def _check_complete(self) -> None:
+        shards = -(-self.manifest["images"] // self.manifest["shard_images"])
+        missing = [s for s in range(shards) if not shard_done(self.folder, s)]
+        if missing:
+            raise ValueError(
+                f"The activation store {self.folder} is incomplete: shards {missing[:10]} of "
+                f"{shards} are not written. Run vk.cache_activations again with the same "
+                "arguments to finish it (written shards are kept)."
+            )
+
+    def _file(self, shard: int, kind: str) -> Path:
+        return self.folder / f"layer{self._index}" / f"{shard:05d}.{kind}"
+
+    def _shard(self, shard: int) -> np.memmap:
+        if self._rows[shard] is None:
+            numpy_dtype = DTYPES[self.manifest["settings"]["dtype"]]
+            file = self._file(shard, "bin")
+            rows = file.stat().st_size // (self.width * np.dtype(numpy_dtype).itemsize)
+            self._rows[shard] = np.memmap(file, numpy_dtype, "r", shape=(rows, self.width))
+        return self._rows[shard]
+
+    def _as_tensor(self, rows: np.ndarray) -> Tensor:
+        tensor = torch.from_numpy(np.array(rows))  # a copy: the memmap stays read-only
+        return tensor.view(torch.bfloat16) if self.dtype == torch.bfloat16 else tensor

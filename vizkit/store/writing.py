@@ -1,0 +1,317 @@
+"""`cache_activations`: run a model over a data set once and write the chosen activations to
+disk, shard by shard, resumable and sharded across ``torchrun`` processes.
+
+A store is a folder: ``manifest.json``, and per layer ``layer<i>/<shard>.bin`` (the kept tokens'
+rows, (images x tokens, width), C order, in the store's dtype) with ``layer<i>/<shard>.pos``
+(int32 (images, tokens), each row's token position), and ``shards/<shard>.json`` once every file
+of a shard is in place (files are written under temporary names and renamed). Plain binary
+arrays are read with ``numpy.memmap``: a batch of consecutive rows is one sequential read, with
+nothing to decode and no library beside numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from tqdm.auto import tqdm
+
+from ..analysis.representations import token_stream_layers
+from ..hooks import HookedModel
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import check_count, check_images
+from ..hooks.selector import LayerSpec, select_layers
+from .manifest import (
+    DTYPES,
+    FORMAT,
+    differences,
+    model_fingerprint,
+    read_manifest,
+    tensor_fingerprint,
+    write_json,
+)
+from .reading import ActivationStore, shard_done
+from .tokens import TokenChoice, check_tokens, token_positions
+
+__all__ = ["cache_activations"]
+
+DEFAULT_SHARD_BYTES = 256 * 2**20
+
+
+@analysis_contract
+def cache_activations(
+    model: nn.Module | HookedModel,
+    data: object,
+    out: str | Path,
+    layers: LayerSpec | None = None,
+    tokens: TokenChoice = "patches",
+    dtype: torch.dtype = torch.float32,
+    batch_size: int = 32,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    seed: int = 0,
+    progress: bool = True,
+) -> ActivationStore:
+    """Write the activations of ``layers`` over every image of ``data`` to the store ``out``.
+
+    Args:
+        data: a Dataset of images (C, H, W) or of tuples whose first item is one (labels are
+            not stored), a tuple of tensors, a DataLoader that does not shuffle (its dataset
+            is read), or "shapes" (the shipped Shapes sample), in the model's normalization.
+        out: the store's folder. A folder holding a store of the same settings resumes it
+            (finished shards are kept); one of other settings is refused, naming them.
+        layers: block outputs (`vizkit.hooks.select_layers`: ints count the transformer
+            blocks whose outputs are tokens on a grid, negative from the end), hook names or
+            globs; default the last block's output.
+        tokens: "patches", "all", "class", "registers", or k: k random patches per image
+            (drawn from ``seed`` and the image's index).
+        dtype: float32, float16 or bfloat16, as stored.
+        batch_size: images per forward.
+        shard_bytes: the most one shard holds (all layers), its buffer in memory included:
+            a shard is written when full.
+        progress: a progress bar over the shards' images.
+
+    Returns:
+        The `ActivationStore` (the first of ``layers``; ``store.layer(name)`` for another).
+
+    Under ``torchrun`` each process writes every WORLD_SIZE-th shard and the first writes the
+    manifest; every process returns the store once all shards are in place.
+    """
+    images = _images(data)
+    batch_size = check_count("batch_size", batch_size)
+    shard_bytes = check_count("shard_bytes", shard_bytes)
+    tokens = check_tokens(tokens)
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"dtype must be torch.float32, float16 or bfloat16; got {dtype!r}.")
+    first = check_images(model.model, _image(images[0])[None].to(_device(model.model)))
+    image_size = tuple(first.shape[-2:])
+    names = _layers(model, layers, image_size)
+    widths = _widths(model, first, names)
+    per_image = {
+        name: token_positions(tokens, model.token_layout(image_size, name), torch.zeros(1),
+                              seed, name).shape[1]
+        for name in names
+    }  # fmt: skip
+    row_bytes = sum(per_image[n] * widths[n] for n in names) * torch.finfo(dtype).bits // 8
+    settings = {
+        "model": {"class": type(model.model).__qualname__,
+                  "fingerprint": model_fingerprint(model.model)},
+        "layers": names, "tokens": tokens, "seed": seed, "dtype": str(dtype).removeprefix("torch."),
+        "image_size": list(image_size), "preprocessing": _preprocessing(model.model),
+        "data": _data_identity(images),
+    }  # fmt: skip
+    manifest = {
+        "format": FORMAT, "settings": settings, "images": len(images),
+        "shard_images": max(1, shard_bytes // row_bytes),
+        "layers": {n: {"width": widths[n], "tokens_per_image": per_image[n]} for n in names},
+    }  # fmt: skip
+    folder = _prepared(Path(out), manifest)
+    world, rank = _process_group()
+    shards = _shards(len(images), manifest["shard_images"])
+    todo = [s for s in range(len(shards)) if s % world == rank and not shard_done(folder, s)]
+    bar = tqdm(total=sum(len(shards[s]) for s in todo), disable=not progress, unit="image",
+               desc="cache_activations")  # fmt: skip
+    for shard in todo:
+        _write_shard(model, images, shard, shards[shard], manifest, folder, batch_size, bar)
+    bar.close()
+    if world > 1:
+        dist.barrier()
+    return ActivationStore(folder)
+
+
+def _images(data: object) -> Dataset:
+    """The data as a Dataset read by index (see `cache_activations`)."""
+    dataset = _as_dataset(data)
+    if len(dataset) == 0:
+        raise ValueError("data is empty: there is nothing to store.")
+    return dataset
+
+
+def _as_dataset(data: object) -> Dataset:
+    if isinstance(data, str):
+        if data != "shapes":
+            raise ValueError(f"data must be 'shapes', a Dataset or a DataLoader; got {data!r}.")
+        from ..datasets import load_sample
+
+        return TensorDataset(load_sample()[0])
+    if isinstance(data, Tensor):
+        return TensorDataset(data)
+    if isinstance(data, tuple):
+        return TensorDataset(*data)
+    if isinstance(data, DataLoader):
+        if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
+            raise ValueError(
+                "The DataLoader does not read its dataset in order (it shuffles or samples); a "
+                "store's rows are numbered by image. Pass its dataset, or shuffle=False."
+            )
+        data = data.dataset
+    if not isinstance(data, Dataset) or not hasattr(data, "__len__"):
+        raise TypeError(
+            "data must be a Dataset with a length, a DataLoader over one, a tensor or tuple "
+            f"of tensors, or 'shapes'; got {type(data).__name__}."
+        )
+    return data
+
+
+def _image(item: object) -> Tensor:
+    """The image (C, H, W) of one item of the data set."""
+    if isinstance(item, dict):
+        raise TypeError(
+            f"The data yields dicts (keys {', '.join(map(str, item))}); cache_activations takes "
+            "images or (image, ...) tuples. Wrap the dataset so each item is one, e.g. "
+            "item['pixel_values']."
+        )
+    image = item[0] if isinstance(item, (tuple, list)) else item
+    if not isinstance(image, Tensor) or image.ndim != 3:
+        got = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
+        raise TypeError(f"Each item's image must be a (C, H, W) tensor; got {got}.")
+    return image
+
+
+def _device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _layers(hm: HookedModel, layers: LayerSpec | None, image_size: tuple[int, int]) -> list[str]:
+    """The hook names stored: block outputs with tokens on a grid, chosen by ``layers``."""
+    names = token_stream_layers(hm, image_size)
+    if layers is None:
+        return names[-1:]
+    chosen = select_layers(layers, names, hm.hook_names(), what="block outputs")
+    for name in chosen:
+        if hm.token_layout(image_size, name) is None:
+            raise ValueError(f"{name} is not a token stream on a patch grid; store block outputs.")
+    return chosen
+
+
+def _widths(hm: HookedModel, first: Tensor, names: Sequence[str]) -> dict[str, int]:
+    """Each layer's channel count, from one image's forward; refuses what is not (B, N, C)."""
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(first, names=list(names))
+    widths = {}
+    for name in names:
+        if cache[name].ndim != 3:
+            raise ValueError(
+                f"{name} is {tuple(cache[name].shape)}, not tokens (B, N, C): a store keeps "
+                "token streams (block outputs)."
+            )
+        widths[name] = cache[name].shape[-1]
+    return widths
+
+
+def _preprocessing(model: nn.Module) -> str | None:
+    """The model's preprocessing as its library states it, where vizkit can read it."""
+    from ..datasets.model_input import model_preprocessing
+
+    try:
+        return str(model_preprocessing(model))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _data_identity(images: Dataset) -> dict:
+    """What identifies the data: its class, length, and a hash of its first, middle and last
+    images (a change elsewhere in it goes unseen)."""
+    count = len(images)
+    picks = sorted({0, count // 2, count - 1})
+    return {
+        "class": type(images).__qualname__,
+        "images": count,
+        "sampled": {str(i): tensor_fingerprint(_image(images[i])) for i in picks},
+    }
+
+
+def _prepared(folder: Path, manifest: dict) -> Path:
+    """``folder`` with ``manifest`` in it: written for a new store, compared for an existing
+    one (a store of other settings is refused, naming each difference)."""
+    found = read_manifest(folder) if folder.is_dir() else None
+    if found is not None:
+        changed = differences(found, manifest)
+        if changed:
+            raise ValueError(
+                f"{folder} holds an activation store of other settings ({'; '.join(changed)}; "
+                "stored -> asked). Write to another folder, or delete this one."
+            )
+        return folder
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ValueError(f"{folder} exists and is not an activation store; pick an empty folder.")
+    world, rank = _process_group()
+    if rank == 0:
+        (folder / "shards").mkdir(parents=True, exist_ok=True)
+        for i in range(len(manifest["layers"])):
+            (folder / f"layer{i}").mkdir(exist_ok=True)
+        write_json(folder / "manifest.json", manifest)
+    if world > 1:
+        dist.barrier()
+    return folder
+
+
+def _shards(count: int, per_shard: int) -> list[range]:
+    return [range(start, min(start + per_shard, count)) for start in range(0, count, per_shard)]
+
+
+def _write_shard(
+    hm: HookedModel, images: Dataset, shard: int, indices: range, manifest: dict, folder: Path,
+    batch_size: int, bar: tqdm,
+) -> None:  # fmt: skip
+    """Run the shard's images and write its files, then its marker."""
+    settings, layers = manifest["settings"], manifest["layers"]
+    dtype = getattr(torch, settings["dtype"])
+    buffers = {n: np.empty((len(indices) * spec["tokens_per_image"], spec["width"]),
+                           DTYPES[settings["dtype"]]) for n, spec in layers.items()}  # fmt: skip
+    positions = {n: np.empty((len(indices), spec["tokens_per_image"]), np.int32)
+                 for n, spec in layers.items()}  # fmt: skip
+    loader = DataLoader(Subset(images, indices), batch_size=batch_size, shuffle=False)
+    done = 0
+    for batch in loader:
+        x = check_images(hm.model, _batch_images(batch).to(_device(hm.model)))
+        index = torch.arange(indices.start + done, indices.start + done + len(x))
+        with torch.no_grad():
+            _, cache = hm.run_with_cache(x, names=list(layers))
+        for name, spec in layers.items():
+            layout = hm.token_layout(tuple(x.shape[-2:]), name)
+            kept = token_positions(settings["tokens"], layout, index, settings["seed"], name)
+            rows = cache[name].gather(1, kept[..., None].expand(-1, -1, spec["width"]).to(
+                cache[name].device))  # fmt: skip
+            rows = _as_stored(rows.flatten(0, 1), dtype)
+            start = done * spec["tokens_per_image"]
+            buffers[name][start : start + len(rows)] = rows
+            positions[name][done : done + len(x)] = kept.numpy()
+        done += len(x)
+        bar.update(len(x))
+    for i, name in enumerate(layers):
+        _write_array(folder / f"layer{i}" / f"{shard:05d}.bin", buffers[name])
+        _write_array(folder / f"layer{i}" / f"{shard:05d}.pos", positions[name])
+    write_json(folder / "shards" / f"{shard:05d}.json",
+               {"shard": shard, "images": [indices.start, indices.stop]})  # fmt: skip
+
+
+def _as_stored(rows: Tensor, dtype: torch.dtype) -> np.ndarray:
+    """(n, C) rows cast to ``dtype`` as the numpy array written (bfloat16 as its raw bits)."""
+    rows = rows.to(dtype).cpu()
+    if dtype == torch.bfloat16:
+        return rows.view(torch.int16).numpy().view(np.uint16)
+    return rows.numpy()
+
+
+def _batch_images(batch: object) -> Tensor:
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
+def _write_array(file: Path, array: np.ndarray) -> None:
+    partial = file.with_name(f".{file.name}.partial")
+    array.tofile(partial)
+    partial.replace(file)
+
+
+def _process_group() -> tuple[int, int]:
+    """(processes, this one's rank) of the default ``torch.distributed`` group, (1, 0) without
+    one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
