@@ -80,19 +80,18 @@ class ActivationStore(Dataset):
         for start in range(0, len(self), batch_size):
             yield self.rows(start, start + batch_size)
 
-    def positions(self, images: slice | None = None) -> Tensor:
+    def positions(self) -> Tensor:
         """(images, T) int64: the token position of each stored row, image by image."""
-        parts = [
-            np.fromfile(self._file(s, "pos"), dtype=np.int32).reshape(-1, self.tokens_per_image)
-            for s in range(len(self._starts))
-        ]
-        return torch.from_numpy(np.concatenate(parts)).long()[images or slice(None)]
+        parts = [self._positions(s) for s in range(len(self._starts))]
+        return torch.from_numpy(np.concatenate(parts)).long()
 
     def image_of(self, row: int) -> tuple[int, int]:
         """(image index in the data, token position) of row ``row``."""
-        image = row // self.tokens_per_image
-        position = self.positions(slice(image, image + 1))[0, row % self.tokens_per_image]
-        return image, int(position)
+        row %= len(self)
+        shard = bisect.bisect_right(self._starts, row) - 1
+        image, token = divmod(row - self._starts[shard], self.tokens_per_image)
+        first = self._starts[shard] // self.tokens_per_image
+        return first + image, int(self._positions(shard)[image, token])
 
     def layer(self, name: str) -> ActivationStore:
         """Another layer of the same store."""
@@ -139,6 +138,10 @@ class ActivationStore(Dataset):
             rows = file.stat().st_size // (self.width * np.dtype(numpy_dtype).itemsize)
             self._rows[shard] = np.memmap(file, numpy_dtype, "r", shape=(rows, self.width))
         return self._rows[shard]
+
+    def _positions(self, shard: int) -> np.memmap:
+        file = self._file(shard, "pos")
+        return np.memmap(file, np.int32, "r").reshape(-1, self.tokens_per_image)
 
     def _as_tensor(self, rows: np.ndarray) -> Tensor:
         tensor = torch.from_numpy(np.array(rows))  # a copy: the memmap stays read-only

@@ -228,27 +228,37 @@ def _data_identity(images: Dataset) -> dict:
 
 def _prepared(folder: Path, manifest: dict) -> Path:
     """``folder`` with ``manifest`` in it: written for a new store, compared for an existing
-    one (a store of other settings is refused, naming each difference)."""
+    one (a store of other settings is refused, naming each difference). The first process
+    decides, and tells the others, so that every process stops or none does."""
+    world, rank = _process_group()
+    problem = _prepare(folder, manifest) if rank == 0 else None
+    if world > 1:
+        told = [problem]
+        dist.broadcast_object_list(told, src=0)
+        problem = told[0]
+    if problem is not None:
+        raise ValueError(problem)
+    return folder
+
+
+def _prepare(folder: Path, manifest: dict) -> str | None:
+    """Write or compare the manifest; why the folder cannot take it, or None."""
     found = read_manifest(folder) if folder.is_dir() else None
     if found is not None:
         changed = differences(found, manifest)
         if changed:
-            raise ValueError(
+            return (
                 f"{folder} holds an activation store of other settings ({'; '.join(changed)}; "
                 "stored -> asked). Write to another folder, or delete this one."
             )
-        return folder
+        return None
     if folder.is_dir() and any(folder.iterdir()):
-        raise ValueError(f"{folder} exists and is not an activation store; pick an empty folder.")
-    world, rank = _process_group()
-    if rank == 0:
-        (folder / "shards").mkdir(parents=True, exist_ok=True)
-        for i in range(len(manifest["layers"])):
-            (folder / f"layer{i}").mkdir(exist_ok=True)
-        write_json(folder / "manifest.json", manifest)
-    if world > 1:
-        dist.barrier()
-    return folder
+        return f"{folder} exists and is not an activation store; pick an empty folder."
+    (folder / "shards").mkdir(parents=True, exist_ok=True)
+    for i in range(len(manifest["layers"])):
+        (folder / f"layer{i}").mkdir(exist_ok=True)
+    write_json(folder / "manifest.json", manifest)
+    return None
 
 
 def _shards(count: int, per_shard: int) -> list[range]:
