@@ -228,3 +228,15 @@ def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch, capsys):
             if line.startswith("print(")]  # fmt: skip
     assert printed[0].startswith(said[0]) and printed[0].endswith("64 tokens x 128, float32)")
     assert printed[1] == said[1]
+
+
+def test_any_token_activation_by_name_and_others_refused(tmp_path, images):
+    model = tiny()
+    store = vk.cache_activations(model, images, tmp_path / "s", layers="blocks.0.mlp.fc1.hook_out",
+                                 progress=False)  # fmt: skip
+    assert store.width == 768
+    want = expected(model, images, "blocks.0.mlp.fc1.hook_out")[:, 1:].flatten(0, 1)
+    assert torch.equal(store.rows(0, len(store)), want)
+    for i, name in enumerate(["blocks.0.attn.hook_pattern", "head.hook_out"]):
+        with pytest.raises(ValueError, match=f"{name} is .*not tokens"):
+            vk.cache_activations(model, images, tmp_path / str(i), layers=name, progress=False)

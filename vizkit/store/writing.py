@@ -65,8 +65,8 @@ def cache_activations(
         out: the store's folder. A folder holding a store of the same settings resumes it
             (finished shards are kept); one of other settings is refused, naming them.
         layers: block outputs (`vizkit.hooks.select_layers`: ints count the transformer
-            blocks whose outputs are tokens on a grid, negative from the end), hook names or
-            globs; default the last block's output.
+            blocks whose outputs are tokens on a grid, negative from the end), or hook names
+            and globs of any token activation (B, N, C); default the last block's output.
         tokens: "patches", "all", "class", "registers", or k: k random patches per image
             (drawn from ``seed`` and the image's index).
         dtype: float32, float16 or bfloat16, as stored.
@@ -178,29 +178,30 @@ def _device(model: nn.Module) -> torch.device:
 
 
 def _layers(hm: HookedModel, layers: LayerSpec | None, image_size: tuple[int, int]) -> list[str]:
-    """The hook names stored: block outputs with tokens on a grid, chosen by ``layers``."""
+    """The hook names stored: ints count the block outputs with tokens on a grid; names and
+    globs may pick any token activation (checked on the first image by `_widths`)."""
     names = token_stream_layers(hm, image_size)
     if layers is None:
         return names[-1:]
-    chosen = select_layers(layers, names, hm.hook_names(), what="block outputs")
-    for name in chosen:
-        if hm.token_layout(image_size, name) is None:
-            raise ValueError(f"{name} is not a token stream on a patch grid; store block outputs.")
-    return chosen
+    return select_layers(layers, names, hm.hook_names(), what="block outputs")
 
 
 def _widths(hm: HookedModel, first: Tensor, names: Sequence[str]) -> dict[str, int]:
-    """Each layer's channel count, from one image's forward; refuses what is not (B, N, C)."""
+    """Each layer's channel count, from one image's forward; refuses what is not tokens
+    (B, N, C) of the layer's token layout."""
     with torch.no_grad():
         _, cache = hm.run_with_cache(first, names=list(names))
     widths = {}
     for name in names:
-        if cache[name].ndim != 3:
+        layout = hm.token_layout(tuple(first.shape[-2:]), name)
+        shape = tuple(cache[name].shape)
+        if len(shape) != 3 or layout is None or shape[1] != layout.num_tokens:
+            expected = "" if layout is None else f" with {layout.num_tokens} tokens"
             raise ValueError(
-                f"{name} is {tuple(cache[name].shape)}, not tokens (B, N, C): a store keeps "
-                "token streams (block outputs)."
+                f"{name} is {shape}, not tokens (B, N, C){expected}: a store keeps token "
+                "activations (block outputs, branch outputs, MLP hidden layers)."
             )
-        widths[name] = cache[name].shape[-1]
+        widths[name] = shape[-1]
     return widths
 
 
