@@ -240,3 +240,12 @@ def test_any_token_activation_by_name_and_others_refused(tmp_path, images):
     for i, name in enumerate(["blocks.0.attn.hook_pattern", "head.hook_out"]):
         with pytest.raises(ValueError, match=f"{name} is .*not tokens"):
             vk.cache_activations(model, images, tmp_path / str(i), layers=name, progress=False)
+
+
+def test_a_backbone_without_logits_is_stored(tmp_path, images):
+    torch.manual_seed(0)
+    backbone = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                                 num_classes=0).eval()  # fmt: skip
+    store = vk.cache_activations(backbone, images, tmp_path / "s", tokens="class", progress=False)
+    want = expected(backbone, images, LAYERS[-1])[:, 0]
+    assert torch.equal(store.rows(0, len(store)), want)

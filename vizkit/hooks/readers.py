@@ -24,6 +24,7 @@ nothing; None where a hook may replace it).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ Compute = Callable[[nn.Module, tuple, dict, Any], Tensor]  # (module, args, kwar
 Beside = Callable[[Callable[[Tensor], None]], list]  # beside(on_map) -> hook handles
 
 
-class Reader:
+class Reader(ABC):
     """One way of reading a value at a module (the subclasses), with its rules."""
 
     on_path = True
@@ -58,9 +59,9 @@ class Reader:
     refusal: str | None = None  # "{name}"/"{module}" filled in by the message
     beside: Beside | None = None  # how a read-only call may compute the map instead
 
+    @abstractmethod
     def attach(self, module: nn.Module, emit: Emit) -> list[RemovableHandle]:
         """Hooks on ``module`` that call ``emit`` with each value read; their handles."""
-        raise NotImplementedError
 
     def switched(self) -> AbstractContextManager:
         """The context under which the module materialises the value (entered for the call)."""

@@ -18,6 +18,7 @@ __all__ = [
     "DTYPES",
     "FORMAT",
     "differences",
+    "synced",
     "model_fingerprint",
     "read_manifest",
     "tensor_fingerprint",
@@ -80,5 +81,14 @@ def read_manifest(folder: Path) -> dict | None:
 def write_json(file: Path, content: dict) -> None:
     """Write ``content`` to ``file`` whole or not at all (a temporary file, then a rename)."""
     partial = file.with_name(f".{file.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(content, indent=1) + "\n")
+    with open(partial, "w") as handle:
+        handle.write(json.dumps(content, indent=1) + "\n")
+        synced(handle)
     partial.replace(file)
+
+
+def synced(handle) -> None:
+    """Flush ``handle`` and wait until the disk holds its bytes (before a rename makes them
+    the file: a crash leaves the old file or the new, never a torn one)."""
+    handle.flush()
+    os.fsync(handle.fileno())

@@ -32,6 +32,7 @@ from .manifest import (
     differences,
     model_fingerprint,
     read_manifest,
+    synced,
     tensor_fingerprint,
     write_json,
 )
@@ -315,8 +316,11 @@ def _batch_images(batch: object) -> Tensor:
 
 
 def _write_array(file: Path, array: np.ndarray) -> None:
+    """Write ``array``'s bytes to ``file`` under a temporary name, synced, then rename it."""
     partial = file.with_name(f".{file.name}.partial")
-    array.tofile(partial)
+    with open(partial, "wb") as handle:
+        array.tofile(handle)
+        synced(handle)
     partial.replace(file)
 
 
