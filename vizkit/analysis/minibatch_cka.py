@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..processes import process_group
 from .cka_kernels import Kernel, cka_from_hsic, hsic_matrix
 
 __all__ = ["MinibatchCKA", "distributed_world"]
@@ -26,7 +27,7 @@ __all__ = ["MinibatchCKA", "distributed_world"]
 
 def distributed_world() -> int:
     """Processes in the default ``torch.distributed`` group (1 when it is not initialized)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return process_group()[0]
 
 
 class MinibatchCKA:

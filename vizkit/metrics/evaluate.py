@@ -40,6 +40,7 @@ from ..hooks.targets import (
 )
 from ..journal import Journal
 from ..prefetch import prefetched
+from ..processes import process_group
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
@@ -315,7 +316,7 @@ def evaluate(
         with torch.no_grad():  # every label checked before any work, where all are at hand
             classes = model_logits(model(first[0][:1])).shape[-1]
         _checked_labels(labels, classes, 0)
-    world, rank = _process_group()
+    world, rank = process_group()
     config = {
         "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
         "metrics": names, "batch_size": batch_size, "targets": _target_record(targets, out),
@@ -467,14 +468,6 @@ def _complete(entry: object) -> bool:
     """Whether a parsed log line is a whole entry (not one damaged by hand or a kill)."""
     kinds = {"batch": int, "method": str, "scores": dict, "notes": dict, "images": str}
     return isinstance(entry, dict) and all(isinstance(entry.get(k), t) for k, t in kinds.items())
-
-
-def _process_group() -> tuple[int, int]:
-    """(processes, this one's rank) of the default ``torch.distributed`` group, (1, 0) without
-    one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
 
 
 def _shard_file(out: str | Path | None, world: int, rank: int) -> Path | None:

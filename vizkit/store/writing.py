@@ -26,6 +26,7 @@ from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
 from ..hooks.selector import LayerSpec, select_layers
+from ..processes import process_group
 from .manifest import (
     DTYPES,
     FORMAT,
@@ -111,7 +112,7 @@ def cache_activations(
         "layers": {n: {"width": widths[n], "tokens_per_image": per_image[n]} for n in names},
     }  # fmt: skip
     folder = _prepared(Path(out), manifest)
-    world, rank = _process_group()
+    world, rank = process_group()
     shards = _shards(len(images), manifest["shard_images"])
     todo = [s for s in range(len(shards)) if s % world == rank and not shard_done(folder, s)]
     bar = tqdm(total=sum(len(shards[s]) for s in todo), disable=not progress, unit="image",
@@ -232,7 +233,7 @@ def _prepared(folder: Path, manifest: dict) -> Path:
     """``folder`` with ``manifest`` in it: written for a new store, compared for an existing
     one (a store of other settings is refused, naming each difference). The first process
     decides, and tells the others, so that every process stops or none does."""
-    world, rank = _process_group()
+    world, rank = process_group()
     problem = _prepare(folder, manifest) if rank == 0 else None
     if world > 1:
         told = [problem]
@@ -322,11 +323,3 @@ def _write_array(file: Path, array: np.ndarray) -> None:
         array.tofile(handle)
         synced(handle)
     partial.replace(file)
-
-
-def _process_group() -> tuple[int, int]:
-    """(processes, this one's rank) of the default ``torch.distributed`` group, (1, 0) without
-    one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
