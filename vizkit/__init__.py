@@ -10,6 +10,7 @@ from . import methods as methods
 from . import metrics as metrics
 from . import models as models
 from . import papers as papers
+from . import sae as sae
 from . import store as store
 from . import targets as targets
 from . import train as train
@@ -45,6 +46,7 @@ from .metrics import compare_saliency as compare_saliency
 from .metrics import evaluate as evaluate
 from .metrics import sanity_check as sanity_check
 from .models import create_model as create_model
+from .sae import train_sae as train_sae
 from .store import cache_activations as cache_activations
 
 __all__ = [
@@ -77,12 +79,14 @@ __all__ = [
     "models",
     "papers",
     "residual_ratios",
+    "sae",
     "sanity_check",
     "store",
     "smoothed",
     "token_layout",
     "token_norms",
     "token_pca",
+    "train_sae",
     "unfused_attention",
     "viz",
     "widgets",

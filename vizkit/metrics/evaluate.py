@@ -8,7 +8,7 @@ import hashlib
 import html
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +17,6 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.data import (
     DataLoader,
-    Dataset,
-    RandomSampler,
     SequentialSampler,
     TensorDataset,
     default_collate,
@@ -27,6 +25,7 @@ from tqdm.auto import tqdm
 
 from ..analysis.result import Result
 from ..analysis.saliency_result import SaliencyResult, constant_maps
+from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import as_names, check_choice, check_count
@@ -177,49 +176,6 @@ def _cell(mean: Tensor, sem: Tensor) -> str:
     return f"{float(mean):.3f}" + ("" if math.isnan(float(sem)) else f" ± {float(sem):.3f}")
 
 
-def _batches(data: object, batch_size: int, resumable: bool) -> tuple[Iterable, int | None]:
-    """Batches ``(images, labels or None, masks or None)`` of ``data`` (a Dataset, a
-    DataLoader, a tuple of tensors, or "shapes": the shipped Shapes sample), in a fixed order
-    (a shuffling loader is refused when the run is ``resumable``: another order on resume),
-    and the number of images when known."""
-    if isinstance(data, str):
-        if data != "shapes":
-            raise ValueError(f"data must be 'shapes', a Dataset or a DataLoader; got {data!r}.")
-        from ..datasets import load_sample
-
-        data = TensorDataset(*load_sample())
-    if isinstance(data, tuple):
-        data = TensorDataset(*data)
-    if isinstance(data, Dataset):
-        data = DataLoader(data, batch_size=batch_size, shuffle=False)
-    if not isinstance(data, DataLoader):
-        raise TypeError(
-            f"data must be a Dataset, a DataLoader, a tuple of tensors or 'shapes'; got "
-            f"{type(data).__name__}."
-        )
-    if resumable and isinstance(getattr(data, "sampler", None), RandomSampler):
-        raise ValueError(
-            "The DataLoader shuffles, so a resumed run would see other images in each batch; "
-            "evaluation does not depend on the order: pass shuffle=False (or leave out out=)."
-        )
-    count = len(data.dataset) if hasattr(data.dataset, "__len__") else None
-
-    def split(batch: object) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        if isinstance(batch, dict):
-            raise TypeError(
-                f"The data yields dicts (keys {', '.join(map(str, batch))}); evaluate takes "
-                "(images, labels[, masks]) tuples. Wrap the dataset so that each item is one, "
-                "e.g. (item['pixel_values'], item['label'])."
-            )
-        items = list(batch) if isinstance(batch, (list, tuple)) else [batch]
-        x = items[0]
-        labels = items[1] if len(items) > 1 and isinstance(items[1], Tensor) else None
-        masks = items[2] if len(items) > 2 and isinstance(items[2], Tensor) else None
-        return x, labels, masks
-
-    return (split(b) for b in data), count
-
-
 def _labels_in_memory(data: object) -> Tensor | None:
     """The data's labels (N,) when they are one tensor in memory and every one of them is
     yielded as it is (a tuple of tensors, a TensorDataset, or a loader over one that reads it
@@ -306,7 +262,7 @@ def evaluate(
     batch_size = check_count("batch_size", batch_size)
     scored = _check_targets(model, targets)
     chosen = resolve_methods(methods, model)
-    batches, count = _batches(data, batch_size, resumable=out is not None)
+    batches, count = labelled_batches(data, batch_size, "evaluate", resumable=out is not None)
     first = next(iter(batches), None)
     if first is None:
         raise ValueError("data holds no images.")

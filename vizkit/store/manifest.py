@@ -20,6 +20,8 @@ __all__ = [
     "differences",
     "synced",
     "model_fingerprint",
+    "model_identity",
+    "preprocessing_of",
     "read_manifest",
     "tensor_fingerprint",
     "write_json",
@@ -28,6 +30,21 @@ __all__ = [
 FORMAT = "vizkit-activation-store/1"
 # torch dtype name -> the numpy dtype its bytes are stored as (bfloat16 as its raw 16 bits)
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def model_identity(model: nn.Module) -> dict:
+    """{"class": the model's class name, "fingerprint": `model_fingerprint`}."""
+    return {"class": type(model).__qualname__, "fingerprint": model_fingerprint(model)}
+
+
+def preprocessing_of(model: nn.Module) -> str | None:
+    """The model's preprocessing as its library states it, where vizkit can read it."""
+    from ..datasets.model_input import model_preprocessing
+
+    try:
+        return str(model_preprocessing(model))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def model_fingerprint(model: nn.Module) -> str:

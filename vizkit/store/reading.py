@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from ..hooks import HookedModel
-from .manifest import DTYPES, differences, model_fingerprint, read_manifest
+from .manifest import DTYPES, differences, model_identity, read_manifest
 
 __all__ = ["ActivationStore", "shard_done"]
 
@@ -102,8 +102,7 @@ class ActivationStore(Dataset):
         ``settings`` (manifest keys: tokens, dtype, image_size, ...), naming the difference."""
         model = model.model if isinstance(model, HookedModel) else model
         stored = self.manifest["settings"]
-        asked = {"model": {"class": type(model).__qualname__,
-                           "fingerprint": model_fingerprint(model)}, **settings}  # fmt: skip
+        asked = {"model": model_identity(model), **settings}
         changed = differences({k: stored.get(k) for k in asked}, asked)
         if changed:
             raise ValueError(

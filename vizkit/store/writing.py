@@ -31,7 +31,8 @@ from .manifest import (
     DTYPES,
     FORMAT,
     differences,
-    model_fingerprint,
+    model_identity,
+    preprocessing_of,
     read_manifest,
     synced,
     tensor_fingerprint,
@@ -100,10 +101,9 @@ def cache_activations(
     }  # fmt: skip
     row_bytes = sum(per_image[n] * widths[n] for n in names) * torch.finfo(dtype).bits // 8
     settings = {
-        "model": {"class": type(model.model).__qualname__,
-                  "fingerprint": model_fingerprint(model.model)},
+        "model": model_identity(model.model),
         "layers": names, "tokens": tokens, "seed": seed, "dtype": str(dtype).removeprefix("torch."),
-        "image_size": list(image_size), "preprocessing": _preprocessing(model.model),
+        "image_size": list(image_size), "preprocessing": preprocessing_of(model.model),
         "data": _data_identity(images),
     }  # fmt: skip
     manifest = {
@@ -205,16 +205,6 @@ def _widths(hm: HookedModel, first: Tensor, names: Sequence[str]) -> dict[str, i
             )
         widths[name] = shape[-1]
     return widths
-
-
-def _preprocessing(model: nn.Module) -> str | None:
-    """The model's preprocessing as its library states it, where vizkit can read it."""
-    from ..datasets.model_input import model_preprocessing
-
-    try:
-        return str(model_preprocessing(model))
-    except (ValueError, TypeError, AttributeError):
-        return None
 
 
 def _data_identity(images: Dataset) -> dict:
