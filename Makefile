@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --no-cache-dir --upgrade pip
 	$(BIN)/python -m pip install --no-cache-dir -e ".[dev,docs,transformers,open_clip]"
 	# test oracles without their own requirements: LXT (AttnLRP; its LLM extras, bitsandbytes,
-	# ...), Quantus (metrics; opencv-python beside grad-cam's headless OpenCV) and
-	# TransformerLens (direct logit attribution; of its requirements only what its import needs,
-	# no wandb)
+	# ...), Quantus (metrics; opencv-python beside grad-cam's headless OpenCV), TransformerLens
+	# (direct logit attribution; of its requirements only what its import needs, no wandb) and
+	# Overcomplete (sparse autoencoders; opencv-python again)
 	$(BIN)/python -m pip install --no-cache-dir --no-deps "lxt==2.1" "quantus==0.6.0" \
+		"overcomplete==0.3.0" \
 		"transformer-lens==4.3.0" "einops==0.8.2" "jaxtyping==0.3.11" "datasets==5.2.0" \
 		"multiprocess==0.70.19" "pyarrow==26.0.1" "dill==0.4.1" "xxhash==4.1.0" \
 		"accelerate==1.15.0"

@@ -80,7 +80,7 @@ def spliced_score(
             "cosine": 0.0}  # fmt: skip
     images, labelled = 0, True
     device = next(model.model.parameters()).device
-    layer, positions = sae.source["layer"], {}
+    layer, positions = sae.source.get("layer"), {}
     for x, labels, _ in tqdm(batches, total=None if count is None else -(-count // batch_size),
                              disable=not progress, unit="batch", desc="spliced_score"):  # fmt: skip
         x = check_images(model.model, x.to(device))
@@ -161,6 +161,6 @@ def _every_latent_off(latents: Tensor) -> Tensor:
 
 
 def _kl(clean: Tensor, other: Tensor) -> Tensor:
-    """(B,) KL(softmax(clean) || softmax(other))."""
-    log_p, log_q = clean.log_softmax(-1), other.log_softmax(-1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1)
+    """(B,) KL(softmax(clean) || softmax(other)) (rounding below 0 read as 0)."""
+    log_p, log_q = clean.double().log_softmax(-1), other.double().log_softmax(-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).clamp_min(0)

@@ -92,7 +92,7 @@ def train_sae(
         store, layer, tokens and model.
     """
     store = as_rows(store, layer)
-    batch_size = check_count("batch_size", batch_size)
+    batches = ShuffledBatches(store, check_count("batch_size", batch_size), seed, block_bytes)
     tokens = len(store) if tokens is None else check_count("tokens", tokens)
     steps = tokens // batch_size
     if steps < 1:
@@ -119,7 +119,6 @@ def train_sae(
     if folder is None or not run.resume(folder):
         run.initialize(store)
     every = checkpoint_every or max(1, min(1000, steps // 10))
-    batches = ShuffledBatches(store, batch_size, seed, block_bytes)
     bar = tqdm(total=steps, initial=run.step, disable=not progress, unit="step",
                desc=f"train_sae {kind}")  # fmt: skip
     for batch in batches.from_step(run.step):

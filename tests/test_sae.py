@@ -1,0 +1,350 @@
+"""Sparse autoencoders: the TopK and BatchTopK forward and the AuxK loss against Overcomplete
+(an independent implementation), the equations of Gao et al. 2024 and Bussmann et al. 2024,
+recovery of a planted dictionary, resuming, evaluation, and the spliced-in score (which leaves
+the model as it was)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import timm
+import torch
+from overcomplete.sae import BatchTopKSAE, TopKSAE
+from overcomplete.sae.losses import top_k_auxiliary_loss
+from scipy.optimize import minimize
+
+import vizkit as vk
+from vizkit.sae import SparseAutoencoder, evaluate_sae, spliced_score
+from vizkit.sae.autoencoder import batch_topk
+from vizkit.sae.losses import auxk_loss, l1_penalty, normalized_mse
+from vizkit.sae.median import geometric_median
+from vizkit.sae.order import ShuffledBatches
+from vizkit.sae.rows import TensorRows
+from vizkit.sae.spliced import splice_hook
+from vizkit.sae.training import _Run
+
+
+def random_sae(kind: str = "topk", k: int | None = 4, width: int = 16, latents: int = 48):
+    sae = SparseAutoencoder(width, latents, kind, k, seed=3)
+    with torch.no_grad():
+        for p in (sae.W_enc, sae.b_enc, sae.b_dec):
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        sae.input_scale.fill_(1.7)
+    return sae
+
+
+class Encoder(torch.nn.Module):
+    """Overcomplete's encoder contract, (pre-codes, ReLU(pre-codes)), on vizkit's weights."""
+
+    def __init__(self, sae: SparseAutoencoder) -> None:
+        super().__init__()
+        self.sae = sae
+
+    def forward(self, x):
+        pre = self.sae.pre_activations(x)
+        return pre, pre.relu()
+
+
+def overcomplete_twin(sae: SparseAutoencoder, cls, top_k: int):
+    twin = cls(sae.width, sae.latents, top_k=top_k, encoder_module=Encoder(sae))
+    twin.dictionary._weights.data.copy_(sae.W_dec.data)  # unit rows: its l2 normalization keeps them
+    return twin.train()
+
+
+def test_topk_forward_equals_overcomplete():
+    sae = random_sae()
+    x = torch.randn(64, sae.width, generator=torch.Generator().manual_seed(0))
+    pre, z, decoded = overcomplete_twin(sae, TopKSAE, sae.k)(x)
+    torch.testing.assert_close(sae.encode(x), z, rtol=0, atol=0)
+    # Overcomplete decodes without bias or input scale: x_hat = z D
+    torch.testing.assert_close(sae(x) * sae.input_scale - sae.b_dec, decoded)
+    assert ((z > 0).sum(-1) == sae.k).all()
+
+
+def test_batchtopk_training_forward_equals_overcomplete():
+    sae = random_sae("batchtopk").train()
+    x = torch.randn(32, sae.width, generator=torch.Generator().manual_seed(1))
+    _, z, _ = overcomplete_twin(sae, BatchTopKSAE, sae.k * len(x))(x)  # its top_k: per batch
+    ours = sae.encode(x)
+    torch.testing.assert_close(ours, z, rtol=0, atol=0)
+    assert int((ours > 0).sum()) == sae.k * len(x)
+    assert (ours > 0).sum(-1).float().std() > 0  # rows keep different counts
+
+
+def test_auxk_reconstruction_equals_overcomplete():
+    """Overcomplete's AuxK reconstructs each row's residual from the top half of the latents
+    that row did not keep; with that (B, latents) mask as ``dead`` ours is the same sum."""
+    sae = random_sae()
+    x = torch.randn(64, sae.width, generator=torch.Generator().manual_seed(2))
+    pre, z, decoded = overcomplete_twin(sae, TopKSAE, sae.k)(x)
+    target = x * sae.input_scale - sae.b_dec  # what Overcomplete's x_hat = z D reconstructs
+    penalty = 0.5
+    theirs = top_k_auxiliary_loss(target, decoded, pre, z, sae.W_dec, penalty=penalty)
+    their_aux = (theirs - (target - decoded).square().mean()) / penalty  # mean over B x width
+    residual = target - decoded
+    ours = auxk_loss(pre, z == 0, residual, sae.W_dec, sae.latents // 2)
+    spread = (residual - residual.mean(0)).square().sum()
+    torch.testing.assert_close(ours * spread, their_aux * residual.numel(), rtol=1e-4, atol=1e-6)
+
+
+def test_topk_and_batchtopk_follow_the_equations():
+    sae = random_sae()
+    x = torch.randn(20, sae.width, generator=torch.Generator().manual_seed(4))
+    pre = sae.pre_activations(x)
+    torch.testing.assert_close(pre, (x * 1.7 - sae.b_dec) @ sae.W_enc + sae.b_enc)
+    z = sae.encode(x)
+    for row_pre, row_z in zip(pre, z, strict=True):  # Gao et al. Eq. 3: the k largest, ReLU
+        kept = row_z.nonzero().flatten()
+        assert set(kept.tolist()) <= set(row_pre.topk(sae.k).indices.tolist())
+        torch.testing.assert_close(row_z[kept], row_pre[kept].relu())
+    torch.testing.assert_close(sae.decode(z), (z @ sae.W_dec + sae.b_dec) / 1.7)
+    positive = pre.relu()
+    kept = batch_topk(positive, 3)  # Bussmann et al.: the 3 B largest of the batch
+    assert int((kept > 0).sum()) == 60 and kept[kept > 0].min() >= positive.flatten().topk(60).values[-1]
+    threshold = float(positive.detach().flatten().topk(60).values[-1])  # inference: JumpReLU at theta
+    batch = random_sae("batchtopk").eval()
+    batch.threshold.fill_(threshold)
+    pre = batch.pre_activations(x)
+    torch.testing.assert_close(batch.encode(x), pre.relu() * (pre > threshold))
+    relu = random_sae("relu", None)
+    torch.testing.assert_close(relu.encode(x), relu.pre_activations(x).relu())
+
+
+def test_losses_follow_their_definitions():
+    x = torch.randn(50, 8, generator=torch.Generator().manual_seed(5))
+    x_hat = x + 0.3 * torch.randn(50, 8, generator=torch.Generator().manual_seed(6))
+    fvu = ((x_hat - x) ** 2).sum() / ((x - x.mean(0)) ** 2).sum()
+    torch.testing.assert_close(normalized_mse(x_hat, x), fvu)
+    torch.testing.assert_close(normalized_mse(x.mean(0).expand_as(x), x), torch.tensor(1.0))
+    W_dec = torch.randn(12, 8)
+    z = torch.rand(50, 12)
+    torch.testing.assert_close(l1_penalty(z, W_dec), (z * W_dec.norm(dim=1)).sum(1).mean())
+    # AuxK: only dead latents, the k_aux largest of ReLU(pre) per row, no decoder bias
+    pre = torch.randn(50, 12, generator=torch.Generator().manual_seed(7))
+    dead = torch.zeros(12, dtype=torch.bool)
+    assert auxk_loss(pre, dead, x, W_dec, 4) == 0
+    dead[[1, 5, 7, 9, 11]] = True
+    values = pre.relu() * dead
+    top = values.topk(3, dim=1)
+    z_aux = torch.zeros_like(values).scatter(1, top.indices, top.values)
+    torch.testing.assert_close(auxk_loss(pre, dead, x, W_dec, 3), normalized_mse(z_aux @ W_dec, x))
+
+
+def test_geometric_median_minimizes_the_summed_distance():
+    points = torch.randn(200, 5, generator=torch.Generator().manual_seed(8)) ** 3
+    median = geometric_median(points).double()
+
+    def total(y):
+        return float((points.double() - torch.from_numpy(y)).norm(dim=1).sum())
+
+    best = minimize(total, points.double().mean(0).numpy(), method="Nelder-Mead",
+                    options={"xatol": 1e-10, "fatol": 1e-10, "maxiter": 20000})  # fmt: skip
+    assert total(median.numpy()) <= best.fun + 1e-6
+    assert total(median.numpy()) < total(points.double().mean(0).numpy())
+
+
+def planted(seed: int, rows: int = 20_000, width: int = 32, directions: int = 64, k: int = 3):
+    """Rows that are k-sparse positive combinations of known unit directions."""
+    generator = torch.Generator().manual_seed(seed)
+    dictionary = torch.randn(directions, width, generator=generator)
+    dictionary /= dictionary.norm(dim=1, keepdim=True)
+    chosen = torch.rand(rows, directions, generator=generator).topk(k, dim=1).indices
+    weights = torch.rand(rows, k, generator=generator) * 2 + 0.5
+    return torch.zeros(rows, directions).scatter(1, chosen, weights) @ dictionary, dictionary
+
+
+@pytest.mark.parametrize("kind", ["topk", "batchtopk", "relu"])
+def test_planted_dictionary_is_recovered(kind):
+    """Every planted direction has a decoder row within cosine 0.9, over two seeds."""
+    for seed in range(2):
+        rows, dictionary = planted(seed)
+        sae = vk.train_sae(rows, kind=kind, expansion=4, k=3, tokens=8 * len(rows),
+                           batch_size=512, seed=seed, progress=False)  # fmt: skip
+        cosine = (dictionary @ sae.W_dec.detach().T).max(dim=1).values
+        assert float((cosine > 0.9).float().mean()) == 1.0, (kind, seed, cosine.min())
+        scores = evaluate_sae(sae, rows, progress=False)
+        assert scores.fvu < 0.2 and (kind == "relu" or abs(scores.l0 - 3) < 0.5)
+
+
+def test_decoder_rows_stay_unit_and_schedule_warms_and_decays():
+    rows, _ = planted(0, rows=4096)
+    sae = vk.train_sae(rows, expansion=2, k=3, tokens=40 * 256, batch_size=256, progress=False)
+    torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(sae.latents))
+    from vizkit.sae.training import _lr_factor
+
+    factors = [_lr_factor(s, 100, {"warmup": 0.1, "decay": 0.2}) for s in range(100)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == 1.0 and factors[50] == 1.0
+    assert factors[80] == 1.0 and factors[99] == pytest.approx(0.05) and factors[90] == 0.5
+
+
+def test_a_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch):
+    rows, _ = planted(1, rows=6000)
+    settings = dict(kind="topk", expansion=2, k=3, tokens=30 * 256, batch_size=256,
+                    block_bytes=64 * 32 * 4, progress=False)  # fmt: skip
+    whole = vk.train_sae(rows, **settings)
+    step = _Run.train_step
+    calls = {"n": 0}
+
+    def dies_at_step_17(self, batch, steps):
+        calls["n"] += 1
+        if calls["n"] == 17:
+            raise KeyboardInterrupt
+        return step(self, batch, steps)
+
+    monkeypatch.setattr(_Run, "train_step", dies_at_step_17)
+    with pytest.raises(KeyboardInterrupt):
+        vk.train_sae(rows, checkpoint=tmp_path, checkpoint_every=5, **settings)
+    monkeypatch.setattr(_Run, "train_step", step)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 15
+    resumed = vk.train_sae(rows, checkpoint=tmp_path, checkpoint_every=5, **settings)
+    for name, value in whole.state_dict().items():  # the threshold: nan, unused by TopK
+        torch.testing.assert_close(value, resumed.state_dict()[name], rtol=0, atol=0,
+                                   equal_nan=True)  # fmt: skip
+    assert (tmp_path / "sae.json").is_file()
+    loaded = SparseAutoencoder.load(tmp_path)
+    assert torch.equal(loaded.encode(rows[:10]), resumed.encode(rows[:10]))
+    with pytest.raises(ValueError, match=r"another run \(k: 3 -> 4"):
+        vk.train_sae(rows, checkpoint=tmp_path, **{**settings, "k": 4})
+
+
+def test_batches_cover_each_epoch_once_and_restart_anywhere():
+    rows = TensorRows(torch.arange(1000.0)[:, None])
+    batches = ShuffledBatches(rows, batch_size=64, seed=0, block_bytes=100 * 4)
+    assert batches.block_rows == 100 and len(batches) == 15
+    stream = batches.from_step(0)
+    epoch = torch.cat([next(stream) for _ in range(15)]).flatten()
+    assert len(epoch.unique()) == 960  # no row twice; 40 left over
+    assert not torch.equal(epoch[:100], torch.arange(100.0))  # shuffled
+    again = list(zip(range(20), batches.from_step(0), strict=False))
+    later = batches.from_step(7)
+    for step in range(7, 20):
+        assert torch.equal(next(later), again[step][1])
+
+
+def test_evaluation_matches_its_definitions():
+    rows, _ = planted(2, rows=3000)
+    sae = random_sae("topk", 3, width=32, latents=64).eval()
+    scores = evaluate_sae(sae, rows, batch_size=700, progress=False)
+    with torch.no_grad():
+        z, x_hat = sae.encode(rows), sae(rows)
+    fvu = ((x_hat - rows) ** 2).sum() / ((rows - rows.mean(0)) ** 2).sum()
+    assert scores.fvu == pytest.approx(float(fvu), rel=1e-5)
+    assert scores.l0 == pytest.approx(3.0)
+    density = (z > 0).float().mean(0)
+    torch.testing.assert_close(scores.density, density)
+    assert scores.dead == pytest.approx(float((density == 0).float().mean()))
+    assert scores.dense == pytest.approx(float((density > 0.1).float().mean()))
+    assert "L0=3.0" in repr(scores)
+
+
+def tiny_vit(num_classes: int = 3) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                             num_classes=num_classes).eval()  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shapes_store(tmp_path_factory):
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    folder = tmp_path_factory.mktemp("sae") / "store"
+    store = vk.cache_activations(model, "shapes", folder, layers=[-2], progress=False)
+    return model, store
+
+
+def identity_sae(width: int, source: dict) -> SparseAutoencoder:
+    """x_hat = ReLU(x) - ReLU(-x) = x exactly."""
+    sae = SparseAutoencoder(width, 2 * width, "relu", source=source)
+    eye = torch.eye(width)
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.cat([eye, -eye], 1))
+        sae.W_dec.copy_(torch.cat([eye, -eye], 0))
+    return sae.eval()
+
+
+def state(model: torch.nn.Module) -> tuple:
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+                for m in model.modules())  # fmt: skip
+    flags = [(m.training, getattr(m, "fused_attn", None)) for m in model.modules()]
+    grads = [(p.requires_grad, p.grad) for p in model.parameters()]
+    return hooks, flags, grads, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_spliced_score_of_an_exact_reconstruction_changes_nothing(shapes_store):
+    model, store = shapes_store
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=4 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    exact = identity_sae(store.width, sae.source)
+    x = vk.datasets.load_sample()[0][:8]
+    before = state(model)
+    clean = model(x)
+    score = spliced_score(model, exact, "shapes", progress=False)
+    assert score.kl == pytest.approx(0, abs=1e-9) and score.agreement == 1.0
+    assert score.accuracy_clean == score.accuracy_spliced and score.kl_recovered == 1.0
+    after = state(model)
+    assert before[:3] == after[:3]
+    assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())
+    assert torch.equal(model(x), clean)
+    trained = spliced_score(model, sae, "shapes", progress=False)
+    assert 0 < trained.kl < trained.kl_bias_only and trained.images == 64
+    assert "kl_recovered" in repr(trained) and "embedding_cosine" not in repr(trained)
+
+
+def test_splice_replaces_only_the_stored_tokens():
+    sae = identity_sae(4, {})
+    with torch.no_grad():
+        sae.b_dec.fill_(5.0)
+    value = torch.randn(2, 6, 4)
+    new = splice_hook(sae, torch.tensor([1, 3]), edit=torch.zeros_like)(value, name="x")
+    assert torch.equal(new[:, [0, 2, 4, 5]], value[:, [0, 2, 4, 5]])
+    assert torch.equal(new[:, [1, 3]], torch.full((2, 2, 4), 5.0))
+
+
+def test_an_autoencoder_is_refused_for_another_model(shapes_store, tmp_path):
+    model, store = shapes_store
+    sae = vk.train_sae(store, expansion=1, k=4, tokens=512, batch_size=256, progress=False)
+    other, _ = vk.zoo.load("vit_tiny_shapes")
+    with torch.no_grad():
+        other.head.bias.add_(1.0)
+    with pytest.raises(ValueError, match=r"another model or input .*model\.fingerprint"):
+        spliced_score(other, sae, "shapes", progress=False)
+    loose = vk.train_sae(torch.randn(600, store.width), expansion=1, k=4, batch_size=256,
+                         progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="rows given as a tensor"):
+        spliced_score(model, loose, "shapes", progress=False)
+    elsewhere = vk.cache_activations(model, "shapes", tmp_path / "s", layers=[0], progress=False)
+    with pytest.raises(ValueError, match="reads blocks.2.hook_resid_post"):
+        evaluate_sae(sae, elsewhere, progress=False)
+
+
+def test_a_backbone_is_scored_by_its_embedding(tmp_path):
+    model = tiny_vit(num_classes=0)
+    images = torch.randn(12, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    store = vk.cache_activations(model, images, tmp_path / "s", tokens="class", progress=False)
+    sae = vk.train_sae(store, expansion=2, k=4, batch_size=12, tokens=120, progress=False)
+    score = spliced_score(model, sae, (images,), progress=False)
+    assert score.kl is None and score.accuracy_clean is None
+    assert -1 <= score.embedding_cosine <= 1 and "embedding_cosine" in repr(score)
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(kind="sparse"), "kind must be one of topk, batchtopk, relu"),
+        (dict(k=None), r"kind='topk' needs k"),
+        (dict(b_dec="median-ish"), "b_dec must be one of median, mean, zeros"),
+        (dict(batch_size=10_000), "batch_size=10000, but there are 600 rows"),
+        (dict(tokens=100), "less than one batch"),
+    ],
+)
+def test_bad_settings_are_refused(bad, match):
+    rows = torch.randn(600, 8)
+    settings = {"expansion": 2, "k": 4, "batch_size": 128, "progress": False, **bad}
+    with pytest.raises(ValueError, match=match):
+        vk.train_sae(rows, **settings)
+
+
+def test_an_untrained_batchtopk_threshold_is_refused():
+    sae = random_sae("batchtopk").eval()
+    with pytest.raises(RuntimeError, match="no threshold yet"):
+        sae.encode(torch.randn(2, sae.width))
+    assert np.isnan(float(sae.threshold))

@@ -1,0 +1,62 @@
+"""The store -> autoencoder -> spliced-in path on a model of each library vizkit covers (and a
+few timm families of other shapes, and a user's wrapper): it runs, or is refused with a
+ValueError that says why, and leaves the model as it was."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from representatives import drawn
+from test_sae import state
+
+import vizkit as vk
+from vizkit import coverage
+
+TIMM = ("vision_transformer", "deit", "eva", "cait", "swin_transformer", "xcit", "resnet")
+
+
+def cases() -> list:
+    params = [
+        pytest.param(m.build, m.size, id=f"{library}:{name}")
+        for library, models in coverage.LIBRARIES.items()
+        for name, m in models.items()
+    ]
+    for family in TIMM:
+        r = coverage.FAMILIES[family]
+        params.append(pytest.param(lambda r=r: timm.create_model(r.model, **r.kwargs), r.size,
+                                   id=family))  # fmt: skip
+    return params
+
+
+class Wrapper(torch.nn.Module):
+    """A user's module around a timm ViT."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = timm.create_model(**coverage.FAMILIES["vision_transformer"].kwargs,
+                                          model_name=coverage.FAMILIES["vision_transformer"].model)  # fmt: skip
+
+    def forward(self, x):
+        return self.backbone(x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("make", "size"), [*cases(), pytest.param(Wrapper, 64, id="wrapper")])
+def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
+    model = drawn(make)
+    x = coverage._images(model, size)[:3]
+    before = state(model)
+    try:
+        store = vk.cache_activations(model, x, tmp_path / "s", progress=False)
+    except ValueError as error:
+        assert "token" in str(error), error
+        assert state(model)[:3] == before[:3]
+        return
+    sae = vk.train_sae(store, expansion=1, k=2, batch_size=min(32, len(store)), progress=False)
+    score = vk.sae.spliced_score(model, sae, (x,), progress=False)
+    assert score.images == 3
+    assert (score.kl is not None and score.kl >= 0) or -1 <= score.embedding_cosine <= 1
+    after = state(model)
+    assert after[:3] == before[:3]
+    assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())
