@@ -47,7 +47,7 @@ class Encoder(torch.nn.Module):
 
 def overcomplete_twin(sae: SparseAutoencoder, cls, top_k: int):
     twin = cls(sae.width, sae.latents, top_k=top_k, encoder_module=Encoder(sae))
-    twin.dictionary._weights.data.copy_(sae.W_dec.data)  # unit rows: its l2 normalization keeps them
+    twin.dictionary._weights.data.copy_(sae.W_dec.data)  # unit rows: kept by its l2 norm
     return twin.train()
 
 
@@ -100,8 +100,9 @@ def test_topk_and_batchtopk_follow_the_equations():
     torch.testing.assert_close(sae.decode(z), (z @ sae.W_dec + sae.b_dec) / 1.7)
     positive = pre.relu()
     kept = batch_topk(positive, 3)  # Bussmann et al.: the 3 B largest of the batch
-    assert int((kept > 0).sum()) == 60 and kept[kept > 0].min() >= positive.flatten().topk(60).values[-1]
-    threshold = float(positive.detach().flatten().topk(60).values[-1])  # inference: JumpReLU at theta
+    smallest = positive.detach().flatten().topk(60).values[-1]
+    assert int((kept > 0).sum()) == 60 and kept[kept > 0].min() >= smallest
+    threshold = float(smallest)  # in use: JumpReLU at theta
     batch = random_sae("batchtopk").eval()
     batch.threshold.fill_(threshold)
     pre = batch.pre_activations(x)
@@ -348,3 +349,21 @@ def test_an_untrained_batchtopk_threshold_is_refused():
     with pytest.raises(RuntimeError, match="no threshold yet"):
         sae.encode(torch.randn(2, sae.width))
     assert np.isnan(float(sae.threshold))
+
+
+def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch, capsys):
+    """docs/guide/sparse-autoencoders.md: its example runs and prints what its comments say."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "guide" / "sparse-autoencoders.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "sparse-autoencoders.md", "exec"), {"__name__": "guide"})
+    printed = capsys.readouterr().out.splitlines()
+    said = [line.split("# ", 1)[1].removesuffix("...)") for line in block.splitlines()
+            if line.startswith("print(")]  # fmt: skip
+    assert printed[0] == said[0]
+    fvu = float(printed[1].split("fvu=")[1].split(",")[0])
+    assert printed[1].startswith("SAEScores(fvu=") and 0.05 < fvu < 0.15 and "L0=8.0" in printed[1]
+    assert printed[2].startswith(said[2])
+    assert (tmp_path / "sae" / "sae.json").is_file()

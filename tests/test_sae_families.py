@@ -34,8 +34,8 @@ class Wrapper(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.backbone = timm.create_model(**coverage.FAMILIES["vision_transformer"].kwargs,
-                                          model_name=coverage.FAMILIES["vision_transformer"].model)  # fmt: skip
+        vit = coverage.FAMILIES["vision_transformer"]
+        self.backbone = timm.create_model(vit.model, **vit.kwargs)
 
     def forward(self, x):
         return self.backbone(x)
