@@ -30,6 +30,8 @@ class ActivationStore(Dataset):
     Attributes:
         folder: the store's folder; ``manifest``: its manifest (settings, layers, shards).
         name: the layer's hook name; ``width``: C; ``tokens_per_image``: T.
+        prefix_tokens, grid: the layer's token layout (prefix tokens, then a (gh, gw) grid
+            of patches, row-major; None in stores written before they were recorded).
         dtype: the stored dtype (rows are returned in it).
     """
 
@@ -44,8 +46,10 @@ class ActivationStore(Dataset):
         if name not in layers:
             raise KeyError(f"The store holds {layers}; no layer {name!r}.")
         self.name, self._index = name, layers.index(name)
-        self.width = manifest["layers"][name]["width"]
-        self.tokens_per_image = manifest["layers"][name]["tokens_per_image"]
+        spec = manifest["layers"][name]
+        self.width, self.tokens_per_image = spec["width"], spec["tokens_per_image"]
+        self.prefix_tokens = spec.get("prefix_tokens")
+        self.grid = tuple(spec["grid"]) if spec.get("grid") else None
         self.dtype = getattr(torch, manifest["settings"]["dtype"])
         self._check_complete()
         per_shard = manifest["shard_images"] * self.tokens_per_image
@@ -92,6 +96,16 @@ class ActivationStore(Dataset):
         image, token = divmod(row - self._starts[shard], self.tokens_per_image)
         first = self._starts[shard] // self.tokens_per_image
         return first + image, int(self._positions(shard)[image, token])
+
+    def image_rows(self, image: int) -> tuple[Tensor, Tensor]:
+        """(T, C) the rows of image ``image`` of the data, and (T,) their token positions."""
+        if not 0 <= image < self.manifest["images"]:
+            raise IndexError(f"image {image} out of range for a store of "
+                             f"{self.manifest['images']} images.")  # fmt: skip
+        shard, index = divmod(image, self.manifest["shard_images"])
+        positions = torch.from_numpy(np.array(self._positions(shard)[index])).long()
+        start = image * self.tokens_per_image
+        return self.rows(start, start + self.tokens_per_image), positions
 
     def layer(self, name: str) -> ActivationStore:
         """Another layer of the same store."""

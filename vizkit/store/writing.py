@@ -94,11 +94,11 @@ def cache_activations(
     image_size = tuple(first.shape[-2:])
     names = _layers(model, layers, image_size)
     widths = _widths(model, first, names)
+    layouts = {name: model.token_layout(image_size, name) for name in names}
     per_image = {
-        name: token_positions(tokens, model.token_layout(image_size, name), torch.zeros(1),
-                              seed, name).shape[1]
+        name: token_positions(tokens, layouts[name], torch.zeros(1), seed, name).shape[1]
         for name in names
-    }  # fmt: skip
+    }
     row_bytes = sum(per_image[n] * widths[n] for n in names) * torch.finfo(dtype).bits // 8
     settings = {
         "model": model_identity(model.model),
@@ -109,7 +109,9 @@ def cache_activations(
     manifest = {
         "format": FORMAT, "settings": settings, "images": len(images),
         "shard_images": max(1, shard_bytes // row_bytes),
-        "layers": {n: {"width": widths[n], "tokens_per_image": per_image[n]} for n in names},
+        "layers": {n: {"width": widths[n], "tokens_per_image": per_image[n],
+                       "prefix_tokens": layouts[n].num_prefix_tokens,
+                       "grid": list(layouts[n].grid)} for n in names},
     }  # fmt: skip
     folder = _prepared(Path(out), manifest)
     world, rank = process_group()
