@@ -140,17 +140,27 @@ def replaced_tokens(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[i
 
 
 def splice_hook(
-    sae: SparseAutoencoder, positions: Tensor, edit: LatentEdit | None = None
-) -> Callable[..., Tensor]:
+    sae: SparseAutoencoder, positions: Tensor, edit: LatentEdit | None = None,
+    keep_error: bool = False,
+) -> Callable[..., Tensor]:  # fmt: skip
     """A forward hook for `HookedModel.hooks`: the tokens ``positions`` of the activation
-    (B, N, C) replaced by ``sae``'s reconstruction (of latents changed by ``edit``)."""
+    (B, N, C) replaced by ``sae``'s reconstruction of its latents changed by ``edit``; with
+    ``keep_error``, the activation plus what the edit changes in the reconstruction
+    (``x + decode(edit(z)) - decode(z)``: the autoencoder's error stays in place, so an edit
+    that changes nothing leaves the activation as it was)."""
 
     def hook(value: Tensor, *, name: str) -> Tensor:
-        latents = sae.encode(value[:, positions].to(sae.W_dec.device))
-        if edit is not None:
-            latents = edit(latents)
+        tokens = value[:, positions]
+        latents = sae.encode(tokens.to(sae.W_dec.device))
+        edited = latents if edit is None else edit(latents)
+        if keep_error:
+            new = tokens.float() + ((edited - latents) @ sae.W_dec / sae.input_scale).to(
+                value.device
+            )
+        else:
+            new = sae.decode(edited)
         replaced = value.clone()
-        replaced[:, positions] = sae.decode(latents).to(value.device, value.dtype)
+        replaced[:, positions] = new.to(value.device, value.dtype)
         return replaced
 
     return hook

@@ -12,6 +12,7 @@ from scipy.stats import rankdata
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..hooks.contract import eval_mode
 from ..store import ActivationStore
 from .autoencoder import SparseAutoencoder
 from .evaluation import check_source
@@ -86,7 +87,7 @@ class Features:
                 f"Token {token} of image {image} is not in the store (it keeps positions "
                 f"{positions.tolist()[:12]}{'...' if len(positions) > 12 else ''})."
             )
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.sae):
             z = self.sae.encode(rows[where].to(self.sae.W_dec.device))[0].cpu()
         top = z.topk(min(count, len(z)))
         return [(int(i), float(v)) for v, i in zip(top.values, top.indices, strict=True) if v > 0]
@@ -109,7 +110,7 @@ class Features:
                 f"{self.store.manifest['settings']['tokens']!r}); a heat map needs patches: "
                 "store tokens='patches' or 'all'."
             )
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(self.sae):
             z = self.sae.encode(rows[patches].to(self.sae.W_dec.device))[:, chosen].cpu()
         maps = torch.full((len(chosen), grid[0] * grid[1]), float("nan"))
         maps[:, positions[patches] - prefix] = z.T
@@ -156,7 +157,7 @@ class Features:
             last = min(count, first + per_batch)
             rows = self.store.rows(first * self.store.tokens_per_image,
                                    last * self.store.tokens_per_image)  # fmt: skip
-            with torch.no_grad():
+            with torch.no_grad(), eval_mode(self.sae):
                 z = self.sae.encode(rows.to(device)).double().cpu()
             z = z * is_patch[first:last].flatten()[:, None]
             inside += (z * on_object[first:last].flatten()[:, None]).sum(0)
@@ -222,7 +223,7 @@ def features(
     for first in tqdm(range(0, count, per_batch), disable=not progress, unit="batch",
                       desc="features"):  # fmt: skip
         last = min(count, first + per_batch)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(sae):
             z = sae.encode(store.rows(first * tokens, last * tokens).to(device))
         fired += (z > 0).sum(0)
         sums += z.sum(0)

@@ -1,0 +1,168 @@
+"""What a latent does to the prediction: its direct effect on each logit (its decoder direction
+read through the frozen head, as direct logit attribution reads a block's output), and
+interventions on the user's unmodified model: ablate latents, or add one (steer), at the tokens
+the autoencoder reads, keeping the autoencoder's error in place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..analysis.residual_stream import StreamReadout, residual_blocks, stream_parts
+from ..hooks import HookedModel
+from ..hooks.contract import analysis_contract, eval_mode
+from ..hooks.inputs import check_count, check_images
+from ..hooks.targets import model_logits
+from .autoencoder import SparseAutoencoder
+from .spliced import replaced_tokens, splice_hook
+
+__all__ = ["Intervention", "LogitEffects", "ablate", "logit_effects", "steer"]
+
+
+@dataclass(repr=False)
+class LogitEffects:
+    """``effects`` (classes, latents): the change of each logit when one unit of a latent's
+    activation is added at every token the autoencoder reads, through the direct path (later
+    blocks skipped) and the head with its norms frozen at their scale on the images, averaged
+    over the images."""
+
+    effects: Tensor
+    layer: str
+    images: int
+
+    def __repr__(self) -> str:
+        classes, latents = self.effects.shape
+        return f"LogitEffects({latents} latents x {classes} classes at {self.layer})"
+
+    def top_classes(self, latent: int, count: int = 5) -> list[tuple[int, float]]:
+        """(class, effect) of the classes the latent raises most."""
+        top = self.effects[:, latent].topk(min(count, len(self.effects)))
+        return [(int(c), float(v)) for v, c in zip(top.values, top.indices, strict=True)]
+
+    def by_class(self, cls: int, descending: bool = True) -> Tensor:
+        """(latents,) the latents ordered by their effect on class ``cls``, largest first."""
+        return self.effects[cls].argsort(descending=descending, stable=True)
+
+
+@analysis_contract(classifier="logit effects read each decoder direction through the head")
+def logit_effects(
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor
+) -> LogitEffects:
+    """The direct effect of each latent of ``sae`` on each logit, its norms frozen on images
+    ``x`` (B, C, H, W).
+
+    Raises:
+        ValueError: the autoencoder reads no block's output (the direct path starts at the
+            residual stream), or the model's stream is not one sum of block outputs.
+    """
+    x = check_images(model.model, x)
+    positions = replaced_tokens(model, sae, tuple(x.shape[-2:]))
+    blocks = residual_blocks(model)
+    streams = {f"{b}.{leaf}" for b in blocks for leaf in ("hook_resid_pre", "hook_resid_post")}
+    if sae.source["layer"] not in streams:
+        raise ValueError(
+            f"This autoencoder reads {sae.source['layer']}, not a block's input or output: a "
+            "direct effect on the logits is defined for the residual stream only (e.g. "
+            f"{blocks[-1]}.hook_resid_post). Use vk.sae.ablate or vk.sae.steer for its "
+            "effect through the model."
+        )
+    stream_parts(model, x)  # refuses a stream that is not the sum of the blocks' outputs
+    readout = StreamReadout(model, x, blocks)
+    directions = (sae.W_dec / sae.input_scale).detach().to(x.device)  # (latents, C)
+    rows = []
+    for cls in range(readout.logits.shape[-1]):
+        gradient, _ = readout.linear_score(lambda out, c=cls: out[:, c].float())
+        reads = gradient[:, positions].sum(1).mean(0)  # (C,)
+        rows.append(directions @ reads.to(directions.dtype))
+    return LogitEffects(torch.stack(rows).cpu(), sae.source["layer"], len(x))
+
+
+@dataclass(repr=False)
+class Intervention:
+    """The model's logits on images without and with an edit of latents.
+
+    Attributes:
+        clean, edited: (B, K) logits; what: the edit, in words.
+    """
+
+    clean: Tensor
+    edited: Tensor
+    what: str
+
+    def __repr__(self) -> str:
+        changed = int((self.clean.argmax(-1) != self.edited.argmax(-1)).sum())
+        return (
+            f"Intervention({self.what}: top-1 class changed on {changed} of {len(self.clean)} "
+            "images)"
+        )
+
+    def probability_change(self) -> Tensor:
+        """(B, K) edited minus clean class probabilities."""
+        return self.edited.softmax(-1) - self.clean.softmax(-1)
+
+    def mean_probability(self, cls: int) -> tuple[float, float]:
+        """(clean, edited) mean probability of class ``cls`` over the images."""
+        clean, edited = self.clean.softmax(-1)[:, cls], self.edited.softmax(-1)[:, cls]
+        return float(clean.mean()), float(edited.mean())
+
+
+@analysis_contract(classifier="an intervention compares the class predictions")
+def ablate(
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latents: int | Sequence[int],
+    batch_size: int = 64,
+) -> Intervention:  # fmt: skip
+    """Set ``latents`` to zero at every token ``sae`` reads of images ``x`` (B, C, H, W): the
+    activation loses ``z_i W_dec,i / s`` there and keeps the rest, the autoencoder's error
+    included."""
+    chosen = _latents(sae, latents)
+
+    def zeroed(z: Tensor) -> Tensor:
+        z = z.clone()
+        z[..., chosen] = 0
+        return z
+
+    return _intervened(model, sae, x, zeroed, f"ablate latents {chosen}", batch_size)
+
+
+@analysis_contract(classifier="an intervention compares the class predictions")
+def steer(
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latent: int,
+    strength: float, batch_size: int = 64,
+) -> Intervention:  # fmt: skip
+    """Add ``strength`` to ``latent`` at every token ``sae`` reads of images ``x``: the
+    activation gains ``strength W_dec,i / s`` there (a negative strength removes it;
+    `vk.sae.features` gives each latent's typical activation to size it by)."""
+    (chosen,) = _latents(sae, [latent])
+
+    def added(z: Tensor) -> Tensor:
+        z = z.clone()
+        z[..., chosen] += strength
+        return z
+
+    return _intervened(model, sae, x, added, f"steer latent {chosen} by {strength:g}", batch_size)
+
+
+def _latents(sae: SparseAutoencoder, latents: int | Sequence[int]) -> list[int]:
+    chosen = [latents] if isinstance(latents, int) else [int(i) for i in latents]
+    bad = [i for i in chosen if not 0 <= i < sae.latents]
+    if bad or not chosen:
+        raise ValueError(f"latents must be indices in 0..{sae.latents - 1}; got {latents!r}.")
+    return chosen
+
+
+def _intervened(
+    hm: HookedModel, sae: SparseAutoencoder, x: Tensor, edit: Callable[[Tensor], Tensor],
+    what: str, batch_size: int,
+) -> Intervention:  # fmt: skip
+    x = check_images(hm.model, x)
+    hook = splice_hook(sae, replaced_tokens(hm, sae, tuple(x.shape[-2:])), edit, keep_error=True)
+    clean, edited = [], []
+    with torch.no_grad(), eval_mode(sae):
+        for batch in x.split(check_count("batch_size", batch_size)):
+            clean.append(model_logits(hm.model(batch)).float().cpu())
+            with hm.hooks(fwd={sae.source["layer"]: hook}):
+                edited.append(model_logits(hm.model(batch)).float().cpu())
+    return Intervention(torch.cat(clean), torch.cat(edited), f"{what} at {sae.source['layer']}")
