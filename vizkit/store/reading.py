@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from ..hooks import HookedModel
-from .manifest import DTYPES, differences, model_identity, read_manifest
+from .manifest import DTYPES, differences, model_identity, read_manifest, tensor_fingerprint
 
 __all__ = ["ActivationStore", "shard_done"]
 
@@ -123,6 +123,24 @@ class ActivationStore(Dataset):
                 f"The activation store {self.folder} was not made with this model or these "
                 f"settings ({'; '.join(changed)}; stored -> given). Write a store for them "
                 "with vk.cache_activations."
+            )
+
+    def check_images(self, images: Tensor) -> None:
+        """Refuse ``images`` (N, C, H, W) that are not the store's data in its order (their
+        count, and the hashes of the images the manifest sampled)."""
+        data = self.manifest["settings"]["data"]
+        if len(images) != data["images"]:
+            raise ValueError(
+                f"The store {self.folder} holds {data['images']} images; {len(images)} were "
+                "given. Pass the images the store was written from, in the same order."
+            )
+        wrong = [int(i) for i, digest in data["sampled"].items()
+                 if tensor_fingerprint(images[int(i)]) != digest]  # fmt: skip
+        if wrong:
+            raise ValueError(
+                f"Images {wrong} differ from the ones the store {self.folder} was written "
+                "from (their hashes): pass the same images, in the same order and "
+                "normalization."
             )
 
     def __repr__(self) -> str:

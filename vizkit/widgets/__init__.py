@@ -3,6 +3,7 @@ its current view as a static figure (`static()`)."""
 
 from .attention_explorer import AttentionExplorer as AttentionExplorer
 from .cka_explorer import CKAExplorer as CKAExplorer
+from .feature_browser import FeatureBrowser as FeatureBrowser
 from .history_explorer import HistoryExplorer as HistoryExplorer
 from .history_explorer import tracked_quantities as tracked_quantities
 from .mechanistic_explorer import MechanisticExplorer as MechanisticExplorer
@@ -11,6 +12,7 @@ from .saliency_comparer import SaliencyComparer as SaliencyComparer
 __all__ = [
     "AttentionExplorer",
     "CKAExplorer",
+    "FeatureBrowser",
     "HistoryExplorer",
     "MechanisticExplorer",
     "SaliencyComparer",

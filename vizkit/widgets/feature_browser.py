@@ -1,0 +1,249 @@
+"""FeatureBrowser: the latents of a sparse autoencoder, one at a time: where they fire, what
+they write to the logits, and what removing or adding them does to the prediction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from torch import Tensor, nn
+
+from ..hooks.inputs import check_images
+from ..sae import SparseAutoencoder, ablate, features, logit_effects, steer
+from ..viz import display_images
+from ..viz.overlay import heatmap_on_image
+from ..viz.style import SALIENCY_SCALE, finish
+from .explorer import Explorer
+
+__all__ = ["FeatureBrowser"]
+
+ORDERS = ("density", "logit effect", "clicked patch")
+ACTIONS = ("ablate", "steer")
+CLICK_HINT = "<br><sup>click a patch to list the latents firing there</sup>"
+COLUMNS = 4  # top images per row
+LISTED = 200  # latents in the list at a time
+
+
+class FeatureBrowser(Explorer):
+    """Browse the latents of ``sae`` over the images of its store.
+
+    The list holds the latents in the chosen order: densest first, largest direct effect on
+    the chosen class first (`vk.sae.logit_effects`), or firing most at the patch last clicked.
+    For the selected latent: its heat map over each of its top images (read from the store),
+    its direct logit effects, and the mean class probabilities before and after ablating it on
+    those images, or steering the images it fires least on by ``strength`` times its largest
+    activation.
+
+    Args:
+        model: the model whose store ``sae`` was trained on.
+        sae: a `vk.sae.SparseAutoencoder` of a store of patch (or all) tokens.
+        images: (N, C, H, W) the store's images, in its order and the model's normalization
+            (checked against the store's hashes).
+        classes: class names; mean, std: to show the images.
+        top: images shown per latent.
+    """
+
+    CONTROL_HINTS = (CLICK_HINT,)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sae: SparseAutoencoder,
+        images: Tensor,
+        classes: Sequence[str] | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        top: int = 8,
+    ) -> None:
+        super().__init__()
+        self.model, self.sae, self.top = model, sae, top
+        self.features = features(sae, top=top, progress=False)
+        self.features.store.check_images(images)
+        self.images = check_images(model, images)
+        self.display = display_images(images, model, mean, std)
+        probe = self.images[: min(16, len(images))]
+        try:
+            self.effects = logit_effects(model, sae, probe)
+        except ValueError:  # no direct path (an inner activation): no logit-effect order
+            self.effects = None
+        self.classes = list(classes) if classes is not None else None
+        self.clicked: tuple[int, int] | None = None  # (image, token)
+        self.order = widgets.ToggleButtons(options=self._orders(), description="order")
+        count = 0 if self.effects is None else self.effects.effects.shape[0]
+        self.cls = widgets.Dropdown(options=[(self._name(c), c) for c in range(count)],
+                                    description="class")  # fmt: skip
+        self.action = widgets.ToggleButtons(options=ACTIONS, description="intervention")
+        self.strength = widgets.FloatSlider(1.0, min=-2.0, max=2.0, step=0.25,
+                                            description="steer x max")  # fmt: skip
+        self.latent = widgets.Select(rows=14, description="latent")
+        self.controls = [self.order, self.cls, self.strength, self.action]
+        self._relist()
+        self._relisting = False
+        self._observe(self.action, self.strength)
+        self.latent.observe(self._chosen, names="value")
+        self.order.observe(self._reorder, names="value")
+        self.cls.observe(self._reorder, names="value")
+        self.refresh()
+
+    @property
+    def widget(self) -> widgets.VBox:
+        box = super().widget
+        grid, figure = box.children
+        self.latent.layout = widgets.Layout(width="230px", height="100%")
+        return widgets.VBox(
+            [grid, widgets.HBox([self.latent, figure])], _dom_classes=box._dom_classes
+        )
+
+    def refresh(self, *_) -> None:
+        """Redraw; a click on a patch of a top image lists the latents firing there."""
+        super().refresh()
+        for trace in self.figure.data:
+            if isinstance(trace, go.Heatmap) and trace.meta is not None:
+                trace.on_click(self._clicked)
+
+    def ordered(self) -> Tensor:
+        """(n,) the latents in the list's order."""
+        if self.order.value == "logit effect" and self.effects is not None:
+            alive = self.features.density > 0
+            order = self.effects.by_class(self.cls.value)
+            return order[alive[order]]
+        if self.order.value == "clicked patch" and self.clicked is not None:
+            return torch.tensor([i for i, _ in self.features.at_token(*self.clicked, count=LISTED)],
+                                dtype=torch.long)  # fmt: skip
+        return self.features.by_density()
+
+    def _chosen(self, *_) -> None:
+        if not self._relisting:
+            self.refresh()
+
+    def _orders(self) -> tuple[str, ...]:
+        return ORDERS if self.effects is not None else ("density", "clicked patch")
+
+    def _reorder(self, *_) -> None:
+        self._relist()
+        self.refresh()
+
+    def _relist(self) -> None:
+        latents = self.ordered()[:LISTED].tolist()
+        if not latents:
+            latents = self.features.by_density()[:LISTED].tolist()
+        self._relisting = True  # the list's own changes redraw once, after
+        try:
+            self.latent.options = [(self._label(i), i) for i in latents]
+            self.latent.value = latents[0]
+        finally:
+            self._relisting = False
+
+    def _name(self, cls: int) -> str:
+        return self.classes[cls] if self.classes is not None else f"class {cls}"
+
+    def _label(self, latent: int) -> str:
+        label = f"{latent}: fires {float(self.features.density[latent]):.1%}"
+        if self.effects is not None:
+            cls, effect = self.effects.top_classes(latent, 1)[0]
+            label += f", {self._name(cls)} {effect:+.2g}"
+        return label
+
+    def _figure(self) -> go.Figure:
+        latent = self.latent.value
+        shown = self.features.top_images(latent, self.top)
+        rows = max(2, -(-len(shown) // COLUMNS))
+        result = self._intervention(latent)
+        titles = []
+        for row in range(rows):
+            for col in range(COLUMNS):
+                n = row * COLUMNS + col
+                titles.append(f"image {shown[n][0]}: {shown[n][1]:.2g}" if n < len(shown) else "")
+            titles += ["", {0: f"{result.what.split(' at ')[0]} ({len(result.clean)} images)",
+                            1: "direct logit effect"}.get(row, "")]  # fmt: skip
+        fig = make_subplots(rows=rows, cols=COLUMNS + 2, horizontal_spacing=0.015,
+                            vertical_spacing=0.2, column_widths=[1] * COLUMNS + [0.45, 2.2],
+                            subplot_titles=titles)  # fmt: skip
+        largest = max(float(self.features.max_activation[latent]), 1e-6)
+        for n, (image, _) in enumerate(shown):
+            row, col = divmod(n, COLUMNS)
+            heat = self.features.heatmap(latent, image)
+            for trace in heatmap_on_image(self.display[image], heat, coloraxis="coloraxis",
+                                          name=f"image {image}"):  # fmt: skip
+                trace.meta = image if isinstance(trace, go.Heatmap) else None
+                fig.add_trace(trace, row=row + 1, col=col + 1)
+            fig.update_xaxes(showticklabels=False, row=row + 1, col=col + 1)
+            axis = row * (COLUMNS + 2) + col + 1
+            fig.update_yaxes(showticklabels=False, autorange="reversed", row=row + 1,
+                             col=col + 1, scaleanchor=f"x{axis if axis > 1 else ''}")  # fmt: skip
+        fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": largest,
+                                     "colorbar": {"title": {"text": "activation"},
+                                                  "orientation": "h", "y": -0.12, "x": 0.3,
+                                                  "len": 0.35, "thickness": 12}})  # fmt: skip
+        self._add_bars(fig, latent, result)
+        title = (
+            f"Latent {latent} of {self.sae.source['layer']}: fires on "
+            f"{float(self.features.density[latent]):.1%} of stored tokens; its top images "
+            "(image: its largest activation there)" + CLICK_HINT
+        )
+        return finish(fig, title, 200 + 200 * rows)
+
+    def _add_bars(self, fig: go.Figure, latent: int, result) -> None:
+        """The right column: mean class probabilities before and after the intervention, and
+        the latent's largest direct logit effects."""
+        col = COLUMNS + 2
+        clean, edited = result.clean.softmax(-1).mean(0), result.edited.softmax(-1).mean(0)
+        order = (edited - clean).abs().argsort(descending=True)[:6].sort().values.tolist()
+        names = [self._name(i) for i in order]
+        after = "ablated" if self.action.value == "ablate" else "steered"
+        fig.add_trace(go.Bar(x=names, y=clean[order].tolist(), name="clean",
+                             marker_color="#9e9e9e"), row=1, col=col)  # fmt: skip
+        fig.add_trace(go.Bar(x=names, y=edited[order].tolist(), name=after,
+                             marker_color="#d62728"), row=1, col=col)  # fmt: skip
+        fig.update_yaxes(title_text="mean probability", tickformat=".0%", row=1, col=col)
+        fig.update_xaxes(title_text="class", row=1, col=col)
+        if self.effects is not None:
+            top = self.effects.top_classes(latent, 5)
+            fig.add_trace(go.Bar(x=[self._name(c) for c, _ in top], y=[v for _, v in top],
+                                 name="direct logit effect", marker_color="#1f77b4"),
+                          row=2, col=col)  # fmt: skip
+            fig.update_yaxes(title_text="logit per unit", row=2, col=col)
+            fig.update_xaxes(title_text="class", row=2, col=col)
+        fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.12, "x": 0.62})
+
+    def _intervention(self, latent: int):
+        if self.action.value == "ablate":
+            shown = [i for i, _ in self.features.top_images(latent, self.top)]
+            return self.cached(("ablate", latent), lambda: ablate(
+                self.model, self.sae, self.images[shown], latent))  # fmt: skip
+        quiet = self._quiet_images(latent)
+        strength = self.strength.value * float(self.features.max_activation[latent])
+        return self.cached(("steer", latent, self.strength.value), lambda: steer(
+            self.model, self.sae, self.images[quiet], latent, round(strength, 2)))  # fmt: skip
+
+    def _quiet_images(self, latent: int) -> list[int]:
+        """The ``top`` images the latent fires least on (the first images without the
+        per-image maxima)."""
+        if self.features.image_max is None:
+            return list(range(min(self.top, len(self.images))))
+        return self.features.image_max[:, latent].argsort(stable=True)[: self.top].tolist()
+
+    def _inapplicable(self) -> set[widgets.Widget]:
+        off = set()
+        if self.action.value != "steer":
+            off.add(self.strength)
+        if self.order.value != "logit effect":
+            off.add(self.cls)
+        return off
+
+    def _clicked(self, trace, points, state) -> None:
+        if not points.xs:
+            return
+        grid = self.features.store.grid
+        height, width = self.display.shape[1:3]
+        col = int(points.xs[0] // (width / grid[1]))
+        row = int(points.ys[0] // (height / grid[0]))
+        token = self.features.store.prefix_tokens + row * grid[1] + col
+        self.clicked = (int(trace.meta), token)
+        if self.order.value == "clicked patch":
+            self._reorder()
+        else:
+            self.order.value = "clicked patch"  # reorders
