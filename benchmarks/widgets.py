@@ -76,6 +76,33 @@ def measure(device: str) -> list[tuple[str, str, list[float]]]:
         evolution = vk.feature_evolution(model, vk.datasets.load_sample()[0], progress=False)
         cka = CKAExplorer({name: evolution, "again": evolution})
         rows.append((name, "CKAExplorer: result", timed(cka, cka.choice, ["again", name] * 2)))
+    rows += _feature_browser(device)
+    return rows
+
+
+def _feature_browser(device: str) -> list[tuple[str, str, list[float]]]:
+    """FeatureBrowser on an autoencoder of the shipped ViT's second-to-last block (the
+    Shapes sample, all tokens; expansion 4, k=8)."""
+    import tempfile
+
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    model = model.to(device)
+    images = vk.datasets.load_sample()[0].to(device)
+    with tempfile.TemporaryDirectory() as folder:
+        store = vk.cache_activations(model, images, f"{folder}/s", layers=[-2], tokens="all",
+                                     progress=False)  # fmt: skip
+        sae = vk.train_sae(store, expansion=4, k=8, tokens=10 * len(store), batch_size=256,
+                           device=device, progress=False)  # fmt: skip
+        browser = vk.widgets.FeatureBrowser(model, sae, images)
+        latents = [value for _, value in browser.latent.options[1:9]]
+        name = "vit_tiny_shapes"
+        rows = [(name, "FeatureBrowser: new latent (ablate)", timed(browser, browser.latent,
+                                                                      latents))]  # fmt: skip
+        browser.action.value = "steer"
+        rows.append((name, "FeatureBrowser: steer strength",
+                     timed(browser, browser.strength, [0.5, 1.5, 2.0, -1.0])))  # fmt: skip
+        orders = timed(browser, browser.order, ["logit effect", "density"] * 2)
+        rows.append((name, "FeatureBrowser: order", orders))
     return rows
 
 

@@ -378,7 +378,22 @@ EXPLORERS = {
     "MechanisticExplorer": lambda: vk.widgets.MechanisticExplorer(
         zoo("vit_tiny_shapes")[0], sample()[0][:2], classes=classes()
     ),
+    "FeatureBrowser": lambda: vk.widgets.FeatureBrowser(
+        zoo("vit_tiny_shapes")[0], shapes_sae(), vk.datasets.load_sample()[0], classes=classes()
+    ),
 }  # fmt: skip
+
+
+@cache
+def shapes_sae() -> vk.sae.SparseAutoencoder:
+    """A small autoencoder of the shipped ViT's second-to-last block, on the Shapes sample."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="vizkit-lint-sae-")
+    store = vk.cache_activations(zoo("vit_tiny_shapes")[0], "shapes", f"{folder}/store",
+                                 layers=[-2], tokens="all", progress=False)  # fmt: skip
+    return vk.train_sae(store, expansion=2, k=8, tokens=5 * len(store), batch_size=256,
+                        progress=False)  # fmt: skip
 
 
 def test_every_public_figure_builder_and_explorer_is_linted():

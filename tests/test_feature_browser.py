@@ -1,0 +1,100 @@
+"""FeatureBrowser: its list, heat maps, clicks, orders and intervention bars are the
+`vk.sae` results they show; wrong images are refused; the model is left as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_sae import state
+
+import vizkit as vk
+from vizkit.widgets import FeatureBrowser
+from vizkit.widgets.feature_browser import CLICK_HINT
+
+
+@pytest.fixture(scope="module")
+def browsed(tmp_path_factory):
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images = vk.datasets.load_sample()[0]
+    folder = tmp_path_factory.mktemp("browser")
+    store = vk.cache_activations(model, "shapes", folder / "s", layers=[-2], tokens="all",
+                                 progress=False)  # fmt: skip
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=10 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    before = state(model)
+    browser = FeatureBrowser(model, sae, images, classes=vk.datasets.SHAPE_CLASSES, top=4)
+    return model, images, sae, browser, before
+
+
+def heatmaps(browser) -> list:
+    return [t for t in browser.figure.data if t.type == "heatmap"]
+
+
+def test_the_list_and_the_maps_are_the_features(browsed):
+    model, images, sae, browser, before = browsed
+    found = vk.sae.features(sae, top=4, progress=False)
+    listed = [value for _, value in browser.latent.options]
+    assert listed == found.by_density()[:200].tolist()
+    latent = listed[1]
+    browser.latent.value = latent
+    shown = found.top_images(latent, 4)
+    maps = heatmaps(browser)
+    assert [t.meta for t in maps] == [image for image, _ in shown]
+    for trace, (image, _) in zip(maps, shown, strict=True):
+        torch.testing.assert_close(torch.tensor(trace.z, dtype=torch.float32),
+                                   found.heatmap(latent, image), equal_nan=True)  # fmt: skip
+    result = vk.sae.ablate(model, sae, images[[i for i, _ in shown]], latent)
+    bars = [t for t in browser.figure.data if t.type == "bar"]
+    clean = result.clean.softmax(-1).mean(0)
+    names = list(bars[0].x)
+    want = [float(clean[vk.datasets.SHAPE_CLASSES.index(n)]) for n in names]
+    assert list(bars[0].y) == pytest.approx(want, abs=1e-6)
+    assert CLICK_HINT in browser.figure.layout.title.text
+    assert CLICK_HINT not in browser.static().layout.title.text
+    assert state(model)[:3] == before[:3]
+
+
+def test_a_click_lists_the_latents_at_that_patch(browsed):
+    model, images, sae, browser, _ = browsed
+    trace = heatmaps(browser)[0]
+    image = trace.meta  # the redraw after the click reuses the trace
+
+    class Points:  # the centre of patch (row 2, col 3) of an 8 x 8 grid on 32 px
+        xs, ys = [3 * 4 + 1.5], [2 * 4 + 1.5]
+
+    trace._click_callbacks[0](trace, Points(), None)
+    assert browser.order.value == "clicked patch"
+    token = 1 + 2 * 8 + 3
+    assert browser.clicked == (image, token)
+    found = vk.sae.features(sae, top=4, progress=False)
+    want = [i for i, _ in found.at_token(image, token, count=200)]
+    assert [value for _, value in browser.latent.options] == want
+
+
+def test_the_logit_effect_order_and_steering(browsed):
+    model, images, sae, browser, _ = browsed
+    browser.order.value = "logit effect"
+    browser.cls.value = 3
+    effects = vk.sae.logit_effects(model, sae, images[:16])
+    found = vk.sae.features(sae, top=4, progress=False)
+    order = effects.by_class(3)
+    want = order[found.density[order] > 0][:200].tolist()
+    assert [value for _, value in browser.latent.options] == want
+    assert "ring" in browser.latent.options[0][0]
+    browser.action.value = "steer"
+    assert not browser.strength.disabled and browser.cls.disabled is False
+    computed = browser.computed
+    browser.strength.value = 0.0
+    bars = [t for t in browser.figure.data if t.type == "bar"]
+    assert list(bars[0].y) == pytest.approx(list(bars[1].y))  # a zero step changes nothing
+    browser.strength.value = 1.0
+    browser.strength.value = 0.0
+    assert browser.computed == computed + 1  # revisiting a strength is cached
+
+
+def test_images_other_than_the_store_are_refused(browsed):
+    model, images, sae, _, _ = browsed
+    with pytest.raises(ValueError, match="holds 64 images; 8 were given"):
+        FeatureBrowser(model, sae, images[:8])
+    with pytest.raises(ValueError, match=r"differ from the ones the store"):
+        FeatureBrowser(model, sae, images.flip(0))
