@@ -358,6 +358,13 @@ BUILDERS = {
         vk.viz.token_norms_figure(vk.token_norms(model(VIT), sample()[0]), layer=0, count=2),
     ],
     "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
+    "latent_maps_figure": lambda: vk.viz.latent_maps_figure(
+        vk.sae.latent_maps(zoo("vit_tiny_shapes")[0], shapes_sae(), sample()[0], [0, 1]),
+        vk.viz.display_images(sample()[0], zoo("vit_tiny_shapes")[0]),
+        [0, 1],
+        "blocks.2.hook_resid_post",
+        ["raises circle", "raises ring"],
+    ),
     "epoch_accuracy_curves": lambda: vk.viz.epoch_accuracy_curves(
         {"ViT": zoo("vit_tiny_shapes")[1]["history"]}, "Test accuracy per epoch"
     ),

@@ -254,3 +254,30 @@ def test_the_reports_methods_in_slices_give_the_whole_batchs_maps(backbone):
     if not backbone:
         assert torch.equal(chunked.targets, whole.targets)
     assert chunked.options == whole.options and chunked.method == "attnlrp"
+
+
+def test_the_features_section_shows_the_autoencoder_given(tmp_path, capsys):
+    """--sae adds the features section: the autoencoder's scores on its store and spliced into
+    the model, and the latents of the highest peaks; one of another model is refused."""
+    import vizkit as vk
+
+    model, _ = zoo.load("vit_tiny_shapes")
+    store = vk.cache_activations(model, "shapes", tmp_path / "store", layers=[-2], tokens="all",
+                                 progress=False)  # fmt: skip
+    vk.train_sae(store, expansion=2, k=8, tokens=5 * len(store), batch_size=256,
+                 checkpoint=tmp_path / "sae", progress=False)  # fmt: skip
+    out = tmp_path / "report"
+    assert main(["report", "--n", "4", "--out", str(out), "--sections", "features",
+                 "--sae", str(tmp_path / "sae")]) == 0  # fmt: skip
+    page = (out / "index.html").read_text()
+    assert "<h2>Features (sparse autoencoder)</h2>" in page and figures_in(page) == 1
+    assert "topk, 256 latents, k=8 on blocks.2.hook_resid_post" in page
+    assert "FVU 0." in page and "KL " in page and "accuracy " in page
+    skipped = build_report(n=2, out=tmp_path / "r2", sections=["features"], progress=False)
+    assert "no sparse autoencoder was given" in skipped.read_text()
+    with pytest.raises(ValueError, match="another model or input"):
+        build_report("cait_tiny_shapes", n=2, out=tmp_path / "r3", sections=["features"],
+                     progress=False, sae=tmp_path / "sae")  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["report", "--sae", str(tmp_path), "--out", str(tmp_path / "r4")])
+    assert "holds no sparse autoencoder (no sae.json)" in capsys.readouterr().err

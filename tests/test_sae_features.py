@@ -197,3 +197,21 @@ def test_effects_are_refused_where_undefined(trained, tmp_path):
                                  num_classes=0).eval()  # fmt: skip
     with pytest.raises(ValueError, match="is a backbone"):
         steer(backbone, sae, images[:2], 0, 1.0)
+
+
+def test_latent_maps_of_a_forward_equal_the_stored_heat_maps(trained):
+    model, images, store, sae = trained
+    found = features(sae, store, progress=False)
+    maps = vk.sae.latent_maps(model, sae, images[3:5], latents=[2, 7])
+    assert maps.shape == (2, 2, 4, 4)
+    for b, image in enumerate((3, 4)):
+        torch.testing.assert_close(maps[b], found.heatmap([2, 7], image), rtol=1e-5, atol=1e-5)
+
+
+def test_latent_maps_need_patches(tmp_path):
+    model = tiny_vit()
+    images = torch.randn(6, 3, 32, 32)
+    store = vk.cache_activations(model, images, tmp_path / "s", tokens="class", progress=False)
+    sae = vk.train_sae(store, expansion=1, k=2, batch_size=6, tokens=12, progress=False)
+    with pytest.raises(ValueError, match="not on patches"):
+        vk.sae.latent_maps(model, sae, images[:2])

@@ -178,13 +178,23 @@ def _sections(text: str) -> str | list[str]:
     return chosen
 
 
+def _sae_folder(text: str) -> str:
+    """--sae: a folder holding sae.json (what vk.train_sae writes with checkpoint=)."""
+    if not (Path(text) / "sae.json").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text} holds no sparse autoencoder (no sae.json); pass the folder given to "
+            "vk.train_sae(..., checkpoint=FOLDER)"
+        )
+    return text
+
+
 def report_command(args: argparse.Namespace) -> int:
     """Write the HTML report and print where it is."""
     from .report import build_report
 
     start = time.perf_counter()
     page = build_report(args.model, args.data, args.n, args.out, args.checkpoint, args.device,
-                        sections=args.sections)  # fmt: skip
+                        sections=args.sections, sae=args.sae)  # fmt: skip
     print(f"wrote {page.resolve()} in {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -392,6 +402,11 @@ def _parser() -> argparse.ArgumentParser:
         "--sections", type=_sections, default="default",
         help="comma-separated sections, 'all', or 'default' (every one but the trust checks, "
         "'evaluation', which cost several times the rest)",
+    )  # fmt: skip
+    r.add_argument(
+        "--sae", type=_sae_folder,
+        help="a sparse autoencoder's folder (vk.train_sae(..., checkpoint=FOLDER)): adds the "
+        "features section",
     )  # fmt: skip
     v = commands.add_parser(
         "coverage", help="which analysis works on which timm family (writes docs/coverage.md)"

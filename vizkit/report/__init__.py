@@ -40,6 +40,7 @@ def build_report(
     device: str = "cpu",
     progress: bool = True,
     sections: str | Sequence[str] = "default",
+    sae: str | Path | None = None,
 ) -> Path:
     """Run every section of `SECTIONS` that applies to the model on ``n`` images of ``data``
     and write ``<out>/index.html``; return its path.
@@ -51,12 +52,15 @@ def build_report(
         device: where the model runs.
         sections: "default" (every section but `HEAVY_SECTIONS`), "all", or names of
             `SECTIONS`.
+        sae: the folder of a sparse autoencoder of the model (written by
+            ``vk.train_sae(..., checkpoint=folder)``): adds the features section.
 
     With ``progress`` each section's seconds are printed as it ends.
     """
     names = chosen_sections(sections)
     inputs = load_inputs(model, data, n, checkpoint, device)
     inputs.progress = progress
+    inputs.sae = None if sae is None else str(sae)
     built: list[Section] = []
     skipped: dict[str, str] = {}
     with tqdm(names, desc="report", disable=not progress) as bar:

@@ -31,6 +31,8 @@ class ReportInputs:
         class_note: why the data's labels or class names are not used ("" when they are).
         progress: whether long sections show progress bars.
         hooked: the model wrapped once, for every section.
+        sae: the folder of a sparse autoencoder of this model (`vk.train_sae(...,
+            checkpoint=folder)`) for the features section, or None.
     """
 
     name: str
@@ -44,6 +46,7 @@ class ReportInputs:
     cka_images: Tensor | None = field(default=None, repr=False)
     class_note: str = ""
     progress: bool = True
+    sae: str | None = None
     hooked: HookedModel = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

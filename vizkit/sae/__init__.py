@@ -17,6 +17,7 @@ from .latent_stats import ClassDetectors as ClassDetectors
 from .latent_stats import Features as Features
 from .latent_stats import MaskShare as MaskShare
 from .latent_stats import features as features
+from .maps import latent_maps as latent_maps
 from .spliced import SplicedScore as SplicedScore
 from .spliced import spliced_score as spliced_score
 from .training import train_sae as train_sae
@@ -34,6 +35,7 @@ __all__ = [
     "ablate",
     "evaluate_sae",
     "features",
+    "latent_maps",
     "logit_effects",
     "spliced_score",
     "steer",

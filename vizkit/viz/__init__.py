@@ -5,6 +5,7 @@ from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
 from .evaluation import curve_comparison as curve_comparison
 from .evaluation import evaluation_bars as evaluation_bars
+from .latents import latent_maps_figure as latent_maps_figure
 from .mechanistic import logit_attribution_figure as logit_attribution_figure
 from .mechanistic import logit_lens_maps as logit_lens_maps
 from .mechanistic import patching_maps as patching_maps
@@ -36,6 +37,7 @@ __all__ = [
     "curve_comparison",
     "display_images",
     "evaluation_bars",
+    "latent_maps_figure",
     "logit_attribution_figure",
     "logit_lens_maps",
     "patching_maps",
