@@ -169,3 +169,20 @@ def test_multi_copy_methods_on_cuda_take_the_budget_and_agree_with_cpu(method):
     torch.testing.assert_close(small, default, rtol=1e-4, atol=1e-5)
     if method != "smoothgrad":
         torch.testing.assert_close(default.cpu(), on_cpu, rtol=1e-3, atol=1e-4)
+
+
+def test_a_sparse_autoencoder_trains_and_splices_on_cuda(tmp_path):
+    """The store is written from a CUDA model, the autoencoder trains on CUDA from its rows
+    (read on the CPU, moved per batch), and its scores agree with the same run on the CPU."""
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    store = vk.cache_activations(model.cuda(), "shapes", tmp_path / "s", layers=[-2],
+                                 progress=False)  # fmt: skip
+    settings = dict(expansion=2, k=8, tokens=4 * len(store), batch_size=256, progress=False)
+    on_gpu = vk.train_sae(store, device="cuda", **settings)
+    on_cpu = vk.train_sae(store, device="cpu", **settings)
+    assert on_gpu.W_dec.device.type == "cuda"
+    gpu, cpu = (vk.sae.evaluate_sae(s, store, progress=False) for s in (on_gpu, on_cpu))
+    assert abs(gpu.fvu - cpu.fvu) < 0.05 and gpu.l0 == pytest.approx(8.0)
+    score = vk.sae.spliced_score(model, on_gpu, "shapes", progress=False)
+    assert 0 < score.kl < score.kl_bias_only
+    vk.sae.ablate(model, on_gpu, vk.datasets.load_sample()[0][:4].cuda(), 0)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
 from ..sae import SparseAutoencoder, ablate, features, logit_effects, steer
+from ..store import ActivationStore
 from ..viz import display_images
 from ..viz.overlay import heatmap_on_image
 from ..viz.style import SALIENCY_SCALE, finish
@@ -44,6 +45,8 @@ class FeatureBrowser(Explorer):
             (checked against the store's hashes).
         classes: class names; mean, std: to show the images.
         top: images shown per latent.
+        store: the store to browse (default the one ``sae`` was trained on), e.g. one of
+            held-out images of the same layer.
     """
 
     CONTROL_HINTS = (CLICK_HINT,)
@@ -57,10 +60,11 @@ class FeatureBrowser(Explorer):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         top: int = 8,
+        store: ActivationStore | str | None = None,
     ) -> None:
         super().__init__()
         self.model, self.sae, self.top = model, sae, top
-        self.features = features(sae, top=top, progress=False)
+        self.features = features(sae, store, top=top, progress=False)
         self.features.store.check_images(images)
         self.images = check_images(model, images)
         self.display = display_images(images, model, mean, std)
