@@ -1,6 +1,7 @@
-"""The store -> autoencoder -> spliced-in path on a model of each library vizkit covers (and a
-few timm families of other shapes, and a user's wrapper): it runs, or is refused with a
-ValueError that says why, and leaves the model as it was."""
+"""The store -> autoencoder -> spliced-in score -> features -> maps -> ablation -> browser path
+on a model of each library vizkit covers (and a few timm families of other shapes, and a
+user's wrapper): it runs, or is refused with a ValueError that says why, and leaves the model
+as it was."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from test_sae import state
 
 import vizkit as vk
 from vizkit import coverage
+from vizkit.widgets import FeatureBrowser
 
 TIMM = ("vision_transformer", "deit", "eva", "cait", "swin_transformer", "xcit", "resnet")
 
@@ -57,6 +59,15 @@ def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
     score = vk.sae.spliced_score(model, sae, (x,), progress=False)
     assert score.images == 3
     assert (score.kl is not None and score.kl >= 0) or -1 <= score.embedding_cosine <= 1
+    found = vk.sae.features(sae, top=2, progress=False)
+    latent = int(found.by_density()[0])
+    image = found.top_images(latent, 1)[0][0]
+    maps = vk.sae.latent_maps(model, sae, x[image : image + 1], [latent])  # a forward
+    torch.testing.assert_close(maps[0, 0], found.heatmap(latent, image), rtol=1e-4, atol=1e-4)
+    result = vk.sae.ablate(model, sae, x, latent)
+    assert result.output == ("logits" if score.kl is not None else "embedding")
+    browser = FeatureBrowser(model, sae, x, top=2)
+    assert browser.latent.value == latent and browser.static().layout.title.text
     after = state(model)
     assert after[:3] == before[:3]
     assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())

@@ -193,25 +193,21 @@ def test_effects_are_refused_where_undefined(trained, tmp_path):
     with pytest.raises(ValueError, match="not a block's input or output"):
         logit_effects(model, mlp, images[:2])
     ablate(model, mlp, images[:2], 0)  # the path through the model is defined anywhere
+
+
+def test_a_backbone_is_edited_and_compared_by_its_embedding(tmp_path):
+    torch.manual_seed(0)
     backbone = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
                                  num_classes=0).eval()  # fmt: skip
+    images = torch.randn(8, 3, 32, 32)
+    store = vk.cache_activations(backbone, images, tmp_path / "s", tokens="all", progress=False)
+    sae = vk.train_sae(store, expansion=1, k=4, batch_size=64, tokens=640, progress=False)
+    result = steer(backbone, sae, images[:3], 0, 2.0)
+    assert result.output == "embedding" and result.clean.shape == (3, 192)
+    with torch.no_grad():
+        torch.testing.assert_close(result.clean, backbone(images[:3]))
+    assert "cosine of the edited to the clean embedding" in repr(result)
+    with pytest.raises(ValueError, match="backbone: its outputs are embeddings"):
+        result.mean_probability(0)
     with pytest.raises(ValueError, match="is a backbone"):
-        steer(backbone, sae, images[:2], 0, 1.0)
-
-
-def test_latent_maps_of_a_forward_equal_the_stored_heat_maps(trained):
-    model, images, store, sae = trained
-    found = features(sae, store, progress=False)
-    maps = vk.sae.latent_maps(model, sae, images[3:5], latents=[2, 7])
-    assert maps.shape == (2, 2, 4, 4)
-    for b, image in enumerate((3, 4)):
-        torch.testing.assert_close(maps[b], found.heatmap([2, 7], image), rtol=1e-5, atol=1e-5)
-
-
-def test_latent_maps_need_patches(tmp_path):
-    model = tiny_vit()
-    images = torch.randn(6, 3, 32, 32)
-    store = vk.cache_activations(model, images, tmp_path / "s", tokens="class", progress=False)
-    sae = vk.train_sae(store, expansion=1, k=2, batch_size=6, tokens=12, progress=False)
-    with pytest.raises(ValueError, match="not on patches"):
-        vk.sae.latent_maps(model, sae, images[:2])
+        logit_effects(backbone, sae, images[:2])

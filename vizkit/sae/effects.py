@@ -15,7 +15,8 @@ from ..analysis.residual_stream import StreamReadout, residual_blocks, stream_pa
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images
-from ..hooks.targets import model_logits
+from ..hooks.targets import is_backbone, model_logits
+from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens, splice_hook
 
@@ -82,41 +83,59 @@ def logit_effects(
 
 @dataclass(repr=False)
 class Intervention:
-    """The model's logits on images without and with an edit of latents.
+    """The model's outputs on images without and with an edit of latents.
 
     Attributes:
-        clean, edited: (B, K) logits; what: the edit, in words.
+        clean, edited: (B, K) logits, or (B, D) embeddings on a backbone (``output`` says
+            which); what: the edit, in words.
     """
 
     clean: Tensor
     edited: Tensor
     what: str
+    output: str = "logits"
 
     def __repr__(self) -> str:
-        changed = int((self.clean.argmax(-1) != self.edited.argmax(-1)).sum())
-        return (
-            f"Intervention({self.what}: top-1 class changed on {changed} of {len(self.clean)} "
-            "images)"
-        )
+        if self.output == "embedding":
+            cosine = float(self.cosine().mean())
+            said = f"mean cosine of the edited to the clean embedding {cosine:.3f}"
+        else:
+            changed = int((self.clean.argmax(-1) != self.edited.argmax(-1)).sum())
+            said = f"top-1 class changed on {changed} of {len(self.clean)} images"
+        return f"Intervention({self.what}: {said})"
+
+    def cosine(self) -> Tensor:
+        """(B,) the cosine of each image's edited output to its clean one."""
+        return torch.nn.functional.cosine_similarity(self.edited, self.clean, dim=-1)
 
     def probability_change(self) -> Tensor:
         """(B, K) edited minus clean class probabilities."""
+        self._require_logits()
         return self.edited.softmax(-1) - self.clean.softmax(-1)
 
     def mean_probability(self, cls: int) -> tuple[float, float]:
         """(clean, edited) mean probability of class ``cls`` over the images."""
+        self._require_logits()
         clean, edited = self.clean.softmax(-1)[:, cls], self.edited.softmax(-1)[:, cls]
         return float(clean.mean()), float(edited.mean())
 
+    def _require_logits(self) -> None:
+        if self.output != "logits":
+            raise ValueError(
+                "This model is a backbone: its outputs are embeddings, whose softmax is no "
+                "class probability. Compare them with .cosine(), or read a class through a "
+                "head of your own (e.g. a linear probe on .clean and .edited)."
+            )
 
-@analysis_contract(classifier="an intervention compares the class predictions")
+
+@analysis_contract
 def ablate(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latents: int | Sequence[int],
     batch_size: int = 64,
 ) -> Intervention:  # fmt: skip
     """Set ``latents`` to zero at every token ``sae`` reads of images ``x`` (B, C, H, W): the
     activation loses ``z_i W_dec,i / s`` there and keeps the rest, the autoencoder's error
-    included."""
+    included. On a backbone the outputs compared are its embeddings."""
     chosen = _latents(sae, latents)
 
     def zeroed(z: Tensor) -> Tensor:
@@ -127,7 +146,7 @@ def ablate(
     return _intervened(model, sae, x, zeroed, f"ablate latents {chosen}", batch_size)
 
 
-@analysis_contract(classifier="an intervention compares the class predictions")
+@analysis_contract
 def steer(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latent: int,
     strength: float, batch_size: int = 64,
@@ -159,10 +178,13 @@ def _intervened(
 ) -> Intervention:  # fmt: skip
     x = check_images(hm.model, x)
     hook = splice_hook(sae, replaced_tokens(hm, sae, tuple(x.shape[-2:])), edit, keep_error=True)
+    backbone = is_backbone(hm.model)
+    read = embedding_of if backbone else model_logits
     clean, edited = [], []
     with torch.no_grad(), eval_mode(sae):
         for batch in x.split(check_count("batch_size", batch_size)):
-            clean.append(model_logits(hm.model(batch)).float().cpu())
+            clean.append(read(hm.model(batch)).float().cpu())
             with hm.hooks(fwd={sae.source["layer"]: hook}):
-                edited.append(model_logits(hm.model(batch)).float().cpu())
-    return Intervention(torch.cat(clean), torch.cat(edited), f"{what} at {sae.source['layer']}")
+                edited.append(read(hm.model(batch)).float().cpu())
+    return Intervention(torch.cat(clean), torch.cat(edited), f"{what} at {sae.source['layer']}",
+                        "embedding" if backbone else "logits")  # fmt: skip

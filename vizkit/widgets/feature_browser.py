@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
-from ..sae import SparseAutoencoder, ablate, features, logit_effects, steer
+from ..sae import Intervention, SparseAutoencoder, ablate, features, logit_effects, steer
 from ..store import ActivationStore
 from ..viz import display_images
 from ..viz.overlay import heatmap_on_image
@@ -155,7 +155,7 @@ class FeatureBrowser(Explorer):
         latent = self.latent.value
         shown = self.features.top_images(latent, self.top)
         rows = max(2, -(-len(shown) // COLUMNS))
-        result = self._intervention(latent)
+        edited, result = self._intervention(latent)
         titles = []
         for row in range(rows):
             for col in range(COLUMNS):
@@ -182,7 +182,7 @@ class FeatureBrowser(Explorer):
                                      "colorbar": {"title": {"text": "activation"},
                                                   "orientation": "h", "y": -0.12, "x": 0.3,
                                                   "len": 0.35, "thickness": 12}})  # fmt: skip
-        self._add_bars(fig, latent, result)
+        self._add_bars(fig, latent, edited, result)
         title = (
             f"Latent {latent} of {self.sae.source['layer']}: fires on "
             f"{float(self.features.density[latent]):.1%} of stored tokens; its top images "
@@ -190,10 +190,20 @@ class FeatureBrowser(Explorer):
         )
         return finish(fig, title, 200 + 200 * rows)
 
-    def _add_bars(self, fig: go.Figure, latent: int, result) -> None:
-        """The right column: mean class probabilities before and after the intervention, and
-        the latent's largest direct logit effects."""
+    def _add_bars(
+        self, fig: go.Figure, latent: int, edited: list[int], result: Intervention
+    ) -> None:
+        """The right column: mean class probabilities before and after the intervention (on a
+        backbone: each edited image's embedding cosine to its clean one), and the latent's
+        largest direct logit effects."""
         col = COLUMNS + 2
+        if result.output == "embedding":  # a backbone: how far each embedding moved
+            fig.add_trace(go.Bar(x=[f"image {i}" for i in edited], y=result.cosine().tolist(),
+                                 name="cosine to the clean embedding", marker_color="#d62728"),
+                          row=1, col=col)  # fmt: skip
+            fig.update_yaxes(title_text="cosine to clean", row=1, col=col)
+            fig.update_xaxes(title_text="image", row=1, col=col)
+            return
         clean, edited = result.clean.softmax(-1).mean(0), result.edited.softmax(-1).mean(0)
         order = (edited - clean).abs().argsort(descending=True)[:6].sort().values.tolist()
         names = [self._name(i) for i in order]
@@ -213,14 +223,15 @@ class FeatureBrowser(Explorer):
             fig.update_xaxes(title_text="class", row=2, col=col)
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.12, "x": 0.62})
 
-    def _intervention(self, latent: int):
+    def _intervention(self, latent: int) -> tuple[list[int], Intervention]:
+        """(the images edited, the intervention's result)."""
         if self.action.value == "ablate":
             shown = [i for i, _ in self.features.top_images(latent, self.top)]
-            return self.cached(("ablate", latent), lambda: ablate(
+            return shown, self.cached(("ablate", latent), lambda: ablate(
                 self.model, self.sae, self.images[shown], latent))  # fmt: skip
         quiet = self._quiet_images(latent)
         strength = self.strength.value * float(self.features.max_activation[latent])
-        return self.cached(("steer", latent, self.strength.value), lambda: steer(
+        return quiet, self.cached(("steer", latent, self.strength.value), lambda: steer(
             self.model, self.sae, self.images[quiet], latent, round(strength, 2)))  # fmt: skip
 
     def _quiet_images(self, latent: int) -> list[int]:
