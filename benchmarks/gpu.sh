@@ -6,7 +6,7 @@
 # profile of capture and CKA and the beside-map variants (printed, for issue 52's item 3). `make
 # bench-gpu` runs it in the project's .venv; on a machine without it: PYTHON=python3
 # benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds, default 25:
-# the limits add up to 9.5 minutes; the method_cost steps stop their methods at --budget and
+# the limits add up to 11 minutes; the method_cost steps stop their methods at --budget and
 # record what they measured) and a failed step does not stop the others; the exit status counts
 # them. Ctrl-C stops the running step and the script.
 set -u
@@ -39,6 +39,10 @@ LIMIT=50 step "${cost[@]}" --model hf_dinov2_base --size 518 --batch 8 --methods
 LIMIT=60 step "${cost[@]}" --model hf_clip_vit_l14 --size 336 --batch 16 --methods "$backbone_methods" --budget 52
 step benchmarks/mechanistic.py --device cuda --record
 LIMIT=40 step benchmarks/evaluate.py --device cuda --record
+# issue 54's GPU rows: writing a store against the forward (disk rate beside it), and SAE
+# training tokens/s against Overcomplete on the same store (printed to the log)
+LIMIT=30 step benchmarks/store.py --device cuda --images 512 --batch 64 --repeats 2
+LIMIT=40 step benchmarks/sae.py --device cuda --images 512 --rows 8192 --expansion 16 --epochs 2 --repeats 2
 step benchmarks/gradcam.py --device cuda "${vit_b[@]}" --batch 64 --dtype bfloat16 --record
 step benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
 step benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record

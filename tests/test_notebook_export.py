@@ -26,24 +26,43 @@ browser = test_browser.browser  # the headless Chromium fixture
 EXPLORERS = {
     "00_quickstart": ["AttentionExplorer", "HistoryExplorer"],
     "01_cait": ["LayerScaleExplorer"],  # shown before any figure: its copy embeds plotly.js
-    "06_features": ["FeatureBrowser"],
+    "feature_browser": ["FeatureBrowser"],
+}
+# a notebook written here: 06_features's browser on a small autoencoder (the shipped notebook
+# trains a larger one for a minute; nbval runs it)
+WRITTEN = {
+    "feature_browser": [
+        "import tempfile\nimport vizkit as vk\nvk.viz.use_exportable_figures()\n"
+        'model, card = vk.zoo.load("vit_tiny_shapes")\n'
+        "images = vk.datasets.load_sample()[0]\nfolder = tempfile.mkdtemp()",
+        'store = vk.cache_activations(model, "shapes", f"{folder}/s", layers=[-1], '
+        'tokens="all", progress=False)\nsae = vk.train_sae(store, expansion=2, k=8, '
+        "tokens=5 * len(store), batch_size=256, progress=False)",
+        "vk.viz.latent_maps_figure(vk.sae.latent_maps(model, sae, images[:4], [0, 1]), "
+        "vk.viz.display_images(images[:4], model), [0, 1], store.name)",
+        'vk.widgets.FeatureBrowser(model, sae, images, classes=card["classes"], top=4)',
+    ],
 }
 FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a patch")
     "00_quickstart": re.escape("Attention of the class token at layer 3, head mean"),
     "01_cait": re.escape("LayerScale at init: the attn branch is scaled by ε = 0.1"),
     # the latent shown first is the densest one the autoencoder learned
-    "06_features": r"Latent \d+ of blocks\.3\.hook_resid_post: fires on [\d.]+% of stored "
+    "feature_browser": r"Latent \d+ of blocks\.3\.hook_resid_post: fires on [\d.]+% of stored "
     r"tokens; its top images \(image: its largest activation there\)",
 }
-FIGURES = {"00_quickstart": 3, "01_cait": 3, "06_features": 1}  # plotly figures, at least
+FIGURES = {"00_quickstart": 3, "01_cait": 3, "feature_browser": 1}  # plotly figures, at least
 
 
 @pytest.fixture(scope="module", params=sorted(EXPLORERS))
 def executed(request, tmp_path_factory) -> tuple[str, nbformat.NotebookNode]:
-    """A shipped notebook executed as ``nbconvert --execute`` does by default (widget state
-    stored in the notebook's metadata)."""
+    """A shipped notebook (or one of `WRITTEN`) executed as ``nbconvert --execute`` does by
+    default (widget state stored in the notebook's metadata)."""
     name = request.param
-    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    if name in WRITTEN:
+        cells = [nbformat.v4.new_code_cell(source) for source in WRITTEN[name]]
+        notebook = nbformat.v4.new_notebook(cells=cells)
+    else:
+        notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     where = tmp_path_factory.mktemp(name)
     ExecutePreprocessor(timeout=300).preprocess(notebook, {"metadata": {"path": str(where)}})
     return name, notebook
