@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..hooks.contract import eval_mode
 from ..hooks.inputs import check_count
 from ..store import ActivationStore
 from ..store.manifest import differences
@@ -18,6 +19,7 @@ from .rows import TensorRows
 __all__ = ["SAEScores", "check_source", "evaluate_sae"]
 
 DENSE_ABOVE = 0.1  # a latent firing on more than a tenth of the tokens is dense
+LATENT_BYTES = 256 * 2**20  # the latents of one batch of rows
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ def evaluate_sae(
 ) -> SAEScores:
     """Score ``sae`` on every row of ``store`` (default: the store it was trained on; another
     store must hold the same layer of the same model, e.g. held-out images), or of rows
-    (n, width) in memory."""
+    (n, width) in memory; ``batch_size`` rows at a time, fewer where their latents would
+    exceed `LATENT_BYTES`."""
     if store is None and not sae.source:
         raise ValueError("This autoencoder was trained on rows given as a tensor: pass them.")
     if isinstance(store, Tensor):
@@ -66,12 +69,15 @@ def evaluate_sae(
         rows = rows if rows.name == sae.source.get("layer") else _named_layer(rows, sae)
         check_source(sae, rows.manifest["settings"], f"the store {rows.folder}")
     store = rows
-    batch_size = check_count("batch_size", batch_size)
+    # rows per batch: at most batch_size, and latents (float32) of at most LATENT_BYTES
+    batch_size = max(
+        1, min(check_count("batch_size", batch_size), LATENT_BYTES // (4 * sae.latents))
+    )
     device = sae.W_dec.device
     fired = torch.zeros(sae.latents, dtype=torch.float64, device=device)
     error = total = squares = active = 0.0
     sums = torch.zeros(sae.width, dtype=torch.float64, device=device)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(sae):
         for rows in tqdm(store.batches(batch_size), total=-(-len(store) // batch_size),
                          disable=not progress, unit="batch", desc="evaluate_sae"):  # fmt: skip
             x = rows.to(device).float()
