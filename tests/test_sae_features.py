@@ -143,6 +143,13 @@ def test_logit_effects_equal_the_head_by_hand(trained):
     torch.testing.assert_close(effects.effects, expected, rtol=1e-4, atol=1e-5)
     latent = int(effects.effects[2].argmax())
     assert effects.by_class(2)[0] == latent and effects.top_classes(latent, 1)[0][0] == 2
+    some = logit_effects(model, sae, x, classes=[4, 2])
+    torch.testing.assert_close(some.effects, expected[[4, 2]], rtol=1e-4, atol=1e-5)
+    assert some.by_class(2)[0] == latent and some.top_classes(latent, 1)[0][0] in (2, 4)
+    with pytest.raises(ValueError, match="Class 0 was not among the classes measured"):
+        some.by_class(0)
+    with pytest.raises(ValueError, match=r"classes must be indices in 0..4"):
+        logit_effects(model, sae, x, classes=[5])
 
 
 def manual(model, sae, x, change):
@@ -211,3 +218,21 @@ def test_a_backbone_is_edited_and_compared_by_its_embedding(tmp_path):
         result.mean_probability(0)
     with pytest.raises(ValueError, match="is a backbone"):
         logit_effects(backbone, sae, images[:2])
+
+
+def test_latent_maps_of_a_forward_equal_the_stored_heat_maps(trained):
+    model, images, store, sae = trained
+    found = features(sae, store, progress=False)
+    maps = vk.sae.latent_maps(model, sae, images[3:5], latents=[2, 7])
+    assert maps.shape == (2, 2, 4, 4)
+    for b, image in enumerate((3, 4)):
+        torch.testing.assert_close(maps[b], found.heatmap([2, 7], image), rtol=1e-5, atol=1e-5)
+
+
+def test_latent_maps_need_patches(tmp_path):
+    model = tiny_vit()
+    images = torch.randn(6, 3, 32, 32)
+    store = vk.cache_activations(model, images, tmp_path / "s", tokens="class", progress=False)
+    sae = vk.train_sae(store, expansion=1, k=2, batch_size=6, tokens=12, progress=False)
+    with pytest.raises(ValueError, match="not on patches"):
+        vk.sae.latent_maps(model, sae, images[:2])

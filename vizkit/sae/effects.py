@@ -25,14 +25,15 @@ __all__ = ["Intervention", "LogitEffects", "ablate", "logit_effects", "steer"]
 
 @dataclass(repr=False)
 class LogitEffects:
-    """``effects`` (classes, latents): the change of each logit when one unit of a latent's
-    activation is added at every token the autoencoder reads, through the direct path (later
-    blocks skipped) and the head with its norms frozen at their scale on the images, averaged
-    over the images."""
+    """``effects`` (classes, latents): the change of each logit of ``classes`` when one unit
+    of a latent's activation is added at every token the autoencoder reads, through the direct
+    path (later blocks skipped) and the head with its norms frozen at their scale on the
+    images, averaged over the images."""
 
     effects: Tensor
     layer: str
     images: int
+    classes: list[int]
 
     def __repr__(self) -> str:
         classes, latents = self.effects.shape
@@ -41,19 +42,24 @@ class LogitEffects:
     def top_classes(self, latent: int, count: int = 5) -> list[tuple[int, float]]:
         """(class, effect) of the classes the latent raises most."""
         top = self.effects[:, latent].topk(min(count, len(self.effects)))
-        return [(int(c), float(v)) for v, c in zip(top.values, top.indices, strict=True)]
+        return [(self.classes[int(r)], float(v))
+                for v, r in zip(top.values, top.indices, strict=True)]  # fmt: skip
 
     def by_class(self, cls: int, descending: bool = True) -> Tensor:
         """(latents,) the latents ordered by their effect on class ``cls``, largest first."""
-        return self.effects[cls].argsort(descending=descending, stable=True)
+        if cls not in self.classes:
+            raise ValueError(f"Class {cls} was not among the classes measured {self.classes}.")
+        row = self.effects[self.classes.index(cls)]
+        return row.argsort(descending=descending, stable=True)
 
 
 @analysis_contract(classifier="logit effects read each decoder direction through the head")
 def logit_effects(
-    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor
-) -> LogitEffects:
-    """The direct effect of each latent of ``sae`` on each logit, its norms frozen on images
-    ``x`` (B, C, H, W).
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
+    classes: Sequence[int] | None = None,
+) -> LogitEffects:  # fmt: skip
+    """The direct effect of each latent of ``sae`` on each logit (or on those of ``classes``:
+    one backward of the head per class), its norms frozen on images ``x`` (B, C, H, W).
 
     Raises:
         ValueError: the autoencoder reads no block's output (the direct path starts at the
@@ -73,12 +79,16 @@ def logit_effects(
     stream_parts(model, x)  # refuses a stream that is not the sum of the blocks' outputs
     readout = StreamReadout(model, x, blocks)
     directions = (sae.W_dec / sae.input_scale).detach().to(x.device)  # (latents, C)
+    count = readout.logits.shape[-1]
+    chosen = list(range(count)) if classes is None else [int(c) for c in classes]
+    if not chosen or not all(0 <= c < count for c in chosen):
+        raise ValueError(f"classes must be indices in 0..{count - 1}; got {classes!r}.")
     rows = []
-    for cls in range(readout.logits.shape[-1]):
+    for cls in chosen:
         gradient, _ = readout.linear_score(lambda out, c=cls: out[:, c].float())
         reads = gradient[:, positions].sum(1).mean(0)  # (C,)
         rows.append(directions @ reads.to(directions.dtype))
-    return LogitEffects(torch.stack(rows).cpu(), sae.source["layer"], len(x))
+    return LogitEffects(torch.stack(rows).cpu(), sae.source["layer"], len(x), chosen)
 
 
 @dataclass(repr=False)
