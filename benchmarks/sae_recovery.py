@@ -3,7 +3,8 @@ combinations of known unit directions, and how many of those directions they fin
 
 ``--directions`` random unit directions in ``--width`` dimensions; each of ``--rows`` rows
 combines k=3 of them with weights uniform in [0.5, 2.5]. Each kind trains with expansion 4
-(4 x width latents), k=3 (TopK, BatchTopK) or the default L1 (ReLU), batches of 512, 10 epochs,
+(4 x width latents), k=3 (TopK, BatchTopK, Matryoshka) or the default L1 (ReLU), batches of
+512, 10 epochs,
 over ``--seeds`` seeds (data and autoencoder seeded alike). A direction is recovered when some
 decoder row has cosine above 0.9 with it; the table gives the recovered fraction, the mean and
 the smallest best cosine, and the FVU and L0 on the rows.
@@ -40,7 +41,7 @@ def main() -> None:
           f"{args.rows:,} rows, {args.seeds} seeds")  # fmt: skip
     print(f"{'kind':<10} {'seed':>4} {'recovered':>9} {'mean cos':>8} {'min cos':>8} "
           f"{'FVU':>6} {'L0':>5}")  # fmt: skip
-    for kind in ("topk", "batchtopk", "relu"):
+    for kind in ("topk", "batchtopk", "relu", "matryoshka"):
         for seed in range(args.seeds):
             rows, dictionary = planted(seed, args.rows, args.width, args.directions)
             sae = vk.train_sae(rows, kind=kind, expansion=4, k=3, tokens=10 * len(rows),

@@ -16,7 +16,7 @@ from scipy.optimize import minimize
 import vizkit as vk
 from vizkit.sae import SparseAutoencoder, evaluate_sae, spliced_score
 from vizkit.sae.autoencoder import batch_topk
-from vizkit.sae.losses import auxk_loss, l1_penalty, normalized_mse
+from vizkit.sae.losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from vizkit.sae.median import geometric_median
 from vizkit.sae.order import ShuffledBatches
 from vizkit.sae.rows import TensorRows
@@ -131,6 +131,24 @@ def test_losses_follow_their_definitions():
     torch.testing.assert_close(auxk_loss(pre, dead, x, W_dec, 3), normalized_mse(z_aux @ W_dec, x))
 
 
+def test_matryoshka_averages_the_prefixes_reconstructions(tmp_path):
+    """Bussmann et al. 2025: each prefix of the dictionary reconstructs on its own."""
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(9))
+    z = torch.rand(40, 16)
+    W_dec, b_dec = torch.randn(16, 8), torch.randn(8)
+    by_hand = sum(((z[:, :p] @ W_dec[:p] + b_dec - x) ** 2).sum() / ((x - x.mean(0)) ** 2).sum()
+                  for p in (2, 8, 16)) / 3  # fmt: skip
+    torch.testing.assert_close(matryoshka_loss(z, W_dec, b_dec, x, [2, 8, 16]), by_hand)
+    sae = SparseAutoencoder(8, 32, "matryoshka", 4)
+    assert sae.prefixes == [2, 8, 32]
+    sae.save(tmp_path)
+    assert SparseAutoencoder.load(tmp_path).prefixes == [2, 8, 32]
+    with pytest.raises(ValueError, match="the largest 32"):
+        SparseAutoencoder(8, 32, "matryoshka", 4, prefixes=[4, 16])
+    with pytest.raises(ValueError, match="nested sizes of kind='matryoshka', not 'topk'"):
+        SparseAutoencoder(8, 32, "topk", 4, prefixes=[4, 32])
+
+
 def test_geometric_median_minimizes_the_summed_distance():
     points = torch.randn(200, 5, generator=torch.Generator().manual_seed(8)) ** 3
     median = geometric_median(points).double()
@@ -154,15 +172,19 @@ def planted(seed: int, rows: int = 20_000, width: int = 32, directions: int = 64
     return torch.zeros(rows, directions).scatter(1, chosen, weights) @ dictionary, dictionary
 
 
-@pytest.mark.parametrize("kind", ["topk", "batchtopk", "relu"])
+@pytest.mark.parametrize("kind", ["topk", "batchtopk", "relu", "matryoshka"])
 def test_planted_dictionary_is_recovered(kind):
-    """Every planted direction has a decoder row within cosine 0.9, over two seeds."""
+    """Every planted direction has a decoder row within cosine 0.9, over two seeds (nine in
+    ten for Matryoshka)."""
     for seed in range(2):
         rows, dictionary = planted(seed)
         sae = vk.train_sae(rows, kind=kind, expansion=4, k=3, tokens=8 * len(rows),
                            batch_size=512, seed=seed, progress=False)  # fmt: skip
         cosine = (dictionary @ sae.W_dec.detach().T).max(dim=1).values
-        assert float((cosine > 0.9).float().mean()) == 1.0, (kind, seed, cosine.min())
+        # Matryoshka's small prefixes (4 and 16 latents here) must reconstruct alone, so a
+        # few of its latents mix flat planted directions: 61 of 64 on both seeds
+        least = 0.9 if kind == "matryoshka" else 1.0
+        assert float((cosine > 0.9).float().mean()) >= least, (kind, seed, cosine.min())
         scores = evaluate_sae(sae, rows, progress=False)
         assert scores.fvu < 0.2 and (kind == "relu" or abs(scores.l0 - 3) < 0.5)
 
@@ -330,7 +352,7 @@ def test_a_backbone_is_scored_by_its_embedding(tmp_path):
 @pytest.mark.parametrize(
     "bad, match",
     [
-        (dict(kind="sparse"), "kind must be one of topk, batchtopk, relu"),
+        (dict(kind="sparse"), "kind must be one of topk, batchtopk, relu, matryoshka"),
         (dict(k=None), r"kind='topk' needs k"),
         (dict(b_dec="median-ish"), "b_dec must be one of median, mean, zeros"),
         (dict(batch_size=10_000), "batch_size=10000, but there are 600 rows"),

@@ -10,7 +10,11 @@ makes the training rows' mean norm ``sqrt(width)``. The activation ``act`` is on
   "BatchTopK Sparse Autoencoders", Sec. 3), in use ``ReLU(pre)`` where ``pre`` exceeds the
   threshold ``theta`` estimated in training (their Eq. 5);
 - ``"relu"``: ``ReLU(pre)``, made sparse by an L1 penalty in training (Bricken et al. 2023,
-  "Towards Monosemanticity"; the baseline).
+  "Towards Monosemanticity"; the baseline);
+- ``"matryoshka"``: BatchTopK latents trained so that every prefix of the dictionary (the
+  first ``prefixes[i]`` latents) reconstructs on its own (Bussmann et al. 2025, "Learning
+  Multi-Level Features with Matryoshka Sparse Autoencoders"): early latents general, later
+  ones more specific.
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-__all__ = ["KINDS", "SparseAutoencoder", "batch_topk"]
+__all__ = ["BATCH_KINDS", "KINDS", "SparseAutoencoder", "batch_topk"]
 
-KINDS = ("topk", "batchtopk", "relu")
+KINDS = ("topk", "batchtopk", "relu", "matryoshka")
+BATCH_KINDS = ("batchtopk", "matryoshka")  # the top B*k of a batch in training, theta in use
 
 
 class SparseAutoencoder(nn.Module):
     """A sparse autoencoder on rows (..., width).
 
     Attributes:
-        kind: "topk", "batchtopk" or "relu"; ``k``: latents kept per token (None for relu).
+        kind: one of `KINDS`; ``k``: latents kept per token (None for relu).
+        prefixes: for "matryoshka", the nested dictionary sizes, the last ``latents``.
         W_enc (width, latents), b_enc (latents,), W_dec (latents, width), b_dec (width,).
         input_scale: ``s``; threshold: BatchTopK's ``theta`` (nan until trained).
         source: where its rows came from (the store, layer, tokens and model), or {}.
@@ -39,7 +45,7 @@ class SparseAutoencoder(nn.Module):
 
     def __init__(
         self, width: int, latents: int, kind: str = "topk", k: int | None = None,
-        source: dict | None = None, seed: int = 0,
+        source: dict | None = None, seed: int = 0, prefixes: list[int] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         if kind not in KINDS:
@@ -49,6 +55,7 @@ class SparseAutoencoder(nn.Module):
         if kind != "relu" and not (isinstance(k, int) and 1 <= k <= latents):
             raise ValueError(f"kind={kind!r} needs k, an int in 1..{latents}; got {k!r}.")
         self.kind, self.k, self.source = kind, k, dict(source or {})
+        self.prefixes = _prefixes(kind, prefixes, latents)
         generator = torch.Generator().manual_seed(seed)
         directions = torch.randn(latents, width, generator=generator)
         directions /= directions.norm(dim=1, keepdim=True)
@@ -77,7 +84,7 @@ class SparseAutoencoder(nn.Module):
         positive = pre.relu()
         if self.kind == "relu":
             return positive
-        if self.kind == "batchtopk":
+        if self.kind in BATCH_KINDS:
             return batch_topk(positive, self.k) if self.training else self._above_threshold(pre)
         top = positive.topk(self.k, dim=-1)
         return torch.zeros_like(positive).scatter(-1, top.indices, top.values)
@@ -105,7 +112,7 @@ class SparseAutoencoder(nn.Module):
 
     def config(self) -> dict:
         return {"width": self.width, "latents": self.latents, "kind": self.kind, "k": self.k,
-                "source": self.source}  # fmt: skip
+                "source": self.source, "prefixes": self.prefixes}  # fmt: skip
 
     @classmethod
     def load(cls, folder: str | Path) -> SparseAutoencoder:
@@ -128,6 +135,24 @@ class SparseAutoencoder(nn.Module):
                 "train it with vk.train_sae, or call .train() to select the top B*k of a batch."
             )
         return pre.relu() * (pre > self.threshold)
+
+
+def _prefixes(kind: str, prefixes: list[int] | None, latents: int) -> list[int] | None:
+    """The nested dictionary sizes of a Matryoshka autoencoder (default: latents / 16, / 4,
+    and all), checked to rise to ``latents``; None for the other kinds."""
+    if kind != "matryoshka":
+        if prefixes is not None:
+            raise ValueError(f"prefixes are the nested sizes of kind='matryoshka', not {kind!r}.")
+        return None
+    default = [max(1, latents // 16), max(1, latents // 4), latents]
+    chosen = list(prefixes) if prefixes is not None else default
+    chosen = sorted(set(chosen))
+    if chosen[0] < 1 or chosen[-1] != latents:
+        raise ValueError(
+            f"prefixes must be sizes in 1..{latents}, the largest {latents} (all latents); "
+            f"got {prefixes!r}."
+        )
+    return chosen
 
 
 def batch_topk(positive: Tensor, k: int) -> Tensor:

@@ -6,7 +6,10 @@
 - `auxk_loss`: Gao et al.'s auxiliary loss (Appendix A.2), the residual reconstructed by the
   ``k_aux`` largest dead latents, which gives dead latents a gradient;
 - `l1_penalty`: the ReLU baseline's sparsity term, each latent weighted by its decoder row's
-  norm (Bricken et al. 2023, "Towards Monosemanticity"; Anthropic's April 2024 update).
+  norm (Bricken et al. 2023, "Towards Monosemanticity"; Anthropic's April 2024 update);
+- `matryoshka_loss`: the normalized MSE of each prefix of the dictionary's reconstruction,
+  averaged (Bussmann et al. 2025, "Learning Multi-Level Features with Matryoshka Sparse
+  Autoencoders", Sec. 3: the sum over prefixes; the mean keeps the scale of one term).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["auxk_loss", "l1_penalty", "normalized_mse"]
+__all__ = ["auxk_loss", "l1_penalty", "matryoshka_loss", "normalized_mse"]
 
 
 def normalized_mse(reconstruction: Tensor, x: Tensor) -> Tensor:
@@ -41,3 +44,12 @@ def auxk_loss(pre: Tensor, dead: Tensor, residual: Tensor, W_dec: Tensor, k_aux:
 def l1_penalty(z: Tensor, W_dec: Tensor) -> Tensor:
     """() the mean over rows of ``sum_i z_i ||W_dec_i||`` (z: (B, latents))."""
     return (z.abs() * W_dec.norm(dim=1)).sum(-1).mean()
+
+
+def matryoshka_loss(
+    z: Tensor, W_dec: Tensor, b_dec: Tensor, x: Tensor, prefixes: list[int]
+) -> Tensor:
+    """() the mean over ``prefixes`` p of the normalized MSE of ``z[:, :p] W_dec[:p] + b_dec``
+    against ``x`` (B, width); z (B, latents), W_dec (latents, width)."""
+    terms = [normalized_mse(z[:, :p] @ W_dec[:p] + b_dec, x) for p in prefixes]
+    return torch.stack(terms).mean()

@@ -21,8 +21,8 @@ from tqdm.auto import tqdm
 from ..hooks.inputs import check_count
 from ..store import ActivationStore
 from ..store.manifest import differences
-from .autoencoder import SparseAutoencoder
-from .losses import auxk_loss, l1_penalty, normalized_mse
+from .autoencoder import BATCH_KINDS, SparseAutoencoder
+from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from .median import geometric_median
 from .order import ShuffledBatches
 from .rows import Rows, as_rows, rows_source
@@ -44,6 +44,7 @@ def train_sae(
     k: int | None = 32,
     *,
     l1: float = 0.03,
+    prefixes: list[int] | None = None,
     tokens: int | None = None,
     batch_size: int = 4096,
     lr: float | None = None,
@@ -66,10 +67,12 @@ def train_sae(
         store: an `ActivationStore` or its folder (`vk.cache_activations`), or rows
             (n, width) already in memory (an autoencoder of those has no model to splice into).
         layer: the stored layer (default: the store's first).
-        kind: "topk", "batchtopk" or "relu" (`SparseAutoencoder`).
+        kind: "topk", "batchtopk", "relu" or "matryoshka" (`SparseAutoencoder`).
         expansion: latents per channel (latents = expansion x width).
         k: latents kept per token (topk; batchtopk: on average); ignored for "relu".
         l1: the L1 coefficient of "relu" (on inputs of mean norm sqrt(width)).
+        prefixes: the nested dictionary sizes of "matryoshka" (default latents / 16, / 4 and
+            all).
         tokens: rows to train on (default: the store once); steps = tokens // batch_size.
         batch_size: rows per step.
         lr: Adam's learning rate (default Gao et al.'s ``2e-4 / sqrt(latents / 2**14)``).
@@ -105,6 +108,7 @@ def train_sae(
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     settings = {
         "kind": kind, "latents": latents, "k": k, "l1": l1 if kind == "relu" else None,
+        "prefixes": prefixes,
         "tokens": tokens, "batch_size": batch_size,
         "lr": lr if lr is not None else 2e-4 / math.sqrt(latents / 2**14),
         "warmup": warmup, "decay": decay,
@@ -113,7 +117,9 @@ def train_sae(
         "dead_after": dead_after if dead_after is not None else min(DEAD_AFTER, tokens // 10),
         "b_dec": b_dec, "block_bytes": block_bytes, "seed": seed, "source": rows_source(store),
     }  # fmt: skip
-    sae = SparseAutoencoder(width, latents, kind, k, source=settings["source"], seed=seed)
+    sae = SparseAutoencoder(width, latents, kind, k, source=settings["source"], seed=seed,
+                            prefixes=prefixes)  # fmt: skip
+    settings["prefixes"] = sae.prefixes
     run = _Run(sae.to(device), settings)
     folder = Path(checkpoint) if checkpoint is not None else None
     if folder is None or not run.resume(folder):
@@ -166,6 +172,8 @@ class _Run:
         fvu = normalized_mse(reconstruction, x)
         dead = self.rows_seen - self.last_fired >= settings["dead_after"]
         loss = fvu
+        if sae.kind == "matryoshka":
+            loss = matryoshka_loss(z, sae.W_dec, sae.b_dec, x, sae.prefixes)
         if sae.kind == "relu":
             loss = loss + settings["l1"] * l1_penalty(z, sae.W_dec)
         elif settings["aux_k"] > 0 and settings["aux_coefficient"] > 0:
@@ -182,7 +190,7 @@ class _Run:
             sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
             self.rows_seen += len(batch)
             self.last_fired[(z > 0).any(0)] = self.rows_seen
-            if sae.kind == "batchtopk":
+            if sae.kind in BATCH_KINDS:
                 _update_threshold(sae, z)
         self.step += 1
         l0 = (z > 0).sum(-1).float().mean()
