@@ -224,6 +224,10 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch):
         torch.testing.assert_close(value, resumed.state_dict()[name], rtol=0, atol=0,
                                    equal_nan=True)  # fmt: skip
     assert (tmp_path / "sae.json").is_file()
+    monkeypatch.setattr(_Run, "train_step", dies_at_step_17)  # a finished run trains no more
+    calls["n"] = 16
+    again = vk.train_sae(rows, checkpoint=tmp_path, checkpoint_every=5, **settings)
+    assert torch.equal(again.W_dec, resumed.W_dec) and calls["n"] == 16
     loaded = SparseAutoencoder.load(tmp_path)
     assert torch.equal(loaded.encode(rows[:10]), resumed.encode(rows[:10]))
     with pytest.raises(ValueError, match=r"another run \(k: 3 -> 4"):

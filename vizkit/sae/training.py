@@ -127,10 +127,9 @@ def train_sae(
     every = checkpoint_every or max(1, min(1000, steps // 10))
     bar = tqdm(total=steps, initial=run.step, disable=not progress, unit="step",
                desc=f"train_sae {kind}")  # fmt: skip
-    for batch in batches.from_step(run.step):
-        if run.step >= steps:
-            break
-        metrics = run.train_step(batch.to(device, non_blocking=True), steps)
+    stream = batches.from_step(run.step)
+    while run.step < steps:  # a finished run (resumed) reads nothing
+        metrics = run.train_step(next(stream).to(device, non_blocking=True), steps)
         bar.update()
         if progress and (run.step % 10 == 0 or run.step == steps):
             bar.set_postfix({key: f"{float(value):.3g}" for key, value in metrics.items()})
