@@ -15,19 +15,8 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 import vizkit as vk
-
-
-def planted(seed: int, rows: int, width: int, directions: int, k: int = 3):
-    """(rows, width) k-sparse combinations, and the (directions, width) unit directions."""
-    generator = torch.Generator().manual_seed(seed)
-    dictionary = torch.randn(directions, width, generator=generator)
-    dictionary /= dictionary.norm(dim=1, keepdim=True)
-    chosen = torch.rand(rows, directions, generator=generator).topk(k, dim=1).indices
-    weights = torch.rand(rows, k, generator=generator) * 2 + 0.5
-    return torch.zeros(rows, directions).scatter(1, chosen, weights) @ dictionary, dictionary
+from vizkit.sae.synthetic import planted_rows
 
 
 def main() -> None:
@@ -43,7 +32,7 @@ def main() -> None:
           f"{'FVU':>6} {'L0':>5}")  # fmt: skip
     for kind in ("topk", "batchtopk", "relu", "matryoshka"):
         for seed in range(args.seeds):
-            rows, dictionary = planted(seed, args.rows, args.width, args.directions)
+            rows, dictionary = planted_rows(seed, args.rows, args.width, args.directions)
             sae = vk.train_sae(rows, kind=kind, expansion=4, k=3, tokens=10 * len(rows),
                                batch_size=512, seed=seed, progress=False)  # fmt: skip
             best = (dictionary @ sae.W_dec.detach().T).max(dim=1).values

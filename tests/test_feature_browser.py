@@ -51,7 +51,7 @@ def test_the_list_and_the_maps_are_the_features(browsed):
     assert list(bars[0].y) == pytest.approx(want, abs=1e-6)
     assert CLICK_HINT in browser.figure.layout.title.text
     assert CLICK_HINT not in browser.static().layout.title.text
-    assert state(model)[:3] == before[:3]
+    assert state(model)[:2] == before[:2]
 
 
 def test_a_click_lists_the_latents_at_that_patch(browsed):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from conftest import model_state
 from overcomplete.sae import BatchTopKSAE, TopKSAE
 from overcomplete.sae.losses import top_k_auxiliary_loss
 from scipy.optimize import minimize
@@ -21,6 +22,7 @@ from vizkit.sae.median import geometric_median
 from vizkit.sae.order import ShuffledBatches
 from vizkit.sae.rows import TensorRows
 from vizkit.sae.spliced import splice_hook
+from vizkit.sae.synthetic import planted_rows
 from vizkit.sae.training import _Run
 
 
@@ -162,22 +164,12 @@ def test_geometric_median_minimizes_the_summed_distance():
     assert total(median.numpy()) < total(points.double().mean(0).numpy())
 
 
-def planted(seed: int, rows: int = 20_000, width: int = 32, directions: int = 64, k: int = 3):
-    """Rows that are k-sparse positive combinations of known unit directions."""
-    generator = torch.Generator().manual_seed(seed)
-    dictionary = torch.randn(directions, width, generator=generator)
-    dictionary /= dictionary.norm(dim=1, keepdim=True)
-    chosen = torch.rand(rows, directions, generator=generator).topk(k, dim=1).indices
-    weights = torch.rand(rows, k, generator=generator) * 2 + 0.5
-    return torch.zeros(rows, directions).scatter(1, chosen, weights) @ dictionary, dictionary
-
-
 @pytest.mark.parametrize("kind", ["topk", "batchtopk", "relu", "matryoshka"])
 def test_planted_dictionary_is_recovered(kind):
     """Every planted direction has a decoder row within cosine 0.9, over two seeds (nine in
     ten for Matryoshka)."""
     for seed in range(2):
-        rows, dictionary = planted(seed)
+        rows, dictionary = planted_rows(seed)
         sae = vk.train_sae(rows, kind=kind, expansion=4, k=3, tokens=8 * len(rows),
                            batch_size=512, seed=seed, progress=False)  # fmt: skip
         cosine = (dictionary @ sae.W_dec.detach().T).max(dim=1).values
@@ -190,7 +182,7 @@ def test_planted_dictionary_is_recovered(kind):
 
 
 def test_decoder_rows_stay_unit_and_schedule_warms_and_decays():
-    rows, _ = planted(0, rows=4096)
+    rows, _ = planted_rows(0, rows=4096)
     sae = vk.train_sae(rows, expansion=2, k=3, tokens=40 * 256, batch_size=256, progress=False)
     torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(sae.latents))
     from vizkit.sae.training import _lr_factor
@@ -201,7 +193,7 @@ def test_decoder_rows_stay_unit_and_schedule_warms_and_decays():
 
 
 def test_a_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch):
-    rows, _ = planted(1, rows=6000)
+    rows, _ = planted_rows(1, rows=6000)
     settings = dict(kind="topk", expansion=2, k=3, tokens=30 * 256, batch_size=256,
                     block_bytes=64 * 32 * 4, progress=False)  # fmt: skip
     whole = vk.train_sae(rows, **settings)
@@ -249,7 +241,7 @@ def test_batches_cover_each_epoch_once_and_restart_anywhere():
 
 
 def test_evaluation_matches_its_definitions():
-    rows, _ = planted(2, rows=3000)
+    rows, _ = planted_rows(2, rows=3000)
     sae = random_sae("topk", 3, width=32, latents=64).eval()
     scores = evaluate_sae(sae, rows, batch_size=700, progress=False)
     with torch.no_grad():
@@ -289,11 +281,10 @@ def identity_sae(width: int, source: dict) -> SparseAutoencoder:
 
 
 def state(model: torch.nn.Module) -> tuple:
-    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
-                for m in model.modules())  # fmt: skip
-    flags = [(m.training, getattr(m, "fused_attn", None)) for m in model.modules()]
-    grads = [(p.requires_grad, p.grad) for p in model.parameters()]
-    return hooks, flags, grads, {k: v.clone() for k, v in model.state_dict().items()}
+    """What no call may change: conftest's `model_state` (hooks, fused flags, modes, ``.grad``),
+    each parameter's ``requires_grad``, and (last) every weight."""
+    requires = {p: w.requires_grad for p, w in model.named_parameters()}
+    return model_state(model), requires, {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def test_spliced_score_of_an_exact_reconstruction_changes_nothing(shapes_store):
@@ -308,8 +299,8 @@ def test_spliced_score_of_an_exact_reconstruction_changes_nothing(shapes_store):
     assert score.kl == pytest.approx(0, abs=1e-9) and score.agreement == 1.0
     assert score.accuracy_clean == score.accuracy_spliced and score.kl_recovered == 1.0
     after = state(model)
-    assert before[:3] == after[:3]
-    assert all(torch.equal(v, after[3][k]) for k, v in before[3].items())
+    assert before[:2] == after[:2]
+    assert all(torch.equal(v, after[2][k]) for k, v in before[2].items())
     assert torch.equal(model(x), clean)
     trained = spliced_score(model, sae, "shapes", progress=False)
     assert 0 < trained.kl < trained.kl_bias_only and trained.images == 64
