@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from guide_example import run_first_example
 from torch.utils.data import DataLoader, TensorDataset
 
 import vizkit as vk
@@ -215,17 +216,11 @@ def test_two_torchrun_processes_write_the_single_process_store(tmp_path, images)
         assert np.array_equal(a, b)
 
 
-def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch, capsys):
+def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch):
     """docs/guide/activation-store.md: its example runs and prints what its comments say."""
-    from pathlib import Path
-
-    text = (Path(__file__).parents[1] / "docs" / "guide" / "activation-store.md").read_text()
-    block = text.split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "activation-store.md", "exec"), {"__name__": "guide"})
-    printed = capsys.readouterr().out.splitlines()
-    said = [line.split("# ", 1)[1].split(":", 1)[0] for line in block.splitlines()
-            if line.startswith("print(")]  # fmt: skip
+    printed, comments = run_first_example("activation-store.md")
+    said = [comment.split(":", 1)[0] for comment in comments]
     assert printed[0].startswith(said[0]) and printed[0].endswith("64 tokens x 128, float32)")
     assert printed[1] == said[1]
 

@@ -10,6 +10,7 @@ import pytest
 import timm
 import torch
 from conftest import model_state
+from guide_example import run_first_example
 from overcomplete.sae import BatchTopKSAE, TopKSAE
 from overcomplete.sae.losses import top_k_auxiliary_loss
 from scipy.optimize import minimize
@@ -368,17 +369,11 @@ def test_an_untrained_batchtopk_threshold_is_refused():
     assert np.isnan(float(sae.threshold))
 
 
-def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch, capsys):
+def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch):
     """docs/guide/sparse-autoencoders.md: its example runs and prints what its comments say."""
-    from pathlib import Path
-
-    text = (Path(__file__).parents[1] / "docs" / "guide" / "sparse-autoencoders.md").read_text()
-    block = text.split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "sparse-autoencoders.md", "exec"), {"__name__": "guide"})
-    printed = capsys.readouterr().out.splitlines()
-    said = [line.split("# ", 1)[1].removesuffix("...)") for line in block.splitlines()
-            if line.startswith("print(")]  # fmt: skip
+    printed, comments = run_first_example("sparse-autoencoders.md")
+    said = [comment.removesuffix("...)") for comment in comments]
     assert printed[0] == said[0]
     fvu = float(printed[1].split("fvu=")[1].split(",")[0])
     assert printed[1].startswith("SAEScores(fvu=") and 0.05 < fvu < 0.15 and "L0=8.0" in printed[1]
