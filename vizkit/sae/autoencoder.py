@@ -20,11 +20,14 @@ makes the training rows' mean norm ``sqrt(width)``. The activation ``act`` is on
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
+
+from ..store.manifest import synced, write_json
 
 __all__ = ["BATCH_KINDS", "KINDS", "SparseAutoencoder", "batch_topk"]
 
@@ -102,12 +105,17 @@ class SparseAutoencoder(nn.Module):
         return self.decode(self.encode(x))
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``sae.safetensors`` and ``sae.json`` (kind, k, sizes, source) to ``folder``."""
+        """Write ``sae.safetensors``, then ``sae.json`` (kind, k, sizes, source), to ``folder``,
+        each through a synced temporary file and a rename (a crash leaves the old or the new)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()},
-                  folder / "sae.safetensors")  # fmt: skip
-        (folder / "sae.json").write_text(json.dumps(self.config(), indent=1) + "\n")
+        weights = save({k: v.contiguous() for k, v in self.state_dict().items()})
+        partial = folder / f".sae.safetensors.{os.getpid()}.partial"
+        with open(partial, "wb") as handle:
+            handle.write(weights)
+            synced(handle)
+        partial.replace(folder / "sae.safetensors")
+        write_json(folder / "sae.json", self.config())
         return folder
 
     def config(self) -> dict:

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..hooks.inputs import check_count
 from ..store import ActivationStore
-from ..store.manifest import differences
+from ..store.manifest import differences, synced
 from .autoencoder import BATCH_KINDS, SparseAutoencoder
 from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from .median import geometric_median
@@ -196,13 +196,16 @@ class _Run:
         return {"fvu": fvu.detach(), "L0": l0, "dead": dead.float().mean()}
 
     def save(self, folder: Path) -> None:
-        """The run's whole state to ``folder/checkpoint.pt`` (replaced in one rename)."""
+        """The run's whole state to ``folder/checkpoint.pt`` (synced, then replaced in one
+        rename)."""
         folder.mkdir(parents=True, exist_ok=True)
         state = {"settings": self.settings, "step": self.step, "rows_seen": self.rows_seen,
                  "last_fired": self.last_fired, "sae": self.sae.state_dict(),
                  "optimizer": self.optimizer.state_dict()}  # fmt: skip
         partial = folder / f".checkpoint.{os.getpid()}.partial"
-        torch.save(state, partial)
+        with open(partial, "wb") as handle:
+            torch.save(state, handle)
+            synced(handle)
         partial.replace(folder / "checkpoint.pt")
 
     def resume(self, folder: Path) -> bool:
