@@ -11,7 +11,7 @@ tensor([5.])
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ __all__ = [
     "direction",
     "embed",
     "embedding_of",
+    "encode_texts",
     "embedding_norm",
     "pca_component",
     "probe",
@@ -371,36 +372,52 @@ def _prompt_label(prompts: str | Sequence[str]) -> str:
 
 def text_embedding(model: nn.Module, prompts: str | Sequence[str], tokenizer=None) -> Tensor:
     """(D,) the unit-normalized mean of the prompts' normalized text embeddings."""
+    return F.normalize(encode_texts(model, prompts, tokenizer).mean(0), dim=0)
+
+
+def encode_texts(
+    model: nn.Module, prompts: str | Sequence[str], tokenizer=None, batch_size: int = 256
+) -> Tensor:
+    """(M, D) the normalized text embeddings of ``prompts`` by a CLIP-family ``model``'s text
+    tower, ``batch_size`` prompts per forward (``tokenizer`` as `text` takes it)."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
         raise ValueError(f"prompts must be a non-empty string or strings; got {prompts!r}.")
+    batch_size = check_count("batch_size", batch_size)
     model = unwrap_model(model)
+    encode = _text_encoder(model, tokenizer)
     with held(model), torch.no_grad():
-        if callable(getattr(model, "encode_text", None)):  # open_clip
-            if tokenizer is None:  # open_clip's CLIP tokenizer, at the model's context length
-                from open_clip.tokenizer import SimpleTokenizer
+        embeddings = [encode(prompts[i : i + batch_size])
+                      for i in range(0, len(prompts), batch_size)]  # fmt: skip
+    return F.normalize(torch.cat(embeddings).float(), dim=-1)
 
-                tokenizer = SimpleTokenizer(context_length=getattr(model, "context_length", 77))
-            tokens = tokenizer(prompts).to(_device(model))
-            embeddings = model.encode_text(tokens)
-        elif callable(getattr(model, "get_text_features", None)):  # transformers
-            if tokenizer is None:
-                raise ValueError(
-                    f"{type(model).__name__} needs its checkpoint's tokenizer: "
-                    "vk.targets.text(model, prompts, tokenizer=AutoTokenizer.from_pretrained("
-                    "checkpoint))."
-                )
-            tokens = tokenizer(prompts, padding="max_length", truncation=True, return_tensors="pt")
-            tokens = {k: v.to(_device(model)) for k, v in tokens.items()}
-            embeddings = embedding_of(model.get_text_features(**tokens))
-        else:
-            raise TypeError(
-                f"{type(model).__name__} has no text tower vizkit knows (open_clip's "
-                "encode_text, transformers' get_text_features): text targets need a "
-                "CLIP-family model. Use vk.targets.similar_to(embedding) with an embedding "
-                "of your own instead."
+
+def _text_encoder(model: nn.Module, tokenizer) -> Callable[[list[str]], Tensor]:
+    if callable(getattr(model, "encode_text", None)):  # open_clip
+        if tokenizer is None:  # open_clip's CLIP tokenizer, at the model's context length
+            from open_clip.tokenizer import SimpleTokenizer
+
+            tokenizer = SimpleTokenizer(context_length=getattr(model, "context_length", 77))
+        return lambda texts: model.encode_text(tokenizer(texts).to(_device(model)))
+    if callable(getattr(model, "get_text_features", None)):  # transformers
+        if tokenizer is None:
+            raise ValueError(
+                f"{type(model).__name__} needs its checkpoint's tokenizer: "
+                "vk.targets.text(model, prompts, tokenizer=AutoTokenizer.from_pretrained("
+                "checkpoint))."
             )
-    return F.normalize(F.normalize(embeddings.float(), dim=-1).mean(0), dim=0)
+
+        def features(texts: list[str]) -> Tensor:
+            tokens = tokenizer(texts, padding="max_length", truncation=True, return_tensors="pt")
+            tokens = {k: v.to(_device(model)) for k, v in tokens.items()}
+            return embedding_of(model.get_text_features(**tokens))
+
+        return features
+    raise TypeError(
+        f"{type(model).__name__} has no text tower vizkit knows (open_clip's encode_text, "
+        "transformers' get_text_features): text targets need a CLIP-family model. Use "
+        "vk.targets.similar_to(embedding) with an embedding of your own instead."
+    )
 
 
 def _device(model: nn.Module) -> torch.device:

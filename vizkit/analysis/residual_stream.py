@@ -26,6 +26,7 @@ __all__ = [
     "BRANCHES",
     "StreamReadout",
     "block_activations",
+    "check_close",
     "edited_forward",
     "head_outputs",
     "pattern_name",
@@ -106,7 +107,7 @@ def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor,
             "output is not one sum of block outputs."
         )
     parts = torch.stack([acts[n] for n in names])
-    _check_close("The block outputs' sum", parts.sum(0), acts[final], "the final stream",
+    check_close("The block outputs' sum", parts.sum(0), acts[final], "the final stream",
                  "a block adds more than its attention and MLP outputs (post-norm blocks, "
                  "a scaled or gated residual)")  # fmt: skip
     labels = ["embed"] + [f"{p} {b.removeprefix('hook_').removesuffix('_out')}"
@@ -114,7 +115,7 @@ def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor,
     return parts, labels, acts[final], output
 
 
-def _check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
+def check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
     scale = expected.abs().max().clamp_min(1e-12)
     error = float((value - expected).abs().max() / scale)
     if not error <= TOLERANCE:  # NaN fails too
@@ -218,10 +219,10 @@ class StreamReadout:
         with torch.no_grad():
             constant = score(self(torch.zeros_like(self.stream), frozen=True))
             clean = score(self.logits)
-        _check_close("The frozen head's value at the clean stream", value.detach(), clean,
+        check_close("The frozen head's value at the clean stream", value.detach(), clean,
                      "the model's", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
         linear = (gradient * self.stream).flatten(1).sum(1) + constant
-        _check_close("The frozen head's linear part", linear, clean, "its value",
+        check_close("The frozen head's linear part", linear, clean, "its value",
                      "the head is not affine in the stream once its norms are frozen "
                      "(an attention-pooling or MLP head)")  # fmt: skip
         return gradient, constant
@@ -300,7 +301,7 @@ def head_outputs(hm: HookedModel, x: Tensor, blocks: list[str], attn: list[Tenso
     per_block = []
     for block, output in zip(blocks, attn, strict=True):
         split = _split_heads(hm, x, block)
-        _check_close(f"{block}'s heads' outputs plus its bias", split.sum(0), output,
+        check_close(f"{block}'s heads' outputs plus its bias", split.sum(0), output,
                      "its attention output", "its output is not linear in its heads (a norm "
                      "before the projection, heads mixed after the softmax)")  # fmt: skip
         per_block.append(split)

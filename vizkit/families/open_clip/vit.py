@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable
+
+from torch import Tensor, nn
 
 from ...hooks.family import BlockSite, Family, FamilyLayout, ResidualSpec, register_family
 from ...hooks.layout import TokenLayout
@@ -34,7 +36,24 @@ def layout(model: nn.Module) -> FamilyLayout:
         return TokenLayout(1, (image_size[0] // ph, image_size[1] // pw), True)
 
     reads_class = model.attn_pool is None and getattr(model, "pool_type", "tok") == "tok"
-    return FamilyLayout("vit", blocks, extra, tokens=tokens, reads_class_token=reads_class)
+    return FamilyLayout(
+        "vit", blocks, extra, tokens=tokens, reads_class_token=reads_class,
+        readout=_readout(model),
+    )  # fmt: skip
+
+
+def _readout(model: nn.Module) -> Callable[[Tensor], Tensor] | None:
+    """The tower's pooling and projection on the last block's tokens (open_clip's ``_pool``,
+    then ``proj``); None where open_clip has no ``_pool`` (before 3.1)."""
+    pool = getattr(model, "_pool", None)
+    if pool is None:
+        return None
+
+    def readout(tokens: Tensor) -> Tensor:
+        pooled = pool(tokens)[0]
+        return pooled if model.proj is None else pooled @ model.proj
+
+    return readout
 
 
 FAMILY = register_family(

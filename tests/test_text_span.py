@@ -1,0 +1,306 @@
+"""TextSpan (Gandelsman, Efros and Steinhardt 2024): the image embedding of every CLIP-family
+model vizkit covers splits exactly into parts, heads and source tokens (checked against the
+embedding, against heads split by editing, and against the heads computed by hand from
+open_clip's weights), and the greedy text basis follows the reference algorithm's steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import model_state
+
+from vizkit.datasets.captions import WordTokenizer
+from vizkit.models.text_image import clip_shapes
+from vizkit.text import (
+    decompose_images,
+    embedding_decomposition,
+    label_shares,
+    mean_ablated,
+    mean_ablation,
+    span_texts,
+    text_maps,
+    text_span,
+    zero_shot_predictions,
+)
+
+transformers = pytest.importorskip("transformers")
+open_clip = pytest.importorskip("open_clip")
+
+_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 2, "image_size": 32, "patch_size": 8}  # fmt: skip
+_TEXT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+         "num_attention_heads": 2}  # fmt: skip
+
+
+def _open_clip() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return open_clip.model.CLIP(
+        embed_dim=16,
+        vision_cfg={"image_size": 32, "patch_size": 8, "width": 32, "layers": 2, "head_width": 16},
+        text_cfg={"context_length": 8, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1},
+    ).eval()  # fmt: skip
+
+
+def _hf_clip() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.CLIPConfig(vision_config=_VISION, text_config=_TEXT, projection_dim=16)
+    return transformers.CLIPModel(config).eval()
+
+
+def _hf_projected() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.CLIPVisionConfig(**_VISION, projection_dim=16)
+    return transformers.CLIPVisionModelWithProjection(config).eval()
+
+
+def _ours() -> torch.nn.Module:
+    torch.manual_seed(0)
+    tokenizer = WordTokenizer()
+    return clip_shapes(tokenizer.vocab_size, tokenizer.context_length, layers=2).eval()
+
+
+MODELS = {"open_clip": _open_clip, "hf_clip": _hf_clip, "hf_projected": _hf_projected,
+          "clip_shapes": _ours}  # fmt: skip
+
+
+def _embed(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        if hasattr(model, "encode_image"):
+            return model.encode_image(x)
+        if hasattr(model, "get_image_features"):
+            out = model.get_image_features(pixel_values=x)
+            return getattr(out, "pooler_output", out)
+        return model(pixel_values=x).image_embeds
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_parts_heads_and_tokens_sum_to_the_embedding(name):
+    model = MODELS[name]()
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    before = model_state(model)
+    result = embedding_decomposition(model, x, tokens=-1)
+    assert model_state(model) == before
+    embedding = _embed(model, x)
+    scale = float(embedding.abs().max())
+    assert torch.allclose(result.embedding, embedding, atol=1e-5 * scale)
+    total = result.contributions.sum(1) + result.constant
+    assert torch.allclose(total, embedding, atol=1e-4 * scale)
+    assert torch.allclose(result.tokens.sum(3), result.heads[:, -1:], atol=1e-5 * scale)
+    tokens = 1 + result.layout.num_patches
+    assert result.tokens.shape == (3, 1, result.heads.shape[2], tokens, embedding.shape[-1])
+    assert result.token_blocks == result.blocks[-1:]
+
+
+def test_heads_and_tokens_equal_a_hand_computation_on_open_clip():
+    """open_clip's heads cannot be split by editing (torch's attention returns its map beside
+    the output), so they are checked here against W_O^h v_j a_0j through the frozen ln_post
+    and proj, written out from the weights."""
+    model = _open_clip()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    result = embedding_decomposition(model, x, tokens=[0, 1])
+    assert "editing" in result.notes["heads"]
+    visual = model.visual
+    streams = {}
+    hooks = [visual.ln_post.register_forward_hook(
+        lambda m, a, o: streams.__setitem__("final", a[0]))]  # fmt: skip
+    for i, block in enumerate(visual.transformer.resblocks):
+        hooks.append(block.ln_1.register_forward_hook(
+            lambda m, a, o, i=i: streams.__setitem__(i, o)))  # fmt: skip
+    with torch.no_grad():
+        model.encode_image(x)
+    for h in hooks:
+        h.remove()
+    final = streams["final"][:, 0]  # (B, C): the class token entering ln_post
+    sigma = (final.var(-1, unbiased=False, keepdim=True) + visual.ln_post.eps).sqrt()
+    for i, block in enumerate(visual.transformer.resblocks):
+        with torch.no_grad():
+            expected = _by_hand(block.attn, streams[i], visual, sigma)
+        scale = 1e-5 * float(expected.abs().max())
+        assert torch.allclose(result.tokens[:, i], expected, atol=scale)  # (B, H, N, D)
+        assert torch.allclose(result.heads[:, i], expected.sum(2), atol=scale)
+
+
+def _by_hand(attn, y, visual, sigma):
+    """(B, H, N, D) each head through each source token into the class token, then the frozen
+    ln_post and proj, from torch attention ``attn``'s weights and its input ``y`` (B, N, C)."""
+    heads = attn.num_heads
+    w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
+    b_q, b_k, b_v = attn.in_proj_bias.chunk(3)
+    q, k, v = ((y @ w.T + b).unflatten(-1, (heads, -1)).transpose(1, 2)
+               for w, b in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))  # fmt: skip
+    a = ((q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5).softmax(-1)  # (B, H, N, N)
+    w_o = attn.out_proj.weight.T.unflatten(0, (heads, -1))  # (H, d, C)
+    written = a[:, :, 0, :, None] * torch.einsum("bhnd,hdc->bhnc", v, w_o)  # (B, H, N, C)
+    centred = written - written.mean(-1, keepdim=True)
+    return (centred * visual.ln_post.weight / sigma[:, None, None]) @ visual.proj
+
+
+def test_transformers_heads_are_checked_against_the_edited_split():
+    result = embedding_decomposition(_hf_clip(), torch.randn(2, 3, 32, 32))
+    assert "heads" not in result.notes and result.heads.shape == (2, 2, 2, 16)
+
+
+def test_cosine_shares_sum_to_the_cosine():
+    model = _ours()
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    result = embedding_decomposition(model, x, tokens=[0, 1])
+    texts = torch.randn(5, 64)
+    cosine = F.normalize(result.embedding, dim=-1) @ F.normalize(texts, dim=-1).T
+    norms = result.embedding.norm(dim=-1)[:, None]
+    constant = result.constant @ F.normalize(texts, dim=-1).T / norms
+    assert torch.allclose(result.cosine(texts).sum(1) + constant, cosine, atol=1e-5)
+    tokens = result.token_cosine(texts)  # (B, K, N) through every head of both blocks
+    attn = [i for i, p in enumerate(result.parts) if p.endswith(" attn")]
+    heads = result.cosine(texts)[:, attn].sum(1) - (
+        (result.contributions[:, attn].sum(1) - result.heads.sum((1, 2)))
+        @ F.normalize(texts, dim=-1).T
+        / result.embedding.norm(dim=-1)[:, None]
+    )
+    assert torch.allclose(tokens.sum(-1), heads, atol=1e-5)
+    with pytest.raises(ValueError, match="were not split by token"):
+        embedding_decomposition(model, x, tokens=-1).token_cosine(texts, ["nope"])
+
+
+def test_siglips_attention_pooling_head_is_refused_with_the_reason():
+    config = transformers.SiglipConfig(vision_config=_VISION, text_config=_TEXT)
+    model = transformers.SiglipModel(config).eval()
+    with pytest.raises(ValueError, match="attention-pooling head"):
+        embedding_decomposition(model, torch.randn(2, 3, 32, 32))
+
+
+def test_tokens_need_heads_and_a_known_block():
+    model = _ours()
+    with pytest.raises(ValueError, match="needs heads=True"):
+        embedding_decomposition(model, torch.randn(1, 3, 32, 32), heads=False, tokens=-1)
+    with pytest.raises(ValueError, match="tokens: index 5 does not exist"):
+        embedding_decomposition(model, torch.randn(1, 3, 32, 32), tokens=5)
+
+
+def _reference_span(data: np.ndarray, texts: np.ndarray, iters: int, rank: int):
+    """TextSpan's ``replace_with_iterative_removal`` (clip_text_span, compute_complete_text_set
+    .py) written out step by step in numpy: texts onto the span of the data's top ``rank``
+    right singular vectors, data centred, then per step the text of largest projection std,
+    removed from the data and from every text."""
+    _, _, vh = np.linalg.svd(data, full_matrices=False)
+    vh = vh[:rank]
+    texts = (vh.T @ np.linalg.inv(vh @ vh.T) @ vh @ texts.T).T
+    mean = data.mean(0, keepdims=True)
+    data = data - mean
+    reconstruct = np.repeat(mean, len(data), 0)
+    chosen = []
+    for _ in range(iters):
+        top = int(np.argmax((data @ texts.T).std(0)))
+        chosen.append(top)
+        norm = texts[top] @ texts[top]
+        along = (data @ texts[top] / norm)[:, None] * texts[top][None]
+        reconstruct = reconstruct + along
+        data = data - along
+        texts = texts - (texts @ texts[top] / norm)[:, None] * texts[top][None]
+    return chosen, reconstruct
+
+
+@pytest.mark.parametrize("rank", [3, 8])
+def test_the_greedy_basis_follows_the_reference_steps(rank):
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(200, 12)) @ rng.normal(size=(12, 12))
+    texts = rng.normal(size=(30, 12))
+    texts /= np.linalg.norm(texts, axis=1, keepdims=True)
+    chosen, reconstruct = _reference_span(data, texts, min(rank, 5), rank)
+    found = span_texts(torch.tensor(data), torch.tensor(texts), basis=5, rank=rank)
+    assert found.indices == chosen  # at rank 3 the texts left after three are zero: it stops
+    assert np.allclose(found.reconstruction.numpy(), reconstruct, atol=1e-4)
+    assert all(b > a for a, b in zip(found.explained, found.explained[1:], strict=False))
+
+
+def test_the_basis_finds_planted_texts():
+    """Data written along three of forty text directions (plus a little noise): those three
+    are the basis, and they explain nearly all the variance."""
+    generator = torch.Generator().manual_seed(0)
+    texts = F.normalize(torch.randn(40, 16, generator=generator), dim=-1)
+    weights = torch.randn(500, 3, generator=generator) * torch.tensor([3.0, 2.0, 1.0])
+    data = weights @ texts[[7, 19, 31]] + 0.01 * torch.randn(500, 16, generator=generator)
+    found = span_texts(data, texts, basis=3)
+    assert sorted(found.indices) == [7, 19, 31] and found.explained[-1] > 0.999
+
+
+def test_text_span_describes_every_head_and_ranks_its_images():
+    model = _ours()
+    tokenizer = WordTokenizer()
+    x = torch.randn(24, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    pool = ["a circle", "a red star", "a small ring", "a square at the top left", "a dark cross"]
+    decomposition = decompose_images(model, x, batch_size=10, progress=False)
+    assert decomposition.heads.shape == (24, 2, 4, 64) and "heads" in decomposition.notes
+    span = text_span(model, decomposition, pool, tokenizer=tokenizer, basis=2)
+    rows = span.table()
+    assert len(rows) == 8 and all(len(r["texts"]) == 2 and set(r["texts"]) <= set(pool)
+                                  for r in rows)  # fmt: skip
+    assert all(0 < r["explained"] <= 1 for r in rows)
+    top = span.top_images(-1, 0, text=1, count=5)
+    direction = F.normalize(span.text_embeddings[span.indices[-1, 0, 1]], dim=-1)
+    shares = decomposition.heads[:, -1, 0] @ direction / decomposition.embedding.norm(dim=-1)
+    assert top.tolist() == shares.argsort(descending=True)[:5].tolist()
+    again = text_span(model, x, pool, tokenizer=tokenizer, basis=2, layers=-1, progress=False)
+    assert again.blocks == span.blocks[-1:]
+    assert torch.equal(again.indices, span.indices[-1:])
+
+
+def _decomposed(images: int = 12):
+    model = _ours()
+    x = torch.randn(images, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    return model, decompose_images(model, x, batch_size=5, tokens=[-2, -1], progress=False)
+
+
+def test_mean_ablation_replaces_parts_by_their_mean():
+    _, decomposition = _decomposed()
+    parts = decomposition.parts
+    assert torch.allclose(mean_ablated(decomposition, parts), decomposition.embedding, atol=1e-5)
+    none = mean_ablated(decomposition, [])
+    assert torch.allclose(none, decomposition.embedding.mean(0).expand_as(none), atol=1e-5)
+    kept = parts[-2:]
+    by_hand = (decomposition.contributions[:, -2:].sum(1) + decomposition.constant
+               + decomposition.contributions[:, :-2].mean(0).sum(0))  # fmt: skip
+    assert torch.allclose(mean_ablated(decomposition, kept), by_hand, atol=1e-5)
+    with pytest.raises(ValueError, match="are not parts"):
+        mean_ablated(decomposition, ["blocks.0 attn"])
+    texts = torch.randn(3, 64, generator=torch.Generator().manual_seed(6))
+    labels = zero_shot_predictions(decomposition.embedding, texts)
+    labels[:4] = (labels[:4] + 1) % 3  # a third of the labels wrong
+    table = mean_ablation(decomposition, texts, labels)
+    assert table.names[:2] == ["nothing", "the embedding and every MLP"]
+    assert float(table.accuracy[0]) == pytest.approx(8 / 12)
+    assert sorted(table.ablated[-1]) == sorted(p for p in parts if p != parts[-2])  # last attn kept
+    with pytest.raises(ValueError, match="one class per decomposed image"):
+        mean_ablation(decomposition, texts, labels[:5])
+
+
+def test_label_shares_are_the_correlation_ratio():
+    _, decomposition = _decomposed()
+    labels = ["a", "b", "c"] * 4
+    shares = label_shares(decomposition, {"letters": labels, "same": ["x"] * 12})
+    data = decomposition.heads / decomposition.embedding.norm(dim=-1)[:, None, None, None]
+    data = data[:, 1, 2].double().numpy()  # block 1, head 2: (n, D)
+    centred = data - data.mean(0)
+    groups = np.array(labels)
+    between = sum((groups == g).sum() * np.sum(centred[groups == g].mean(0) ** 2) for g in "abc")
+    assert float(shares.shares[1, 2, 0]) == pytest.approx(between / np.sum(centred**2), rel=1e-4)
+    assert float(shares.shares[..., 1].max()) < 1e-6  # one group explains nothing
+    assert shares.strongest("letters", 1)[0][2] == pytest.approx(float(shares.shares[..., 0].max()))
+    with pytest.raises(ValueError, match="has 3 labels for 12 images"):
+        label_shares(decomposition, {"short": ["a", "b", "c"]})
+
+
+def test_text_maps_are_the_patches_shares_of_the_cosine():
+    _, decomposition = _decomposed(4)
+    texts = torch.randn(3, 64, generator=torch.Generator().manual_seed(7))
+    maps = text_maps(decomposition, texts, torch.tensor([0, 1, 2, 0]))
+    assert maps.maps.shape == (4, 8, 8) and maps.method == "text_span_tokens"
+    shares = decomposition.token_cosine(texts)  # (B, K, N)
+    assert torch.allclose(maps.maps[1].flatten(), shares[1, 1, 1:])
+    specific = text_maps(decomposition, texts, 2, versus_mean=True)
+    assert torch.allclose(specific.maps[0].flatten(), (shares[0, 2] - shares[0].mean(0))[1:])
+    last = text_maps(decomposition, texts, 0, blocks=decomposition.token_blocks[-1:])
+    assert not torch.allclose(last.maps, maps.maps[[0]].expand(4, -1, -1))
+    with pytest.raises(ValueError, match="targets must be an int or 4 ints"):
+        text_maps(decomposition, texts, 3)

@@ -1,0 +1,37 @@
+"""Words for what a model sees: a CLIP-family image embedding split into the direct
+contributions of layers, heads and tokens (`embedding_decomposition`), and each head described by
+the texts that span its outputs over a data set (`text_span`; Gandelsman, Efros and Steinhardt
+2024); the accuracy left when parts are mean-ablated (`mean_ablation`), the share of each head's
+variance a labelling explains (`label_shares`), and zero-shot segmentation maps (`text_maps`)."""
+
+from .ablation import LabelShares as LabelShares
+from .ablation import MeanAblation as MeanAblation
+from .ablation import label_shares as label_shares
+from .ablation import mean_ablated as mean_ablated
+from .ablation import mean_ablation as mean_ablation
+from .ablation import zero_shot_predictions as zero_shot_predictions
+from .decomposition import EmbeddingDecomposition as EmbeddingDecomposition
+from .decomposition import embedding_decomposition as embedding_decomposition
+from .segmentation import text_maps as text_maps
+from .span import SpannedTexts as SpannedTexts
+from .span import TextSpan as TextSpan
+from .span import decompose_images as decompose_images
+from .span import span_texts as span_texts
+from .span import text_span as text_span
+
+__all__ = [
+    "EmbeddingDecomposition",
+    "LabelShares",
+    "MeanAblation",
+    "SpannedTexts",
+    "TextSpan",
+    "decompose_images",
+    "embedding_decomposition",
+    "label_shares",
+    "mean_ablated",
+    "mean_ablation",
+    "span_texts",
+    "text_maps",
+    "text_span",
+    "zero_shot_predictions",
+]

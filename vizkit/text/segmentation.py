@@ -1,0 +1,49 @@
+"""Zero-shot segmentation from the decomposition (Gandelsman, Efros and Steinhardt 2024, Sec. 5.1):
+each patch's share of the cosine between the image embedding and a text, summed over the heads
+of the token blocks, is a map of where the image matches the text, scored against object masks
+with `vizkit.metrics` (pointing game, top IoU, relevance rank accuracy)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..analysis.saliency_result import SaliencyResult
+from .decomposition import EmbeddingDecomposition
+
+__all__ = ["text_maps"]
+
+
+def text_maps(
+    decomposition: EmbeddingDecomposition, text_embeddings: Tensor, targets: Tensor | int,
+    blocks: Sequence[str] | None = None, versus_mean: bool = False,
+) -> SaliencyResult:  # fmt: skip
+    """(B, gh, gw) each image's patches' shares of its cosine with text ``targets`` (an int
+    or B ints indexing the K ``text_embeddings`` (K, D)), through every head of ``blocks``
+    (default: the decomposition's token blocks).
+
+    Args:
+        versus_mean: subtract the mean map over the K texts (what is specific to the target
+            text, not what every text shares).
+    """
+    shares = decomposition.token_cosine(text_embeddings, blocks)  # (B, K, N)
+    count = len(shares)
+    targets = torch.as_tensor(targets).long()
+    targets = targets.expand(count) if targets.ndim == 0 else targets
+    if targets.shape != (count,) or not bool(((targets >= 0) & (targets < shares.shape[1])).all()):
+        raise ValueError(
+            f"targets must be an int or {count} ints in [0, {shares.shape[1]}) (rows of the text "
+            f"embeddings); got {targets.tolist()}."
+        )
+    chosen = shares[torch.arange(count), targets]  # (B, N)
+    if versus_mean:
+        chosen = chosen - shares.mean(1)
+    layout = decomposition.layout
+    _, patches = layout.split(chosen, dim=1)
+    return SaliencyResult(
+        layout.to_grid(patches), "text_span_tokens", decomposition.image_size,
+        options={"blocks": list(blocks or decomposition.token_blocks), "versus_mean": versus_mean},
+        layout=layout, targets=targets,
+    )  # fmt: skip
