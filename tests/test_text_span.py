@@ -163,11 +163,26 @@ def test_cosine_shares_sum_to_the_cosine():
         embedding_decomposition(model, x, tokens=-1).token_cosine(texts, ["nope"])
 
 
-def test_siglips_attention_pooling_head_is_refused_with_the_reason():
+def test_siglips_pooling_head_is_read_with_its_map_frozen():
+    """SigLIP's attention-pooling head is affine in the stream once its map and the final
+    norm's scale are frozen; its MLP's term is the part "head mlp"."""
     config = transformers.SiglipConfig(vision_config=_VISION, text_config=_TEXT)
+    torch.manual_seed(0)
     model = transformers.SiglipModel(config).eval()
-    with pytest.raises(ValueError, match="attention-pooling head"):
-        embedding_decomposition(model, torch.randn(2, 3, 32, 32))
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
+    result = embedding_decomposition(model, x, tokens=-1)
+    embedding = model.get_image_features(pixel_values=x)
+    embedding = getattr(embedding, "pooler_output", embedding).detach()
+    scale = 1e-4 * float(embedding.abs().max())
+    assert result.parts[-1] == "head mlp"
+    assert torch.allclose(result.contributions.sum(1) + result.constant, embedding, atol=scale)
+    with torch.no_grad():  # the head MLP's term, by hand
+        vision = model.vision_model
+        z = vision.head.attention(vision.head.probe.repeat(2, 1, 1),
+                                  *[vision.post_layernorm(vision(x).last_hidden_state)] * 2)[0]
+    assert torch.allclose(result.contributions[:, -1], (embedding - z[:, 0]), atol=scale)
+    assert "heads" not in result.notes  # checked against the edited split
+    assert result.tokens.shape == (2, 1, 2, 16, 32)  # no class token: 16 patches
 
 
 def test_tokens_need_heads_and_a_known_block():

@@ -29,6 +29,8 @@ __all__ = [
     "check_close",
     "edited_forward",
     "head_outputs",
+    "norm_scale",
+    "norm_with_scale",
     "pattern_name",
     "residual_blocks",
     "stream_parts",
@@ -138,13 +140,13 @@ class StreamReadout:
         def after_last(module, args, output) -> None:
             finished["last"] = True
 
-        def norm_scale(module, args, output) -> None:
+        def record_scale(module, args, output) -> None:
             if finished["last"]:
-                self.scales.append((module, _norm_scale(module, args[0])))
+                self.scales.append((module, norm_scale(module, args[0])))
 
         model = hm.model
         handles = [model.get_submodule(blocks[-1]).register_forward_hook(after_last)]
-        handles += [m.register_forward_hook(norm_scale) for m in model.modules() if _is_norm(m)]
+        handles += [m.register_forward_hook(record_scale) for m in model.modules() if _is_norm(m)]
         try:
             with torch.no_grad():
                 output, cache = hm.run_with_cache(x, self.last)
@@ -193,7 +195,7 @@ class StreamReadout:
         def frozen(module, args, output):
             scale = calls[id(module)][position[id(module)]]
             position[id(module)] += 1
-            return _norm_with_scale(module, args[0], scale)
+            return norm_with_scale(module, args[0], scale)
 
         modules = {id(m): m for m, _ in self.scales}.values()
         handles = [m.register_forward_hook(frozen) for m in modules]
@@ -232,7 +234,7 @@ def _is_norm(module: nn.Module) -> bool:
     return isinstance(module, nn.LayerNorm | nn.RMSNorm) or type(module).__name__ == "RmsNorm"
 
 
-def _norm_scale(module: nn.Module, x: Tensor) -> Tensor:
+def norm_scale(module: nn.Module, x: Tensor) -> Tensor:
     """The divisor a LayerNorm or RMSNorm applies to ``x`` (..., C), keepdim."""
     x = x.float()
     eps = module.eps if module.eps is not None else torch.finfo(x.dtype).eps
@@ -241,7 +243,7 @@ def _norm_scale(module: nn.Module, x: Tensor) -> Tensor:
     return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
 
-def _norm_with_scale(module: nn.Module, x: Tensor, scale: Tensor) -> Tensor:
+def norm_with_scale(module: nn.Module, x: Tensor, scale: Tensor) -> Tensor:
     """The norm of ``x`` with its divisor fixed to ``scale``: centred (LayerNorm), divided,
     then its affine weight and bias."""
     if isinstance(module, nn.LayerNorm):

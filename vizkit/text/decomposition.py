@@ -39,6 +39,7 @@ from ..hooks.inputs import check_count, check_images
 from ..hooks.selector import select_layers
 from ..models.zero_shot import image_tower
 from ..targets import embedding_of
+from .pooling import PoolingReadout, pooling_head
 
 __all__ = ["EmbeddingDecomposition", "embedding_decomposition"]
 
@@ -52,7 +53,7 @@ class EmbeddingDecomposition(Result):
 
     Attributes:
         parts: "embed" (the stream entering the first block), then "<block> attn" and
-            "<block> mlp" per block.
+            "<block> mlp" per block (and "head mlp" for SigLIP's pooling head's MLP).
         contributions: (B, P, D) each part's direct contribution; with ``constant`` they sum to
             ``embedding``.
         constant: (B, D) the head on a zero stream (the final norm's bias through the
@@ -137,9 +138,13 @@ def embedding_decomposition(
             it.
         max_bytes: what one pass over the Jacobian's rows holds.
 
+    SigLIP's attention-pooling head is read with its map frozen too; the MLP it adds after the
+    pooling is the part "head mlp" (`vizkit.text.pooling`).
+
     Raises:
         ValueError: a head that is not affine in the stream once its norms are frozen (an
-            attention-pooling head with an MLP, as SigLIP's), or a split that does not add up.
+            attention-pooling head vizkit does not know, an MLP head), or a split that does not
+            add up.
     """
     if callable(getattr(model, "encode_image", None)) or callable(
         getattr(model, "get_image_features", None)
@@ -162,11 +167,16 @@ def _decompose(
         tokens, blocks, arg="tokens", what="blocks")  # fmt: skip
     if token_blocks and not heads:
         raise ValueError("tokens= splits the heads by source token, so it needs heads=True.")
-    readout = StreamReadout(hm, x, blocks)
+    if pooling_head(hm.model) is None:
+        readout, remainder = StreamReadout(hm, x, blocks), None
+    else:  # the head MLP's term is a part of its own
+        readout = PoolingReadout(hm, x, blocks, embedding)
+        remainder = readout.remainder
+        parts, labels = torch.cat([parts, torch.zeros_like(parts[:1])]), [*labels, "head mlp"]
     constant = _frozen(readout, torch.zeros_like(readout.stream))
     check_close("The frozen head at the clean stream", _frozen(readout, readout.stream),
-                embedding, "the model's embedding",
-                "a norm after the blocks vizkit cannot freeze")  # fmt: skip
+                embedding if remainder is None else embedding - remainder,
+                "the model's embedding", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
     maps = _attention_graphs(hm, x, blocks) if heads else None
     keep = [blocks.index(b) for b in token_blocks]
     contributions = torch.zeros(len(x), len(parts), embedding.shape[-1])
@@ -178,10 +188,12 @@ def _decompose(
         ).cpu()  # fmt: skip
         if maps is not None:
             by_token.append(_token_rows(maps, jacobian, read, max_bytes))  # (B, L, H, N, d)
+    if remainder is not None:
+        contributions[:, -1] = remainder.cpu()
     check_close("The parts' contributions plus the constant",
                 contributions.sum(1) + constant.cpu(), embedding.cpu(), "the embedding",
                 "the head is not affine in the stream once its norms are frozen (an "
-                "attention-pooling head with an MLP, as SigLIP's)")  # fmt: skip
+                "attention-pooling head vizkit does not know, an MLP head)")  # fmt: skip
     result = EmbeddingDecomposition(
         labels, contributions, constant.cpu(), embedding.cpu(), blocks,
         options={"heads": heads, "tokens": token_blocks, "width": readout.stream.shape[-1]},
@@ -334,7 +346,8 @@ def _check_heads(
     Raises:
         ValueError: the two differ."""
     try:
-        split = torch.stack(head_outputs(hm, x, blocks, list(parts[1::2])))  # (L, H+1, B, N, C)
+        attention = [parts[i] for i, p in enumerate(result.parts) if p.endswith(" attn")]
+        split = torch.stack(head_outputs(hm, x, blocks, attention))  # (L, H+1, B, N, C)
     except ValueError as error:
         result.notes["heads"] = (
             "read off the attention maps only: this family's heads cannot also be split by "
