@@ -178,8 +178,10 @@ def test_siglips_pooling_head_is_read_with_its_map_frozen():
     assert torch.allclose(result.contributions.sum(1) + result.constant, embedding, atol=scale)
     with torch.no_grad():  # the head MLP's term, by hand
         vision = model.vision_model
-        z = vision.head.attention(vision.head.probe.repeat(2, 1, 1),
-                                  *[vision.post_layernorm(vision(x).last_hidden_state)] * 2)[0]
+        z = vision.head.attention(
+            vision.head.probe.repeat(2, 1, 1),
+            *[vision.post_layernorm(vision(x).last_hidden_state)] * 2,
+        )[0]
     assert torch.allclose(result.contributions[:, -1], (embedding - z[:, 0]), atol=scale)
     assert "heads" not in result.notes  # checked against the edited split
     assert result.tokens.shape == (2, 1, 2, 16, 32)  # no class token: 16 patches

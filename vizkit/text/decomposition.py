@@ -174,9 +174,9 @@ def _decompose(
         remainder = readout.remainder
         parts, labels = torch.cat([parts, torch.zeros_like(parts[:1])]), [*labels, "head mlp"]
     constant = _frozen(readout, torch.zeros_like(readout.stream))
-    check_close("The frozen head at the clean stream", _frozen(readout, readout.stream),
-                embedding if remainder is None else embedding - remainder,
-                "the model's embedding", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
+    pooled = embedding if remainder is None else embedding - remainder
+    check_close("The frozen head at the clean stream", _frozen(readout, readout.stream), pooled,
+                "the model's", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
     maps = _attention_graphs(hm, x, blocks) if heads else None
     keep = [blocks.index(b) for b in token_blocks]
     contributions = torch.zeros(len(x), len(parts), embedding.shape[-1])
