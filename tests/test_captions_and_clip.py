@@ -4,11 +4,17 @@ contrastive loss is CLIP's (Radford et al. 2021, Fig. 3) and training lowers it.
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+import vizkit as vk
+from vizkit import zoo
 from vizkit.datasets import SHAPE_CLASSES
 from vizkit.datasets.captions import (
     POSITIONS,
@@ -18,13 +24,14 @@ from vizkit.datasets.captions import (
     caption,
     shape_attributes,
 )
-from vizkit.models.text_image import clip_shapes
+from vizkit.models.text_image import clip_shapes, shapes_zero_shot
 from vizkit.train.contrastive import (
     ContrastiveConfig,
     contrastive_loss,
     train_contrastive,
     zero_shot_accuracy,
 )
+from vizkit.train.recipes import load_recipe, run_recipe, sample_accuracy
 
 
 def test_attributes_are_read_from_the_mask_and_pixels():
@@ -97,3 +104,52 @@ def test_training_lowers_the_loss_and_zero_shot_reads_the_nearest_prompt():
     expected = float((nearest == data.labels).float().mean())
     assert zero_shot_accuracy(model, tokenizer, images, data.labels, SHAPE_CLASSES,
                               batch_size=100) == pytest.approx(expected)  # fmt: skip
+
+
+def test_a_contrastive_recipe_writes_a_zoo_model_that_loads_as_open_clip(tmp_path):
+    """The recipe trains the text-image model, and its card holds the tokenizer, the prompt and
+    the zero-shot accuracy; the zoo loads it as an open_clip CLIP that prepares photos with
+    Shapes' statistics, and as a zero-shot classifier it reproduces the card's accuracy."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({
+        "name": "clip_tiny", "architecture": "clip_shapes", "data": "shapes",
+        "objective": "contrastive",
+        "kwargs": {"embed_dim": 16, "width": 32, "layers": 1, "heads": 2, "text_width": 32,
+                   "text_layers": 1},
+        "train": {"epochs": 1, "batch_size": 64, "images": 256, "threads": 1},
+    }))  # fmt: skip
+    card = run_recipe(recipe, out_dir=tmp_path, progress=False, readme=False)
+    assert card["tokenizer"] == WordTokenizer().to_dict()
+    assert card["zero_shot"] == {"template": "a {}"} and card["data"]["train"] == 256
+    assert len(card["history"]) == 1 and 0 <= card["test_accuracy"] <= 1
+    model, loaded = zoo.load(tmp_path / "clip_tiny.safetensors")
+    assert type(model).__name__ == "CLIP" and loaded["sha256"] == card["sha256"]
+    preprocessing = vk.datasets.model_preprocessing(model)
+    assert preprocessing.mean == (0.5, 0.5, 0.5) and preprocessing.std == (0.25, 0.25, 0.25)
+    classifier = shapes_zero_shot(model, loaded)
+    assert sample_accuracy(classifier, "shapes") == pytest.approx(card["sample_accuracy"])
+    test = ShapeCaptions("test")
+    images = torch.stack([test[i][0] for i in range(len(test))])
+    with torch.no_grad():
+        right = (classifier(images).argmax(-1) == test.labels).float().mean()
+    assert float(right) == pytest.approx(card["test_accuracy"])
+
+
+def test_a_contrastive_recipe_is_checked():
+    with pytest.raises(ValueError, match="trains a text-image model of vizkit's"):
+        load_recipe_text({"name": "x", "architecture": "vit_tiny_patch16_224", "kwargs": {},
+                          "data": "shapes", "objective": "contrastive", "train": {}})  # fmt: skip
+    with pytest.raises(ValueError, match="unknown train"):
+        load_recipe_text({"name": "x", "architecture": "clip_shapes", "kwargs": {},
+                          "data": "shapes", "objective": "contrastive",
+                          "train": {"label_smoothing": 0.1}})  # fmt: skip
+    with pytest.raises(ValueError, match="objective must be one of"):
+        load_recipe_text({"name": "x", "architecture": "clip_shapes", "kwargs": {},
+                          "data": "shapes", "objective": "captions", "train": {}})  # fmt: skip
+
+
+def load_recipe_text(spec: dict) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "recipe.json"
+        file.write_text(json.dumps(spec))
+        return load_recipe(file)

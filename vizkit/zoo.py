@@ -27,6 +27,7 @@ from torch import nn
 
 from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
+from .models.text_image import BUILDERS
 from .verdicts import beyond_two_se
 
 __all__ = [
@@ -363,10 +364,14 @@ def _load_carded(file: Path) -> tuple[nn.Module, dict]:
             f"--checkpoint {file}."
         )
     info = _read_card(card_file, ["architecture", "kwargs", "sha256"])
-    model = timm.create_model(
-        info["architecture"],
-        **info["kwargs"],
-        pretrained_cfg_overlay=info.get("pretrained_cfg", {}),
-    )
+    builder = BUILDERS.get(info["architecture"])
+    if builder is not None:  # a zoo architecture of vizkit's own (the text-image model)
+        model = builder(**info["kwargs"])
+    else:
+        model = timm.create_model(
+            info["architecture"],
+            **info["kwargs"],
+            pretrained_cfg_overlay=info.get("pretrained_cfg", {}),
+        )
     _load_weights(model, _read_weights(file, info["sha256"]), file, info["architecture"])
     return model.eval(), info

@@ -133,3 +133,8 @@ class WordTokenizer:
 
     def to_dict(self) -> dict:
         return {"vocabulary": self.vocabulary, "context_length": self.context_length}
+
+    @classmethod
+    def from_dict(cls, spec: dict) -> WordTokenizer:
+        """The tokenizer `to_dict` wrote (a zoo card's ``tokenizer``)."""
+        return cls(spec["vocabulary"], spec["context_length"])

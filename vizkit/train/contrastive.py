@@ -7,13 +7,16 @@ cross-entropy of matching each image to its caption and each caption to its imag
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
+
+from ..hooks.inputs import check_count, check_number
 
 __all__ = ["ContrastiveConfig", "contrastive_loss", "train_contrastive", "zero_shot_accuracy"]
 
@@ -21,7 +24,8 @@ __all__ = ["ContrastiveConfig", "contrastive_loss", "train_contrastive", "zero_s
 @dataclass
 class ContrastiveConfig:
     """epochs, batch_size, lr (AdamW, cosine decay after a linear warm-up of ``warmup_epochs``),
-    weight_decay, seed, threads (torch's CPU threads)."""
+    weight_decay, seed, threads (torch's CPU threads); images: how many of the training split's
+    images a recipe trains on (None: all)."""
 
     epochs: int = 10
     batch_size: int = 256
@@ -30,6 +34,19 @@ class ContrastiveConfig:
     warmup_epochs: float = 0.5
     seed: int = 0
     threads: int = 2
+    images: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "threads"):
+            check_count(name, getattr(self, name))
+        if self.images is not None:
+            check_count("images", self.images)
+        for name in ("lr", "weight_decay", "warmup_epochs"):
+            check_number(name, getattr(self, name), 0.0)
+        check_count("seed", self.seed, 0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def contrastive_loss(images: Tensor, texts: Tensor, scale: Tensor) -> Tensor:
@@ -45,10 +62,12 @@ def train_contrastive(
     model: nn.Module, tokenizer: Callable[[Sequence[str]], Tensor], images: Tensor,
     captions: Sequence[str], config: ContrastiveConfig,
     evaluate: Callable[[nn.Module], dict] | None = None, progress: bool = True,
+    device: str = "cpu",
 ) -> list[dict]:  # fmt: skip
     """Train an open_clip-style ``model`` (``encode_image``, ``encode_text``, ``logit_scale``)
-    on ``images`` (N, C, H, W) and their ``captions``; returns one record per epoch (the mean
-    loss, the temperature, and what ``evaluate(model)`` returns)."""
+    on ``images`` (N, C, H, W) and their ``captions`` (each batch moved to ``device``, where the
+    model is); returns one record per epoch (the mean loss, the temperature, the seconds, and
+    what ``evaluate(model)`` returns)."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     tokens = tokenizer(list(captions))
@@ -59,6 +78,7 @@ def train_contrastive(
     generator = torch.Generator().manual_seed(config.seed)
     history, step = [], 0
     for epoch in range(config.epochs):
+        start = time.perf_counter()
         model.train()
         order = torch.randperm(len(images), generator=generator)
         losses = []
@@ -67,7 +87,8 @@ def train_contrastive(
             rows = order[b * config.batch_size : (b + 1) * config.batch_size]
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * _schedule(step, warm, total)
-            embedded = model.encode_image(images[rows]), model.encode_text(tokens[rows])
+            embedded = (model.encode_image(images[rows].to(device)),
+                        model.encode_text(tokens[rows].to(device)))  # fmt: skip
             loss = contrastive_loss(*embedded, model.logit_scale.exp())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -78,7 +99,8 @@ def train_contrastive(
             step += 1
         model.eval()
         record = {"epoch": epoch + 1, "loss": sum(losses) / len(losses),
-                  "logit_scale": float(model.logit_scale.detach().exp())}  # fmt: skip
+                  "logit_scale": float(model.logit_scale.detach().exp()),
+                  "seconds": time.perf_counter() - start}  # fmt: skip
         if evaluate is not None:
             record.update(evaluate(model))
         history.append(record)
@@ -98,13 +120,14 @@ def zero_shot_accuracy(
 ) -> float:  # fmt: skip
     """The fraction of ``images`` whose nearest prompt ``template.format(class)`` (cosine in the
     joint space) is their label's."""
+    device = next(model.parameters()).device
     prompts = F.normalize(
-        model.encode_text(tokenizer([template.format(c) for c in classes])), dim=-1
+        model.encode_text(tokenizer([template.format(c) for c in classes]).to(device)), dim=-1
     )
     right = 0
     for start in range(0, len(images), batch_size):
-        embedded = F.normalize(model.encode_image(images[start : start + batch_size]), dim=-1)
-        right += int(
-            ((embedded @ prompts.T).argmax(-1) == labels[start : start + batch_size]).sum()
-        )
+        chunk = images[start : start + batch_size].to(device)
+        embedded = F.normalize(model.encode_image(chunk), dim=-1)
+        predicted = (embedded @ prompts.T).argmax(-1).cpu()
+        right += int((predicted == labels[start : start + batch_size]).sum())
     return right / len(images)

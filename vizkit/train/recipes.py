@@ -5,6 +5,9 @@ A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``da
 "digits"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
 `vizkit.train.inits.INITS` applied to the freshly built model, and ``track``: names from
 `vizkit.train.callbacks.TRACKERS` recorded in the history every epoch (default: all of them).
+A recipe with ``"objective": "contrastive"`` trains a text-image model of
+`vizkit.models.text_image.BUILDERS` on Shapes captions instead (``train``: fields of
+`ContrastiveConfig`; `vizkit.train.text_image_recipe`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ from pathlib import Path
 import timm
 import torch
 from safetensors.torch import save_file
+from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
+from ..models.text_image import BUILDERS, shapes_zero_shot
 from ..zoo import RECIPES_DIR, recipe_names
 from .callbacks import TRACKERS
+from .contrastive import ContrastiveConfig
 from .inits import INITS
+from .text_image_recipe import train_text_image
 from .trainer import TrainConfig, evaluate, train
 
 __all__ = [
@@ -42,8 +49,10 @@ __all__ = [
 ]
 
 DATASETS = {"shapes": Shapes, "digits": Digits}
+_CONFIGS = {"classification": TrainConfig, "contrastive": ContrastiveConfig}
 _FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
-_OPTIONAL = {"init": list, "track": list, "randomized_labels": dict}
+_OPTIONAL = {"init": list, "track": list, "randomized_labels": dict, "objective": str}
+OBJECTIVES = ("classification", "contrastive")  # contrastive: `vizkit.train.text_image_recipe`
 _JSON_NAMES = {str: "string", dict: "object", list: "list"}
 
 
@@ -88,7 +97,16 @@ def load_recipe(recipe: str | Path) -> dict:
     _check_names(spec, "track", TRACKERS, file)
     if spec["data"] not in DATASETS:
         raise ValueError(f"Recipe {file}: data must be one of {list(DATASETS)}.")
-    _check_train(spec["train"], file)
+    objective = spec.get("objective", "classification")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"Recipe {file}: objective must be one of {list(OBJECTIVES)}.")
+    if objective == "contrastive" and (spec["data"] != "shapes" or
+                                       spec["architecture"] not in BUILDERS):  # fmt: skip
+        raise ValueError(
+            f"Recipe {file}: a contrastive recipe trains a text-image model of vizkit's "
+            f"({sorted(BUILDERS)}) on Shapes captions (data 'shapes')."
+        )
+    _check_train(spec["train"], file, _CONFIGS[objective])
     return spec
 
 
@@ -99,15 +117,15 @@ def _check_names(spec: dict, key: str, known: dict, file: Path) -> None:
         raise ValueError(f"Recipe {file}: unknown {key} {unknown}; known: {sorted(known)}.")
 
 
-def _check_train(train: dict, file: Path) -> None:
-    """``train`` holds fields of `TrainConfig` only, each of the right type and range."""
-    known = [f.name for f in fields(TrainConfig)]
+def _check_train(train: dict, file: Path, config: type = TrainConfig) -> None:
+    """``train`` holds fields of ``config`` only, each of the right type and range."""
+    known = [f.name for f in fields(config)]
     unknown = sorted(train.keys() - set(known))
     if unknown:
         raise ValueError(f"Recipe {file}: unknown train {unknown}; known: {known}.")
     try:
-        TrainConfig(**train)
-    except ValueError as error:
+        config(**train)
+    except (TypeError, ValueError) as error:
         raise ValueError(f"Recipe {file}: train.{error}") from None
 
 
@@ -131,63 +149,34 @@ def run_recipe(
         before training).
     """
     spec = load_recipe(recipe)
-    config = TrainConfig(**{**spec["train"], **({"epochs": epochs} if epochs is not None else {})})
+    objective = spec.get("objective", "classification")
+    config = _CONFIGS[objective](
+        **{**spec["train"], **({"epochs": epochs} if epochs is not None else {})}
+    )
     out_dir = Path(out_dir) if out_dir is not None else zoo.models_dir()
     if not overwrite:
         refuse_to_overwrite(out_dir, [spec["name"]])
-    dataset = DATASETS[spec["data"]]
-    train_data, test_data = dataset("train"), dataset("test")
-    if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
-        train_data = RandomizedLabels(train_data, **spec["randomized_labels"])
-    torch.manual_seed(config.seed)
-    model = timm.create_model(spec["architecture"], **spec["kwargs"])
-    for init in spec.get("init", []):
-        INITS[init](model)
-    tracked = spec.get("track", list(TRACKERS))
     start = time.perf_counter()
-    history = train(
-        model.to(device),
-        train_data,
-        test_data,
-        config,
-        [TRACKERS[t]() for t in tracked],
-        progress,
-    )
+    if objective == "contrastive":
+        model, history, fields_ = train_text_image(spec, config, progress, device)
+        classifier = shapes_zero_shot(model, fields_)
+    else:
+        model, history, fields_ = _train_classifier(spec, config, progress, device)
+        classifier = model
     seconds = time.perf_counter() - start
-    model.cpu()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     weights, card_file = _model_files(out_dir, spec["name"])
     # both written before either replaces its file; leaving the block, the checkpoint first
     with _replaced_whole(card_file) as card_part, _replaced_whole(weights) as weights_part:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights_part))
-        image_size = test_data[0][0].shape
         card = {
             "name": spec["name"],
             "architecture": spec["architecture"],
             "kwargs": spec["kwargs"],
-            "pretrained_cfg": {
-                "input_size": list(image_size),
-                "mean": list(dataset.mean),
-                "std": list(dataset.std),
-                "num_classes": len(dataset.classes),
-            },
-            "classes": list(dataset.classes),
-            "data": {
-                "name": spec["data"],
-                "train": len(train_data),
-                "test": len(test_data),
-                **(
-                    {"randomized_labels": spec["randomized_labels"]}
-                    if "randomized_labels" in spec
-                    else {}
-                ),
-            },
+            **fields_,
             "recipe": config.to_dict(),
-            "init": spec.get("init", []),
-            "track": tracked,
-            "test_accuracy": history[-1]["test_accuracy"],
-            "sample_accuracy": sample_accuracy(model, spec["data"]),
+            "sample_accuracy": sample_accuracy(classifier, spec["data"]),
             "parameters": sum(p.numel() for p in model.parameters()),
             "training_seconds": round(seconds, 1),
             "trained_on": f"{_machine(device)}, torch {torch.__version__}, timm {timm.__version__}",
@@ -198,6 +187,46 @@ def run_recipe(
     if readme:
         write_models_readme(out_dir)
     return card
+
+
+def _train_classifier(
+    spec: dict, config: TrainConfig, progress: bool, device: str
+) -> tuple[nn.Module, list[dict], dict]:
+    """Train a classification recipe: (the model on the CPU, its history, its card's own
+    fields)."""
+    dataset = DATASETS[spec["data"]]
+    train_data, test_data = dataset("train"), dataset("test")
+    if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
+        train_data = RandomizedLabels(train_data, **spec["randomized_labels"])
+    torch.manual_seed(config.seed)
+    model = timm.create_model(spec["architecture"], **spec["kwargs"])
+    for init in spec.get("init", []):
+        INITS[init](model)
+    tracked = spec.get("track", list(TRACKERS))
+    trackers = [TRACKERS[t]() for t in tracked]
+    history = train(model.to(device), train_data, test_data, config, trackers, progress)
+    randomized = (
+        {"randomized_labels": spec["randomized_labels"]} if "randomized_labels" in spec else {}
+    )
+    card = {
+        "pretrained_cfg": {
+            "input_size": list(test_data[0][0].shape),
+            "mean": list(dataset.mean),
+            "std": list(dataset.std),
+            "num_classes": len(dataset.classes),
+        },
+        "classes": list(dataset.classes),
+        "data": {
+            "name": spec["data"],
+            "train": len(train_data),
+            "test": len(test_data),
+            **randomized,
+        },  # fmt: skip
+        "init": spec.get("init", []),
+        "track": tracked,
+        "test_accuracy": history[-1]["test_accuracy"],
+    }
+    return model.cpu(), history, card
 
 
 def trained(folder: Path, names: list[str]) -> list[str]:
