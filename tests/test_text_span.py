@@ -10,12 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import model_state
+from guide_example import run_first_example
 
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.models.text_image import clip_shapes
 from vizkit.text import (
     decompose_images,
     embedding_decomposition,
+    fit_text_map,
     label_shares,
     mean_ablated,
     mean_ablation,
@@ -321,3 +323,64 @@ def test_text_maps_are_the_patches_shares_of_the_cosine():
     assert not torch.allclose(last.maps, maps.maps[[0]].expand(4, -1, -1))
     with pytest.raises(ValueError, match="targets must be an int or 4 ints"):
         text_maps(decomposition, texts, 3)
+
+
+def test_the_guide_example_prints_what_the_guide_says():
+    printed, said = run_first_example("text-span.md")
+    assert printed == said
+
+
+def test_a_backbone_is_read_through_a_fitted_linear_map():
+    """The map is scikit-learn's ridge regression (with an intercept, alpha = ridge x the
+    mean variance of the backbone's dimensions x images) from the backbone's embeddings to the
+    text-image model's unit embeddings; the backbone's decomposition carried through it sums
+    to the mapped embedding, and TextSpan runs on it with the text model's texts."""
+    timm = pytest.importorskip("timm")
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    torch.manual_seed(0)
+    backbone = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32,
+                                 depth=2, num_heads=2, num_classes=0).eval()  # fmt: skip
+    clip = _ours()
+    x = torch.randn(80, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    fitted = fit_text_map(backbone, clip, x, ridge=0.1, held_out=0.25)
+    with torch.no_grad():
+        features = backbone(x[:60]).double().numpy()
+        target = F.normalize(clip.encode_image(x[:60]), dim=-1).double().numpy()
+    centred = features - features.mean(0)
+    alpha = 0.1 * np.trace(centred.T @ centred) / features.shape[1]
+    oracle = linear_model.Ridge(alpha=alpha).fit(features, target)
+    assert np.allclose(fitted.weight.numpy(), oracle.coef_, atol=1e-4)
+    assert np.allclose(fitted.bias.numpy(), oracle.intercept_, atol=1e-4)
+    assert fitted.scores["images"] == 20 and fitted.scores["fit_images"] == 60
+    assert fitted.scores["fit_r2"] > fitted.scores["r2"]  # fitted on, scored on
+    split = embedding_decomposition(backbone, x[:6], tokens=-1)
+    mapped = fitted.decomposition(split)
+    assert torch.allclose(mapped.contributions.sum(1) + mapped.constant, mapped.embedding,
+                          atol=1e-4)  # fmt: skip
+    assert torch.allclose(mapped.heads, split.heads @ fitted.weight.T, atol=1e-6)
+    assert mapped.tokens.shape[-1] == 64 and "text_map" in mapped.notes
+    span = text_span(clip, mapped, ["a circle", "a red star", "a dark ring"], WordTokenizer(),
+                     basis=2)  # fmt: skip
+    assert len(span.table()) == 4
+    with pytest.raises(ValueError, match="takes 32-wide embeddings"):
+        fitted(torch.zeros(2, 64))
+
+
+def test_dinov2_is_decomposed_and_read_through_the_map():
+    """A self-supervised backbone without a text tower (transformers' Dinov2Model, its pooled
+    output the normed class token): its decomposition sums to its embedding and carries through
+    a map fitted into the text-image model's space."""
+    config = transformers.Dinov2Config(**_VISION)
+    torch.manual_seed(0)
+    backbone = transformers.Dinov2Model(config).eval()
+    x = torch.randn(40, 3, 32, 32, generator=torch.Generator().manual_seed(10))
+    split = embedding_decomposition(backbone, x[:4], tokens=-1)
+    with torch.no_grad():
+        pooled = backbone(pixel_values=x[:4]).pooler_output
+    assert torch.allclose(split.contributions.sum(1) + split.constant, pooled, atol=1e-4)
+    assert "heads" not in split.notes  # checked against the edited split
+    fitted = fit_text_map(backbone, _ours(), x)
+    mapped = fitted.decomposition(split)
+    assert torch.allclose(mapped.embedding, fitted(pooled), atol=1e-5)
+    assert torch.allclose(mapped.contributions.sum(1) + mapped.constant, mapped.embedding,
+                          atol=1e-4)  # fmt: skip

@@ -13,6 +13,7 @@ from . import papers as papers
 from . import sae as sae
 from . import store as store
 from . import targets as targets
+from . import text as text
 from . import train as train
 from . import viz as viz
 from . import widgets as widgets
@@ -48,6 +49,8 @@ from .metrics import sanity_check as sanity_check
 from .models import create_model as create_model
 from .sae import train_sae as train_sae
 from .store import cache_activations as cache_activations
+from .text import embedding_decomposition as embedding_decomposition
+from .text import text_span as text_span
 
 __all__ = [
     "ActivationCache",
@@ -71,6 +74,7 @@ __all__ = [
     "create_model",
     "datasets",
     "direct_logit_attribution",
+    "embedding_decomposition",
     "evaluate",
     "feature_evolution",
     "logit_lens",
@@ -83,6 +87,8 @@ __all__ = [
     "sanity_check",
     "store",
     "smoothed",
+    "text",
+    "text_span",
     "token_layout",
     "token_norms",
     "token_pca",

@@ -26,6 +26,7 @@ __all__ = [
     "ShapeCaptions",
     "WordTokenizer",
     "caption",
+    "descriptions",
     "shape_attributes",
 ]
 
@@ -71,6 +72,19 @@ def caption(attributes: dict, seed: int) -> str:
              if kept]  # fmt: skip
     text = " ".join(["a", *words, attributes["shape"]])
     return text + (f" at the {attributes['position']}" if keep[3] else "")
+
+
+def descriptions() -> list[str]:
+    """The texts that describe one attribute of a Shapes image besides its shape, in caption
+    grammar: "a star", "a small star", "a red star", "a star at the top left", ... (a pool for
+    TextSpan: 210 texts)."""
+    words = ("small", "large", "dark", "light", "grey", *TINTS)
+    texts = []
+    for shape in SHAPE_CLASSES:
+        texts.append(f"a {shape}")
+        texts += [f"a {word} {shape}" for word in words]
+        texts += [f"a {shape} at the {place}" for row in POSITIONS for place in row]
+    return texts
 
 
 class ShapeCaptions(Dataset):

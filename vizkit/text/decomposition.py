@@ -348,10 +348,11 @@ def _check_heads(
     try:
         attention = [parts[i] for i, p in enumerate(result.parts) if p.endswith(" attn")]
         split = torch.stack(head_outputs(hm, x, blocks, attention))  # (L, H+1, B, N, C)
-    except ValueError as error:
+    except ValueError:
         result.notes["heads"] = (
-            "read off the attention maps only: this family's heads cannot also be split by "
-            f"editing them, which would check them ({str(error).split('; ')[0]})"
+            "read off the attention maps only: this family's attention cannot have its map "
+            "edited (it returns the map beside an output computed already), so the heads are "
+            "not also split by editing it to check them"
         )
         return
     edited = torch.stack([_frozen(readout, s) for s in split[:, :-1].flatten(0, 1)])

@@ -4,6 +4,7 @@ its current view as a static figure (`static()`)."""
 from .attention_explorer import AttentionExplorer as AttentionExplorer
 from .cka_explorer import CKAExplorer as CKAExplorer
 from .feature_browser import FeatureBrowser as FeatureBrowser
+from .head_explorer import HeadExplorer as HeadExplorer
 from .history_explorer import HistoryExplorer as HistoryExplorer
 from .history_explorer import tracked_quantities as tracked_quantities
 from .mechanistic_explorer import MechanisticExplorer as MechanisticExplorer
@@ -13,6 +14,7 @@ __all__ = [
     "AttentionExplorer",
     "CKAExplorer",
     "FeatureBrowser",
+    "HeadExplorer",
     "HistoryExplorer",
     "MechanisticExplorer",
     "SaliencyComparer",

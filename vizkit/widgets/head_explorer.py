@@ -1,0 +1,167 @@
+"""HeadExplorer: the heads of a CLIP-family model in words (TextSpan), one at a time: the texts
+that span what the head writes, the images it writes most along the chosen text, where in an
+image it reads from (its source tokens' shares of the cosine with the text), and what
+mean-ablating its direct contribution does to the zero-shot prediction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+import torch.nn.functional as F
+from plotly.subplots import make_subplots
+from torch import Tensor, nn
+
+from ..hooks.inputs import check_images
+from ..text import TextSpan, embedding_decomposition
+from ..viz import display_images
+from ..viz.mechanistic import DIVERGING
+from ..viz.overlay import heatmap_on_image
+from ..viz.style import finish
+from .explorer import Explorer
+
+__all__ = ["HeadExplorer"]
+
+COLUMNS = 4  # top images per row
+
+
+class HeadExplorer(Explorer):
+    """Explore the heads ``span`` describes over ``images`` (the images it was computed on).
+
+    For the chosen head and one of its texts: the ``top`` images the head writes most along the
+    text (each with the head's source-token map on it), the current image's map, and the
+    current image's zero-shot class probabilities before and after the head's direct
+    contribution is replaced by its mean over the images (Gandelsman et al. 2024, Sec. 3.2).
+
+    Args:
+        model: the CLIP-family model ``span`` was computed on (its image tower is run on the
+            current image for the token map).
+        span: `vk.text_span`'s result on ``images``.
+        images: (N, C, H, W) the images, in the model's normalization.
+        class_texts: (K, D) the classes' text embeddings (`vizkit.targets.encode_texts`).
+        classes: the K class names; mean, std: to show the images.
+    """
+
+    def __init__(
+        self, model: nn.Module, span: TextSpan, images: Tensor, class_texts: Tensor,
+        classes: Sequence[str], mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None, top: int = 8,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if len(images) != len(span.decomposition.embedding):
+            raise ValueError(
+                f"span describes {len(span.decomposition.embedding)} images; got {len(images)}: "
+                "pass the images it was computed on."
+            )
+        if len(classes) != len(class_texts):
+            raise ValueError(f"{len(classes)} class names for {len(class_texts)} class texts.")
+        self.model, self.span, self.top = model, span, top
+        self.images = check_images(model, images)
+        self.display = display_images(images, model, mean, std)
+        self.class_texts = F.normalize(class_texts.float(), dim=-1)
+        self.classes = list(classes)
+        self.block = widgets.Dropdown(options=list(span.blocks), value=span.blocks[-1],
+                                      description="block")  # fmt: skip
+        self.head = widgets.Dropdown(options=list(range(span.heads)), description="head")
+        self.text = widgets.Dropdown(description="text")
+        self.image = widgets.IntSlider(0, min=0, max=len(images) - 1, description="image")
+        self.controls = [self.block, self.head, self.text, self.image]
+        self._relist()
+        self._relisting = False
+        self.block.observe(self._rehead, names="value")
+        self.head.observe(self._rehead, names="value")
+        self._observe(self.text, self.image)
+        self.refresh()
+
+    def refresh(self, *_) -> None:
+        if not self._relisting:
+            super().refresh()
+
+    def _rehead(self, *_) -> None:
+        self._relist()
+        self.refresh()
+
+    def _relist(self) -> None:
+        """The chosen head's texts, with the share of its variance explained after each."""
+        b = self.span.blocks.index(self.block.value)
+        texts = self.span.texts(b, self.head.value)
+        explained = self.span.explained[b, self.head.value].tolist()
+        self._relisting = True
+        try:
+            self.text.options = [(f"{t} ({e:.0%})", i) for i, (t, e) in
+                                 enumerate(zip(texts, explained, strict=False))]  # fmt: skip
+            self.text.value = 0
+        finally:
+            self._relisting = False
+
+    def token_map(self, image: int) -> Tensor:
+        """(gh, gw) the chosen head's source tokens' shares of the cosine between ``image``'s
+        embedding and the chosen text."""
+        block, head, text = self.block.value, self.head.value, self.text.value
+        split = self.cached(("split", image, block), lambda: embedding_decomposition(
+            self.model, self.images[[image]], tokens=block, check_heads=False))  # fmt: skip
+        index = int(self.span.indices[self.span.blocks.index(block), head, text])
+        direction = F.normalize(self.span.text_embeddings[index], dim=-1)
+        shares = split.tokens[0, 0, head] @ direction / split.embedding[0].norm()  # (N,)
+        _, patches = split.layout.split(shares, dim=0)
+        return split.layout.to_grid(patches)
+
+    def probabilities(self, image: int) -> tuple[Tensor, Tensor]:
+        """(K,) the zero-shot class probabilities of ``image``, and the same with the chosen
+        head's direct contribution replaced by its mean over the images."""
+        decomposition = self.span.decomposition
+        b = decomposition.blocks.index(self.block.value)
+        heads = decomposition.heads[:, b, self.head.value]
+        clean = decomposition.embedding[image]
+        ablated = clean - heads[image] + heads.mean(0)
+        scale = float(getattr(self.model, "logit_scale", torch.tensor(4.6)).detach().exp())
+        return tuple((scale * F.normalize(e, dim=-1) @ self.class_texts.T).softmax(-1)
+                     for e in (clean, ablated))  # fmt: skip
+
+    def _figure(self) -> go.Figure:
+        b = self.span.blocks.index(self.block.value)
+        head, text = self.head.value, self.text.value
+        shown = self.span.top_images(b, head, text, self.top).tolist()
+        rows = -(-len(shown) // COLUMNS)
+        current = self.image.value
+        titles = [f"image {i}" for i in shown] + [""] * (rows * COLUMNS - len(shown))
+        titles = [t for r in range(rows) for t in (*titles[r * COLUMNS : (r + 1) * COLUMNS], "")]
+        titles += [f"image {current}: where the head reads", "", "zero-shot probability", "", ""]
+        fig = make_subplots(
+            rows=rows + 1, cols=COLUMNS + 1, subplot_titles=titles, horizontal_spacing=0.02,
+            vertical_spacing=0.12, column_widths=[1] * COLUMNS + [0.2],
+            specs=[[{}] * (COLUMNS + 1)] * rows
+            + [[{"colspan": 2}, None, {"colspan": 2}, None, {}]],
+        )  # fmt: skip
+        maps = [self.token_map(i) for i in [*shown, current]]
+        largest = max(float(m.abs().max()) for m in maps) or 1.0
+        for n, image in enumerate([*shown, current]):
+            row, col = divmod(n, COLUMNS) if n < len(shown) else (rows, 0)
+            for trace in heatmap_on_image(self.display[image], maps[n], coloraxis="coloraxis",
+                                          name=f"image {image}"):  # fmt: skip
+                fig.add_trace(trace, row=row + 1, col=col + 1)
+            fig.update_xaxes(showticklabels=False, row=row + 1, col=col + 1)
+            fig.update_yaxes(showticklabels=False, autorange="reversed", row=row + 1,
+                             col=col + 1)  # fmt: skip
+        fig.update_layout(coloraxis={
+            "colorscale": DIVERGING, "cmin": -largest, "cmax": largest,
+            "colorbar": {"title": {"text": "share of cosine"}, "x": 1.0, "len": 0.6},
+        })  # fmt: skip
+        clean, ablated = self.probabilities(current)
+        order = (clean + ablated).argsort(descending=True)[:5].tolist()
+        names = [self.classes[i] for i in order]
+        fig.add_trace(go.Bar(x=names, y=clean[order].tolist(), name="clean",
+                             marker_color="#9e9e9e"), row=rows + 1, col=3)  # fmt: skip
+        fig.add_trace(go.Bar(x=names, y=ablated[order].tolist(), name="head mean-ablated",
+                             marker_color="#d62728"), row=rows + 1, col=3)  # fmt: skip
+        fig.update_yaxes(title_text="probability", tickformat=".0%", row=rows + 1, col=3)
+        fig.update_xaxes(title_text="class", row=rows + 1, col=3)
+        fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.1, "x": 0.45})
+        name = self.span.texts(b, head)[text]
+        title = (
+            f"{self.block.value}, head {head}: the images it writes most along {name!r} "
+            f"(its text {text + 1}), each with the head's source-token map"
+        )
+        return finish(fig, title, 230 * (rows + 1) + 120)
