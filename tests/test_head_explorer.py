@@ -65,7 +65,7 @@ def test_the_bars_mean_ablate_the_head(explored):
     heads = span.decomposition.heads[:, 0, 3]
     embedding = span.decomposition.embedding[7]
     ablated = embedding - heads[7] + heads.mean(0)
-    scale = float(model.logit_scale.exp())
+    scale = float(model.logit_scale.detach().exp())
     want = (scale * F.normalize(ablated, dim=-1) @ F.normalize(texts, dim=-1).T).softmax(-1)
     bars = [t for t in explorer.figure.data if t.type == "bar"]
     assert [b.name for b in bars] == ["clean", "head mean-ablated"]

@@ -1,9 +1,10 @@
 """The model zoo: trained checkpoints, a safetensors file and a JSON card each.
 
 The core models (``vit_tiny_shapes``, ``cait_tiny_shapes``, ``resnet_tiny_shapes``,
-``vit_tiny_digits``, the text-image ``clip_shapes``) ship inside the package (``vizkit/zoo_models/``), so an installed wheel
-has them; the paper-study checkpoints live in the repository's ``models/`` folder, found when
-vizkit runs from the checkout or when ``$VIZKIT_MODELS`` points there.
+``vit_tiny_digits``, the text-image ``clip_shapes``) ship inside the package
+(``vizkit/zoo_models/``), so an installed wheel has them; the paper-study checkpoints live in
+the repository's ``models/`` folder, found when vizkit runs from the checkout or when
+``$VIZKIT_MODELS`` points there.
 
 A card holds the architecture and its kwargs, data, recipe, test accuracy, parameter count,
 training time, the sha256 of the weights and the training history. `load` checks the sha256 and

@@ -128,7 +128,7 @@ class HeadExplorer(Explorer):
         current = self.image.value
         titles = [f"image {i}" for i in shown] + [""] * (rows * COLUMNS - len(shown))
         titles = [t for r in range(rows) for t in (*titles[r * COLUMNS : (r + 1) * COLUMNS], "")]
-        titles += [f"image {current}: where the head reads", "", "zero-shot probability", "", ""]
+        titles += [f"image {current}: where the head reads", "zero-shot probability", ""]
         fig = make_subplots(
             rows=rows + 1, cols=COLUMNS + 1, subplot_titles=titles, horizontal_spacing=0.02,
             vertical_spacing=0.12, column_widths=[1] * COLUMNS + [0.2],
@@ -147,7 +147,8 @@ class HeadExplorer(Explorer):
                              col=col + 1)  # fmt: skip
         fig.update_layout(coloraxis={
             "colorscale": DIVERGING, "cmin": -largest, "cmax": largest,
-            "colorbar": {"title": {"text": "share of cosine"}, "x": 1.0, "len": 0.6},
+            "colorbar": {"title": {"text": "share of cosine"}, "x": 1.0, "y": 1.0,
+                         "yanchor": "top", "len": 0.6},
         })  # fmt: skip
         clean, ablated = self.probabilities(current)
         order = (clean + ablated).argsort(descending=True)[:5].tolist()
@@ -161,7 +162,8 @@ class HeadExplorer(Explorer):
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.1, "x": 0.45})
         name = self.span.texts(b, head)[text]
         title = (
-            f"{self.block.value}, head {head}: the images it writes most along {name!r} "
-            f"(its text {text + 1}), each with the head's source-token map"
+            f"{self.block.value}, head {head}: the images it writes most along {name!r}"
+            f"<br><sup>its text {text + 1}; on each image the head's source tokens' shares of "
+            "the cosine with the text</sup>"
         )
         return finish(fig, title, 230 * (rows + 1) + 120)
