@@ -388,7 +388,20 @@ EXPLORERS = {
     "FeatureBrowser": lambda: vk.widgets.FeatureBrowser(
         zoo("vit_tiny_shapes")[0], shapes_sae(), vk.datasets.load_sample()[0], classes=classes()
     ),
+    "HeadExplorer": lambda: head_explorer(),
 }  # fmt: skip
+
+
+def head_explorer() -> vk.widgets.HeadExplorer:
+    """The zoo's text-image model's heads, described over the Shapes sample."""
+    from vizkit.datasets.captions import WordTokenizer, descriptions
+
+    model, card = zoo("clip_shapes")
+    tokenizer = WordTokenizer.from_dict(card["tokenizer"])
+    images = vk.datasets.load_sample()[0]
+    span = vk.text_span(model, images, descriptions(), tokenizer, basis=3, progress=False)
+    texts = vk.targets.encode_texts(model, [f"a {c}" for c in card["classes"]], tokenizer)
+    return vk.widgets.HeadExplorer(model, span, images, texts, card["classes"])
 
 
 @cache

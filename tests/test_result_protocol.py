@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -13,7 +14,9 @@ from conftest import build
 
 import vizkit as vk
 from vizkit.analysis.result import Result
+from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
+from vizkit.models.text_image import clip_shapes
 from vizkit.papers import cait, masks, refiner, sot
 
 
@@ -32,6 +35,18 @@ def _gaussian_fit():
     grid = (4, 4)
     d2 = masks.grid_square_distances(grid, torch.device("cpu"))
     return masks.fit_gaussian_mixture(torch.exp(-d2 / 2), grid, num_kernels=1, restarts=1)
+
+
+@functools.cache
+def _clip_split():
+    """The tiny text-image model, its decomposition of four images and a TextSpan of them."""
+    tokenizer = WordTokenizer()
+    torch.manual_seed(0)
+    model = clip_shapes(tokenizer.vocab_size, tokenizer.context_length, layers=1).eval()
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    split = vk.embedding_decomposition(model, x, tokens=-1)
+    span = vk.text_span(model, split, ["a circle", "a red star", "a ring"], tokenizer, basis=2)
+    return model, x, split, span
 
 
 def _curve():
@@ -109,6 +124,17 @@ EXAMPLES = {
     "AblationResult": (
         lambda: vk.ablation(*build("vit"), "mlp", labels=torch.tensor([0, 1]), progress=False),
         True,
+    ),
+    "EmbeddingDecomposition": (lambda: _clip_split()[2], True),
+    "TextSpan": (lambda: _clip_split()[3], True),
+    "MeanAblation": (
+        lambda: vk.text.mean_ablation(_clip_split()[2], torch.randn(3, 64), [0, 1, 2, 0]),
+        True,
+    ),
+    "LabelShares": (lambda: vk.text.label_shares(_clip_split()[2], {"x": "abab"}), True),
+    "TextMap": (
+        lambda: vk.text.fit_text_map(_clip_split()[0], _clip_split()[0], torch.randn(6, 3, 32, 32)),
+        False,
     ),
 }
 

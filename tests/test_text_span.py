@@ -102,7 +102,7 @@ def test_heads_and_tokens_equal_a_hand_computation_on_open_clip():
     model = _open_clip()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     result = embedding_decomposition(model, x, tokens=[0, 1])
-    assert "editing" in result.notes["heads"]
+    assert "no edited split" in result.notes["heads"]
     visual = model.visual
     streams = {}
     hooks = [visual.ln_post.register_forward_hook(

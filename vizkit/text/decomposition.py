@@ -349,11 +349,7 @@ def _check_heads(
         attention = [parts[i] for i, p in enumerate(result.parts) if p.endswith(" attn")]
         split = torch.stack(head_outputs(hm, x, blocks, attention))  # (L, H+1, B, N, C)
     except ValueError:
-        result.notes["heads"] = (
-            "read off the attention maps only: this family's attention cannot have its map "
-            "edited (it returns the map beside an output computed already), so the heads are "
-            "not also split by editing it to check them"
-        )
+        result.notes["heads"] = "read off the maps; no edited split to check (map not editable)"
         return
     edited = torch.stack([_frozen(readout, s) for s in split[:, :-1].flatten(0, 1)])
     edited = (edited - result.constant.to(edited.device)).unflatten(0, result.heads.shape[1:3])

@@ -142,9 +142,10 @@ class HeadExplorer(Explorer):
             for trace in heatmap_on_image(self.display[image], maps[n], coloraxis="coloraxis",
                                           name=f"image {image}"):  # fmt: skip
                 fig.add_trace(trace, row=row + 1, col=col + 1)
+            x_axis = fig.get_subplot(row + 1, col + 1).xaxis.plotly_name  # "xaxis3"
             fig.update_xaxes(showticklabels=False, row=row + 1, col=col + 1)
             fig.update_yaxes(showticklabels=False, autorange="reversed", row=row + 1,
-                             col=col + 1)  # fmt: skip
+                             col=col + 1, scaleanchor=x_axis.replace("axis", ""))  # fmt: skip
         fig.update_layout(coloraxis={
             "colorscale": DIVERGING, "cmin": -largest, "cmax": largest,
             "colorbar": {"title": {"text": "share of cosine"}, "x": 1.0, "y": 1.0,
