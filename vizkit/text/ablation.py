@@ -132,9 +132,7 @@ def label_shares(
     """The share of each head's variance explained by each labelling of the images (a name ->
     one label per image: the shape, the colour, the position...): the variance of the label
     groups' means, weighted by group size, over the total (eta^2 of a one-way ANOVA)."""
-    if decomposition.heads is None:
-        raise ValueError(f"The decomposition has no heads: {decomposition.notes.get('heads')}")
-    data = decomposition.heads / decomposition.embedding.norm(dim=-1)[:, None, None, None]
+    data = decomposition.head_shares()
     centred = data - data.mean(0)
     total = centred.pow(2).sum((0, 3))  # (L, H)
     shares = []

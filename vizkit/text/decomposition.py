@@ -80,6 +80,13 @@ class EmbeddingDecomposition(Result):
     layout: TokenLayout | None = None
     image_size: tuple[int, int] | None = None
 
+    def head_shares(self) -> Tensor:
+        """(B, L, H, D) each head's contribution over the embedding's norm: along any unit text
+        direction, its share of the cosine (what TextSpan and the label shares read)."""
+        if self.heads is None:
+            raise ValueError(f"This decomposition has no heads: {self.notes.get('heads')}")
+        return self.heads / self.embedding.norm(dim=-1)[:, None, None, None]
+
     def cosine(self, directions: Tensor) -> Tensor:
         """(B, P, K) each part's share of the cosine similarity between the embedding and the
         K ``directions`` (K, D) (text embeddings): <part, t/|t|> / |embedding|; with the

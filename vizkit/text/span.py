@@ -139,8 +139,7 @@ class TextSpan(Result):
             raise ValueError(f"Head {head} of {self.blocks[b]} has fewer than {text + 1} texts.")
         full = self.decomposition.blocks.index(self.blocks[b])
         direction = F.normalize(self.text_embeddings[index], dim=-1)
-        shares = self.decomposition.heads[:, full, head] @ direction
-        shares = shares / self.decomposition.embedding.norm(dim=-1)
+        shares = self.decomposition.head_shares()[:, full, head] @ direction
         return shares.argsort(descending=True)[: check_count("count", count)]
 
     def _block(self, block: str | int) -> int:
@@ -194,8 +193,7 @@ def text_span(
     decomposition = images
     if not isinstance(images, EmbeddingDecomposition):
         decomposition = decompose_images(model, images, batch_size, progress=progress)
-    if decomposition.heads is None:
-        raise ValueError(f"The decomposition has no heads: {decomposition.notes.get('heads')}")
+    shares = decomposition.head_shares()  # (n, L, H, D)
     descriptions = list(descriptions)
     text_embeddings = encode_texts(model, descriptions, tokenizer)
     blocks = decomposition.blocks if layers is None else select_layers(
@@ -205,13 +203,12 @@ def text_span(
         width = decomposition.options.get("width", heads * decomposition.embedding.shape[-1])
         rank = min(width // heads, len(decomposition.heads), decomposition.heads.shape[-1])
     basis = check_count("basis", basis, 1, len(descriptions))
-    norms = decomposition.embedding.norm(dim=-1)[:, None]
     indices = torch.full((len(blocks), heads, basis), -1)
     explained = torch.zeros(len(blocks), heads, basis)
     variance = torch.zeros(len(blocks), heads)
     for b, block in enumerate(blocks):
         for h in range(heads):
-            data = decomposition.heads[:, decomposition.blocks.index(block), h] / norms
+            data = shares[:, decomposition.blocks.index(block), h]
             found = span_texts(data, text_embeddings, basis, rank)
             indices[b, h, : len(found.indices)] = torch.tensor(found.indices, dtype=torch.long)
             explained[b, h, : len(found.explained)] = torch.tensor(found.explained)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..hooks.inputs import check_count, check_number
+from ..text.ablation import zero_shot_predictions
 
 __all__ = ["ContrastiveConfig", "contrastive_loss", "train_contrastive", "zero_shot_accuracy"]
 
@@ -121,13 +122,10 @@ def zero_shot_accuracy(
     """The fraction of ``images`` whose nearest prompt ``template.format(class)`` (cosine in the
     joint space) is their label's."""
     device = next(model.parameters()).device
-    prompts = F.normalize(
-        model.encode_text(tokenizer([template.format(c) for c in classes]).to(device)), dim=-1
-    )
+    prompts = model.encode_text(tokenizer([template.format(c) for c in classes]).to(device))
     right = 0
     for start in range(0, len(images), batch_size):
-        chunk = images[start : start + batch_size].to(device)
-        embedded = F.normalize(model.encode_image(chunk), dim=-1)
-        predicted = (embedded @ prompts.T).argmax(-1).cpu()
+        embedded = model.encode_image(images[start : start + batch_size].to(device))
+        predicted = zero_shot_predictions(embedded, prompts).cpu()
         right += int((predicted == labels[start : start + batch_size]).sum())
     return right / len(images)
