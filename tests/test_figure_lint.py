@@ -22,6 +22,7 @@ from vizkit.papers.masks import analysis as mk
 from vizkit.papers.sot import analysis as sot
 from vizkit.report.inputs import load_inputs
 from vizkit.report.sections import SECTIONS, NotApplicable
+from vizkit.text.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
 
 GRID = (8, 8)  # the Shapes models' patch grid (32 px, patch 4)
 MIN_FONT = 12  # px, the smallest legible text (subplot titles of 10-11 px were too small)
@@ -357,6 +358,10 @@ BUILDERS = {
         vk.viz.token_norms_figure(vk.token_norms(model(VIT), sample()[0]), shown()),
         vk.viz.token_norms_figure(vk.token_norms(model(VIT), sample()[0]), layer=0, count=2),
     ],
+    "register_effect_figure": lambda: [
+        vk.viz.register_effect_figure(register_effect(), vk.viz.display_images(planted()[1])),
+        vk.viz.register_effect_figure(register_effect(), count=1),
+    ],
     "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
     "latent_maps_figure": lambda: vk.viz.latent_maps_figure(
         vk.sae.latent_maps(zoo("vit_tiny_shapes")[0], shapes_sae(), sample()[0], [0, 1]),
@@ -390,6 +395,17 @@ EXPLORERS = {
     ),
     "HeadExplorer": lambda: head_explorer(),
 }  # fmt: skip
+
+
+@cache
+def planted() -> tuple:
+    """The ViT with a planted register neuron, and four images that trigger it."""
+    return planted_register_vit(), bright_patch_images(4)[0]
+
+
+@cache
+def register_effect() -> vk.text.RegisterEffect:
+    return vk.text.register_effect(*planted(), {PLANTED_NEURON[0]: [PLANTED_NEURON[1]]}, steps=2)
 
 
 def head_explorer() -> vk.widgets.HeadExplorer:

@@ -18,6 +18,7 @@ from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
 from vizkit.papers import cait, masks, refiner, sot
+from vizkit.text.planted import bright_patch_images, planted_register_vit
 
 
 def _refined():
@@ -47,6 +48,11 @@ def _clip_split():
     split = vk.embedding_decomposition(model, x, tokens=-1)
     span = vk.text_span(model, split, ["a circle", "a red star", "a ring"], tokenizer, basis=2)
     return model, x, split, span
+
+
+def vit_and_images(count: int) -> tuple:
+    """The ViT with a planted register neuron and ``count`` images that trigger it."""
+    return planted_register_vit(), bright_patch_images(count)[0]
 
 
 def _curve():
@@ -132,6 +138,18 @@ EXAMPLES = {
         True,
     ),
     "LabelShares": (lambda: vk.text.label_shares(_clip_split()[2], {"x": "abab"}), True),
+    "RegisterNeurons": (
+        lambda: vk.text.register_neurons(
+            planted_register_vit(), bright_patch_images(4)[0], progress=False
+        ),
+        True,
+    ),
+    "RegisterEffect": (
+        lambda: vk.text.register_effect(
+            planted_register_vit(), bright_patch_images(2)[0], {1: [7]}, steps=2
+        ),
+        True,
+    ),
     "TextMap": (
         lambda: vk.text.fit_text_map(_clip_split()[0], _clip_split()[0], torch.randn(6, 3, 32, 32)),
         False,

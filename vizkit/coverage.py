@@ -473,6 +473,16 @@ def _token_pca(model, x):
     return f"{result.fitted} tokens"
 
 
+def _test_time_register(model, x):
+    from .text import register_effect
+
+    result = register_effect(model, x, {0: [0]}, faithfulness=False)
+    if not torch.isfinite(result.register_norms).all():
+        raise AssertionError("non-finite register")
+    grid = "x".join(map(str, result.attention.shape[-2:]))
+    return f"{grid} patches + {result.register_norms.shape[1]} register"
+
+
 def _explorer(model, x):
     from .widgets import AttentionExplorer
 
@@ -514,6 +524,7 @@ ANALYSES: dict[str, Callable[[nn.Module, Tensor], str]] = {
     "residual_ratios": _residual_ratios,
     "token_norms": _token_norms,
     "token_pca": _token_pca,
+    "test_time_register": _test_time_register,
     "explorer": _explorer,
 }
 

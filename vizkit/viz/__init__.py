@@ -22,6 +22,7 @@ from .saliency import saliency_side_by_side as saliency_side_by_side
 from .sanity import sanity_curves as sanity_curves
 from .sanity import sanity_maps as sanity_maps
 from .style import display_images as display_images
+from .tokens import register_effect_figure as register_effect_figure
 from .tokens import token_norms_figure as token_norms_figure
 from .tokens import token_pca_figure as token_pca_figure
 from .training import accuracy_over_seeds_figure as accuracy_over_seeds_figure
@@ -53,6 +54,7 @@ __all__ = [
     "sanity_curves",
     "sanity_maps",
     "epoch_accuracy_curves",
+    "register_effect_figure",
     "token_norms_figure",
     "token_pca_figure",
     "scale_trend",

@@ -1,4 +1,5 @@
-"""Token figures: PCA colour maps of patch tokens, and token norms with their high-norm outliers."""
+"""Token figures: PCA colour maps of patch tokens, token norms with their high-norm outliers, and
+what a test-time register changes (attention and norms without and with it)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from plotly.subplots import make_subplots
 
 from ..analysis import TokenNorms, TokenPCA
 from ..hooks.selector import LayerSpec, select_layer
+from ..text import RegisterEffect
 from .overlay import heatmap_on_image
 from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, square_cells
 
-__all__ = ["token_norms_figure", "token_pca_figure"]
+__all__ = ["register_effect_figure", "token_norms_figure", "token_pca_figure"]
 
 _BINS = 40  # of the norms' histogram
 
@@ -111,6 +113,63 @@ def token_norms_figure(
         f"{flagged:.1%} of patch tokens above 4x their image's median"
     )
     return finish(fig, title, 360)
+
+
+def register_effect_figure(
+    result: RegisterEffect, images: np.ndarray | None = None, count: int = 2
+) -> go.Figure:
+    """The class token's attention and the patch norms of the first ``count`` images without
+    (top row) and with (bottom row) the test-time register, each quantity on one colour scale
+    for both rows, over the images (B, H, W, 3) uint8 when given."""
+    shown = _shown(count, result.attention.shape[1], images, result.image_size)
+    kinds = (("attention", result.attention, "coloraxis"), ("norm", result.norms, "coloraxis2"))
+    titles = [f"{kind}, image {i}" for i in shown for kind, _, _ in kinds]
+    fig = make_subplots(rows=2, cols=2 * len(shown), subplot_titles=titles + [""] * len(titles),
+                        row_titles=["without", "with register"], horizontal_spacing=0.03,
+                        vertical_spacing=0.06)  # fmt: skip
+    for row in (0, 1):
+        for n, i in enumerate(shown):
+            for k, (kind, values, axis) in enumerate(kinds):
+                col = 2 * n + k + 1
+                if images is not None:
+                    traces = heatmap_on_image(images[i], values[row, i], coloraxis=axis, name=kind)
+                else:
+                    hover = "patch %{y}, %{x}: %{z:.3g}<extra>" + kind + "</extra>"
+                    traces = [go.Heatmap(z=values[row, i].numpy(), coloraxis=axis,
+                                         hovertemplate=hover)]  # fmt: skip
+                for trace in traces:
+                    fig.add_trace(trace, row=row + 1, col=col)
+    map_axes(fig)
+    fig.update_layout(
+        coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "attention", "x": 1.0,
+                   "len": 0.45, "y": 0.78}},
+        coloraxis2={"colorscale": "magma", "colorbar": {"title": "norm", "x": 1.0, "len": 0.45,
+                    "y": 0.22}},
+    )  # fmt: skip
+    return finish(fig, _register_title(result), 2 * 240 + 120)
+
+
+def _register_title(result: RegisterEffect) -> str:
+    """What moved, and what it cost: the neurons, the register's norm, the output kept."""
+    neurons, blocks = sum(len(v) for v in result.neurons.values()), len(result.neurons)
+    registers = result.register_norms.shape[1]
+    line = (
+        f"Test-time register: {_count(neurons, 'neuron')} in {_count(blocks, 'block')} moved to "
+        f"{_count(registers, 'extra token')}; attention of {result.attention_block}, norms at "
+        f"{result.detect}"
+    )
+    kept = f"output cosine {result.output_cosine.mean():.3f}"
+    if result.agreement is not None:
+        kept += f", prediction kept on {result.agreement.float().mean():.0%}"
+    if result.deletion is not None:
+        deleted, inserted = result.deletion.mean(1).tolist(), result.insertion.mean(1).tolist()
+        kept += (f"; deletion AUC {deleted[0]:.3f} -> {deleted[1]:.3f}, insertion "
+                 f"{inserted[0]:.3f} -> {inserted[1]:.3f}")  # fmt: skip
+    return f"{line}<br>{kept}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _shown(count: int, batch: int, images: np.ndarray | None, size: tuple[int, int]) -> range:

@@ -1,0 +1,252 @@
+"""A test-time register on the user's unmodified model (Jiang et al. 2025, "Vision Transformers
+Don't Need Trained Registers", Sec. 4): extra tokens appended to the stream entering the first
+block, and at each listed block the register neurons' activations moved onto them, so the
+high-norm artifacts the neurons write into patches go to the register instead.
+
+At a block with listed neurons S, for each image: the register tokens' activations of S become
+``scale`` times the signed extreme of S's activations over all tokens (the largest magnitude,
+with its sign: the reference's ``sign_max``), and the patches' activations of S become 0
+(``patches="zero"``, the paper's default), their mean (``"mean"``) or stay (``"keep"``). Prefix
+tokens (class, trained registers) keep theirs. The registers are dropped at the run's last
+block, so whatever follows (final norm, pooling, head) sees the model's own tokens.
+
+Departures from the reference code, which edits batch element 0 only: every image of the batch
+gets its own extreme; trained registers are prefix tokens and keep their activations (the
+reference zeroes every token between the class token and the extra ones)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..datasets.model_input import model_preprocessing
+from ..hooks import HookedModel
+from ..hooks.contract import as_hooked, held
+from ..hooks.inputs import check_choice, check_count
+from ..hooks.targets import model_logits
+from ..targets import embedding_of
+from .register_sites import RegisterSites, register_sites
+
+__all__ = ["PATCH_VALUES", "TestTimeRegister", "resolve_neurons", "test_time_register"]
+
+PATCH_VALUES = ("zero", "mean", "keep")
+
+
+@dataclass
+class TestTimeRegister:
+    """The open register: where it acts, and what its tokens held after the last forward.
+
+    Attributes:
+        sites: the run of blocks the registers pass through.
+        neurons: block path -> the neuron indices moved there.
+        registers: extra tokens appended (R).
+        stream: (B, R, C) the register tokens at the run's last block output in the last
+            forward (before they are dropped); None before a forward.
+        tokens: (N + R) tokens the last forward's stream held inside the run.
+    """
+
+    sites: RegisterSites
+    neurons: dict[str, list[int]]
+    registers: int
+    stream: Tensor | None = None
+    tokens: int | None = None
+    _entered: list[int] = field(default_factory=list, repr=False)
+
+
+def resolve_neurons(
+    sites: RegisterSites, neurons: object
+) -> dict[str, list[int]]:  # fmt: skip
+    """Block path -> sorted neuron indices from ``neurons``: a `RegisterNeurons` result, or a
+    mapping of blocks (``layer=`` vocabulary: int, block path) to neuron indices.
+
+    Raises:
+        ValueError / TypeError: an unknown block, an index out of the block's neurons, or none."""
+    chosen = getattr(neurons, "by_block", None)
+    if callable(chosen):
+        neurons = chosen()
+    if not isinstance(neurons, Mapping) or not neurons:
+        raise TypeError(
+            "neurons must be a RegisterNeurons result (vk.text.register_neurons) or a non-empty "
+            f"dict of block -> neuron indices, e.g. {{5: [17, 301]}}; got {type(neurons).__name__}."
+        )
+    resolved: dict[str, list[int]] = {}
+    for layer, indices in neurons.items():
+        (block,) = sites.select(layer if isinstance(layer, str) else [layer], arg="neurons")
+        count = sites.neurons[sites.blocks.index(block)]
+        if isinstance(indices, Tensor):
+            indices = indices.tolist()
+        if isinstance(indices, int) or not isinstance(indices, Sequence) or not indices:
+            raise TypeError(
+                f"neurons[{layer!r}] must be a non-empty list of ints; got {indices!r}."
+            )
+        bad = [j for j in indices if not isinstance(j, int) or not 0 <= j < count]
+        if bad:
+            raise ValueError(
+                f"neurons[{layer!r}] holds {bad[:5]}, not neuron indices of {block} "
+                f"(its MLP has {count} neurons: 0..{count - 1})."
+            )
+        resolved[block] = sorted(set(resolved.get(block, [])) | set(indices))
+    return {b: resolved[b] for b in sites.blocks if b in resolved}
+
+
+@contextmanager
+def test_time_register(
+    model: nn.Module | HookedModel, neurons: object, registers: int = 1, scale: float = 1.0,
+    patches: str = "zero", image_size: tuple[int, int] | None = None,
+) -> Iterator[TestTimeRegister]:  # fmt: skip
+    """Within the context, every forward of ``model`` runs with ``registers`` extra tokens that
+    take the register ``neurons``' activations (whole batch); the hooks are removed on exit,
+    also after an exception.
+
+    Args:
+        model: a model whose blocks hold one flat token stream (ViT, DeiT, DINOv2, CLIP,
+            SigLIP, CaiT's self-attention stage), of any library vizkit covers.
+        neurons: `RegisterNeurons` (vk.text.register_neurons) or {block: [neuron indices]}.
+        registers: extra tokens, >= 1 (the paper uses 1).
+        scale: multiplies the extreme activation the registers get (the paper: 1).
+        patches: what the patches' activations of the neurons become: "zero", "mean", "keep".
+        image_size: (H, W) of the images (the prefix tokens and the position check are read
+            at it); default the model's own input size.
+
+    On entry, one random image runs with the extra tokens at the end and, again, right after
+    the prefix tokens: a model whose attention ignores token order gives the same output both
+    times; one whose attention depends on each token's position (a relative position bias,
+    rotary embeddings) gives another output or fails, and is refused.
+
+    Inside the context the model's output is the registered model's (predictions, embeddings,
+    faithfulness curves and Grad-CAM on the output see it); maps of the inner stream hold the
+    extra tokens, so read them with `vk.text.register_effect`.
+
+    Raises:
+        ValueError / TypeError: a model without a flat, position-free token stream, bad
+            neurons or options.
+    """
+    hm = as_hooked(model)
+    registers = check_count("registers", registers)
+    patches = check_choice("patches", patches, PATCH_VALUES)
+    if not (isinstance(scale, int | float) and torch.isfinite(torch.tensor(float(scale)))):
+        raise ValueError(f"scale must be a finite number; got {scale!r}.")
+    image_size = tuple(image_size or model_preprocessing(hm.model).input_size[-2:])
+    sites = register_sites(hm, image_size)
+    state = TestTimeRegister(sites, resolve_neurons(sites, neurons), registers)
+    _check_position_free(hm, sites, image_size, registers)
+    handles = _extra_tokens(hm, state, at_end=True)
+    try:
+        for block, indices in state.neurons.items():
+            linear = hm.model.get_submodule(sites.linears[sites.blocks.index(block)])
+            edit = _neuron_edit(torch.tensor(indices), state, float(scale), patches)
+            handles.append(linear.register_forward_pre_hook(edit))
+        yield state
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _extra_tokens(hm: HookedModel, state: TestTimeRegister, at_end: bool) -> list:
+    """Hooks adding ``state.registers`` zero tokens to the stream entering the run (at the end,
+    or right after the prefix tokens) and dropping them where it leaves."""
+    sites, at = state.sites, None if at_end else state.sites.prefix_tokens
+    entry = hm.model.get_submodule(sites.entry.module)
+    leave = hm.model.get_submodule(sites.exit.module)
+    handles = sites.entry.read.attach(entry, lambda x: _appended(x, state, at))
+    try:
+        handles += sites.exit.read.attach(leave, lambda x: _dropped(x, state, at))
+    except Exception:
+        for handle in handles:
+            handle.remove()
+        raise
+    return handles
+
+
+def _check_position_free(
+    hm: HookedModel, sites: RegisterSites, image_size: tuple[int, int], registers: int
+) -> None:  # fmt: skip
+    """Refuse a model whose output depends on where the extra tokens sit in the stream."""
+    parameter = next(hm.model.parameters())
+    x = torch.randn(1, 3, *image_size, generator=torch.Generator().manual_seed(0))
+    x = x.to(parameter.device, parameter.dtype)
+    outputs = []
+    with torch.no_grad(), held(hm.model):
+        for at_end in (True, False):
+            state = TestTimeRegister(sites, {}, registers)
+            handles = _extra_tokens(hm, state, at_end)
+            try:
+                outputs.append(embedding_of(model_logits(hm.model(x))).float())
+            except RuntimeError as error:
+                raise ValueError(_positional(hm, str(error).split("\n")[0])) from error
+            finally:
+                for handle in handles:
+                    handle.remove()
+    first, second = outputs
+    gap = (first - second).abs().max().item()
+    if gap > 1e-4 * max(first.abs().max().item(), 1.0):
+        raise ValueError(_positional(hm, f"the output moved by {gap:.3g} with the tokens"))
+
+
+def _positional(hm: HookedModel, why: str) -> str:
+    return (
+        f"The {hm.family.family} family's attention depends on where a token sits in the stream "
+        "(a relative position bias, rotary embeddings) or its blocks reshape the tokens, so an "
+        f"extra token has no place there ({why}); test-time registers need position-free "
+        "attention over one flat stream (ViT, DeiT, DINOv2, CLIP, SigLIP)."
+    )
+
+
+def _appended(x: Tensor, state: TestTimeRegister, at: int | None) -> Tensor:
+    """(B, N, C) -> (B, N + R, C): R zero tokens at the end (``at`` None) or at index ``at``."""
+    state._entered.append(x.shape[1])
+    state.tokens = x.shape[1] + state.registers
+    zeros = x.new_zeros(len(x), state.registers, x.shape[-1])
+    if at is None:
+        return torch.cat([x, zeros], dim=1)
+    return torch.cat([x[:, :at], zeros, x[:, at:]], dim=1)
+
+
+def _dropped(x: Tensor, state: TestTimeRegister, at: int | None) -> Tensor:
+    """(B, N + R, C) -> (B, N, C), keeping the registers' stream."""
+    if not state._entered:
+        raise RuntimeError("The register left the blocks without entering them.")
+    tokens = state._entered.pop()
+    if x.shape[1] != tokens + state.registers:
+        raise ValueError(
+            f"The stream leaving {state.sites.blocks[-1]} holds {x.shape[1]} tokens, not the "
+            f"{tokens} + {state.registers} that entered: the blocks change the token count."
+        )
+    start = tokens if at is None else at
+    state.stream = x[:, start : start + state.registers].detach()
+    return torch.cat([x[:, :start], x[:, start + state.registers :]], dim=1)
+
+
+def _neuron_edit(indices: Tensor, state: TestTimeRegister, scale: float, patches: str):
+    """A pre-hook on a block's MLP projection moving ``indices``' activations (B, N + R, J)
+    onto the registers."""
+    prefix, registers = state.sites.prefix_tokens, state.registers
+
+    def edit(module: nn.Module, args: tuple) -> tuple:
+        (hidden,) = args
+        if state.tokens is None or hidden.shape[-2] != state.tokens:
+            raise ValueError(
+                f"{type(module).__name__} read {tuple(hidden.shape)}, not the "
+                f"{state.tokens} tokens of the registered stream: its block reshapes tokens."
+            )
+        index = indices.to(hidden.device)
+        chosen = hidden[..., index]  # (B, N + R, k)
+        flat = chosen.flatten(1)
+        high, low = flat.amax(1), flat.amin(1)
+        extreme = torch.where(high.abs() > low.abs(), high, low)  # (B,) the reference's sign_max
+        edited = chosen.clone()
+        edited[:, -registers:] = scale * extreme[:, None, None]
+        image = slice(prefix, hidden.shape[-2] - registers)
+        if patches == "zero":
+            edited[:, image] = 0
+        elif patches == "mean":
+            edited[:, image] = chosen[:, image].mean(1, keepdim=True)
+        out = hidden.clone()
+        out[..., index] = edited
+        return (out,)
+
+    return edit
