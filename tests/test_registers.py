@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
+from conftest import model_state
+from guide_example import run_first_example
 
 import vizkit as vk
 from vizkit.text.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
@@ -154,15 +156,25 @@ def test_a_backbone_is_scored_by_its_own_embedding(planted):
     assert effect.agreement is None and effect.deletion.shape == (2, 2)
 
 
-def test_every_hook_is_removed_after_the_context_also_after_an_error(planted):
+def test_nothing_outlives_the_context_also_after_an_error_or_a_refusal(planted):
     model, x = planted
-    counts = lambda: [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()]  # noqa: E731
-    before, plain = counts(), model(x)
+    model.train()
+    before, plain = model_state(model), model.eval()(x)
+    model.train()
     with pytest.raises(ZeroDivisionError), vk.text.test_time_register(model, {1: [0]}):
-        assert model(x).shape == plain.shape
+        assert model.eval()(x).shape == plain.shape
+        model.train()
         raise ZeroDivisionError
-    assert counts() == before
-    torch.testing.assert_close(model(x), plain)
+    assert model_state(model) == before
+    beit = timm.create_model("beit_base_patch16_224", img_size=32, patch_size=8, depth=2,
+                             embed_dim=64, num_heads=2, num_classes=10)  # fmt: skip
+    beit_before = model_state(beit)
+    with pytest.raises(ValueError, match="position"):
+        with vk.text.test_time_register(beit, {0: [0]}):
+            pass
+    assert model_state(beit) == beit_before
+    torch.testing.assert_close(model.eval()(x), plain)
+    model.eval()
 
 
 def test_a_model_without_artifacts_is_refused_with_a_fix_that_works():
@@ -219,3 +231,8 @@ def test_rotary_positions_counted_from_the_end_are_refused_not_misread():
     with pytest.raises(ValueError, match="output moved"):
         with vk.text.test_time_register(model, {0: [0]}, image_size=(32, 32)):
             pass
+
+
+def test_the_guide_example_prints_what_the_guide_says():
+    printed, said = run_first_example("test-time-registers.md")
+    assert printed == said

@@ -57,9 +57,7 @@ class TestTimeRegister:
     _entered: list[int] = field(default_factory=list, repr=False)
 
 
-def resolve_neurons(
-    sites: RegisterSites, neurons: object
-) -> dict[str, list[int]]:  # fmt: skip
+def resolve_neurons(sites: RegisterSites, neurons: object) -> dict[str, list[int]]:
     """Block path -> sorted neuron indices from ``neurons``: a `RegisterNeurons` result, or a
     mapping of blocks (``layer=`` vocabulary: int, block path) to neuron indices.
 
