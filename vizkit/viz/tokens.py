@@ -123,7 +123,7 @@ def register_effect_figure(
     for both rows, over the images (B, H, W, 3) uint8 when given."""
     shown = _shown(count, result.attention.shape[1], images, result.image_size)
     kinds = (("attention", result.attention, "coloraxis"), ("norm", result.norms, "coloraxis2"))
-    titles = [f"{kind}, image {i}" for i in shown for kind, _, _ in kinds]
+    titles = [f"{kind}<br>image {i}" for i in shown for kind, _, _ in kinds]
     fig = make_subplots(rows=2, cols=2 * len(shown), subplot_titles=titles + [""] * len(titles),
                         row_titles=["without", "with register"], horizontal_spacing=0.03,
                         vertical_spacing=0.06)  # fmt: skip
@@ -146,7 +146,8 @@ def register_effect_figure(
         coloraxis2={"colorscale": "magma", "colorbar": {"title": "norm", "x": 1.0, "len": 0.45,
                     "y": 0.22}},
     )  # fmt: skip
-    return finish(fig, _register_title(result), 2 * 240 + 120)
+    finish(fig, _register_title(result), 2 * 210 + 170)
+    return fig.update_layout(margin_t=145)  # two title lines above two-line subplot titles
 
 
 def _register_title(result: RegisterEffect) -> str:
