@@ -113,12 +113,14 @@ def _find(
     _check_cut(threshold, factor)
     batches, count = labelled_batches(data, batch_size, "register_neurons")
     found = None
-    for x, _, _ in tqdm(batches, total=None if count is None else -(-count // batch_size),
-                        disable=not progress, desc="register neurons", leave=False):  # fmt: skip
-        x = check_images(hm.model, x)
-        if found is None:
-            found = _Tally(hm, register_sites(hm, tuple(x.shape[-2:])), layer, layers, x)
-        found.add(x, threshold, factor, sparsity)
+    with tqdm(total=count, unit="image", disable=not progress, desc="register neurons",
+              leave=False) as bar:  # fmt: skip
+        for x, _, _ in batches:
+            x = check_images(hm.model, x)
+            if found is None:
+                found = _Tally(hm, register_sites(hm, tuple(x.shape[-2:])), layer, layers, x)
+            found.add(x, threshold, factor, sparsity)
+            bar.update(len(x))
     if found is None:
         raise ValueError("data holds no images.")
     return found.result(top_k, {"threshold": threshold, "factor": factor, "sparsity": sparsity,
