@@ -236,3 +236,54 @@ def test_rotary_positions_counted_from_the_end_are_refused_not_misread():
 def test_the_guide_example_prints_what_the_guide_says():
     printed, said = run_first_example("test-time-registers.md")
     assert printed == said
+
+
+def test_a_half_precision_model_passes_the_position_check_run_in_float32():
+    model = planted_register_vit().to(torch.bfloat16)
+    x = bright_patch_images(4)[0].to(torch.bfloat16)
+    effect = vk.text.register_effect(model, x, {LAYER: [NEURON]}, faithfulness=False)
+    assert (effect.peak_ratio()[0] > 50).all() and (effect.peak_ratio()[1] < 10).all()
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())  # the check used a copy
+
+
+def test_the_models_own_errors_are_not_called_positional():
+    model = planted_register_vit()
+    with pytest.raises(RuntimeError, match="channels"):
+        with vk.text.test_time_register(model, {LAYER: [NEURON]}), torch.no_grad():
+            model(torch.randn(2, 1, 32, 32))  # a wrong image: the model's own error, unchanged
+
+
+def test_neuron_indices_of_any_integer_type_and_no_bools():
+    import numpy as np
+
+    model, x = planted_register_vit(), bright_patch_images(2)[0]
+    with vk.text.test_time_register(model, {LAYER: np.array([NEURON])}) as numpy_chosen:
+        model(x)
+    assert numpy_chosen.neurons == {f"blocks.{LAYER}": [NEURON]}
+    with pytest.raises(TypeError, match="ints"):
+        with vk.text.test_time_register(model, {LAYER: [True]}):
+            pass
+    with pytest.raises(ValueError, match="names 4 blocks"):
+        with vk.text.test_time_register(model, {"blocks.*": [1]}):
+            pass
+
+
+class _LowRankAdapter(torch.nn.Module):
+    """A LoRA-style adapter around a linear layer (as peft wraps one): base + B(A(x))."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int = 4) -> None:
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = torch.nn.Linear(base.in_features, rank, bias=False)
+        self.lora_B = torch.nn.Linear(rank, base.out_features, bias=False)
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x))
+
+
+def test_an_adapter_is_not_taken_for_the_mlp_projection():
+    model = planted_register_vit()
+    for block in model.blocks:
+        block.mlp.fc2 = _LowRankAdapter(block.mlp.fc2)
+    with pytest.raises(ValueError, match="merge adapters"):
+        vk.text.register_neurons(model, bright_patch_images(2)[0], progress=False)

@@ -2,7 +2,9 @@
 stream from the first block on (where the extra token is appended at the input and dropped at
 the output), and in each block the MLP's neurons, read as the input of its output projection
 (Jiang et al. 2025, "Vision Transformers Don't Need Trained Registers", Sec. 3: the hidden
-units after the nonlinearity, e.g. ``mlp.act`` of DINOv2, ``mlp.gelu`` of OpenCLIP)."""
+units after the nonlinearity, e.g. ``mlp.act`` of DINOv2, ``mlp.gelu`` of OpenCLIP; an MLP that
+norms its hidden units before the projection, timm's ``scale_mlp_norm``, is read after that
+norm)."""
 
 from __future__ import annotations
 
@@ -90,14 +92,22 @@ def _mlp_projection(model: nn.Module, path: str) -> str:
     block = model.get_submodule(path)
     linears = [(name, m) for name, m in block.named_modules() if isinstance(m, nn.Linear)]
     width = _stream_width(linears)
-    found = [name for name, m in linears if m.out_features == width and "attn" not in name
+    found = [(name, m) for name, m in linears if m.out_features == width and "attn" not in name
              and "attention" not in name]  # fmt: skip
     if not found:
         raise ValueError(
             f"Block {path} has no linear MLP output projection (an MLP of convolutions or none), "
             "so its neurons cannot be read; test-time registers need linear MLPs."
         )
-    return f"{path}.{found[-1]}"
+    name, projection = found[-1]
+    if projection.in_features < width:
+        raise ValueError(
+            f"The last linear layer writing block {path}'s stream, {name}, reads "
+            f"{projection.in_features} features, fewer than the stream's {width}: not an MLP's "
+            "output projection (an adapter such as LoRA's?); merge adapters into the weights "
+            "first (e.g. peft's merge_and_unload())."
+        )
+    return f"{path}.{name}"
 
 
 def _stream_width(linears: list[tuple[str, nn.Linear]]) -> int | None:

@@ -12,14 +12,22 @@ block, so whatever follows (final norm, pooling, head) sees the model's own toke
 
 Departures from the reference code, which edits batch element 0 only: every image of the batch
 gets its own extreme; trained registers are prefix tokens and keep their activations (the
-reference zeroes every token between the class token and the extra ones)."""
+reference zeroes every token between the class token and the extra ones); the registers leave
+before the head, so an average or attention pooling does not read them (the reference keeps
+them in open_clip's pooled tokens; trained registers are left out of DINOv2's patch pooling the
+same way); the registers enter the first block as zeros (the reference appends them before
+open_clip's ``ln_pre``, so there they enter as its bias)."""
 
 from __future__ import annotations
 
+import copy
+import operator
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -73,21 +81,25 @@ def resolve_neurons(sites: RegisterSites, neurons: object) -> dict[str, list[int
         )
     resolved: dict[str, list[int]] = {}
     for layer, indices in neurons.items():
-        (block,) = sites.select(layer if isinstance(layer, str) else [layer], arg="neurons")
+        blocks = sites.select(layer if isinstance(layer, str) else [layer], arg="neurons")
+        if len(blocks) != 1:
+            raise ValueError(f"neurons[{layer!r}] names {len(blocks)} blocks; name one per key.")
+        block = blocks[0]
         count = sites.neurons[sites.blocks.index(block)]
-        if isinstance(indices, Tensor):
+        if isinstance(indices, Tensor | np.ndarray):
             indices = indices.tolist()
         if isinstance(indices, int) or not isinstance(indices, Sequence) or not indices:
             raise TypeError(
                 f"neurons[{layer!r}] must be a non-empty list of ints; got {indices!r}."
             )
-        bad = [j for j in indices if not isinstance(j, int) or not 0 <= j < count]
+        chosen = [_index(layer, j) for j in indices]
+        bad = [j for j in chosen if not 0 <= j < count]
         if bad:
             raise ValueError(
                 f"neurons[{layer!r}] holds {bad[:5]}, not neuron indices of {block} "
                 f"(its MLP has {count} neurons: 0..{count - 1})."
             )
-        resolved[block] = sorted(set(resolved.get(block, [])) | set(indices))
+        resolved[block] = sorted(set(resolved.get(block, [])) | set(chosen))
     return {b: resolved[b] for b in sites.blocks if b in resolved}
 
 
@@ -110,10 +122,12 @@ def test_time_register(
         image_size: (H, W) of the images (the prefix tokens and the position check are read
             at it); default the model's own input size.
 
-    On entry, one random image runs with the extra tokens at the end and, again, right after
-    the prefix tokens: a model whose attention ignores token order gives the same output both
-    times; one whose attention depends on each token's position (a relative position bias,
-    rotary embeddings) gives another output or fails, and is refused.
+    On entry (once per model and image size), one random image runs with the extra tokens at
+    the end and, again, right after the prefix tokens, in float32 on the CPU (on a copy where
+    the model is elsewhere or in lower precision): a model whose attention ignores token order
+    gives the same output both times; one whose attention depends on each token's position (a
+    relative position bias, rotary embeddings, e.g. transformers' DINOv3, which counts its
+    patches from the end) gives another output or fails, and is refused.
 
     Inside the context the model's output is the registered model's (predictions, embeddings,
     faithfulness curves and Grad-CAM on the output see it); maps of the inner stream hold the
@@ -132,7 +146,7 @@ def test_time_register(
     sites = register_sites(hm, image_size)
     state = TestTimeRegister(sites, resolve_neurons(sites, neurons), registers)
     _check_position_free(hm, sites, image_size, registers)
-    handles = _extra_tokens(hm, state, at_end=True)
+    handles = _extra_tokens(hm.model, state, at_end=True)
     try:
         for block, indices in state.neurons.items():
             linear = hm.model.get_submodule(sites.linears[sites.blocks.index(block)])
@@ -144,12 +158,21 @@ def test_time_register(
             handle.remove()
 
 
-def _extra_tokens(hm: HookedModel, state: TestTimeRegister, at_end: bool) -> list:
+def _index(layer: object, value: object) -> int:
+    """``value`` as a neuron index (any integer type, not a bool)."""
+    if isinstance(value, bool):
+        raise TypeError(f"neurons[{layer!r}] holds {value!r}; neuron indices are ints.")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"neurons[{layer!r}] holds {value!r}; neuron indices are ints.") from None
+
+
+def _extra_tokens(model: nn.Module, state: TestTimeRegister, at_end: bool) -> list:
     """Hooks adding ``state.registers`` zero tokens to the stream entering the run (at the end,
     or right after the prefix tokens) and dropping them where it leaves."""
     sites, at = state.sites, None if at_end else state.sites.prefix_tokens
-    entry = hm.model.get_submodule(sites.entry.module)
-    leave = hm.model.get_submodule(sites.exit.module)
+    entry, leave = model.get_submodule(sites.entry.module), model.get_submodule(sites.exit.module)
     handles = sites.entry.read.attach(entry, lambda x: _appended(x, state, at))
     try:
         handles += sites.exit.read.attach(leave, lambda x: _dropped(x, state, at))
@@ -160,29 +183,56 @@ def _extra_tokens(hm: HookedModel, state: TestTimeRegister, at_end: bool) -> lis
     return handles
 
 
+# models found position-free: model -> {(image size, registers)}
+_POSITION_FREE: weakref.WeakKeyDictionary[nn.Module, set] = weakref.WeakKeyDictionary()
+
+
 def _check_position_free(
     hm: HookedModel, sites: RegisterSites, image_size: tuple[int, int], registers: int
 ) -> None:  # fmt: skip
-    """Refuse a model whose output depends on where the extra tokens sit in the stream."""
-    parameter = next(hm.model.parameters())
-    x = torch.randn(1, 3, *image_size, generator=torch.Generator().manual_seed(0))
-    x = x.to(parameter.device, parameter.dtype)
+    """Refuse a model whose output depends on where the extra tokens sit in the stream: one
+    random image, plain (its errors are the model's own), then with the tokens at the end and
+    right after the prefix tokens. Run in float32 on the CPU (a copy of a model held elsewhere
+    or in lower precision, whose rounding would blur the comparison); once per model."""
+    key = (tuple(image_size), registers)
+    if key in _POSITION_FREE.get(hm.model, ()):
+        return
+    model = _float32_on_cpu(hm.model)
+    convs = (m.in_channels for m in model.modules() if isinstance(m, nn.Conv2d))
+    channels = next(convs, model_preprocessing(hm.model).input_size[0])  # the patch embedding's
+    x = torch.randn(1, channels, *image_size, generator=torch.Generator().manual_seed(0))
     outputs = []
-    with torch.no_grad(), held(hm.model):
+    with torch.no_grad(), held(model):
+        plain = embedding_of(model_logits(model(x))).float()
         for at_end in (True, False):
             state = TestTimeRegister(sites, {}, registers)
-            handles = _extra_tokens(hm, state, at_end)
+            handles = _extra_tokens(model, state, at_end)
             try:
-                outputs.append(embedding_of(model_logits(hm.model(x))).float())
+                outputs.append(embedding_of(model_logits(model(x))).float())
             except RuntimeError as error:
                 raise ValueError(_positional(hm, str(error).split("\n")[0])) from error
+            except TypeError as error:
+                if "positional inputs" not in str(error):
+                    raise
+                raise ValueError(
+                    f"{sites.blocks[0]} takes its stream as a keyword argument, so vizkit cannot "
+                    "add a token to it; test-time registers need blocks called with the stream "
+                    "as their first positional input."
+                ) from error
             finally:
                 for handle in handles:
                     handle.remove()
-    first, second = outputs
-    gap = (first - second).abs().max().item()
-    if gap > 1e-4 * max(first.abs().max().item(), 1.0):
+    gap = (outputs[0] - outputs[1]).abs().max().item()
+    if gap > 1e-4 * max(plain.abs().max().item(), 1.0):
         raise ValueError(_positional(hm, f"the output moved by {gap:.3g} with the tokens"))
+    _POSITION_FREE.setdefault(hm.model, set()).add(key)
+
+
+def _float32_on_cpu(model: nn.Module) -> nn.Module:
+    """``model`` itself where it is on the CPU in float32, else a float32 CPU copy."""
+    if all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters()):
+        return model
+    return copy.deepcopy(model).to("cpu", torch.float32)
 
 
 def _positional(hm: HookedModel, why: str) -> str:
@@ -225,6 +275,11 @@ def _neuron_edit(indices: Tensor, state: TestTimeRegister, scale: float, patches
     prefix, registers = state.sites.prefix_tokens, state.registers
 
     def edit(module: nn.Module, args: tuple) -> tuple:
+        if len(args) != 1:
+            raise ValueError(
+                f"{type(module).__name__} was called with {len(args)} positional inputs, not its "
+                "hidden units alone, so its neurons cannot be moved."
+            )
         (hidden,) = args
         if state.tokens is None or hidden.shape[-2] != state.tokens:
             raise ValueError(
