@@ -22,14 +22,14 @@ from .register_effect import RegisterEffect as RegisterEffect
 from .register_effect import register_effect as register_effect
 from .register_neurons import RegisterNeurons as RegisterNeurons
 from .register_neurons import register_neurons as register_neurons
+from .registers import TestTimeRegister as TestTimeRegister
+from .registers import test_time_register as test_time_register
 from .segmentation import text_maps as text_maps
 from .span import SpannedTexts as SpannedTexts
 from .span import TextSpan as TextSpan
 from .span import decompose_images as decompose_images
 from .span import span_texts as span_texts
 from .span import text_span as text_span
-from .test_time_register import TestTimeRegister as TestTimeRegister
-from .test_time_register import test_time_register as test_time_register
 from .text_map import TextMap as TextMap
 from .text_map import fit_text_map as fit_text_map
 

@@ -25,7 +25,7 @@ from ..hooks.targets import is_backbone, model_logits
 from ..metrics.faithfulness import deletion, insertion
 from ..targets import embedding_of, similar_to
 from .register_sites import RegisterSites, register_sites
-from .test_time_register import test_time_register
+from .registers import test_time_register
 
 __all__ = ["RegisterEffect", "register_effect"]
 
