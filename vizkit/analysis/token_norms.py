@@ -24,7 +24,26 @@ from .representations import token_stream_layers
 from .result import Result
 from .stages import Stages, layout_runs
 
-__all__ = ["TokenNorms", "token_norms"]
+__all__ = ["TokenNorms", "check_norm_cut", "high_norm_patches", "token_norms"]
+
+
+def check_norm_cut(threshold: float | None, factor: float) -> None:
+    """Refuse a norm cut that is not a finite number, or a ``factor`` not above 1."""
+    if threshold is None:
+        if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 1):
+            raise ValueError(f"factor must be a number > 1 (times the median); got {factor!r}.")
+    elif not (isinstance(threshold, int | float) and math.isfinite(threshold)):
+        raise ValueError(f"threshold must be a finite number (a norm); got {threshold!r}.")
+
+
+def high_norm_patches(norms: Tensor, threshold: float | None = None, factor: float = 4.0) -> Tensor:
+    """(..., Np) bool: the patches whose norm (..., Np) exceeds ``threshold``, or by default
+    ``factor`` times the median over the last axis (the outliers of Darcet et al. are about 10x
+    the others; a model without them flags none)."""
+    check_norm_cut(threshold, factor)
+    if threshold is None:
+        return norms > factor * norms.quantile(0.5, dim=-1, keepdim=True)  # midpoint of two
+    return norms > threshold
 
 
 @dataclass(repr=False)
@@ -48,16 +67,9 @@ class TokenNorms(Result):
     def high_norm(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
         """(B, L, gh, gw) bool: the patch tokens whose norm exceeds ``threshold`` (the paper's
         fixed cut, e.g. 150 for DINOv2 ViT-g), or by default ``factor`` times the median patch
-        norm of their image and layer (the outliers of Darcet et al. are about 10x the others;
-        a model without them flags none)."""
-        if threshold is None:
-            if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 1):
-                raise ValueError(f"factor must be a number > 1 (times the median); got {factor!r}.")
-            median = self.patches.flatten(2).quantile(0.5, dim=-1)  # (B, L), midpoint of two
-            return self.patches > factor * median[..., None, None]
-        if not (isinstance(threshold, int | float) and math.isfinite(threshold)):
-            raise ValueError(f"threshold must be a finite number (a norm); got {threshold!r}.")
-        return self.patches > threshold
+        norm of their image and layer (`high_norm_patches`)."""
+        flat = self.patches.flatten(2)  # (B, L, Np)
+        return high_norm_patches(flat, threshold, factor).view_as(self.patches)
 
     def high_norm_fraction(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
         """(L,) the fraction of patch tokens that `high_norm` flags, per layer."""

@@ -10,6 +10,7 @@ averaged over the patch queries."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -164,12 +165,11 @@ def _curves(hm, x, maps, targets, neurons, options, steps, progress) -> dict[str
     """Deletion and insertion AUCs (2, B) of the plain map on the plain model and of the
     registered map with the register."""
     found = {"deletion": [], "insertion": []}
-    for registered, (saliency, target) in enumerate(zip(maps, targets, strict=True)):
-        for kind, curve in (("deletion", deletion), ("insertion", insertion)):
-            if registered:
-                with test_time_register(hm, neurons, image_size=tuple(x.shape[-2:]), **options):
-                    result = curve(hm, x, saliency, target, steps=steps, progress=progress)
-            else:
+    plain = contextlib.nullcontext()
+    registered = test_time_register(hm, neurons, image_size=tuple(x.shape[-2:]), **options)
+    for context, saliency, target in zip((plain, registered), maps, targets, strict=True):
+        with context:
+            for kind, curve in (("deletion", deletion), ("insertion", insertion)):
                 result = curve(hm, x, saliency, target, steps=steps, progress=progress)
-            found[kind].append(result.auc)
+                found[kind].append(result.auc)
     return {kind: torch.stack(aucs) for kind, aucs in found.items()}

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
+from ..analysis.token_norms import check_norm_cut, high_norm_patches
 from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
@@ -110,7 +111,7 @@ def _find(
     hm: HookedModel, data, layer, layers, threshold, factor, top_k, sparsity, batch_size, progress
 ) -> RegisterNeurons:
     top_k, batch_size = check_count("top_k", top_k), check_count("batch_size", batch_size)
-    _check_cut(threshold, factor)
+    check_norm_cut(threshold, factor)  # before any forward
     batches, count = labelled_batches(data, batch_size, "register_neurons")
     found = None
     with tqdm(total=count, unit="image", disable=not progress, desc="register neurons",
@@ -125,13 +126,6 @@ def _find(
         raise ValueError("data holds no images.")
     return found.result(top_k, {"threshold": threshold, "factor": factor, "sparsity": sparsity,
                                 "top_k": top_k})  # fmt: skip
-
-
-def _check_cut(threshold: float | None, factor: float) -> None:
-    if threshold is not None and not (isinstance(threshold, int | float) and threshold > 0):
-        raise ValueError(f"threshold must be a positive norm (or None); got {threshold!r}.")
-    if not (isinstance(factor, int | float) and factor > 1):
-        raise ValueError(f"factor must be a number > 1 (times the median); got {factor!r}.")
 
 
 class _Tally:
@@ -155,8 +149,7 @@ class _Tally:
         detect = norms[:, self.sites.blocks.index(self.detect)]
         median = detect.quantile(0.5, dim=-1, keepdim=True)
         self.largest_ratio = max(self.largest_ratio, float((detect / median).max()))
-        cut = factor * median if threshold is None else torch.full_like(median, threshold)
-        outlier = detect > cut  # (B, Np)
+        outlier = high_norm_patches(detect, threshold, factor)  # (B, Np)
         keep = outlier.any(-1)
         self.images += len(x)
         if not keep.any():
