@@ -107,6 +107,43 @@ def test_captum_wrappers_equal_direct_calls(key):
     assert ig.targets.tolist() == [1, 4] and ig.maps.shape == x.shape[:1] + x.shape[2:]
 
 
+@pytest.mark.parametrize(
+    ("window", "stride", "baseline"), [((12, 12), (8, 8), 0.5), ((64, 5), (1, 4), -1.0)]
+)
+def test_occlusion_equals_captum_where_windows_overlap_and_are_cut_at_the_edge(
+    window, stride, baseline
+):
+    """vizkit's occlusion (its own passes, one (B, H, W) sum) against captum's Occlusion:
+    overlapping windows, a last window cut at the image's edge, a window as tall as the image,
+    a baseline other than zero, class logits and a score target per image."""
+    model, x = build("vit")
+    target = torch.tensor([1, 4])
+    ours = vk.occlusion(model, x, target=target, window=window, stride=stride, baseline=baseline)
+    direct = Occlusion(model).attribute(
+        x, sliding_window_shapes=(3, *window), strides=(3, *stride), baselines=baseline,
+        target=target,
+    )  # fmt: skip
+    torch.testing.assert_close(ours.maps, direct.mean(1), rtol=1e-4, atol=1e-6)
+    weights = torch.linspace(-1, 1, model.num_classes)
+
+    def score(output):
+        return output @ weights
+
+    by_score = vk.occlusion(model, x, target=score, window=window, stride=stride,
+                            baseline=baseline)  # fmt: skip
+    direct = Occlusion(lambda images: score(model(images))).attribute(
+        x, sliding_window_shapes=(3, *window), strides=(3, *stride), baselines=baseline,
+    )  # fmt: skip
+    torch.testing.assert_close(by_score.maps, direct.mean(1), rtol=1e-4, atol=1e-5)
+
+
+def test_occlusion_refuses_a_stride_that_skips_pixels():
+    model, x = build("vit")
+    with pytest.raises(ValueError, match=r"stride \(9, 9\) is larger than the window"):
+        vk.occlusion(model, x, window=8, stride=9)
+    assert vk.occlusion(model, x, window=8, stride=8).maps.shape == (2, 64, 64)
+
+
 def test_occlusion_keeps_a_batch_below_the_image_count():
     model, x = build("vit")
     whole = vk.occlusion(model, x, target=[1, 4], window=16)

@@ -49,9 +49,14 @@ def test_one_image_is_measured_as_the_allocator_sees_it(vit, gradients):
 
     run()  # lazily built buffers
     assert peak_bytes(run) == allocated_peak(run) > 0
+    copy = x[0].nbytes  # a pass holds the image's copy beside what the model holds on it
+    assert one_image_bytes(model, x, gradients) == pytest.approx(peak_bytes(run) + copy, rel=1e-3)
     four = x.clone().requires_grad_(gradients)
     four_images = allocated_peak(lambda: _pass(model, four, gradients))
-    assert one_image_bytes(model, x, gradients) * 4 == pytest.approx(four_images, rel=1e-3)
+    per_image = one_image_bytes(model, x, gradients) - copy
+    assert per_image * 4 == pytest.approx(four_images, rel=1e-3)
+    own = images_per_pass(model, x, None, gradients, "m")  # copies and pass within the batch's
+    assert own == 4 * per_image // (per_image + copy) and (per_image + copy) * own <= four_images
 
 
 def _pass(model: nn.Module, x: torch.Tensor, gradients: bool) -> None:

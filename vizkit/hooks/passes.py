@@ -2,11 +2,13 @@
 samples, interpolation steps, masked or ablated copies): a budget in bytes, ``max_bytes``, over
 what one image's pass holds, measured. Never a count of copies, which multiplies with the batch.
 
-``max_bytes=None`` (every such method's default) gives passes of the batch's own size: the
-method holds what a single pass of the batch holds (`vizkit.saliency`'s memory for a gradient
-method, a forward's for a forward-only one), so the batch size stays the one memory knob. On
-CUDA the passes hold at least `CUDA_PASS_BYTES` (a pass of one image leaves a GPU idle) and
-at most 90 % of the memory free on the device.
+A pass holds, per image, the copy it runs (the noisy, interpolated or masked image, which the
+method makes) and what the model holds on it. ``max_bytes=None`` (every such method's default)
+sizes the passes so that both together hold what a pass of the batch itself holds
+(`vizkit.saliency`'s memory for a gradient method, a forward's for a forward-only one): a few
+images fewer than the batch, so the batch size stays the one memory knob. On CUDA the passes
+hold at least `CUDA_PASS_BYTES` (a pass of one image leaves a GPU idle) and at most 90 % of
+the memory free on the device.
 """
 
 from __future__ import annotations
@@ -76,10 +78,11 @@ def peak_bytes(run: Callable[[], object]) -> int:
 
 
 def one_image_bytes(model: torch.nn.Module, x: Tensor, gradients: bool) -> int:
-    """The peak bytes of one image's pass: ``model`` on the first image of ``x`` (B, C, H, W),
-    with ``gradients`` also the backward of the sum of its output tensors to the image (what a
-    gradient method's pass holds per image), parameters frozen as the methods freeze them.
-    Parameters' ``.grad`` and ``requires_grad`` are left as they were."""
+    """The peak bytes of one image's pass: the image's copy (C, H, W) and ``model`` on it (the
+    first image of ``x`` (B, C, H, W)), with ``gradients`` also the backward of the sum of its
+    output tensors to the image (what a gradient method's pass holds per image), parameters
+    frozen as the methods freeze them. Parameters' ``.grad`` and ``requires_grad`` are left as
+    they were."""
     image = x[:1].detach().clone().requires_grad_(gradients)
 
     def run() -> None:
@@ -92,31 +95,35 @@ def one_image_bytes(model: torch.nn.Module, x: Tensor, gradients: bool) -> int:
             torch.autograd.grad(sum(t.float().sum() for t in outputs), image)
 
     with frozen_parameters(model):
-        return max(1, peak_bytes(run))
+        return peak_bytes(run) + image.nbytes
 
 
 def images_per_pass(
     model: torch.nn.Module, x: Tensor, max_bytes: int | None, gradients: bool, method: str
 ) -> int:
     """Images (copies) one pass of ``method`` may hold for the batch x (B, C, H, W): as many as
-    ``max_bytes`` allows at `one_image_bytes` each, or for None as many as the batch (on CUDA
-    at least `CUDA_PASS_BYTES` worth); on CUDA within `FREE_SHARE` of the free memory.
+    ``max_bytes`` allows at `one_image_bytes` each, or for None as many as fit in what a pass
+    of the batch itself holds (at least one; on CUDA at least `CUDA_PASS_BYTES` worth); on CUDA
+    within `FREE_SHARE` of the free memory.
 
     Raises:
         ValueError: not even one image's pass fits (the message gives its size and the fix).
     """
     available = available_bytes(x.device)
-    if max_bytes is None and available is None:
-        return len(x)
     if max_bytes is not None:
         max_bytes = check_count("max_bytes", max_bytes)
     per_image = one_image_bytes(model, x, gradients)
-    budget = max_bytes
+    if max_bytes is None:
+        own = len(x) * (per_image - x[0].nbytes)  # the batch's own pass: no copies
+        budget = own if available is None else max(own, CUDA_PASS_BYTES)
+    else:
+        budget = max_bytes
     if available is not None:
-        own = max(len(x) * per_image, CUDA_PASS_BYTES) if max_bytes is None else max_bytes
-        budget = min(own, int(FREE_SHARE * available))
+        budget = min(budget, int(FREE_SHARE * available))
     if budget >= per_image:
         return budget // per_image
+    if max_bytes is None and available is None:
+        return 1  # a batch of one image: its copy beside its own pass
     needed = f"One image's pass of {method} holds {per_image / 2**20:.1f} MiB"
     if budget == max_bytes:
         raise ValueError(

@@ -60,7 +60,8 @@ def _channel_scores(
                               mode="bilinear", align_corners=True)[0]  # fmt: skip
         low = masks.flatten(1).min(1).values[:, None, None]
         high = masks.flatten(1).max(1).values[:, None, None]
-        return x[b] * ((masks - low) / (high - low + EPS)).to(x.dtype)[:, None]  # (n, C, H, W)
+        masks.sub_(low).div_(high - low + EPS)  # in place: one (n, H, W) beside the copies
+        return x[b] * masks.to(x.dtype)[:, None]  # (n, C, H, W)
 
     channels = found.act.shape[1]
     return chunked_scores(hm, make, channels, chunk, score_of(found.logits, target, b))
