@@ -1,9 +1,9 @@
 """What vizkit's methods over captum's input attributions share (`vizkit.methods`: integrated
-gradients, saliency, occlusion, SmoothGrad, GradientSHAP), returning `SaliencyResult` pixel maps.
+gradients, saliency, SmoothGrad, GradientSHAP), returning `SaliencyResult` pixel maps.
 
 captum does the attribution; vizkit resolves targets like every other analysis (int, B ints, a
 callable on the logits, or None for the argmax), sizes the passes of copies (interpolation
-steps, occluded images) by ``max_bytes`` (`vizkit.hooks.passes`) and reduces the channel axis to
+steps, noise samples) by ``max_bytes`` (`vizkit.hooks.passes`) and reduces the channel axis to
 one map per image.
 """
 
