@@ -263,11 +263,16 @@ def test_mistakes_at_data_set_scale_say_what_was_wrong_and_the_fix(tmp_path):
             lens.maps(wrong)
 
 
-def test_the_next_batch_loads_while_this_one_is_explained():
-    """Batches after the first are read by a prefetching thread; an error while reading is
-    raised at the batch it concerns, after the batches before it were scored."""
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_next_batch_loads_while_this_one_is_explained_on_an_accelerator(device, monkeypatch):
+    """On an accelerator, batches after the first are read by a prefetching thread (on the
+    CPU, by the calling thread); an error while reading is raised at the batch it concerns,
+    after the batches before it were scored."""
     import threading
 
+    import vizkit.prefetch
+
+    monkeypatch.setattr(vizkit.prefetch, "model_device", lambda model: torch.device(device))
     model = timm.create_model("vit_tiny_patch16_224", num_classes=10, img_size=32,
                               patch_size=8, depth=1).eval()  # fmt: skip
     x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -292,7 +297,8 @@ def test_the_next_batch_loads_while_this_one_is_explained():
     run = {"methods": [("m", method)], "metrics": ["sparseness"], "batch_size": 2}
     vk.evaluate(model, data, progress=False, **run)
     assert readers[:2] == ["MainThread"] * 2  # the first batch, read to check the data
-    assert set(readers[2:]) == {"vizkit-evaluate-prefetch"}
+    reader = "vizkit-evaluate-prefetch" if device == "cuda" else "MainThread"
+    assert set(readers[2:]) == {reader}
     data.broken, scored[:] = True, []
     with pytest.raises(OSError, match="image 6 is unreadable"):
         vk.evaluate(model, data, progress=False, **run)

@@ -1,4 +1,5 @@
-"""vizkit.prefetch: the next batch is read by a thread, in order, errors where they belong."""
+"""vizkit.prefetch: the next batch is read by a thread, in order, errors where they belong;
+only where the model computes on an accelerator."""
 
 import threading
 import time
@@ -8,7 +9,8 @@ import timm
 import torch
 
 import vizkit as vk
-from vizkit.prefetch import prefetched
+import vizkit.prefetch
+from vizkit.prefetch import prefetched, read_ahead
 
 
 def test_items_come_in_order_read_by_the_thread():
@@ -52,7 +54,26 @@ def test_closing_the_generator_stops_the_thread():
         time.sleep(0.05)
 
 
-def test_cka_reads_the_next_batch_during_this_one_and_matches_one_tensor():
+def test_items_are_read_ahead_only_for_a_model_on_an_accelerator(monkeypatch):
+    readers = []
+
+    def items():
+        for i in range(3):
+            readers.append(threading.current_thread().name)
+            yield i
+
+    model = torch.nn.Linear(2, 2)
+    assert list(read_ahead(items(), model, "reader")) == [0, 1, 2]
+    assert set(readers) == {"MainThread"}  # on the CPU: no thread beside the model's
+    monkeypatch.setattr(vizkit.prefetch, "model_device", lambda model: torch.device("cuda"))
+    readers.clear()
+    assert list(read_ahead(items(), model, "reader")) == [0, 1, 2]
+    assert set(readers) == {"reader"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_cka_reads_the_next_batch_during_this_one_on_an_accelerator(device, monkeypatch):
+    monkeypatch.setattr(vizkit.prefetch, "model_device", lambda model: torch.device(device))
     model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8,
                               depth=3, num_classes=0).eval()  # fmt: skip
     x = torch.randn(24, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -69,5 +90,5 @@ def test_cka_reads_the_next_batch_during_this_one_and_matches_one_tensor():
     loader = torch.utils.data.DataLoader(Recorded(), batch_size=8)
     from_loader = vk.cka_matrix(model, loader, progress=False).matrix
     from_tensor = vk.cka_matrix(model, x, batch_size=8, progress=False).matrix
-    assert set(readers) == {"vizkit-cka-prefetch"}
+    assert set(readers) == {"vizkit-cka-prefetch" if device == "cuda" else "MainThread"}
     torch.testing.assert_close(from_loader, from_tensor, rtol=0, atol=0)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .hooks.contract import held
-from .hooks.inputs import check_count, check_images, unwrap_model
+from .hooks.inputs import check_count, check_images, model_device, unwrap_model
 from .hooks.targets import ScoreTarget, class_indices
 
 __all__ = [
@@ -398,7 +398,7 @@ def _text_encoder(model: nn.Module, tokenizer) -> Callable[[list[str]], Tensor]:
             from open_clip.tokenizer import SimpleTokenizer
 
             tokenizer = SimpleTokenizer(context_length=getattr(model, "context_length", 77))
-        return lambda texts: model.encode_text(tokenizer(texts).to(_device(model)))
+        return lambda texts: model.encode_text(tokenizer(texts).to(model_device(model)))
     if callable(getattr(model, "get_text_features", None)):  # transformers
         if tokenizer is None:
             raise ValueError(
@@ -409,7 +409,7 @@ def _text_encoder(model: nn.Module, tokenizer) -> Callable[[list[str]], Tensor]:
 
         def features(texts: list[str]) -> Tensor:
             tokens = tokenizer(texts, padding="max_length", truncation=True, return_tensors="pt")
-            tokens = {k: v.to(_device(model)) for k, v in tokens.items()}
+            tokens = {k: v.to(model_device(model)) for k, v in tokens.items()}
             return embedding_of(model.get_text_features(**tokens))
 
         return features
@@ -418,8 +418,3 @@ def _text_encoder(model: nn.Module, tokenizer) -> Callable[[list[str]], Tensor]:
         "transformers' get_text_features): text targets need a CLIP-family model. Use "
         "vk.targets.similar_to(embedding) with an embedding of your own instead."
     )
-
-
-def _device(model: nn.Module) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return torch.device("cpu") if parameter is None else parameter.device

@@ -17,7 +17,7 @@ from ..hooks.contract import analysis_contract, as_hooked, held
 from ..hooks.inputs import check_choice, check_count, check_number
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selector import LayerSpec, layer_indices, select_layers
-from ..prefetch import prefetched
+from ..prefetch import read_ahead
 from .cka_kernels import KERNELS, Kernel, check_kernels, kernel
 from .minibatch_cka import MinibatchCKA, distributed_world
 from .representations import (
@@ -176,7 +176,7 @@ def cka_matrix(
     accumulator = MinibatchCKA(keys, unbiased)
     image_size = None
     with held(readers[-1].hm.model):  # model_b too: eval mode, one thread at a time
-        for images in _batches(data, batch_size, progress):
+        for images in _batches(data, batch_size, progress, hm_a.model):
             image_size = tuple(images.shape[-2:])
             kernels: list[Kernel] = []
             for reader in readers:
@@ -300,7 +300,7 @@ def _layer_names(hm: HookedModel, layers: LayerSpec | None) -> list[str]:
     return select_layers(layers, representation_layers(hm), hm.hook_names(), what="block outputs")
 
 
-def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
+def _batches(data: Data, batch_size: int, progress: bool, model: nn.Module) -> Iterator[Tensor]:
     if isinstance(data, Tensor):
         if data.ndim != 4:
             raise ValueError(f"data must be images (B, C, H, W); got {tuple(data.shape)}.")
@@ -312,7 +312,7 @@ def _batches(data: Data, batch_size: int, progress: bool) -> Iterator[Tensor]:
         total = len(data) if hasattr(data, "__len__") else None
     show = progress and (distributed_world() == 1 or torch.distributed.get_rank() == 0)
     first_size = None
-    items = prefetched(data, "vizkit-cka-prefetch")  # the next batch loads during this one
+    items = read_ahead(data, model, "vizkit-cka-prefetch")  # on a GPU: during this batch
     for item in tqdm(items, total=total, desc="CKA", disable=not show, leave=False):
         images = item[0] if isinstance(item, (list, tuple)) else item
         if not isinstance(images, Tensor) or images.ndim != 4:

@@ -30,6 +30,7 @@ __all__ = [
     "check_number",
     "check_size",
     "check_values_finite",
+    "model_device",
     "unwrap_model",
 ]
 
@@ -56,6 +57,12 @@ def _floating_dtype(model: nn.Module) -> torch.dtype | None:
 def _device(model: nn.Module) -> torch.device | None:
     parameter = next(model.parameters(), None)
     return None if parameter is None else parameter.device
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model`` computes: its first parameter's device (the CPU for a parameterless
+    module)."""
+    return _device(model) or torch.device("cpu")
 
 
 def check_images(model: nn.Module, x: Tensor) -> Tensor:

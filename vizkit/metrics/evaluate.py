@@ -38,7 +38,7 @@ from ..hooks.targets import (
     target_label,
 )
 from ..journal import Journal
-from ..prefetch import prefetched
+from ..prefetch import read_ahead
 from ..processes import process_group
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
@@ -286,7 +286,7 @@ def evaluate(
     with (_Log(_shard_file(out, world, rank), config) as log,
           tqdm(total=total, initial=len(log.done) * world, desc="evaluate", disable=not shown,
                leave=False) as bar):  # fmt: skip
-        rest = prefetched(batches, "vizkit-evaluate-prefetch")
+        rest = read_ahead(batches, model.model, "vizkit-evaluate-prefetch")
         for index, batch in enumerate(itertools.chain([first], rest)):
             start, seen = seen, seen + len(batch[0])
             if index % world != rank:  # another process's batch

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from ..analysis.representations import token_stream_layers
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count, check_images
+from ..hooks.inputs import check_count, check_images, model_device
 from ..hooks.selector import LayerSpec, select_layers
 from ..processes import process_group
 from .manifest import (
@@ -90,7 +90,7 @@ def cache_activations(
     tokens = check_tokens(tokens)
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"dtype must be torch.float32, float16 or bfloat16; got {dtype!r}.")
-    first = check_images(model.model, _image(images[0])[None].to(_device(model.model)))
+    first = check_images(model.model, _image(images[0])[None].to(model_device(model.model)))
     image_size = tuple(first.shape[-2:])
     names = _layers(model, layers, image_size)
     widths = _widths(model, first, names)
@@ -174,11 +174,6 @@ def _image(item: object) -> Tensor:
         got = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
         raise TypeError(f"Each item's image must be a (C, H, W) tensor; got {got}.")
     return image
-
-
-def _device(model: nn.Module) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
 
 
 def _layers(hm: HookedModel, layers: LayerSpec | None, image_size: tuple[int, int]) -> list[str]:
@@ -274,7 +269,7 @@ def _write_shard(
     loader = DataLoader(Subset(images, indices), batch_size=batch_size, shuffle=False)
     done = 0
     for batch in loader:
-        x = check_images(hm.model, _batch_images(batch).to(_device(hm.model)))
+        x = check_images(hm.model, _batch_images(batch).to(model_device(hm.model)))
         index = torch.arange(indices.start + done, indices.start + done + len(x))
         with torch.no_grad():
             _, cache = hm.run_with_cache(x, names=list(layers))
