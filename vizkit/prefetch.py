@@ -20,10 +20,11 @@ def read_ahead(items: Iterable[Item], model: nn.Module, name: str) -> Iterator[I
     accelerator, and in the calling thread when it computes on the CPU.
 
     On the CPU the model's intra-op threads already keep every core busy, so a reading thread
-    gains no overlap and costs time: its work preempts those threads, and every parallel
-    region waits at its barrier for the one preempted (`vk.cka_matrix` on deit_tiny, 256
-    images, 2 threads: 1.27x the plain forward's wall time with the thread, 1.14x without it, at
-    equal CPU time; see the CKA section of docs/benchmarks.md).
+    overlaps nothing, and it was measured to cost wall time at equal CPU time (`vk.cka_matrix`
+    on deit_tiny, 256 images in batches of 32, 2 threads: 1.20-1.28x the plain forward's wall
+    time with the thread, 1.09-1.15x without it; ``benchmarks/read_ahead.py``). Why is not
+    traced; the likely cause is the reader's tensor work and its own OpenMP threads contending
+    with the forward's.
     """
     if model_device(model).type == "cpu":
         return iter(items)
