@@ -2,10 +2,10 @@
 # The GPU rows of docs/benchmarks.md: the gpu tests, then every CUDA benchmark with --record
 # (written to docs/benchmark_results/): every registered saliency method against the forward on
 # ViT-B and on two transformers backbones (DINOv2 at 518 px, CLIP ViT-L/14 at 336 px), the
-# mechanistic views, evaluate, capture, CKA, rollout and the papers' mechanisms; then the host
-# profile of capture and CKA and the beside-map variants (printed, for issue 52's item 3). `make
-# bench-gpu` runs it in the project's .venv; on a machine without it: PYTHON=python3
-# benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds, default 25;
+# mechanistic views, evaluate, the metrics, capture, CKA, reading ahead, rollout and the papers'
+# mechanisms; then the host profile of capture and CKA and the beside-map variants (printed, for
+# issue 52's item 3). `make bench-gpu` runs it in the project's .venv; on a machine without it:
+# PYTHON=python3 benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds, default 25;
 # the method_cost steps stop their methods at --budget and record what they measured), and the
 # whole script by TOTAL seconds (default 480: a step gets at most what is left of them, and once
 # less than 15 s is left the remaining steps are skipped, most important steps first). A failed
@@ -50,6 +50,7 @@ LIMIT=50 step "${cost[@]}" --model hf_dinov2_base --size 518 --batch 8 --methods
 LIMIT=60 step "${cost[@]}" --model hf_clip_vit_l14 --size 336 --batch 16 --methods "$backbone_methods" --budget 52
 step benchmarks/mechanistic.py --device cuda --record
 LIMIT=40 step benchmarks/evaluate.py --device cuda --record
+LIMIT=30 step benchmarks/metrics.py --device cuda --repeats 2 --record
 # issue 54's GPU rows: writing a store against the forward (disk rate beside it), and SAE
 # training tokens/s against Overcomplete on the same store (printed to the log)
 LIMIT=30 step benchmarks/store.py --device cuda --images 512 --batch 64 --repeats 2
