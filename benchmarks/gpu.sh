@@ -5,11 +5,11 @@
 # mechanistic views, evaluate, the metrics, capture, CKA, reading ahead, rollout and the papers'
 # mechanisms; then the host profile of capture and CKA and the beside-map variants (printed, for
 # issue 52's item 3). `make bench-gpu` runs it in the project's .venv; on a machine without it:
-# PYTHON=python3 benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds, default 25;
-# the method_cost steps stop their methods at --budget and record what they measured), and the
-# whole script by TOTAL seconds (default 480: a step gets at most what is left of them, and once
-# less than 15 s is left the remaining steps are skipped, most important steps first). A failed
-# step does not stop the others; the exit status counts the failed and the skipped steps.
+# PYTHON=python3 benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds,
+# default 25; the method_cost steps stop their methods at --budget and record what they measured),
+# and the whole script by TOTAL seconds (default 480: a step gets at most what is left of them, and
+# once less than 15 s is left the remaining steps are skipped, most important steps first). A
+# failed step does not stop the others; the exit status counts the failed and the skipped steps.
 # Ctrl-C stops the running step and the script.
 set -u
 cd "$(dirname "$0")/.."
