@@ -7,15 +7,19 @@
 # issue 52's item 3). `make bench-gpu` runs it in the project's .venv; on a machine without it:
 # PYTHON=python3 benchmarks/gpu.sh. Each step is bounded (its own limit, or STEP_TIMEOUT seconds,
 # default 25; the method_cost steps stop their methods at --budget and record what they measured),
-# and the whole script by TOTAL seconds (default 480: a step gets at most what is left of them, and
-# once less than 15 s is left the remaining steps are skipped, most important steps first). A
-# failed step does not stop the others; the exit status counts the failed and the skipped steps.
-# Ctrl-C stops the running step and the script.
+# and the whole script by TOTAL seconds (default 480): a step whose bound no longer fits in what
+# is left of them (less a 10 s reserve for stopping a step) is skipped, so the script ends within
+# TOTAL and no step is cut short; the steps run most important first. A failed step does not stop
+# the others; the exit status counts the failed and the skipped steps. Ctrl-C stops the running
+# step and the script.
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 STEP_TIMEOUT=${STEP_TIMEOUT:-25}
 TOTAL=${TOTAL:-480}
+for bound in "$STEP_TIMEOUT" "$TOTAL"; do
+	[[ $bound =~ ^[0-9]+$ ]] || { echo "STEP_TIMEOUT and TOTAL are whole seconds; got '$bound'"; exit 2; }
+done
 end=$((SECONDS + TOTAL))
 failed=0
 skipped=0
@@ -23,12 +27,16 @@ pid=""
 trap '[ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; echo "!! interrupted"; exit 130' INT TERM
 step() {  # LIMIT=seconds before it: that step's own bound
 	local start=$SECONDS rc=0 limit=${LIMIT:-$STEP_TIMEOUT} left=$((end - SECONDS - 10))
-	if [ "$left" -lt 15 ]; then
-		echo "!! skipped (the script's $TOTAL s are spent): $*"
+	if ! [[ $limit =~ ^[0-9]+$ ]]; then
+		echo "!! failed (LIMIT is whole seconds; got '$limit'): $*"
+		failed=$((failed + 1))
+		return
+	fi
+	if [ "$limit" -gt "$left" ]; then
+		echo "!! skipped (its $limit s do not fit in the $left s left of TOTAL=$TOTAL): $*"
 		skipped=$((skipped + 1))
 		return
 	fi
-	[ "$limit" -le "$left" ] || limit=$left
 	echo "== $* (at most $limit s)"
 	# in the background, so that the trap runs at once (timeout puts its child in its own group)
 	timeout -k 10 "$limit" "$PYTHON" "$@" &

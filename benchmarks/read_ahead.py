@@ -7,7 +7,7 @@ Two tables, each a ratio to its first row:
   cka       the plain forward over the loader (inference mode), then `cka_matrix` (every
             block's output) without and with the thread
   evaluate  deletion + insertion AUC of the chance-level method, without and with the thread
-Random-init timm models, seeded random images.
+Random-init timm models, seeded random images; --dtype bfloat16/float16 runs both under autocast.
 Usage: python benchmarks/read_ahead.py [--images 256] [--batch 32] [--eval-images 32]
        [--repeats 3] [--device cpu] [--record]
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import timm
 import torch
-from timing import add_device_options, device_name, print_table, rotated_rounds
+from timing import add_device_options, device_name, precision, print_table, rotated_rounds
 from torch.utils.data import DataLoader, TensorDataset
 
 import vizkit as vk
@@ -66,7 +66,9 @@ def main() -> None:
     title = (f"read ahead: cka_matrix, deit_tiny (random weights), {args.images} images, batch "
              f"{args.batch}, {where}; median of {args.repeats} rounds")  # fmt: skip
     runs = {"forward": forward, "cka": threaded(cka, False), "cka+thread": threaded(cka, True)}
-    print_table(*rotated_rounds(runs, args.repeats, args.device, untimed=0), "forward", args, title)
+    with precision(args):
+        measured = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    print_table(*measured, "forward", args, title)
 
     classifier = timm.create_model("vit_tiny_patch16_224", num_classes=10).eval()
     classifier = classifier.to(args.device)
@@ -82,9 +84,9 @@ def main() -> None:
              f"batch 8, deletion + insertion AUC, {where}; median of {args.repeats} "
              "rounds")  # fmt: skip
     runs = {"evaluate": threaded(evaluate, False), "evaluate+thread": threaded(evaluate, True)}
-    print_table(
-        *rotated_rounds(runs, args.repeats, args.device, untimed=0), "evaluate", args, title
-    )
+    with precision(args):
+        measured = rotated_rounds(runs, args.repeats, args.device, untimed=0)
+    print_table(*measured, "evaluate", args, title)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,33 @@ def test_constant_features_next_to_varying_ones_are_ignored(shape):
         assert value(padded, y, unbiased=unbiased) == pytest.approx(base, abs=1e-12)
 
 
+def test_constant_features_are_exactly_zero_after_centering():
+    x, _ = pair(*SHAPES["narrow"])  # narrow: the kernel keeps the centered features
+    n = len(x)
+    padded = np.concatenate([x, np.full((n, 2), 1e6 + 0.1), np.full((n, 1), 3e38)], axis=1)
+    for dtype in (torch.float64, torch.float32):
+        k = kernel(torch.from_numpy(padded).to(dtype))
+        assert (k.features[:, -3:] == 0).all() and not k.constant
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_features_give_the_cka_of_their_values(dtype):
+    # half features are centered and multiplied in float32, like float32 ones
+    x, y = (torch.from_numpy(v).to(dtype) for v in pair(32, 300))
+    expected = vk.cka(x.double(), y.double(), unbiased=True)
+    assert vk.cka(x, y, unbiased=True) == pytest.approx(expected, abs=1e-6)
+    got = kernel(x + 40)  # an offset, in the half dtype's own rounding
+    assert got.gram.dtype == torch.float64 and torch.isfinite(got.gram).all()
+
+
+def test_features_whose_float32_sum_overflows_are_refused_with_a_fix_that_works():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 200, generator=g) * 3e37, torch.randn(64, 5, generator=g)
+    with pytest.raises(ValueError, match=r"x: \d+ of its 200 torch.float32 features .* overflows"):
+        vk.cka(x, y)
+    assert 0 < vk.cka(x.double(), y.double()) < 1  # the fix the message gives
+
+
 def test_tiny_features_are_not_called_constant():
     x, y = pair(*SHAPES["wide"])
     assert value(x * 1e-13, y) == pytest.approx(value(x, y), abs=1e-12)
@@ -324,7 +351,7 @@ def test_float32_features_give_the_cka_of_their_float64_values(unbiased, offset)
     got = cka_from_hsic(hsic_matrix(single, unbiased), names)
     expected = cka_from_hsic(hsic_matrix(double, unbiased), names)
     assert 0.05 < expected[0, 1].abs() < 0.95  # not a degenerate case
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got, expected, rtol=0, atol=5e-8)
 
 
 def test_each_batch_of_images_is_checked_once(monkeypatch):

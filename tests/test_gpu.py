@@ -68,6 +68,18 @@ def test_cka_and_residual_ratios_on_cuda_agree_with_cpu():
     torch.testing.assert_close(gpu_ratios.mlp, cpu_ratios.mlp, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_cka_kernels_on_cuda_equal_the_cpus(dtype):
+    # half features are centered and multiplied in float32 on either device
+    from vizkit.analysis.cka_kernels import cka_from_hsic, hsic_matrix, kernel
+
+    g = torch.Generator().manual_seed(0)
+    features = [(torch.randn(32, 3000, generator=g) * 4 + 7).to(dtype) for _ in range(2)]
+    cpu = cka_from_hsic(hsic_matrix([kernel(f) for f in features], True), ["a", "b"])
+    gpu = cka_from_hsic(hsic_matrix([kernel(f.cuda()) for f in features], True), ["a", "b"])
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=0, atol=1e-6)
+
+
 def test_sot_head_on_cuda_matches_cpu():
     """The SoT model (exact and approximate svPN) on CUDA: same logits and token shares as on the
     CPU; half-precision input to svPN is computed in float32 and returned in its dtype."""

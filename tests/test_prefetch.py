@@ -62,9 +62,13 @@ def test_items_are_read_ahead_only_for_a_model_on_an_accelerator(monkeypatch):
             readers.append(threading.current_thread().name)
             yield i
 
-    model = torch.nn.Linear(2, 2)
-    assert list(read_ahead(items(), model, "reader")) == [0, 1, 2]
-    assert set(readers) == {"MainThread"}  # on the CPU: no thread beside the model's
+    for model in (torch.nn.Linear(2, 2), torch.nn.ReLU()):  # on the CPU, or no parameters
+        readers.clear()
+        assert list(read_ahead(items(), model, "reader")) == [0, 1, 2]
+        assert set(readers) == {"MainThread"}  # no thread beside the model's
+    readers.clear()
+    assert list(read_ahead(items(), torch.nn.Linear(2, 2, device="meta"), "reader")) == [0, 1, 2]
+    assert set(readers) == {"reader"}  # a model elsewhere than the CPU
     monkeypatch.setattr(vizkit.prefetch, "model_device", lambda model: torch.device("cuda"))
     readers.clear()
     assert list(read_ahead(items(), model, "reader")) == [0, 1, 2]

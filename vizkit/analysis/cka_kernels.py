@@ -55,9 +55,9 @@ class Kernel:
     kernels with `kernel`).
 
     ``checks`` holds what `check_kernels` reads, on the kernel's device so that building a kernel
-    never waits for the GPU: (5,) int64 = features holding NaN, features holding Inf, every
+    never waits for the GPU: (6,) int64 = features holding NaN, features holding Inf, every
     feature constant, every feature varying only at the rounding level of the source dtype, RBF
-    median distance 0.
+    median distance 0, finite features whose float32 sum over the examples overflows.
     """
 
     features: Tensor | None = None
@@ -142,7 +142,8 @@ def kernel(
         squared = torch.cdist(centered, centered).square()
         off_diagonal = squared.flatten()[1:].view(n - 1, n + 1)[:, :-1].flatten()  # no sync
         median = _median(off_diagonal)
-        found["checks"] = torch.cat([checks[:4], (median <= 0).to(torch.int64)[None]])
+        zero_median = (median <= 0).to(torch.int64)[None]
+        found["checks"] = torch.cat([checks[:4], zero_median, checks[5:]])
         built = Kernel(gram=torch.exp(-squared / (2 * bandwidth**2 * median)), **found)
     if check:
         check_kernels([built])
@@ -161,12 +162,20 @@ def check_kernels(kernels: list[Kernel]) -> None:
         return
     device = checked[0].checks.device
     rows = torch.stack([k.checks.to(device) for k in checked]).tolist()
-    for k, (nan, inf, constant, rounding, zero_median) in zip(checked, rows, strict=True):
+    for k, (nan, inf, constant, rounding, zero_median, overflow) in zip(checked, rows, strict=True):
         if nan or inf:
             raise ValueError(
                 f"{k.name} has NaN values in {nan} and Inf values in {inf} of its {k.width} "
                 f"features ({k.n} examples): CKA of non-finite features is undefined. Check the "
                 "model and its inputs (e.g. an overflow in reduced precision)."
+            )
+        if overflow:
+            raise ValueError(
+                f"{k.name}: {overflow} of its {k.width} {k.source} features are so large that "
+                f"their sum over the {k.n} examples overflows float32 (values near "
+                f"{torch.finfo(torch.float32).max:.1e} / {k.n}), so they cannot be centered in "
+                "float32. Compute in float64 (model.double() and float64 images, or "
+                "features.double() for vk.cka), or check the model for an overflow."
             )
         if zero_median:
             raise ValueError(
@@ -185,23 +194,27 @@ def check_kernels(kernels: list[Kernel]) -> None:
 
 def _center(x: Tensor, name: str = "features") -> tuple[Tensor, Tensor]:
     """``x`` (n, p) with each feature's mean over the n examples subtracted, in float64 for
-    float64 features and in float32 otherwise, and its checks (5,) int64 on ``x``'s device (see
+    float64 features and in float32 otherwise, and its checks (6,) int64 on ``x``'s device (see
     `Kernel`; no host sync).
 
-    A feature counts as constant when its range over the examples is within the rounding of a
-    mean of n equal values: ``max_i x_ij - min_i x_ij <= n · eps · max_i |x_ij|`` (eps of
-    float64). The threshold is relative to the feature's own magnitude, so features at any scale
-    (``x * 1e-13``) keep their variance; for float32 or half features it means equal values.
-    Constant features are set to exactly 0, not to what centering leaves of them.
+    A feature counts as constant when its range over the examples is within n float64 rounding
+    steps of its magnitude: ``max_i x_ij - min_i x_ij <= n · eps · max_i |x_ij|`` (eps of
+    float64; the tolerance kept from the earlier rule, which bounded the deviation from a mean
+    summed in float64). The threshold is relative to the feature's own magnitude, so features
+    at any scale (``x * 1e-13``) keep their variance; for float32 or half features it means
+    equal values. Constant features are set to exactly 0, not to what centering leaves of them.
 
     For float32 (or half) features the mean is summed and subtracted in float32: its rounding,
     a shared offset of each feature, is of the order of the rounding the features already carry
     and leaves HSIC unchanged (both estimators are invariant to an offset), and a float64 copy
-    would cost twice the memory traffic and, on most GPUs, a much slower matrix product. The
-    features are read three times (minimum, maximum, sum) and written once (the centered copy,
-    constant features zeroed in the same pass): on a 2-thread CPU, deit_tiny's 12 block outputs
-    at batch 32 (37,824 features) take 0.9 ms each, against 2.1 ms when the mean was summed in
-    float64 and the spread read from the centered copy.
+    would cost twice the memory traffic and, on most GPUs, a much slower matrix product. A
+    feature whose float32 sum overflows (values near 3.4e38 / n) is flagged for `check_kernels`
+    to refuse. The features are read four times (maximum, minimum, sum, and by the subtraction)
+    and written once (the centered copy, constant features zeroed in the same pass; one
+    `torch.aminmax` for both extremes took about 10x as long as the two reductions on the CPU):
+    on a 2-thread CPU, deit_tiny's 12 block outputs at batch 32 (37,824 features) take 0.9 ms
+    each, against 2.1 ms when the mean was summed in float64 and the spread read from the
+    centered copy.
     """
     if x.ndim != 2:
         raise ValueError(f"{name}: expected features (n examples, p); got {tuple(x.shape)}.")
@@ -219,12 +232,14 @@ def _center(x: Tensor, name: str = "features") -> tuple[Tensor, Tensor]:
     else:
         rounding = torch.zeros((), dtype=torch.bool, device=x.device)
     keep = (~flat).to(work)  # (p,)
-    shift = x.mean(0, dtype=work).mul_(keep).neg_()  # (p,) -mean, 0 where constant
+    shift = torch.where(flat, 0, x.mean(0, dtype=work).neg_())  # (p,) -mean, 0 where constant
     centered = torch.addcmul(shift, x, keep)  # (n, p) x·keep - mean·keep in `work`
     no_median = torch.zeros((), dtype=torch.bool, device=x.device)  # set by an RBF `kernel`
+    overflow = (shift.isinf() & magnitude.isfinite()).sum()  # a finite feature's sum overflowed
     checks = torch.stack(
-        [magnitude.isnan().sum(), magnitude.isinf().sum(), flat.all(), rounding, no_median]
-    ).to(torch.int64)
+        [magnitude.isnan().sum(), magnitude.isinf().sum(), flat.all(), rounding, no_median,
+         overflow]
+    ).to(torch.int64)  # fmt: skip
     return centered, checks
 
 
