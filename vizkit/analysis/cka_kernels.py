@@ -19,9 +19,9 @@ costs n·p² instead of n²·p), otherwise as their Gram matrix ``X Xᵀ``; an R
 pairwise distances from the centered features too (distances are offset-invariant, but their
 matrix-product form is not numerically).
 
-Features that are constant across the examples, up to the rounding of a mean of their values (a
-tolerance relative to each feature's own magnitude, so tiny-scale features are not mistaken for
-constant ones), are set to exactly 0; a representation whose every feature is constant makes
+Features that are constant across the examples (equal values for float32 and half features, a
+range within n float64 rounding steps of the feature's own magnitude for float64 ones, so
+tiny-scale features are not mistaken for constant ones) are set to exactly 0; a representation whose every feature is constant makes
 CKA undefined (0/0), and `cka` says so. NaN or Inf features are refused with the
 representation's name.
 
