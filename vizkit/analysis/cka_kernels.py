@@ -21,9 +21,9 @@ matrix-product form is not numerically).
 
 Features that are constant across the examples (equal values for float32 and half features, a
 range within n float64 rounding steps of the feature's own magnitude for float64 ones, so
-tiny-scale features are not mistaken for constant ones) are set to exactly 0; a representation whose every feature is constant makes
-CKA undefined (0/0), and `cka` says so. NaN or Inf features are refused with the
-representation's name.
+tiny-scale features are not mistaken for constant ones) are set to exactly 0; a representation
+whose every feature is constant makes CKA undefined (0/0), and `cka` says so. NaN or Inf
+features are refused with the representation's name.
 
 Precision: features arrive in the model's dtype. float64 features are centered and multiplied
 in float64; float32 and half features are centered (their means summed in float32) and
