@@ -7,14 +7,18 @@ on --device (cpu or cuda) at --dtype (float32, or bfloat16/float16 under autocas
   torch-cka    torch_cka.CKA(model, model, ...).compare(loader) (PyPI torch-cka, AntixK)
   pytorch-cka  cka.compute_cka(model, model, loader, layers=...) (PyPI pytorch-cka)
 
-Every measurement is a fresh process (so peak RSS is its own) that imports all four libraries
-(a peer that is not installed is needed only where it is measured), builds the model and the
-loader, runs its method once untimed (warm-up) and once timed;
-``ru_maxrss`` at the end is its peak (on CUDA: the peak allocated GPU memory). Rounds rotate the
-order; medians are reported: wall time (and its range), process CPU time (user + system, steadier
-than wall time on a shared machine), peak memory, each as a ratio to the forward baseline, and
-the largest difference of each matrix from torch-cka's (or from vizkit's when torch-cka is left
-out with --methods).
+Time: every method in one process, side by side (`timing.rotated_rounds`: one warm-up call
+each, then rounds that call every method once in turn, the order rotated), so that all of them
+meet the same allocator state. Separate processes do not: glibc's heap trimming, which depends on
+the process's address-space layout, makes the same forward's time in a fresh process vary by up
+to 30 % (0.04 to 0.9 million page faults per run), more than the methods differ.
+Peak memory and the matrices: one fresh process per method (a warm-up run, then a run whose
+``ru_maxrss`` is its peak; on CUDA the peak allocated GPU memory); every process imports the
+installed peers, so that each peak holds the same imports.
+Reported: median wall time per run, its range and ratio to the forward's, page faults per run
+(on CUDA: the run's peak GPU memory beyond what was allocated before it), peak memory and its
+ratio, and the largest difference of each matrix from torch-cka's (or from vizkit's when
+torch-cka is left out with --methods).
 Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--threads 2]
        [--model deit_tiny_patch16_224] [--device cuda] [--dtype bfloat16]
        [--methods forward,vizkit]
@@ -23,6 +27,7 @@ Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--thre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -30,19 +35,19 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from timing import add_device_options, device_name, precision, record
+from timing import add_device_options, device_name, precision, record, rotated_rounds
 
 METHODS = ("forward", "vizkit", "torch-cka", "pytorch-cka")
 MODEL = "deit_tiny_patch16_224"
 
 
-def measure(method: str, args: argparse.Namespace) -> None:
-    """One measurement in this process; writes seconds, peak memory and the matrix to
-    ``args.out``."""
+def method_runs(methods: list[str], args: argparse.Namespace) -> dict[str, Callable[[], object]]:
+    """One call per method over the same model and loader, each returning its matrix (the
+    forward: None)."""
     here = Path(__file__).parent.resolve()
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]  # this file is cka.py
     import timm
@@ -50,8 +55,7 @@ def measure(method: str, args: argparse.Namespace) -> None:
 
     import vizkit as vk
 
-    peers = _import_peers(method)
-
+    peers = _import_peers(methods)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = args.device
@@ -60,16 +64,16 @@ def measure(method: str, args: argparse.Namespace) -> None:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=args.batch)
     blocks = [f"blocks.{i}" for i in range(len(model.blocks))]
 
-    def forward():
+    def forward() -> None:
         with torch.inference_mode():
             for (images_,) in loader:
                 model(images_.to(device))
 
-    def vizkit():
+    def vizkit() -> object:
         return vk.cka_matrix(model, loader, progress=False).matrix
 
-    def torch_cka_run():
-        with warnings.catch_warnings():
+    def torch_cka_run() -> object:
+        with warnings.catch_warnings(), _new_hooks_removed(model):
             warnings.simplefilter("ignore")  # "identical names", "no second loader"
             comparison = peers["torch-cka"].CKA(
                 model, model, "a", "b", blocks, blocks, device=device
@@ -77,52 +81,59 @@ def measure(method: str, args: argparse.Namespace) -> None:
             comparison.compare(loader)
         return comparison.export()["CKA"]
 
-    def pytorch_cka_run():
+    def pytorch_cka_run() -> object:
         return peers["pytorch-cka"].compute_cka(
             model, model, loader, layers=blocks, device=device, progress=False
         )[0]
 
-    run = {
-        "forward": forward,
-        "vizkit": vizkit,
-        "torch-cka": torch_cka_run,
-        "pytorch-cka": pytorch_cka_run,
-    }[method]
-    cuda = device.startswith("cuda")
+    runs = {"forward": forward, "vizkit": vizkit, "torch-cka": torch_cka_run,
+            "pytorch-cka": pytorch_cka_run}  # fmt: skip
+    return {method: runs[method] for method in methods}
+
+
+@contextlib.contextmanager
+def _new_hooks_removed(model: object) -> Iterator[None]:
+    """torch-cka registers forward hooks (holding its features) and never removes them: remove
+    those a call added, so later calls and the other methods run the model as before."""
+    before = {module: set(module._forward_hooks) for module in model.modules()}
+    try:
+        yield
+    finally:
+        for module, keys in before.items():
+            for key in set(module._forward_hooks) - keys:
+                del module._forward_hooks[key]
+
+
+def peak(method: str, args: argparse.Namespace) -> None:
+    """In a fresh process: the method's peak memory (MB) and matrix, written to ``args.out``."""
+    import torch
+
+    run = method_runs([method], args)[method]
+    cuda = args.device.startswith("cuda")
     with precision(args):
         run()  # warm-up: the method's own steady state (allocator, caches)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        cpu_start, start = _cpu_seconds(), time.perf_counter()
         matrix = run()
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
     if cuda:
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = {"seconds": seconds, "cpu": _cpu_seconds() - cpu_start, "peak_mb": peak_mb}
+    result = {"peak_mb": peak_mb}
     if matrix is not None:
         result["matrix"] = torch.as_tensor(matrix).double().tolist()
     args.out.write_text(json.dumps(result))
 
 
-def _import_peers(method: str) -> dict:
-    """The peer libraries, imported in every process so that each process's peak memory holds
-    the same imports; a peer that is not installed is needed only where ``method`` is it."""
+def _import_peers(methods: list[str]) -> dict:
+    """The peer libraries, each imported when installed (so that every process's peak memory
+    holds the same imports); one that is not installed is needed only when it is measured."""
     peers = {}
     for name, module in (("torch-cka", "torch_cka"), ("pytorch-cka", "cka")):
-        if name == method or importlib.util.find_spec(module) is not None:
+        if name in methods or importlib.util.find_spec(module) is not None:
             peers[name] = importlib.import_module(module)
     return peers
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process (less sensitive than wall time to other load)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -138,55 +149,56 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        measure(args.one, args)
+        peak(args.one, args)
         return
 
     import numpy as np
     import torch
 
     methods = args.methods.split(",")
-    results: dict[str, list[dict]] = {m: [] for m in methods}
+    fresh = {}
     out = Path("/tmp") / "vizkit_cka_bench.json"
-    for round_ in range(args.rounds):
-        shift = round_ % len(methods)
-        for method in methods[shift:] + methods[:shift]:
-            command = [sys.executable, __file__, "--one", method, "--out", str(out)]
-            for option in ("images", "batch", "threads", "model", "device", "dtype"):
-                command += [f"--{option}", str(getattr(args, option))]
-            subprocess.run(command, check=True)
-            results[method].append(json.loads(out.read_text()))
+    for method in methods:
+        command = [sys.executable, __file__, "--one", method, "--out", str(out)]
+        for option in ("images", "batch", "threads", "model", "device", "dtype"):
+            command += [f"--{option}", str(getattr(args, option))]
+        subprocess.run(command, check=True)
+        fresh[method] = json.loads(out.read_text())
+    runs = method_runs(methods, args)
+    with precision(args):
+        times, faults = rotated_rounds(runs, args.rounds, args.device, untimed=0)
 
-    def median(method: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[method])
-
-    base = "torch-cka" if "torch-cka" in results else "vizkit"
-    reference = np.array(results[base][0]["matrix"])
+    base = "torch-cka" if "torch-cka" in fresh else "vizkit"
+    reference = np.array(fresh[base]["matrix"])
     title = (
         f"{args.model}, {args.images} images, batch {args.batch}, {args.dtype}, "
-        f"{device_name(args.device)}, torch {torch.__version__}; median of {args.rounds} rounds, "
-        "one process per run"
+        f"{device_name(args.device)}, torch {torch.__version__}; median of {args.rounds} rounds "
+        "side by side in one process, peak memory of a fresh process per method"
     )
     print(title)
-    table = []
-    memory = "GPU MB" if args.device.startswith("cuda") else "peak MB"
-    columns = ("wall s", "range", "ratio", "CPU s", "ratio", memory, "ratio", f"vs {base}")
-    widths = (7, 11, 6, 6, 6, 8, 6, 12)
+    cuda = args.device.startswith("cuda")
+    memory = "GPU MB" if cuda else "peak MB"
+    columns = ("wall s", "range", "ratio", "GPU MB/run" if cuda else "faults/run", memory,
+               "ratio", f"vs {base}")  # fmt: skip
+    widths = (7, 11, 6, 10, 8, 6, 12)
     print(f"{'method':<12}" + "".join(f" {c:>{w}}" for c, w in zip(columns, widths, strict=True)))
-    for method, runs in results.items():
-        walls = [r["seconds"] for r in runs]
+    forward_s = statistics.median(times["forward"])
+    table = []
+    for method in methods:
+        seconds, measured = statistics.median(times[method]), fresh[method]
+        per_run = round(statistics.median(faults[method]))
         diff = (
-            f"{np.abs(np.array(runs[0]['matrix']) - reference).max():12.1e}"
-            if "matrix" in runs[0]
+            f"{np.abs(np.array(measured['matrix']) - reference).max():12.1e}"
+            if "matrix" in measured
             else ""
         )
         row = [
-            f"{median(method, 'seconds'):7.2f}",
-            f"{min(walls):5.2f}-{max(walls):<5.2f}",
-            f"{median(method, 'seconds') / median('forward', 'seconds'):5.2f}x",
-            f"{median(method, 'cpu'):6.2f}",
-            f"{median(method, 'cpu') / median('forward', 'cpu'):5.2f}x",
-            f"{median(method, 'peak_mb'):8.0f}",
-            f"{median(method, 'peak_mb') / median('forward', 'peak_mb'):5.2f}x",
+            f"{seconds:7.2f}",
+            f"{min(times[method]):5.2f}-{max(times[method]):<5.2f}",
+            f"{seconds / forward_s:5.2f}x",
+            f"{per_run / 2**20:10.0f}" if cuda else f"{per_run:10,}",
+            f"{measured['peak_mb']:8.0f}",
+            f"{measured['peak_mb'] / fresh['forward']['peak_mb']:5.2f}x",
             diff,
         ]
         print(f"{method:<12} " + " ".join(row))
