@@ -7,19 +7,21 @@ on --device (cpu or cuda) at --dtype (float32, or bfloat16/float16 under autocas
   torch-cka    torch_cka.CKA(model, model, ...).compare(loader) (PyPI torch-cka, AntixK)
   pytorch-cka  cka.compute_cka(model, model, loader, layers=...) (PyPI pytorch-cka)
 
-Time: every method in one process, side by side (`timing.rotated_rounds`: one warm-up call
-each, then rounds that call every method once in turn, the order rotated), so that all of them
-meet the same allocator state. Separate processes do not: glibc's heap trimming, which depends on
-the process's address-space layout, makes the same forward's time in a fresh process vary by up
-to 30 % (0.04 to 0.9 million page faults per run), more than the methods differ.
+Time: every method side by side in one process (`timing.rotated_rounds`: one warm-up call
+each, then rounds that call every method once in turn, the order rotated), in --processes fresh
+processes. On the CPU, glibc's heap trimming makes each process fault its memory in anew at its
+own rate (0 to 0.9 million page faults per run, set by the process's address-space layout), and
+a side-by-side ratio varies with it by up to 15 % from process to process, more than the methods
+differ; the ratio reported is the median of the processes' ratios, with their range.
 Peak memory and the matrices: one fresh process per method (a warm-up run, then a run whose
 ``ru_maxrss`` is its peak; on CUDA the peak allocated GPU memory); every process imports the
 installed peers, so that each peak holds the same imports.
-Reported: median wall time per run, its range and ratio to the forward's, page faults per run
-(on CUDA: the run's peak GPU memory beyond what was allocated before it), peak memory and its
-ratio, and the largest difference of each matrix from torch-cka's (or from vizkit's when
-torch-cka is left out with --methods).
-Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 5] [--threads 2]
+Reported: median wall time per run, the ratio to the forward's, page faults per run (on CUDA:
+the run's peak GPU memory beyond what was allocated before it), peak memory and its ratio, and
+the largest difference of each matrix from torch-cka's (or from vizkit's when torch-cka is left
+out with --methods).
+Usage: python benchmarks/cka.py [--images 256] [--batch 32] [--rounds 3] [--processes 3]
+       [--threads 2]
        [--model deit_tiny_patch16_224] [--device cuda] [--dtype bfloat16]
        [--methods forward,vizkit]
 """
@@ -126,6 +128,15 @@ def peak(method: str, args: argparse.Namespace) -> None:
     args.out.write_text(json.dumps(result))
 
 
+def side_by_side(methods: list[str], args: argparse.Namespace) -> None:
+    """In a fresh process: every method's seconds and page faults (on CUDA: peak extra GPU
+    bytes) per timed run, side by side (`rotated_rounds`), written to ``args.out``."""
+    runs = method_runs(methods, args)
+    with precision(args):
+        times, faults = rotated_rounds(runs, args.rounds, args.device, untimed=0)
+    args.out.write_text(json.dumps({"times": times, "faults": faults}))
+
+
 def _import_peers(methods: list[str]) -> dict:
     """The peer libraries, each imported when installed (so that every process's peak memory
     holds the same imports); one that is not installed is needed only when it is measured."""
@@ -140,49 +151,64 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     add_device_options(parser)
     parser.add_argument("--one", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    if "forward" not in methods or not set(methods) <= set(METHODS):
+        parser.error(f"--methods: a comma-separated subset of {','.join(METHODS)} with forward")
     if args.one:
         peak(args.one, args)
+        return
+    if args.side:
+        side_by_side(methods, args)
         return
 
     import numpy as np
     import torch
 
-    methods = args.methods.split(",")
-    fresh = {}
     out = Path("/tmp") / "vizkit_cka_bench.json"
-    for method in methods:
-        command = [sys.executable, __file__, "--one", method, "--out", str(out)]
-        for option in ("images", "batch", "threads", "model", "device", "dtype"):
+
+    def in_fresh_process(*flags: str) -> dict:
+        command = [sys.executable, __file__, *flags, "--out", str(out)]
+        for option in ("images", "batch", "rounds", "threads", "model", "methods", "device",
+                       "dtype"):  # fmt: skip
             command += [f"--{option}", str(getattr(args, option))]
         subprocess.run(command, check=True)
-        fresh[method] = json.loads(out.read_text())
-    runs = method_runs(methods, args)
-    with precision(args):
-        times, faults = rotated_rounds(runs, args.rounds, args.device, untimed=0)
+        return json.loads(out.read_text())
+
+    fresh = {method: in_fresh_process("--one", method) for method in methods}
+    processes = [in_fresh_process("--side") for _ in range(args.processes)]
+    times = {m: [t for p in processes for t in p["times"][m]] for m in methods}
+    faults = {m: [f for p in processes for f in p["faults"][m]] for m in methods}
+    ratios = {  # each process's median against its own forward's
+        m: [statistics.median(p["times"][m]) / statistics.median(p["times"]["forward"])
+            for p in processes]
+        for m in methods
+    }  # fmt: skip
 
     base = "torch-cka" if "torch-cka" in fresh else "vizkit"
     reference = np.array(fresh[base]["matrix"])
     title = (
         f"{args.model}, {args.images} images, batch {args.batch}, {args.dtype}, "
-        f"{device_name(args.device)}, torch {torch.__version__}; median of {args.rounds} rounds "
-        "side by side in one process, peak memory of a fresh process per method"
+        f"{device_name(args.device)}, torch {torch.__version__}; {args.rounds} rounds side by "
+        f"side in each of {args.processes} processes (ratio: median of the processes'), peak "
+        "memory of a fresh process per method"
     )
     print(title)
     cuda = args.device.startswith("cuda")
     memory = "GPU MB" if cuda else "peak MB"
-    columns = ("wall s", "range", "ratio", "GPU MB/run" if cuda else "faults/run", memory,
+    columns = ("wall s", "ratio", "range", "GPU MB/run" if cuda else "faults/run", memory,
                "ratio", f"vs {base}")  # fmt: skip
-    widths = (7, 11, 6, 10, 8, 6, 12)
+    widths = (7, 6, 11, 10, 8, 6, 12)
     print(f"{'method':<12}" + "".join(f" {c:>{w}}" for c, w in zip(columns, widths, strict=True)))
-    forward_s = statistics.median(times["forward"])
     table = []
     for method in methods:
         seconds, measured = statistics.median(times[method]), fresh[method]
@@ -194,8 +220,8 @@ def main() -> None:
         )
         row = [
             f"{seconds:7.2f}",
-            f"{min(times[method]):5.2f}-{max(times[method]):<5.2f}",
-            f"{seconds / forward_s:5.2f}x",
+            f"{statistics.median(ratios[method]):5.2f}x",
+            f"{min(ratios[method]):.2f}-{max(ratios[method]):.2f}x",
             f"{per_run / 2**20:10.0f}" if cuda else f"{per_run:10,}",
             f"{measured['peak_mb']:8.0f}",
             f"{measured['peak_mb'] / fresh['forward']['peak_mb']:5.2f}x",

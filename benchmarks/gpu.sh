@@ -66,7 +66,7 @@ LIMIT=40 step benchmarks/sae.py --device cuda --images 512 --rows 8192 --expansi
 step benchmarks/gradcam.py --device cuda "${vit_b[@]}" --batch 64 --dtype bfloat16 --record
 step benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
 step benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record
-LIMIT=50 step benchmarks/cka.py --device cuda "${vit_b[@]}" --images 2048 --batch 128 --methods forward,vizkit --rounds 2 --record
+LIMIT=50 step benchmarks/cka.py --device cuda "${vit_b[@]}" --images 2048 --batch 128 --methods forward,vizkit --rounds 2 --processes 1 --record
 LIMIT=40 step benchmarks/read_ahead.py --device cuda --images 2048 --batch 128 --eval-images 64 --repeats 2 --record
 LIMIT=40 step benchmarks/host_profile.py --device cuda --dtype bfloat16 --batch 64 --images 512
 LIMIT=20 step benchmarks/beside_map.py
