@@ -33,6 +33,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -181,7 +182,8 @@ def main() -> None:
         for option in ("images", "batch", "rounds", "threads", "model", "methods", "device",
                        "dtype"):  # fmt: skip
             command += [f"--{option}", str(getattr(args, option))]
-        subprocess.run(command, check=True)
+        quiet = {**os.environ, "TQDM_DISABLE": "1"}  # torch-cka's bars have no switch
+        subprocess.run(command, check=True, env=quiet)
         return json.loads(out.read_text())
 
     fresh = {method: in_fresh_process("--one", method) for method in methods}
