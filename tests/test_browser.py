@@ -2,21 +2,18 @@
 errors and its score table fits a 900 px window, and the quickstart's AttentionExplorer works
 in JupyterLab: each explorer drawn once (its static copy hidden), and after every control change
 (a click on a patch, a view, a slider) the browser draws the kernel's view. Screenshots are
-saved in each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-driver."""
+saved in each test's temporary folder. `.ci/run` installs Debian's chromium and chromium-driver;
+`tests/lab.py` starts them."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from lab import chromium, console_errors, in_kernel, open_notebook, run_all_cells, wait_for
+from lab import jupyterlab as lab_server
 
 from vizkit.report import build_report
 
@@ -26,32 +23,8 @@ NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "00_quickstart.ipynb"
 
 @pytest.fixture
 def browser():
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not (chromium and chromedriver):
-        pytest.skip("needs chromium and chromedriver on PATH (.ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--window-size=1400,1000"):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
-    yield driver
-    driver.quit()
-
-
-def wait_for(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"Timed out after {seconds} s waiting for {what}.")
+    with chromium() as driver:
+        yield driver
 
 
 def test_report_renders_every_figure_without_console_errors(browser, tmp_path):
@@ -100,41 +73,11 @@ def test_report_renders_every_figure_without_console_errors(browser, tmp_path):
     browser.save_screenshot(str(tmp_path / "report_900.png"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def jupyterlab(tmp_path):
     shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)
-    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)  # no "official Jupyter news?" toast over the widgets
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
-         f"--ServerApp.root_dir={tmp_path}", "--LabApp.expose_app_in_browser=True",
-         "--ServerApp.disable_check_xsrf=True", "--allow-root"],
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"),
-        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings")},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return urllib.request.urlopen(f"{url}/lab", timeout=2).status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(up, 60, "JupyterLab to start")
+    with lab_server(tmp_path) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 EXPLORER_STATE = """
@@ -155,14 +98,6 @@ return gd && {title: gd.layout.title.text,
 """
 
 # the same, as the kernel's `explorer` holds it (run beside the notebook, no cell added)
-KERNEL_VIEW = """
-const done = arguments[arguments.length - 1];
-const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-const future = kernel.requestExecute({code: arguments[0], store_history: false});
-let out = '';
-future.onIOPub = msg => { if (msg.header.msg_type === 'stream') out += msg.content.text; };
-future.done.then(() => done(out), error => done(String(error)));
-"""
 KERNEL_CODE = """print(__import__("json").dumps({
     "title": explorer.figure.layout.title.text,
     "shapes": [[s.type, s.x0, s.x1, s.y0, s.y1] for s in explorer.figure.layout.shapes]}))"""
@@ -176,43 +111,13 @@ return {copies: copies.length, shown: copies.filter(c => c.getClientRects().leng
 """
 
 
-# the notebook open, its kernel connected and idle
-KERNEL_READY = """
-const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-const session = w && w.sessionContext && w.sessionContext.session;
-return !!(session && session.kernel && session.kernel.status === 'idle'
-          && document.querySelector('.jp-Notebook .jp-Cell'));
-"""
-
-# some cell's prompt shows it queued, running or run ("[*]:" or "[3]:")
-A_CELL_STARTED = """
-return [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(
-    p => /\\[(\\*|\\d+)\\]/.test(p.textContent));
-"""
-
-# the last cell's prompt shows its execution count ("[21]:"), not "[*]:" (queued or running)
-LAST_CELL_DONE = """
-const prompts = document.querySelectorAll('.jp-CodeCell .jp-InputPrompt');
-return prompts.length > 0 && /\\[\\d+\\]/.test(prompts[prompts.length - 1].textContent);
-"""
-
-
 # alone it takes about a minute; under `make test`'s two workers the kernel runs the notebook's
 # cells beside other tests, and the whole test took 296 s twice on a clean clone here (the
 # per-test limit is 300 s): its own waits bound each step, this bounds the sum
 @pytest.mark.timeout(600)
 def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
-    browser.get(f"{jupyterlab}/lab/tree/{NOTEBOOK.name}")
-    wait_for(
-        lambda: browser.execute_script(
-            "return !!(window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell'))"
-        ),
-        90,
-        "JupyterLab to open the notebook",
-    )
-    wait_for(lambda: browser.execute_script(KERNEL_READY), 90, "the notebook's kernel to be idle")
+    open_notebook(browser, jupyterlab, NOTEBOOK.name)
     run_all_cells(browser)
-    wait_for(lambda: browser.execute_script(LAST_CELL_DONE), 300, "every cell to run")
     before = wait_for(lambda: browser.execute_script(EXPLORER_STATE), 30, "the AttentionExplorer")
     browser.save_screenshot(str(tmp_path / "explorer_before.png"))
     assert "layer 3" in before  # the last layer is shown first
@@ -248,26 +153,37 @@ def test_quickstart_explorer_in_jupyterlab(browser, jupyterlab, tmp_path):
     assert_browser_draws_kernel_view(browser, "layer 1")
 
 
-def run_all_cells(browser) -> None:
-    """Run every cell; again if none has started after 20 s (a run-all issued while the
-    notebook's session was still settling ran nothing on a clean clone: every cell unrun)."""
-    for _ in range(3):
-        browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        try:
-            wait_for(lambda: browser.execute_script(A_CELL_STARTED), 20, "a cell to start")
-            return
-        except AssertionError:
-            continue
-    raise AssertionError("notebook:run-all-cells started no cell in three tries.")
+EXPLORER_OUTPUTS = """
+return [...document.querySelectorAll('.vizkit-explorer')].map(b => {
+    const area = b.closest('.jp-OutputArea-output') || b;
+    const gd = b.querySelector('.js-plotly-plot');
+    return {plot: !!gd, drawn: !!(gd && gd.querySelector('.main-svg')),
+            title: gd && gd.layout && gd.layout.title ? gd.layout.title.text : null,
+            text: area.innerText.slice(0, 200)};
+});
+"""
 
 
 def assert_one_view_per_explorer(browser) -> None:
-    """Each explorer's widget is drawn and the static copy of its view beside it hidden."""
-    state = wait_for(
-        lambda: (s := browser.execute_script(STATIC_COPIES))["drawn"] >= 2 and s,
-        60,
-        "both explorers of the quickstart to draw",
-    )
+    """Each explorer's widget is drawn and the static copy of its view beside it hidden. The
+    page is scrolled to each explorer in turn while it waits, as a reader would scroll: the
+    notebook skips the layout of cells out of view (JupyterLab's windowing mode)."""
+    polls = iter(range(10**6))
+
+    def both_drawn():
+        browser.execute_script(
+            "const boxes = document.querySelectorAll('.vizkit-explorer');"
+            "boxes[arguments[0] % boxes.length]?.scrollIntoView({block: 'center'});",
+            next(polls) // 8,  # two seconds on each explorer
+        )
+        state = browser.execute_script(STATIC_COPIES)
+        return state["drawn"] >= 2 and state
+
+    try:
+        state = wait_for(both_drawn, 120, "both explorers of the quickstart to draw")
+    except AssertionError as timeout:
+        raise AssertionError(f"{timeout} {browser.execute_script(EXPLORER_OUTPUTS)}; "
+                             f"console errors: {console_errors(browser)}") from None  # fmt: skip
     assert state == {"copies": 2, "shown": 0, "drawn": 2}
 
 
@@ -275,11 +191,7 @@ def assert_browser_draws_kernel_view(browser, expected: str) -> None:
     """The kernel's explorer shows ``expected`` in its title, and the browser draws exactly
     the kernel's view: title and query outlines."""
     kernel = wait_for(
-        lambda: (
-            (v := json.loads(browser.execute_async_script(KERNEL_VIEW, KERNEL_CODE)))
-            and expected in v["title"]
-            and v
-        ),
+        lambda: (v := in_kernel(browser, KERNEL_CODE)) and expected in v["title"] and v,
         60,
         f"the kernel's explorer to show {expected!r}",
     )

@@ -41,7 +41,7 @@ def test_the_texts_and_top_images_are_the_span(explored):
     shown = span.top_images(0, 2, 1, 4).tolist()
     titles = [a.text for a in explorer.figure.layout.annotations]
     assert [f"image {i}" for i in shown] == [t for t in titles if t.startswith("image ")][:4]
-    assert span.texts(0, 2)[1] in explorer.figure.layout.title.text
+    assert span.texts(0, 2)[1] in explorer.figure.layout.title.text.replace("<br>", " ")  # wrapped
     assert model_state(model) == before
 
 
@@ -79,3 +79,10 @@ def test_images_other_than_the_spans_are_refused(explored):
         HeadExplorer(model, span, images[:11], texts, CLASSES)
     with pytest.raises(ValueError, match="2 class names for 3 class texts"):
         HeadExplorer(model, span, images, texts, CLASSES[:2])
+    # issue 69: other images of the same count showed another image's top images
+    with pytest.raises(ValueError, match=r"Images \[0, 6, 11\] are not the ones span was"):
+        HeadExplorer(model, span, images.flip(0) + 0.5, texts, CLASSES)
+    swapped = images.clone()
+    swapped[[0, 11]] = images[[11, 0]]
+    with pytest.raises(ValueError, match=r"Images \[0, 11\] are not the ones"):
+        HeadExplorer(model, span, swapped, texts, CLASSES)

@@ -25,13 +25,21 @@ from vizkit.journal import Journal
 CONFIG = {"model": "abc", "methods": ["random"]}
 JOURNAL = journal_module.__file__
 
+# in a child: `vizkit.journal` (its file is sys.argv[-1]) with the package's __init__ left out,
+# so that no torch is imported (the journal and `vizkit.runs.files` use the standard library)
+LOAD_JOURNAL = """
+import os, sys, types
+root = os.path.dirname(sys.argv[-1])
+for name, folder in (("vizkit", root), ("vizkit.runs", os.path.join(root, "runs"))):
+    sys.modules[name] = types.ModuleType(name)
+    sys.modules[name].__path__ = [folder]
+import vizkit.journal as journal_module
+"""
+
 # a child that appends entries 0..n-1, leaves a cut line, then reopens the journal (which
 # rewrites it) or appends entry n, and SIGKILLs itself around the k-th fsync / rename
-CHILD = textwrap.dedent("""
-    import importlib.util, os, signal, sys
-    spec = importlib.util.spec_from_file_location("journal", sys.argv[6])
-    journal_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(journal_module)  # the module alone: no torch to import
+CHILD = LOAD_JOURNAL + textwrap.dedent("""
+    import signal
     Journal = journal_module.Journal
     path, n, action, when = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     step = int(sys.argv[5])
@@ -121,11 +129,7 @@ def test_one_writer_at_a_time(tmp_path):
     with Journal(path, "evaluation", CONFIG):
         with pytest.raises(RuntimeError, match=f"being written by process {os.getpid()}"):
             Journal(path, "evaluation", CONFIG)
-        load = (
-            "import importlib.util, sys; spec = importlib.util.spec_from_file_location("
-            "'journal', sys.argv[2]); m = importlib.util.module_from_spec(spec); "
-            f"spec.loader.exec_module(m); m.Journal(sys.argv[1], 'evaluation', {CONFIG!r})"
-        )
+        load = LOAD_JOURNAL + f"journal_module.Journal(sys.argv[1], 'evaluation', {CONFIG!r})"
         other = subprocess.run([sys.executable, "-c", load, str(path), JOURNAL],
                                capture_output=True, text=True, timeout=60)  # fmt: skip
         assert other.returncode != 0 and f"process {os.getpid()}" in other.stderr

@@ -123,6 +123,28 @@ def test_pointing_game_tolerance_and_iou_fraction():
     assert vk.metrics.top_iou(top, masks, fraction=8 / 64).item() == pytest.approx(0.5)
 
 
+def test_pointing_game_breaks_a_rounding_tie_the_same_on_every_cpu():
+    """Pixels equal but for rounding (a peak on the grid's border upsamples to two, and an AVX2
+    kernel made the outer one larger by an ulp where AVX-512 made them equal) tie: the first
+    decides, whichever is a last bit larger."""
+    masks = torch.zeros(1, 8, 8, dtype=torch.bool)
+    masks[0, 2:4, 2:4] = True
+    peak = torch.tensor(0.3)
+    for inside, outside in ((peak, peak.nextafter(torch.tensor(1.0))),
+                            (peak.nextafter(torch.tensor(1.0)), peak)):  # fmt: skip
+        maps = torch.zeros(1, 8, 8)
+        maps[0, 3, 3], maps[0, 3, 4] = inside, outside
+        assert vk.metrics.pointing_game(maps, masks).item() == 1
+    maps[0, 3, 4] = peak * 1.001  # a real difference is no tie
+    assert vk.metrics.pointing_game(maps, masks).item() == 0
+    grid = torch.zeros(1, 8, 8)
+    grid[0, 4, 7] = 1.0  # on the right border: pixel columns 30 and 31 of 32 tie
+    on_30, on_31 = torch.zeros(2, 1, 32, 32, dtype=torch.bool)
+    on_30[0, 16:20, 30], on_31[0, 16:20, 31] = True, True
+    assert vk.metrics.pointing_game(grid, on_30).item() == 1
+    assert vk.metrics.pointing_game(grid, on_31).item() == 0
+
+
 def test_shape_mismatches_are_clear(shapes):
     model, x, labels, masks = shapes
     with pytest.raises(ValueError, match="Expected 16 saliency maps"):

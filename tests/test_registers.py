@@ -187,6 +187,8 @@ def test_a_model_without_artifacts_is_refused_with_a_fix_that_works():
     assert "threshold=" in str(error.value)
     found = vk.text.register_neurons(model, x, threshold=1.0, top_k=2, progress=False)
     assert found.with_outliers == 4
+    with pytest.raises(ValueError, match=r"threshold must be a finite number > 0"):
+        vk.text.register_neurons(model, x, threshold=-1, progress=False)  # all were artifacts
 
 
 def test_bad_neurons_and_options_are_refused(planted):

@@ -5,6 +5,8 @@ the model as it was)."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import timm
@@ -379,3 +381,50 @@ def test_the_guide_runs_and_prints_what_it_says(tmp_path, monkeypatch):
     assert printed[1].startswith("SAEScores(fvu=") and 0.05 < fvu < 0.15 and "L0=8.0" in printed[1]
     assert printed[2].startswith(said[2])
     assert (tmp_path / "sae" / "sae.json").is_file()
+
+
+def test_a_checkpoint_folder_of_something_else_is_refused_not_overwritten(tmp_path):
+    """Issue 69: train_sae(checkpoint=) on a folder holding a saved autoencoder overwrote it."""
+    rows = torch.randn(512, 8, generator=torch.Generator().manual_seed(0))
+    settings = {"expansion": 2, "k": 2, "tokens": 1024, "batch_size": 128, "progress": False}
+    saved = vk.train_sae(rows, **settings).save(tmp_path / "saved")
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    with pytest.raises(ValueError, match=r"holds an autoencoder saved with sae.save\(\)"):
+        vk.train_sae(rows, checkpoint=saved, **settings)
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    loaded = vk.sae.SparseAutoencoder.load(saved)  # the fix the message gives
+    assert loaded.latents == 16
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"is not a train_sae checkpoint folder \(it holds"):
+        vk.train_sae(rows, checkpoint=tmp_path / "notes", **settings)
+    with pytest.raises(ValueError, match="is a file"):
+        vk.train_sae(rows, checkpoint=tmp_path / "notes" / "notes.txt", **settings)
+    done = vk.train_sae(rows, checkpoint=tmp_path / "run", **settings)  # its own: resumed
+    again = vk.train_sae(rows, checkpoint=tmp_path / "run", **settings)
+    assert torch.equal(done.W_dec, again.W_dec)
+
+
+def test_layer_counts_the_stored_layers_and_the_default_trains_enough_steps(tmp_path, monkeypatch):
+    """Issue 69: layer=-1 was refused ("no layer -1"); the default on the 64-image sample
+    (4,160 rows, batch 4,096) took one optimizer step."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                              num_classes=3).eval()  # fmt: skip
+    store = vk.cache_activations(model, torch.randn(8, 3, 32, 32), tmp_path / "s",
+                                 layers=[0, 1], progress=False)  # fmt: skip
+    names = list(store.manifest["layers"])
+    settings = {"expansion": 1, "k": 4, "batch_size": 32, "progress": False}
+    last = vk.train_sae(store, layer=-1, tokens=64, **settings)
+    assert last.source["layer"] == names[-1] == "blocks.1.hook_resid_post"
+    assert vk.train_sae(store, layer=0, tokens=64, **settings).source["layer"] == names[0]
+    with pytest.raises(ValueError, match=r"layer=2: the store holds 2 layers"):
+        vk.train_sae(store, layer=2, tokens=64, **settings)
+    training = importlib.import_module("vizkit.sae.training")
+    steps, real = [], training._Run.train_step
+    monkeypatch.setattr(
+        training._Run, "train_step", lambda run, *a: steps.append(1) or real(run, *a)
+    )
+    monkeypatch.setattr(training, "DEFAULT_STEPS", 12)  # 1,000 in use
+    vk.train_sae(store, **settings)  # 128 rows: the store once is 4 steps
+    assert len(steps) == 12

@@ -188,7 +188,7 @@ def test_ablate_and_steer_equal_a_plain_hook(trained):
     assert steered.probability_change().shape == (6, 5)
     after = state(model)
     assert after[:2] == before[:2]
-    with pytest.raises(ValueError, match="latents must be indices in 0..383"):
+    with pytest.raises(ValueError, match=r"latents must be an int in \[0, 383\]; got 384"):
         ablate(model, sae, x, [384])
 
 

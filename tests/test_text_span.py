@@ -5,8 +5,11 @@ open_clip's weights), and the greedy text basis follows the reference algorithm'
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
+import timm
 import torch
 import torch.nn.functional as F
 from conftest import model_state
@@ -384,3 +387,23 @@ def test_dinov2_is_decomposed_and_read_through_the_map():
     assert torch.allclose(mapped.embedding, fitted(pooled), atol=1e-5)
     assert torch.allclose(mapped.contributions.sum(1) + mapped.constant, mapped.embedding,
                           atol=1e-4)  # fmt: skip
+
+
+def test_text_span_refuses_bad_arguments_before_any_image_is_decomposed(monkeypatch):
+    """Issue 69: refusals came after every image was decomposed, and one image gave texts
+    explaining 100 % of a variance of 0."""
+    span_module = importlib.import_module("vizkit.text.span")
+    monkeypatch.setattr(span_module, "decompose_images", lambda *a, **k: pytest.fail("ran"))
+    model, tokenizer = _ours(), WordTokenizer()
+    x = torch.randn(4, 3, 32, 32)
+    with pytest.raises(ValueError, match="at least two images"):
+        text_span(model, x[:1], ["a circle", "a star"], tokenizer=tokenizer, basis=2)
+    for pool in ([], ["a circle"], ["a circle", " "]):
+        with pytest.raises(ValueError, match="descriptions must be at least two non-empty"):
+            text_span(model, x, pool, tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=r"basis must be an int in \[1, 2\]"):
+        text_span(model, x, ["a circle", "a star"], tokenizer=tokenizer, basis=3)
+    backbone = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1,
+                                 num_classes=0).eval()  # fmt: skip
+    with pytest.raises((TypeError, ValueError), match="text"):
+        text_span(backbone, x, ["a circle", "a star"], tokenizer=tokenizer, basis=2)

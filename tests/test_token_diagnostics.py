@@ -120,8 +120,10 @@ def test_refusals(vit):
     for bad in (0, 2.0, True):
         with pytest.raises(ValueError, match="components must be a positive int"):
             vk.token_pca(model, x, components=bad)
-    with pytest.raises(ValueError, match="threshold must be a finite number"):
-        vk.token_norms(model, x).high_norm(threshold=float("nan"))
+    norms = vk.token_norms(model, x)
+    for bad in (float("nan"), -1, 0, True):  # issue 69: -1 made every patch an outlier
+        with pytest.raises(ValueError, match=r"threshold must be a finite number > 0"):
+            norms.high_norm(threshold=bad)
     with pytest.raises(ValueError, match=r"fit_on must be a bool tensor of shape \(3, 4, 4\)"):
         vk.token_pca(model, x, fit_on=torch.ones(3, 16, dtype=torch.bool))
     with pytest.raises(ValueError, match="three indices"):

@@ -319,3 +319,68 @@ def test_the_statistics_figure_draws_the_statistics_of_stats(case):
     for trace, key in zip(means, keys, strict=True):
         per_head = [st[key].float().mean(1) for st in stats]  # (L, H) per stage
         assert list(trace.y) == [v for p in per_head for v in p.mean(1).tolist()]
+
+
+def test_fit_title_wraps_each_line_to_fit_its_width():
+    from vizkit.viz.fit import (
+        MODEBAR_BAND_PX,
+        MODEBAR_PX,
+        SUBTITLE_CHARACTER_PX,
+        TITLE_CHARACTER_PX,
+        TITLE_LINE_PX,
+        fit_title,
+    )
+
+    title = (
+        "Heads of image 1: blocks.2 head 1 adds 0.233 directly; patching it restores 4.17 of "
+        "the clean logit<br><sup>click a head in either grid to see its attention, or pick a "
+        "layer with the slider above</sup>"
+    )
+    for width, room in ((450, 430), (950, 930 - MODEBAR_PX)):  # under / left of the mode bar
+        fig = go.Figure().update_layout(title=title, margin={"t": 95}, height=470)
+        fit_title(fig, width)
+        lines = fig.layout.title.text.split("<br>")
+        plain = [line.removeprefix("<sup>").removesuffix("</sup>") for line in lines]
+        words = title.replace("<br>", " ").replace("<sup>", "").replace("</sup>", "")
+        assert " ".join(plain) == words
+        sub = [p for p, line in zip(plain, lines, strict=True) if line.startswith("<sup>")]
+        main = plain[: len(plain) - len(sub)]
+        assert all(len(p) * TITLE_CHARACTER_PX <= room for p in main), width
+        assert all(len(p) * SUBTITLE_CHARACTER_PX <= room for p in sub), width
+        added = TITLE_LINE_PX * (len(lines) - 2) + MODEBAR_BAND_PX * (width < 700)
+        assert (fig.layout.margin.t, fig.layout.height) == (95 + added, 470 + added), width
+        assert fig.layout.title.yanchor == "top"
+    assert len(main) == 2  # at 950 px, against 3 at 450
+    short = fit_title(go.Figure().update_layout(title="CKA explorer: seed 0"), 950)
+    assert short.layout.title.text == "CKA explorer: seed 0" and short.layout.margin.t is None
+
+
+def test_fit_annotations_shrinks_a_crowded_row_and_wraps_a_caption():
+    from plotly.subplots import make_subplots
+
+    from vizkit.viz.fit import CHARACTER_PER_FONT_PX, fit_annotations
+    from vizkit.viz.style import MIN_FONT_SIZE
+
+    titles = [f"image {i + 31}: 3.51" for i in range(4)]  # the feature browser's
+    fig = make_subplots(rows=1, cols=4, subplot_titles=titles)
+    caption = " ".join(["del = deletion_auc, ins = insertion_auc, point = pointing_game"] * 3)
+    fig.add_annotation(text=caption, x=0, y=-0.1, xref="paper", yref="paper", xanchor="left",
+                       showarrow=False)  # fmt: skip
+    fig.update_layout(margin={"l": 40, "r": 20, "b": 40}, height=400,
+                      sliders=[{"steps": [{"label": "a"}], "pad": {"t": 30}}])  # fmt: skip
+    fit_annotations(fig, 450)
+    *heads, note = fig.layout.annotations
+    slot = (450 - 60) * (heads[1].x - heads[0].x)
+    for head in heads:  # shrunk to the legible floor, then wrapped
+        lines = head.text.split("<br>")
+        assert all(len(line) * head.font.size * CHARACTER_PER_FONT_PX <= slot for line in lines)
+    assert all(h.font.size == MIN_FONT_SIZE for h in heads)
+    assert " ".join(heads[0].text.split("<br>")) == titles[0] and "<br>" in heads[0].text
+    lines = note.text.split("<br>")
+    assert " ".join(lines) == caption and len(lines) > 2
+    assert all(len(line) * 12 * CHARACTER_PER_FONT_PX <= 390 for line in lines)
+    assert note.yanchor == "top" and fig.layout.margin.b > 40 and fig.layout.height > 400
+    assert fig.layout.sliders[0].pad.t == 30 + fig.layout.margin.b - 40  # moved down as much
+    wide = make_subplots(rows=1, cols=4, subplot_titles=titles)
+    fit_annotations(wide, 1400)
+    assert [h.font.size for h in wide.layout.annotations] == [16] * 4  # room enough: unchanged

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from copy import deepcopy
-
 import ipywidgets
 import numpy as np
 import plotly.graph_objects as go
@@ -25,6 +23,7 @@ from vizkit.widgets import (
     tracked_quantities,
 )
 from vizkit.widgets import explorer as explorer_module
+from vizkit.widgets.redraw import explicit_ranges
 
 
 @pytest.fixture(scope="module")
@@ -94,62 +93,73 @@ def test_explorer_state_is_what_a_reloaded_page_draws(shapes_vit):
     assert "layer 1" in state["_widget_layout"]["title"]["text"]
 
 
-class PlotlyView:
-    """What a browser's plotly.js view of a FigureWidget holds: the synced state it opened with,
-    then every message the kernel sends applied as plotly.js applies it (a value replaces the
-    property whole, None removes it)."""
-
-    def __init__(self, figure: go.FigureWidget) -> None:
-        self.layout = deepcopy(figure._widget_layout)
-        self.data = deepcopy(figure._widget_data)
-        figure.observe(self._message, names=["_py2js_relayout", "_py2js_restyle", "_py2js_update"])
-        figure.observe(self._unexpected, names=["_py2js_addTraces", "_py2js_deleteTraces"])
-
-    def _message(self, change) -> None:
-        msg = change["new"]
-        if msg is None:
-            return  # the trait is reset after each message
-        layout = msg.get("relayout_data", msg.get("layout_data")) or {}
-        style = msg.get("restyle_data", msg.get("style_data")) or {}
-        traces = msg.get("restyle_traces", msg.get("style_traces"))
-        for path, value in layout.items():
-            _set(self.layout, path, value)
-        for path, value in style.items():  # a list holds a value per trace
-            for i, trace in enumerate(traces):
-                each = value[i % len(value)] if isinstance(value, list) else value
-                _set(self.data[trace], path, each)
-
-    def _unexpected(self, change) -> None:
-        if change["new"] is not None:
-            raise AssertionError("the view's traces were replaced, not updated")
-
-
-def _set(tree: dict, path: str, value) -> None:
-    *parents, leaf = path.split(".")
-    for key in parents:
-        tree = tree.setdefault(key, {})
-    if value is None:
-        tree.pop(leaf, None)
-    else:
-        tree[leaf] = deepcopy(value)
-
-
-def test_the_browser_drops_what_the_previous_view_set(shapes_vit):
-    """Issue 32: a patch's outline (and the query row's colour range) stayed in the browser
-    after switching to class attention or rollout, while Python had none."""
+def test_a_redraw_sends_the_whole_figure_and_draws_it_afresh(shapes_vit, monkeypatch):
+    """Issues 32 and 68: deltas patched over the previous view left its outline, colour range
+    and subplot domains in the browser. A redraw sends no delta: one state message holding the
+    kernel's whole figure, then the plot is mounted again (a new view draws that state)."""
     model, images, _ = shapes_vit
     explorer = AttentionExplorer(model, images[:2])
-    view = PlotlyView(explorer.figure)
+    figure, box = explorer.figure, explorer._plot.box
+    sent, mounts = [], []
+    monkeypatch.setattr(figure, "_send", lambda msg, buffers=None: sent.append(msg["state"]))
+    box.observe(lambda change: mounts.append(change["new"]), names="children")
     explorer.select((2, 3))
-    assert len(view.layout["shapes"]) == 1
     for choice in ("class attention", "rollout", "query row", "rollout"):
+        sent.clear(), mounts.clear()
         explorer.view.value = choice
-        python = explorer.figure.to_plotly_json()
-        assert set(view.layout) == set(python["layout"]), choice
-        assert view.layout.get("shapes", []) == python["layout"].get("shapes", [])
-        for shown, trace in zip(view.data, python["data"], strict=True):
-            assert set(shown) - {"uid"} == set(trace) - {"uid"}, choice
-    assert "zmin" not in view.data[1] and "shapes" not in view.layout  # rollout: automatic
+        (state,) = sent
+        deltas = {k: v for k, v in state.items() if k.startswith("_py2js") and v is not None}
+        assert deltas == {}, choice
+        assert state["_widget_layout"] == figure._layout_obj._props, choice
+        assert [t["type"] for t in state["_widget_data"]] == [t.type for t in figure.data]
+        probe = explorer._plot.page_width
+        assert mounts == [(probe,), (probe, figure)], choice
+    heat = figure.data[1]
+    assert heat.zauto is True and heat.zmin is None and not figure.layout.shapes  # automatic
+
+
+def test_each_figure_is_drawn_at_the_width_the_page_measured(shapes_vit):
+    """Issue 68: plotly's view draws before it is in the page, at 700 px whatever the output
+    area. The width a view of `PageWidth` reports (as the page's comm message sets it) redraws
+    the current figure at that width, title wrapped to it, and every later figure too."""
+    from vizkit.viz.fit import MODEBAR_PX, TITLE_CHARACTER_PX
+    from vizkit.widgets.redraw import MIN_WIDTH
+
+    model, images, _ = shapes_vit
+    explorer = AttentionExplorer(model, images[:2])
+    assert explorer.figure.layout.width in (None, 700)  # no page has measured it
+    titles = {}
+    for width in (953, 453, 200):
+        explorer._plot.page_width.width = width
+        assert explorer.figure.layout.width == max(width, MIN_WIDTH)
+        titles[width] = explorer.figure.layout.title.text.split("<br>")
+        main = [t for t in titles[width] if not t.startswith("<sup>")]
+        room = max(width, MIN_WIDTH) - 20 - MODEBAR_PX * (width >= 700)
+        assert all(len(line) * TITLE_CHARACTER_PX <= room for line in main)
+    assert len(titles[953]) < len(titles[200])  # fewer lines where there is room
+    assert explorer.figure.data[1]._click_callbacks  # the redrawn map still answers clicks
+    explorer.view.value = "rollout"
+    assert explorer.figure.layout.width == MIN_WIDTH and "rollout" in titles_of(explorer)
+
+
+def titles_of(explorer) -> str:
+    return explorer.figure.layout.title.text.replace("<br>", " ")
+
+
+def test_colour_ranges_are_explicit():
+    """plotly.js keeps a range it computed: every colour range says auto or gives both limits
+    (the missing one from the data, as plotly.js would)."""
+    figure = go.Figure([
+        go.Heatmap(z=[[1, 2], [3, np.nan]], zmax=5), go.Heatmap(z=[[4, 6]]),
+        go.Heatmap(z=[[1, 2]], coloraxis="coloraxis"), go.Image(z=[[[0, 0, 0]]]),
+    ]).update_layout(coloraxis={"cmin": 0})  # fmt: skip
+    explicit_ranges(figure)
+    fixed, auto, shared = figure.data[:3]
+    assert (fixed.zauto, fixed.zmin, fixed.zmax) == (False, 1.0, 5)
+    assert (auto.zauto, auto.zmin, auto.zmax) == (True, None, None)
+    assert shared.zauto is None  # its colour axis holds the range
+    axis = figure.layout.coloraxis
+    assert (axis.cauto, axis.cmin, axis.cmax) == (False, 0, 2.0)
 
 
 def test_explorer_shows_its_widget_then_a_static_copy_that_follows_it(shapes_vit, monkeypatch):
@@ -198,9 +208,11 @@ def test_query_row_colour_bar_starts_at_zero(shapes_vit):
 
 def test_explorer_controls_sit_on_a_full_width_grid(shapes_vit):
     model, images, _ = shapes_vit
-    box = AttentionExplorer(model, images[:2]).widget
-    grid, figure = box.children
-    assert isinstance(grid, ipywidgets.GridBox) and isinstance(figure, go.FigureWidget)
+    explorer = AttentionExplorer(model, images[:2])
+    grid, progress, plot = explorer.widget.children
+    assert isinstance(grid, ipywidgets.GridBox)
+    assert plot.children == (explorer._plot.page_width, explorer.figure)
+    assert progress is explorer.progress_output  # long work's progress bars, inside the explorer
     assert "repeat(2" in grid.layout.grid_template_columns
     assert all(control.layout.width == "auto" for control in grid.children)  # fill the cell
     view = next(c for c in grid.children if isinstance(c, ipywidgets.ToggleButtons))
@@ -287,7 +299,7 @@ def test_history_explorer_covers_every_tracked_quantity():
     first_epoch = vk.ResidualRatios.from_dict(history[0]["residual_ratios"])
     assert list(explorer.figure.data[0].y) == pytest.approx(first_epoch.attn.tolist())
     explorer.quantity.value = "cka_to_previous"
-    assert "not recorded at epoch 1" in explorer.figure.layout.title.text
+    assert "not recorded at epoch 1" in explorer.figure.layout.title.text.replace("<br>", " ")
     explorer.quantity.value = "test_accuracy"
     assert list(explorer.figure.data[0].y) == [h["test_accuracy"] for h in history]
 

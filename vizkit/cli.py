@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import sys
@@ -26,6 +25,7 @@ from .datasets import model_batch
 from .hooks import HookedModel
 from .hooks.inputs import check_device
 from .hooks.names import collapsed_names
+from .runs import write_atomically, write_json
 
 __all__ = ["main"]
 
@@ -148,8 +148,7 @@ def cka_command(args: argparse.Namespace) -> int:
         for name, row in zip(result.layers_a, result.matrix.tolist(), strict=True):
             print(f"  {name:<32} " + " ".join(f"{v:5.2f}" for v in row))
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result.to_dict(), f, indent=1)
+            write_json(args.out, result.to_dict())
             print(f"wrote {args.out}")
     return 0
 
@@ -268,7 +267,7 @@ def coverage_command(out: Path, families: list[str] | None) -> int:
 
     rows = run_coverage(families)
     libraries = run_library_coverage() if families is None else {}
-    out.write_text(coverage_markdown(rows, libraries))
+    write_atomically(out, coverage_markdown(rows, libraries))
     every = rows + [row for library_rows in libraries.values() for row in library_rows]
     errors = [(r.family, n) for r in every for n, (s, _) in r.results.items() if s == "error"]
     print(f"wrote {out} ({len(every)} families; {len(errors)} errors)")

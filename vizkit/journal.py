@@ -1,6 +1,6 @@
 """Files that a long run writes as it goes and resumes from: a journal is a header line naming
 what wrote it and with which settings, then one JSON line per piece of work done. The
-discipline (the evaluation log uses it; the activation store and SAE checkpoints are to):
+discipline (the evaluation log uses it):
 
 - a file vizkit did not write is never opened for writing: the first bytes must be a
   journal header of the same kind (``{"vizkit": kind, ...}``), else the file is refused;
@@ -10,7 +10,7 @@ discipline (the evaluation log uses it; the activation store and SAE checkpoints
   by a kill (or one that is not a complete entry) is dropped with everything after it;
 - a rewrite (dropping such a tail) goes to a temporary file beside it, fsynced, renamed over
   the original, and the folder fsynced: a kill at any step leaves the old file or the new one,
-  whole (`write_atomically`, also for checkpoints).
+  whole (`vizkit.runs.write_atomically`, which every file vizkit writes goes through).
 """
 
 from __future__ import annotations
@@ -22,27 +22,9 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Journal", "write_atomically"]
+from .runs.files import synced, write_atomically  # stdlib only: the journal imports alone
 
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data``: written to a temporary file in the same folder, fsynced,
-    renamed over ``path``, the folder fsynced; a kill at any point leaves either file whole."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+__all__ = ["Journal"]
 
 
 class Journal:
@@ -80,8 +62,7 @@ class Journal:
         """Write ``entry`` as one line, flushed and fsynced before returning."""
         with self.path.open("a") as file:
             file.write(json.dumps(entry) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
+            synced(file)
 
     def close(self) -> None:
         """Release the lock (the journal stays as written)."""

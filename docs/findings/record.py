@@ -5,10 +5,12 @@ them in docs/findings/<paper>.json, which the pages read (mkdocs-macros: ``{{ re
 Each ``docs/findings/<paper>.py`` has ``measure() -> dict``: nested dicts of display strings.
 It raises ``statements.FindingChanged`` when a relation the page states in words (e.g. "the
 ResNet evolves more than the ViT") no longer holds, so the page cannot silently contradict its
-numbers. Each record
-is stamped with the date, versions and command, and the sha256 of every zoo model it read;
-``tests/test_docs_findings.py`` checks that the stamps match the shipped models and recomputes
-the values.
+numbers. Each record is stamped with the date, versions and command, and the sha256 of every
+zoo model it read; ``tests/test_docs_findings.py`` checks that the stamps match the shipped
+models and recomputes the values. A module's ``SHARES`` names the findings that are shares of
+a set of images (dotted path -> the path of the record's count of those images): measured on
+another CPU, such a share may differ by one image, whose prediction or peak is a near tie that
+rounding decides, and the test allows that.
 
     python docs/findings/record.py                 # every paper
     python docs/findings/record.py refiner sot     # some

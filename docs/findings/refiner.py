@@ -19,6 +19,7 @@ MODELS = {
 }
 RATIOS = (1.0, 1.05)  # Table 5's crop ratio: the image shrunk from 32 to 30 pixels
 DEEP_BLOCKS = (2, 4)  # where the page compares the maps' entropy and locality
+SHARES = {"rfc": "test_images"}  # accuracies: shares of the test images (record.py: SHARES)
 
 
 def measure() -> dict:

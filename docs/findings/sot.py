@@ -14,6 +14,7 @@ from vizkit.papers import sot
 
 HEADS = ("classt", "wordt", "sum")  # zoo sot_<head>_s<seed>: ClassT, WordT, ClassT+WordT
 SEEDS = range(3)
+SHARES = {"hard": "hard.images"}  # accuracies on the hard images (record.py: SHARES)
 
 
 def measure() -> dict:

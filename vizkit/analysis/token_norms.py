@@ -28,12 +28,17 @@ __all__ = ["TokenNorms", "check_norm_cut", "high_norm_patches", "token_norms"]
 
 
 def check_norm_cut(threshold: float | None, factor: float) -> None:
-    """Refuse a norm cut that is not a finite number, or a ``factor`` not above 1."""
+    """Refuse a norm cut that is not a finite number above 0 (a norm: -1 counted every patch
+    as an outlier), or a ``factor`` not above 1."""
     if threshold is None:
         if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 1):
             raise ValueError(f"factor must be a number > 1 (times the median); got {factor!r}.")
-    elif not (isinstance(threshold, int | float) and math.isfinite(threshold)):
-        raise ValueError(f"threshold must be a finite number (a norm); got {threshold!r}.")
+    elif not (isinstance(threshold, int | float) and not isinstance(threshold, bool)
+              and math.isfinite(threshold) and threshold > 0):  # fmt: skip
+        raise ValueError(
+            f"threshold must be a finite number > 0 (a norm: patches above it are outliers); "
+            f"got {threshold!r}. Pass None to cut at factor times each image's median norm."
+        )
 
 
 def high_norm_patches(norms: Tensor, threshold: float | None = None, factor: float = 4.0) -> Tensor:

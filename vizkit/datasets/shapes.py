@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..runs import replaced_whole
 from .normalize import normalize
 
 __all__ = [
@@ -193,7 +194,8 @@ def _rendered(n: int, size: int, seed: int, split: str) -> tuple[np.ndarray, ...
 def write_sample(file: str | Path = SAMPLE_FILE, n: int = SAMPLE_SIZE) -> None:
     """Write the committed evaluation sample: the first ``n`` images of the test split (seed 0)."""
     images, labels, masks = render_shapes(n, seed=0, split="test")
-    np.savez_compressed(file, images=images, labels=labels, masks=masks)
+    with replaced_whole(file) as partial, open(partial, "wb") as handle:
+        np.savez_compressed(handle, images=images, labels=labels, masks=masks)
 
 
 def load_sample(file: str | Path = SAMPLE_FILE) -> tuple[Tensor, Tensor, Tensor]:

@@ -40,6 +40,7 @@ from ..hooks.targets import (
 from ..journal import Journal
 from ..prefetch import read_ahead
 from ..processes import process_group
+from ..runs import model_fingerprint
 from .compare import resolve_methods
 from .complexity import complexity, sparseness
 from .confidence import average_drop, increase_in_confidence
@@ -192,15 +193,6 @@ def _labels_in_memory(data: object) -> Tensor | None:
     return None
 
 
-def _fingerprint(model: nn.Module) -> str:
-    """A hash of the model's class and every parameter and buffer, bit for bit."""
-    digest = hashlib.sha1(type(model).__qualname__.encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def _target_record(targets: object, out: str | Path | None) -> object:
     """What the log's header records of ``targets``, so that a resume with another target is
     refused: "labels" / "predictions", or a score target's label and a hash of its tensors (two
@@ -274,7 +266,7 @@ def evaluate(
         _checked_labels(labels, classes, 0)
     world, rank = process_group()
     config = {
-        "model": _fingerprint(model.model), "methods": [n for n, _ in chosen],
+        "model": model_fingerprint(model.model), "methods": [n for n, _ in chosen],
         "metrics": names, "batch_size": batch_size, "targets": _target_record(targets, out),
         "images": count,
         "processes": world,

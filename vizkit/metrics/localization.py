@@ -79,16 +79,33 @@ def pixel_maps(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:
     return _maps_and_masks(saliency, masks, ranks=False)[0]
 
 
+PEAK_TIE = 1e-5  # pixels this share of a map's range below its maximum tie with the maximum
+
+
 def pointing_game(saliency: SaliencyResult | Tensor, masks: Tensor, tolerance: int = 0) -> Tensor:
     """Hit (1.0) when the most salient pixel lies on the object, or within ``tolerance`` pixels
-    (an int >= 0) of it (Zhang et al. 2018 use 15 px at 224); else 0.0. (B,)"""
+    (an int >= 0) of it (Zhang et al. 2018 use 15 px at 224); else 0.0. (B,)
+
+    Pixels within ``PEAK_TIE`` of the map's range below its maximum tie with it, and a tie goes
+    to the first of them (row-major): a peak on the border of the patch grid upsamples to
+    pixels equal but for rounding, which the CPU's kernel decides, so a plain argmax could
+    score one map differently on two machines."""
     tolerance = check_count("tolerance", tolerance, 0)
     maps, masks = _maps_and_masks(saliency, masks)
     target = masks.float()[:, None]
     if tolerance:
         target = F.max_pool2d(target, 2 * tolerance + 1, stride=1, padding=tolerance)
-    peak = maps.flatten(1).argmax(1)
-    return target.flatten(1).gather(1, peak[:, None])[:, 0]
+    return target.flatten(1).gather(1, first_peak(maps)[:, None])[:, 0]
+
+
+def first_peak(maps: Tensor) -> Tensor:
+    """(B,) the flat index of the first pixel (row-major) of each map (B, H, W) within
+    ``PEAK_TIE`` of the map's range below its maximum."""
+    flat = maps.flatten(1)
+    top, low = flat.max(1, keepdim=True).values, flat.min(1, keepdim=True).values
+    tied = flat >= top - PEAK_TIE * (top - low)
+    index = torch.arange(flat.shape[1], device=flat.device).expand_as(flat)
+    return index.masked_fill(~tied, flat.shape[1]).min(1).values
 
 
 def energy_in_mask(saliency: SaliencyResult | Tensor, masks: Tensor) -> Tensor:

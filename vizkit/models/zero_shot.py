@@ -104,6 +104,10 @@ class ImageTower(nn.Module):
 
 
 def image_tower(model: nn.Module) -> nn.Module:
-    """`ImageTower` in eval mode: ``vk.gradcam(vk.models.image_tower(clip), x,
-    target=vk.targets.text(clip, "a photo of a dog", tokenizer=tok))``."""
-    return ImageTower(model).eval()
+    """`ImageTower` of ``model``, in the mode ``model`` is in (no module of it is switched:
+    every analysis runs in eval mode for its call and restores each module's mode after):
+    ``vk.gradcam(vk.models.image_tower(clip), x, target=vk.targets.text(clip, "a photo of a
+    dog", tokenizer=tok))``."""
+    tower = ImageTower(model)
+    tower.training = model.training  # the wrapper alone: ``.train()`` would set every module
+    return tower

@@ -9,6 +9,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from .._version import __version__
+from ..runs import write_atomically
 from .sections import Section
 
 __all__ = ["write_page"]
@@ -60,5 +61,5 @@ def write_page(sections: list[Section], skipped: dict[str, str], title: str, out
         f"<nav>{nav}</nav>{''.join(body)}</body></html>"
     )
     path = out / "index.html"
-    path.write_text(page, encoding="utf-8")
+    write_atomically(path, page)
     return path

@@ -20,14 +20,13 @@ makes the training rows' mean norm ``sqrt(width)``. The activation ``act`` is on
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
-from ..store.manifest import synced, write_json
+from ..runs import write_atomically, write_json
 
 __all__ = ["BATCH_KINDS", "KINDS", "SparseAutoencoder", "batch_topk"]
 
@@ -106,15 +105,11 @@ class SparseAutoencoder(nn.Module):
 
     def save(self, folder: str | Path) -> Path:
         """Write ``sae.safetensors``, then ``sae.json`` (kind, k, sizes, source), to ``folder``,
-        each through a synced temporary file and a rename (a crash leaves the old or the new)."""
+        each whole or not at all (`vizkit.runs`)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         weights = save({k: v.contiguous() for k, v in self.state_dict().items()})
-        partial = folder / f".sae.safetensors.{os.getpid()}.partial"
-        with open(partial, "wb") as handle:
-            handle.write(weights)
-            synced(handle)
-        partial.replace(folder / "sae.safetensors")
+        write_atomically(folder / "sae.safetensors", weights)
         write_json(folder / "sae.json", self.config())
         return folder
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..analysis.residual_stream import StreamReadout, residual_blocks, stream_parts
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
-from ..hooks.inputs import check_count, check_images
+from ..hooks.inputs import check_count, check_images, check_number
 from ..hooks.targets import is_backbone, model_logits
 from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
@@ -146,7 +146,7 @@ def ablate(
     """Set ``latents`` to zero at every token ``sae`` reads of images ``x`` (B, C, H, W): the
     activation loses ``z_i W_dec,i / s`` there and keeps the rest, the autoencoder's error
     included. On a backbone the outputs compared are its embeddings."""
-    chosen = _latents(sae, latents)
+    chosen = _latents(sae, latents, "latents")
 
     def zeroed(z: Tensor) -> Tensor:
         z = z.clone()
@@ -164,7 +164,8 @@ def steer(
     """Add ``strength`` to ``latent`` at every token ``sae`` reads of images ``x``: the
     activation gains ``strength W_dec,i / s`` there (a negative strength removes it;
     `vk.sae.features` gives each latent's typical activation to size it by)."""
-    (chosen,) = _latents(sae, [latent])
+    chosen = check_count("latent", latent, 0, sae.latents - 1)
+    strength = check_number("strength", strength)  # nan or inf: NaN logits, reported as a change
 
     def added(z: Tensor) -> Tensor:
         z = z.clone()
@@ -174,12 +175,13 @@ def steer(
     return _intervened(model, sae, x, added, f"steer latent {chosen} by {strength:g}", batch_size)
 
 
-def _latents(sae: SparseAutoencoder, latents: int | Sequence[int]) -> list[int]:
-    chosen = [latents] if isinstance(latents, int) else [int(i) for i in latents]
-    bad = [i for i in chosen if not 0 <= i < sae.latents]
-    if bad or not chosen:
-        raise ValueError(f"latents must be indices in 0..{sae.latents - 1}; got {latents!r}.")
-    return chosen
+def _latents(sae: SparseAutoencoder, latents: int | Sequence[int], name: str) -> list[int]:
+    """``latents`` (an index or a non-empty list of them) checked against the autoencoder's
+    latents: a float (1.5 steered latent 1 before), a bool or an index out of range refused."""
+    chosen = list(latents) if isinstance(latents, (list, tuple, range)) else [latents]
+    if not chosen:
+        raise ValueError(f"{name} is empty; pass at least one latent in 0..{sae.latents - 1}.")
+    return [check_count(name, i, 0, sae.latents - 1) for i in chosen]
 
 
 def _intervened(

@@ -11,7 +11,6 @@ Checkpoints hold everything a resumed run needs, so a killed run continues bit f
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import torch
@@ -19,26 +18,28 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..hooks.inputs import check_count
+from ..runs import replaced_whole
 from ..store import ActivationStore
-from ..store.manifest import differences, synced
+from ..store.manifest import differences
 from .autoencoder import BATCH_KINDS, SparseAutoencoder
 from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from .median import geometric_median
 from .order import ShuffledBatches
-from .rows import Rows, as_rows, rows_source
+from .rows import Rows, as_rows, check_finite, rows_source
 
 __all__ = ["train_sae"]
 
 INIT_ROWS = 16_384  # rows the input scale and the decoder bias are estimated from
 DEAD_AFTER = 10_000_000  # Gao et al. Sec. A.2: dead after 10 M tokens without firing
 BLOCK_BYTES = 256 * 2**20
+DEFAULT_STEPS = 1000  # the fewest steps the default ``tokens`` trains for
 B_DEC_STARTS = {"median": geometric_median, "mean": lambda rows: rows.mean(0),
                 "zeros": lambda rows: torch.zeros_like(rows[0])}  # fmt: skip
 
 
 def train_sae(
     store: ActivationStore | str | Path | Tensor,
-    layer: str | None = None,
+    layer: str | int | None = None,
     kind: str = "topk",
     expansion: int = 8,
     k: int | None = 32,
@@ -66,14 +67,17 @@ def train_sae(
     Args:
         store: an `ActivationStore` or its folder (`vk.cache_activations`), or rows
             (n, width) already in memory (an autoencoder of those has no model to splice into).
-        layer: the stored layer (default: the store's first).
+        layer: the stored layer: its hook name, or an int counting the stored layers
+            (negative from the end, as ``layers=`` elsewhere); default the store's first.
         kind: "topk", "batchtopk", "relu" or "matryoshka" (`SparseAutoencoder`).
         expansion: latents per channel (latents = expansion x width).
         k: latents kept per token (topk; batchtopk: on average); ignored for "relu".
         l1: the L1 coefficient of "relu" (on inputs of mean norm sqrt(width)).
         prefixes: the nested dictionary sizes of "matryoshka" (default latents / 16, / 4 and
             all).
-        tokens: rows to train on (default: the store once); steps = tokens // batch_size.
+        tokens: rows to train on (default: the store once, or 1,000 steps' worth where the
+            store holds fewer: a 64-image store and the default batch took one step);
+            steps = tokens // batch_size.
         batch_size: rows per step.
         lr: Adam's learning rate (default Gao et al.'s ``2e-4 / sqrt(latents / 2**14)``).
         warmup, decay: the fractions of the steps the learning rate rises over (from 0) and
@@ -96,12 +100,18 @@ def train_sae(
     """
     store = as_rows(store, layer)
     batches = ShuffledBatches(store, check_count("batch_size", batch_size), seed, block_bytes)
-    tokens = len(store) if tokens is None else check_count("tokens", tokens)
+    tokens = (
+        max(len(store), DEFAULT_STEPS * batch_size)
+        if tokens is None
+        else check_count("tokens", tokens)
+    )  # the store once, or DEFAULT_STEPS steps where that is fewer (a small store: epochs)
     steps = tokens // batch_size
     if steps < 1:
         raise ValueError(f"tokens={tokens} is less than one batch ({batch_size} rows).")
     if b_dec not in B_DEC_STARTS:
         raise ValueError(f"b_dec must be one of {', '.join(B_DEC_STARTS)}; got {b_dec!r}.")
+    folder = _checkpoint_folder(checkpoint)
+    check_finite(store, batches.block_rows)  # after the arguments: a store is read whole
     width = store.width
     latents = check_count("expansion", expansion) * width
     k = None if kind == "relu" else k
@@ -121,7 +131,6 @@ def train_sae(
                             prefixes=prefixes)  # fmt: skip
     settings["prefixes"] = sae.prefixes
     run = _Run(sae.to(device), settings)
-    folder = Path(checkpoint) if checkpoint is not None else None
     if folder is None or not run.resume(folder):
         run.initialize(store)
     every = checkpoint_every or max(1, min(1000, steps // 10))
@@ -196,17 +205,13 @@ class _Run:
         return {"fvu": fvu.detach(), "L0": l0, "dead": dead.float().mean()}
 
     def save(self, folder: Path) -> None:
-        """The run's whole state to ``folder/checkpoint.pt`` (synced, then replaced in one
-        rename)."""
+        """The run's whole state to ``folder/checkpoint.pt``, whole or not at all."""
         folder.mkdir(parents=True, exist_ok=True)
         state = {"settings": self.settings, "step": self.step, "rows_seen": self.rows_seen,
                  "last_fired": self.last_fired, "sae": self.sae.state_dict(),
                  "optimizer": self.optimizer.state_dict()}  # fmt: skip
-        partial = folder / f".checkpoint.{os.getpid()}.partial"
-        with open(partial, "wb") as handle:
-            torch.save(state, handle)
-            synced(handle)
-        partial.replace(folder / "checkpoint.pt")
+        with replaced_whole(folder / "checkpoint.pt") as partial:
+            torch.save(state, partial)
 
     def resume(self, folder: Path) -> bool:
         """Load the checkpoint in ``folder`` if there is one (refused if its settings
@@ -226,6 +231,32 @@ class _Run:
         self.step, self.rows_seen = state["step"], state["rows_seen"]
         self.last_fired.copy_(state["last_fired"])
         return True
+
+
+def _checkpoint_folder(checkpoint: str | Path | None) -> Path | None:
+    """``checkpoint`` as a folder train_sae may write: new, empty, or holding its own
+    checkpoint (resumed); one holding anything else, such as an autoencoder ``sae.save()``
+    wrote, is refused rather than overwritten."""
+    if checkpoint is None:
+        return None
+    folder = Path(checkpoint)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"checkpoint={str(folder)!r} is a file; pass a folder to write to.")
+    if not folder.is_dir() or (folder / "checkpoint.pt").is_file():
+        return folder
+    found = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".partial"))
+    if {"sae.safetensors", "sae.json"} & set(found):
+        raise ValueError(
+            f"{folder} holds an autoencoder saved with sae.save() ({', '.join(found)}) and no "
+            "training checkpoint: train_sae would overwrite it. Load it with "
+            f"vk.sae.SparseAutoencoder.load({str(folder)!r}), or pass another checkpoint folder."
+        )
+    if found:
+        raise ValueError(
+            f"{folder} is not a train_sae checkpoint folder (it holds {', '.join(found[:5])}); "
+            "pass an empty or new folder."
+        )
+    return folder
 
 
 def _spread_rows(store: Rows, count: int) -> Tensor:

@@ -5,26 +5,21 @@ model or other settings is refused with the difference named."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import nn
+
+from ..runs import model_fingerprint
 
 __all__ = [
     "DTYPES",
     "FORMAT",
     "differences",
-    "synced",
-    "model_fingerprint",
     "model_identity",
     "preprocessing_of",
     "read_manifest",
-    "tensor_fingerprint",
-    "write_json",
 ]
 
 FORMAT = "vizkit-activation-store/1"
@@ -45,23 +40,6 @@ def preprocessing_of(model: nn.Module) -> str | None:
         return str(model_preprocessing(model))
     except (ValueError, TypeError, AttributeError):
         return None
-
-
-def model_fingerprint(model: nn.Module) -> str:
-    """A hash of the model's class and every parameter and buffer, bit for bit."""
-    digest = hashlib.sha1(type(model).__qualname__.encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor_fingerprint(tensor).encode())
-    return digest.hexdigest()
-
-
-def tensor_fingerprint(tensor: torch.Tensor) -> str:
-    """A hash of a tensor's shape, dtype and bytes."""
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    digest = hashlib.sha1(f"{tuple(tensor.shape)} {tensor.dtype}".encode())
-    digest.update(flat.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def differences(expected: dict, found: dict, prefix: str = "") -> list[str]:
@@ -93,19 +71,3 @@ def read_manifest(folder: Path) -> dict | None:
             f"{manifest.get('format')!r}, expected {FORMAT!r})."
         )
     return manifest
-
-
-def write_json(file: Path, content: dict) -> None:
-    """Write ``content`` to ``file`` whole or not at all (a temporary file, then a rename)."""
-    partial = file.with_name(f".{file.name}.{os.getpid()}.partial")
-    with open(partial, "w") as handle:
-        handle.write(json.dumps(content, indent=1) + "\n")
-        synced(handle)
-    partial.replace(file)
-
-
-def synced(handle) -> None:
-    """Flush ``handle`` and wait until the disk holds its bytes (before a rename makes them
-    the file: a crash leaves the old file or the new, never a torn one)."""
-    handle.flush()
-    os.fsync(handle.fileno())

@@ -14,14 +14,16 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from ..hooks import HookedModel
-from .manifest import DTYPES, differences, model_identity, read_manifest, tensor_fingerprint
+from ..runs import tensor_fingerprint
+from .manifest import DTYPES, differences, model_identity, read_manifest
+from .shards import shard_count, shard_problem, shard_rows
 
-__all__ = ["ActivationStore", "shard_done"]
+__all__ = ["ActivationStore"]
 
-
-def shard_done(folder: Path, shard: int) -> bool:
-    """Whether every file of ``shard`` is in place (its marker is written last)."""
-    return (folder / "shards" / f"{shard:05d}.json").is_file()
+RESUME = (
+    "Run vk.cache_activations again with the same arguments: it writes missing shards and "
+    "rewrites damaged ones, keeping the rest."
+)
 
 
 class ActivationStore(Dataset):
@@ -91,6 +93,8 @@ class ActivationStore(Dataset):
 
     def image_of(self, row: int) -> tuple[int, int]:
         """(image index in the data, token position) of row ``row``."""
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"row {row} out of range for a store of {len(self)} rows.")
         row %= len(self)
         shard = bisect.bisect_right(self._starts, row) - 1
         image, token = divmod(row - self._starts[shard], self.tokens_per_image)
@@ -149,14 +153,31 @@ class ActivationStore(Dataset):
             f"{self.tokens_per_image} tokens x {self.width}, {self.manifest['settings']['dtype']})"
         )
 
-    def _check_complete(self) -> None:
-        shards = -(-self.manifest["images"] // self.manifest["shard_images"])
-        missing = [s for s in range(shards) if not shard_done(self.folder, s)]
+    def verify(self) -> None:
+        """Read every file of the store and compare it with the SHA-1 its shard's marker
+        recorded; a damaged shard is refused, naming it and the fix (a resume rewrites it)."""
+        self._check_complete(checksums=True)
+
+    def _check_complete(self, checksums: bool = False) -> None:
+        """Refuse a store with a shard not written, or one whose files are not the size the
+        manifest implies (cut short or enlarged after a crash, a manifest edited by hand)."""
+        shards = shard_count(self.manifest)
+        problems = {s: shard_problem(self.folder, self.manifest, s, checksums)
+                    for s in range(shards)}  # fmt: skip
+        beyond = sorted(int(p.stem) for p in (self.folder / "shards").glob("*.json")
+                        if p.stem.isdigit() and int(p.stem) >= shards)  # fmt: skip
+        if beyond:  # a manifest that lost images (edited by hand)
+            problems[beyond[0]] = (f"it is beyond the {shards} shards of the manifest's "
+                                   f"{self.manifest['images']} images")  # fmt: skip
+        missing = [s for s, p in problems.items() if p == "not written"]
+        damaged = {s: p for s, p in problems.items() if p not in (None, "not written")}
+        if damaged:
+            named = "; ".join(f"shard {s}: {p}" for s, p in list(damaged.items())[:5])
+            raise ValueError(f"The activation store {self.folder} is damaged ({named}). {RESUME}")
         if missing:
             raise ValueError(
                 f"The activation store {self.folder} is incomplete: shards {missing[:10]} of "
-                f"{shards} are not written. Run vk.cache_activations again with the same "
-                "arguments to finish it (written shards are kept)."
+                f"{shards} are not written. {RESUME}"
             )
 
     def _file(self, shard: int, kind: str) -> Path:
@@ -165,9 +186,9 @@ class ActivationStore(Dataset):
     def _shard(self, shard: int) -> np.memmap:
         if self._rows[shard] is None:
             numpy_dtype = DTYPES[self.manifest["settings"]["dtype"]]
-            file = self._file(shard, "bin")
-            rows = file.stat().st_size // (self.width * np.dtype(numpy_dtype).itemsize)
-            self._rows[shard] = np.memmap(file, numpy_dtype, "r", shape=(rows, self.width))
+            rows = shard_rows(self.manifest, self.name, shard)  # the file's size was checked
+            self._rows[shard] = np.memmap(self._file(shard, "bin"), numpy_dtype, "r",
+                                          shape=(rows, self.width))  # fmt: skip
         return self._rows[shard]
 
     def _positions(self, shard: int) -> np.memmap:

@@ -4,13 +4,16 @@ disk, shard by shard, resumable and sharded across ``torchrun`` processes.
 A store is a folder: ``manifest.json``, and per layer ``layer<i>/<shard>.bin`` (the kept tokens'
 rows, (images x tokens, width), C order, in the store's dtype) with ``layer<i>/<shard>.pos``
 (int32 (images, tokens), each row's token position), and ``shards/<shard>.json`` once every file
-of a shard is in place (files are written under temporary names and renamed). Plain binary
+of a shard is in place, recording each file's size and SHA-1 (`vizkit.store.shards`; files are
+written whole or not at all through `vizkit.runs`). A resume reads every written shard against
+its marker and rewrites one that is damaged; a reader checks each file's size. Plain binary
 arrays are read with ``numpy.memmap``: a batch of consecutive rows is one sequential read, with
 nothing to decode and no library beside numpy.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images, model_device
 from ..hooks.selector import LayerSpec, select_layers
 from ..processes import process_group
+from ..runs import replaced_whole, tensor_fingerprint, write_json
 from .manifest import (
     DTYPES,
     FORMAT,
@@ -34,11 +38,9 @@ from .manifest import (
     model_identity,
     preprocessing_of,
     read_manifest,
-    synced,
-    tensor_fingerprint,
-    write_json,
 )
-from .reading import ActivationStore, shard_done
+from .reading import ActivationStore
+from .shards import shard_problem, write_marker
 from .tokens import TokenChoice, check_tokens, token_positions
 
 __all__ = ["cache_activations"]
@@ -116,7 +118,8 @@ def cache_activations(
     folder = _prepared(Path(out), manifest)
     world, rank = process_group()
     shards = _shards(len(images), manifest["shard_images"])
-    todo = [s for s in range(len(shards)) if s % world == rank and not shard_done(folder, s)]
+    todo = [s for s in range(len(shards)) if s % world == rank
+            and _needs_writing(folder, manifest, s)]  # fmt: skip
     bar = tqdm(total=sum(len(shards[s]) for s in todo), disable=not progress, unit="image",
                desc="cache_activations")  # fmt: skip
     for shard in todo:
@@ -269,7 +272,8 @@ def _write_shard(
     loader = DataLoader(Subset(images, indices), batch_size=batch_size, shuffle=False)
     done = 0
     for batch in loader:
-        x = check_images(hm.model, _batch_images(batch).to(model_device(hm.model)))
+        x = check_images(hm.model, _batch_images(batch).to(model_device(hm.model)),
+                         first=indices.start + done)  # fmt: skip
         index = torch.arange(indices.start + done, indices.start + done + len(x))
         with torch.no_grad():
             _, cache = hm.run_with_cache(x, names=list(layers))
@@ -278,17 +282,53 @@ def _write_shard(
             kept = token_positions(settings["tokens"], layout, index, settings["seed"], name)
             rows = cache[name].gather(1, kept[..., None].expand(-1, -1, spec["width"]).to(
                 cache[name].device))  # fmt: skip
+            _check_finite(rows, dtype, name, index)
             rows = _as_stored(rows.flatten(0, 1), dtype)
             start = done * spec["tokens_per_image"]
             buffers[name][start : start + len(rows)] = rows
             positions[name][done : done + len(x)] = kept.numpy()
         done += len(x)
         bar.update(len(x))
+    arrays = {}
     for i, name in enumerate(layers):
-        _write_array(folder / f"layer{i}" / f"{shard:05d}.bin", buffers[name])
-        _write_array(folder / f"layer{i}" / f"{shard:05d}.pos", positions[name])
-    write_json(folder / "shards" / f"{shard:05d}.json",
-               {"shard": shard, "images": [indices.start, indices.stop]})  # fmt: skip
+        arrays[f"layer{i}/{shard:05d}.bin"] = buffers[name]
+        arrays[f"layer{i}/{shard:05d}.pos"] = positions[name]
+    for path, array in arrays.items():
+        _write_array(folder / path, array)
+    write_marker(folder, shard, indices, arrays)  # last: the shard counts once all are in
+
+
+def _needs_writing(folder: Path, manifest: dict, shard: int) -> bool:
+    """Whether shard ``shard`` is to be written: not written yet, or damaged (its files read
+    and compared with its marker's sizes and SHA-1s; a damaged one is named, then rewritten)."""
+    problem = shard_problem(folder, manifest, shard, checksums=True)
+    if problem not in (None, "not written"):
+        warnings.warn(f"{folder}: shard {shard} is damaged ({problem}); writing it again.",
+                      stacklevel=3)  # fmt: skip
+    return problem is not None
+
+
+def _check_finite(rows: Tensor, dtype: torch.dtype, layer: str, index: Tensor) -> None:
+    """Refuse (B, T, C) activations of images ``index`` (data indices) that are not finite,
+    or that ``dtype`` cannot hold (float16 overflows to inf past 65504), before a row is
+    stored."""
+    finite = rows.isfinite().flatten(1).all(1)
+    if not finite.all():
+        bad = index[~finite.cpu()].tolist()
+        raise ValueError(
+            f"{layer}: the model's activations are not finite (NaN or inf) on images "
+            f"{bad[:10]} of the data (data indices); nothing of them was stored. Check those "
+            "images and the model (e.g. vk.HookedModel(model).run_with_cache on one of them)."
+        )
+    largest = float(rows.abs().max()) if rows.numel() else 0.0
+    if largest > torch.finfo(dtype).max:
+        image = int(index[rows.abs().flatten(1).amax(1).argmax().cpu()])
+        raise ValueError(
+            f"{layer}: an activation of {largest:.4g} (image {image} of the data) exceeds "
+            f"{str(dtype).removeprefix('torch.')}'s largest value {torch.finfo(dtype).max:.4g}: "
+            "it would be stored as inf. Pass dtype=torch.bfloat16 (float32's range) or "
+            "torch.float32."
+        )
 
 
 def _as_stored(rows: Tensor, dtype: torch.dtype) -> np.ndarray:
@@ -304,9 +344,6 @@ def _batch_images(batch: object) -> Tensor:
 
 
 def _write_array(file: Path, array: np.ndarray) -> None:
-    """Write ``array``'s bytes to ``file`` under a temporary name, synced, then rename it."""
-    partial = file.with_name(f".{file.name}.partial")
-    with open(partial, "wb") as handle:
-        array.tofile(handle)
-        synced(handle)
-    partial.replace(file)
+    """Write ``array``'s bytes to ``file``, whole or not at all."""
+    with replaced_whole(file) as partial:
+        array.tofile(partial)

@@ -190,19 +190,32 @@ def text_span(
         rank: the head's directions the texts are projected onto; None: the head width
             (stream width / heads), or fewer where the images or the embedding have fewer.
     """
+    descriptions = [descriptions] if isinstance(descriptions, str) else list(descriptions)
+    if len(descriptions) < 2 or not all(isinstance(d, str) and d.strip() for d in descriptions):
+        raise ValueError(
+            "descriptions must be at least two non-empty texts (the pool each head's basis is "
+            f"chosen from); got {descriptions!r}."
+        )
+    basis = check_count("basis", basis, 1, len(descriptions))
+    count = len(images.embedding if isinstance(images, EmbeddingDecomposition) else images)
+    if count < 2:
+        raise ValueError(
+            f"text_span needs at least two images: it describes how each head's contribution "
+            f"varies over them (over {count} it has no variance to explain)."
+        )
+    # the text tower and tokenizer before the images' decomposition, so that a model without
+    # them is refused before the long part
+    text_embeddings = encode_texts(model, descriptions, tokenizer)
     decomposition = images
     if not isinstance(images, EmbeddingDecomposition):
         decomposition = decompose_images(model, images, batch_size, progress=progress)
     shares = decomposition.head_shares()  # (n, L, H, D)
-    descriptions = list(descriptions)
-    text_embeddings = encode_texts(model, descriptions, tokenizer)
     blocks = decomposition.blocks if layers is None else select_layers(
         layers, decomposition.blocks, what="blocks")  # fmt: skip
     heads = decomposition.heads.shape[2]
     if rank is None:  # a head writes at most its width's directions
         width = decomposition.options.get("width", heads * decomposition.embedding.shape[-1])
         rank = min(width // heads, len(decomposition.heads), decomposition.heads.shape[-1])
-    basis = check_count("basis", basis, 1, len(descriptions))
     indices = torch.full((len(blocks), heads, basis), -1)
     explained = torch.zeros(len(blocks), heads, basis)
     variance = torch.zeros(len(blocks), heads)

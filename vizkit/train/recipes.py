@@ -13,12 +13,9 @@ A recipe with ``"objective": "contrastive"`` trains a text-image model of
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from torch.utils.data import Dataset, TensorDataset
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
 from ..models.text_image import BUILDERS, shapes_zero_shot
+from ..runs import replaced_whole
 from ..zoo import RECIPES_DIR, recipe_names
 from .callbacks import TRACKERS
 from .contrastive import ContrastiveConfig
@@ -168,7 +166,7 @@ def run_recipe(
     out_dir.mkdir(parents=True, exist_ok=True)
     weights, card_file = _model_files(out_dir, spec["name"])
     # both written before either replaces its file; leaving the block, the checkpoint first
-    with _replaced_whole(card_file) as card_part, _replaced_whole(weights) as weights_part:
+    with replaced_whole(card_file) as card_part, replaced_whole(weights) as weights_part:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights_part))
         card = {
             "name": spec["name"],
@@ -249,18 +247,6 @@ def refuse_to_overwrite(folder: Path, names: list[str]) -> None:
         )
 
 
-@contextmanager
-def _replaced_whole(file: Path) -> Iterator[Path]:
-    """A temporary path beside ``file`` to write to, moved onto ``file`` in one step when the
-    block ends (a reader, or a sweep's other process, never sees half a file)."""
-    part = file.with_name(f"{file.name}.part{os.getpid()}")
-    try:
-        yield part
-        os.replace(part, file)
-    finally:
-        part.unlink(missing_ok=True)
-
-
 class RandomizedLabels(Dataset):
     """The first ``images`` items of ``dataset`` with their labels permuted (seeded): a model
     trained on them can only memorize, so its explanations should differ from a real model's
@@ -335,7 +321,7 @@ def write_models_readme(folder: Path) -> None:
         *rows,
         "",
     ]
-    with _replaced_whole(Path(folder) / "README.md") as part:
+    with replaced_whole(Path(folder) / "README.md") as part:
         part.write_text("\n".join(text))
 
 

@@ -27,18 +27,19 @@ _CURVES = {
 }
 
 
-def evaluation_bars(table: EvaluationTable) -> go.Figure:
-    """One panel per metric: each method's mean with its standard error, a colour per method
-    across panels; each panel's title says which way is better and which method is best."""
-    rows = math.ceil(len(table.metrics) / PER_ROW)
+def evaluation_bars(table: EvaluationTable, per_row: int = PER_ROW) -> go.Figure:
+    """One panel per metric, ``per_row`` to a row: each method's mean with its standard
+    error, a colour per method across panels; each panel's title says which way is better and
+    which method is best."""
+    rows = math.ceil(len(table.metrics) / per_row)
     titles = []
     for metric in table.metrics:
         arrow = "↑" if EVALUATION_METRICS[metric].higher else "↓"
         titles.append(f"{metric} {arrow}<br>best: {table.best(metric)}")
-    fig = make_subplots(rows=rows, cols=min(PER_ROW, len(table.metrics)),
+    fig = make_subplots(rows=rows, cols=min(per_row, len(table.metrics)),
                         subplot_titles=titles, vertical_spacing=0.5 / rows)  # fmt: skip
     for j in range(len(table.metrics)):
-        row, col = divmod(j, PER_ROW)
+        row, col = divmod(j, per_row)
         fig.add_trace(
             go.Bar(
                 x=table.methods, y=table.mean[:, j].tolist(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.io._base_renderers import HtmlRenderer, MimetypeRenderer
 
 __all__ = ["EXPORTABLE_RENDERER", "html_copy", "use_exportable_figures"]
 
@@ -20,7 +21,19 @@ def use_exportable_figures() -> None:
 
 
 def html_copy(fig: go.Figure) -> str | None:
-    """The HTML this kernel's plotly renderer makes of ``fig``, as it does for a figure shown in
-    a cell (the first one embeds plotly.js, once); None where the renderer makes none (plotly's
-    default in a kernel: `use_exportable_figures` adds it)."""
-    return fig._repr_mimebundle_().get("text/html")
+    """``fig`` as HTML that draws with the page's plotly.js, for a kernel whose default renderer
+    makes HTML (`use_exportable_figures`); None where it makes none (plotly's default).
+
+    plotly.js comes into the page once per kernel, as for a figure shown in a cell: the first
+    call activates the renderer (which displays the library), later ones only refer to it.
+    ``fig._repr_mimebundle_()`` would activate it on every call: 4.8 MB per explorer redraw,
+    into JupyterLab's log console from a widget callback. No MathJax loader either (plotly's
+    HTML renderer adds one from a CDN, a failed request offline; vizkit's labels use none).
+    """
+    renderers = pio.renderers
+    names = renderers.default.split("+") if renderers.default else []
+    if not any(isinstance(renderers[name], HtmlRenderer) for name in names):
+        return None
+    renderers._activate_pending_renderers(cls=MimetypeRenderer)  # what pio.show does first
+    return pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                       default_width="100%", validate=False)  # fmt: skip

@@ -95,8 +95,9 @@ def side_by_side(
     opacity_slider(fig)
     fig.add_annotation(
         text=_legend(table), x=0, y=-0.08 / len(rows), xref="paper", yref="paper",
-        showarrow=False, xanchor="left",
+        showarrow=False, xanchor="left", yanchor="top",
     )  # fmt: skip
+    fig.layout.sliders[0].pad.t += 20  # the opacity slider below that line
     caution = _near_chance(table, image)
     extra = 18 * max(0, lines - 3)  # title lines beyond the three the margin was made for
     finish(fig, title + caution, 480 + 300 * (len(rows) - 1) + (40 if caution else 0) + extra)

@@ -24,18 +24,20 @@ def _step_label(result: SanityResult, step: int) -> str:
     return f"up to {layer}" if result.mode == "cascading" else layer  # independent, data
 
 
-def sanity_maps(result: SanityResult, images: np.ndarray, image: int = 0) -> go.Figure:
+def sanity_maps(
+    result: SanityResult, images: np.ndarray, image: int = 0, per_row: int = PER_ROW
+) -> go.Figure:
     """Image ``image``'s map of the trained model, then after each randomization step (each
-    min-max scaled), `PER_ROW` to a row; each title names the layers randomized and the
+    min-max scaled), ``per_row`` to a row; each title names the layers randomized and the
     Spearman correlation (of absolute values) with the trained map."""
     check_display(result.original, images, image)
     maps = [result.original[image], *result.maps[:, image]]
     rho = result.similarity["spearman_abs"][:, image].tolist()
-    titles = ["trained"] + [
-        f"{_step_label(result, s)}<br>ρ {rho[s]:.2f}" for s in range(len(result.layers))
+    titles = ["trained"] + [  # a no-break space: a narrow figure's wrap keeps ρ with its value
+        f"{_step_label(result, s)}<br>ρ\u00a0{rho[s]:.2f}" for s in range(len(result.layers))
     ]
     cells = [(images[image], m) for m in maps]
-    rows = [cells[i : i + PER_ROW] for i in range(0, len(cells), PER_ROW)]
+    rows = [cells[i : i + per_row] for i in range(0, len(cells), per_row)]
     fig = overlay_grid(rows, subplot_titles=titles, horizontal_spacing=0.02,
                        vertical_spacing=0.25 / len(rows))  # fmt: skip
     fig.update_annotations(font_size=MIN_FONT_SIZE)

@@ -67,7 +67,6 @@ class AttentionExplorer(Explorer):
         self.controls = [self.image, self.layer, self.head, self.view]
         self._observe(*self.controls)
         self.refresh()
-        self.figure.data[1].on_click(self._clicked)
 
     def select(self, query: str | tuple[int, int]) -> None:
         """Make ``query`` ("cls" or a patch (row, col)) the query of the "query row" view."""
@@ -112,8 +111,10 @@ class AttentionExplorer(Explorer):
         if view == "query row" and query != "cls":
             outline_patch(fig, query, result.layout.grid, self.display.shape[1:3])
         map_axes(fig)
-        fig.update_layout(width=620)  # the colour bar beside the square map
         return finish(fig, title, 520)
+
+    def _connect_clicks(self) -> None:
+        self.figure.data[1].on_click(self._clicked)  # the map
 
     def _inapplicable(self) -> set[widgets.Widget]:
         return set() if self.view.value == "query row" else {self.layer, self.head}

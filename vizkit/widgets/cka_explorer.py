@@ -11,8 +11,10 @@ from plotly.subplots import make_subplots
 
 from ..analysis import CKAResult, FeatureEvolution
 from ..viz import cka_heatmap
+from ..viz.fit import COLORBAR_PX
 from ..viz.style import finish, square_cells
 from .explorer import Explorer
+from .redraw import PLOTLY_WIDTH
 
 __all__ = ["CKAExplorer"]
 
@@ -41,8 +43,10 @@ class CKAExplorer(Explorer):
     def _figure(self) -> go.Figure:
         chosen = self.choice.value
         heat = cka_heatmap(self.results[chosen])
+        # between the two: room for the curves' ticks and axis title (90 px) at any width
+        plot = (self._plot.width or PLOTLY_WIDTH) - 70 - COLORBAR_PX
         fig = make_subplots(
-            rows=1, cols=2, column_widths=[0.55, 0.45],
+            rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=max(0.1, 90 / plot),
             subplot_titles=[f"CKA of {chosen}", "F_k = CKA(f_k, f_out) / CKA(f_in, f_out)"],
         )  # fmt: skip
         fig.add_trace(heat.data[0], row=1, col=1)
@@ -62,7 +66,11 @@ class CKAExplorer(Explorer):
         square_cells(fig)
         fig.update_xaxes(title_text="normalized depth k / L", row=1, col=2)
         fig.update_yaxes(title_text="F_k (feature evolution)", row=1, col=2)
-        return finish(fig, f"CKA explorer: {chosen}", 520)
+        finish(fig, f"CKA explorer: {chosen}", 560)
+        # the legend under the curves, so that the heatmap's colour bar at the right has the
+        # figure's edge to itself
+        legend = {"orientation": "h", "x": 0.55, "y": -0.2, "yanchor": "top"}
+        return fig.update_layout(legend=legend, margin_b=110)
 
 
 def _as_cka(label: str, result: CKAResult | FeatureEvolution) -> CKAResult:

@@ -1,4 +1,4 @@
-"""What every explorer shares: a figure widget that is replaced in place, a
+"""What every explorer shares: a figure widget redrawn afresh (`redraw.LivePlot`), a
 per-image cache, and a static copy of the current view shown beside the widget."""
 
 from __future__ import annotations
@@ -6,14 +6,15 @@ from __future__ import annotations
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Hashable
-from copy import deepcopy
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 from IPython.display import display
 
 from ..viz.renderer import html_copy
+from .redraw import LivePlot
 
 __all__ = ["Explorer"]
 
@@ -30,6 +31,10 @@ class Explorer(ABC):
     and call `refresh()` when a control changes. ``last_update_seconds`` is how long the last
     refresh took; `static()` returns the current figure as a plain plotly Figure.
 
+    Work the cache does not hold yet (`cached`) runs with every control disabled and its progress
+    bars drawn inside the explorer (``progress_output``, an Output below the controls), not in
+    JupyterLab's log console, where output of a widget callback goes otherwise.
+
     Displayed, an explorer is two outputs: the widget, then its current view as static HTML,
     which each refresh updates. The static copy hides itself once the widget's figure is drawn
     (a live JupyterLab); where no widget manager draws it (an HTML export, readers without
@@ -37,46 +42,69 @@ class Explorer(ABC):
     """
 
     def __init__(self) -> None:
-        self.figure = go.FigureWidget()
+        self._plot = LivePlot(redraw=self.refresh)  # again when the page's width changes
         self.controls: list[widgets.Widget] = []
         self.last_update_seconds = 0.0
         self._cache: dict[Hashable, object] = {}
         self.computed = 0  # cache misses, for tests and the curious
         self._key = uuid.uuid4().hex  # pairs the displayed widgets with their static copies
         self._static_shown = False
+        self.progress_output = widgets.Output()  # the progress bars of the work under way
+        self._working = False
 
     def cached(self, key: Hashable, compute: Callable[[], object]) -> object:
-        """``compute()`` once per key (e.g. per image and view)."""
+        """``compute()`` once per key (e.g. per image and view), as `working` work."""
         if key not in self._cache:
-            self._cache[key] = compute()
+            with self.working():
+                self._cache[key] = compute()
             self.computed += 1
         return self._cache[key]
 
-    def refresh(self, *_) -> None:
-        """Redraw the figure for the current control values.
+    @contextmanager
+    def working(self) -> Iterator[None]:
+        """Run the block with the controls disabled and its output (tqdm's notebook bars)
+        inside the explorer; then clear that output and give the controls back their state."""
+        if self._working:  # inside other work: its bars and disabling hold already
+            yield
+            return
+        self._working = True
+        before = {control: control.disabled for control in self._inputs()}
+        for control in before:
+            control.disabled = True
+        try:
+            with self.progress_output:
+                yield
+        finally:
+            self._working = False
+            self.progress_output.clear_output()
+            for control, disabled in before.items():
+                control.disabled = disabled
 
-        Updating a trace or assigning a layout sends the browser only the new values, so what
-        the previous view set and the new one does not (the query's outline) is cleared first,
-        in Python and in the browser alike.
-        """
+    def _enable(self) -> None:
+        """Enable the controls that apply to the current view, disable the others."""
+        off = self._inapplicable()
+        for control in self._inputs():
+            control.disabled = control in off
+
+    def _inputs(self) -> list[widgets.Widget]:
+        """Every control a user can change (disabled while work runs; a label is not one)."""
+        return [control for control in self.controls if control.has_trait("disabled")]
+
+    def refresh(self, *_) -> None:
+        """Redraw the figure for the current control values (`LivePlot.show`: every browser
+        view draws it afresh), then connect its click handlers (`_connect_clicks`)."""
         start = time.perf_counter()
-        new = self._figure()
-        with self.figure.batch_update():
-            if _same_structure(self.figure, new):
-                for index, (old, trace) in enumerate(zip(self.figure.data, new.data, strict=True)):
-                    self.figure.plotly_restyle(_stale(old, trace, keep=("uid",)), index)
-                    old.update(trace.to_plotly_json(), overwrite=True)
-            else:
-                self.figure.data = []
-                self.figure.add_traces(list(new.data))
-            self.figure.plotly_relayout(_stale(self.figure.layout, new.layout))
-            self.figure.layout = new.layout
-        _keep_state_for_new_views(self.figure)
-        for control in self.controls:
-            control.disabled = control in self._inapplicable()
+        self._plot.show(self._figure())
+        self._connect_clicks()
+        self._enable()
         if self._static_shown:
             display(self._static_bundle(), raw=True, display_id=self._key, update=True)
         self.last_update_seconds = time.perf_counter() - start
+
+    @property
+    def figure(self) -> go.FigureWidget:
+        """The current view (a FigureWidget: what the page draws)."""
+        return self._plot.figure
 
     # title lines that speak of the controls ("click a patch"): a static copy has none
     CONTROL_HINTS: tuple[str, ...] = ()
@@ -104,7 +132,7 @@ class Explorer(ABC):
             layout=widgets.Layout(grid_template_columns="repeat(2, minmax(0, 1fr))",
                                   grid_gap="4px 24px"),
         )  # fmt: skip
-        return widgets.VBox([grid, self.figure]).add_class(EXPLORER_CLASS)
+        return widgets.VBox([grid, self.progress_output, self._plot.box]).add_class(EXPLORER_CLASS)
 
     def _ipython_display_(self) -> None:
         """The widget, then its current view as static HTML that a drawn widget hides."""
@@ -129,6 +157,10 @@ class Explorer(ABC):
     def _figure(self) -> go.Figure:
         """The figure for the current control values."""
 
+    def _connect_clicks(self) -> None:  # noqa: B027 (a hook: most explorers have no clicks)
+        """Connect click handlers to the figure's traces (after each redraw: it replaces
+        them)."""
+
     def _inapplicable(self) -> set[widgets.Widget]:
         """Controls that do nothing for the current values of the others (shown disabled)."""
         return set()
@@ -152,27 +184,3 @@ def _static_html(figure: go.Figure, name: str, key: str) -> str:
         f'<div class="{STATIC_CLASS} {mine}"><style>{hide}</style>'
         f'<p style="color: #666; font-size: 13px; margin: 0">{note}</p>{plot}</div>'
     )
-
-
-def _stale(old, new, keep: Collection[str] = ()) -> dict[str, None]:
-    """``{property: None}`` for each top-level property ``old`` (a trace or a layout) sets and
-    ``new`` does not, ``keep`` aside: a plotly restyle or relayout that clears them. A nested
-    one needs none: an update replaces each top-level property whole."""
-    return dict.fromkeys(set(old.to_plotly_json()).difference(new.to_plotly_json(), keep))
-
-
-def _keep_state_for_new_views(figure: go.FigureWidget) -> None:
-    """Make the figure's synced state what it shows now.
-
-    A FigureWidget sends each edit to the views open at the time as a delta, but its synced
-    state (``_widget_data``, ``_widget_layout``: what a view opened later draws, e.g. after a
-    browser reload while the kernel runs) is written only when the widget is displayed on its
-    own. Inside an explorer's box that never happens, so a reloaded page showed an empty
-    figure that later deltas could not fill; writing the state after each redraw fixes that.
-    """
-    figure._widget_data = deepcopy(figure._data)
-    figure._widget_layout = deepcopy(figure._layout_obj._props)
-
-
-def _same_structure(widget: go.FigureWidget, figure: go.Figure) -> bool:
-    return [t.type for t in widget.data] == [t.type for t in figure.data]

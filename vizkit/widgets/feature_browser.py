@@ -18,6 +18,7 @@ from ..viz import display_images
 from ..viz.overlay import heatmap_on_image
 from ..viz.style import SALIENCY_SCALE, finish
 from .explorer import Explorer
+from .redraw import MIN_WIDTH, PLOTLY_WIDTH
 
 __all__ = ["FeatureBrowser"]
 
@@ -25,6 +26,7 @@ ORDERS = ("density", "logit effect", "clicked patch")
 ACTIONS = ("ablate", "steer")
 CLICK_HINT = "<br><sup>click a patch to list the latents firing there</sup>"
 COLUMNS = 4  # top images per row
+GAP_PX = 80  # px between the images and the bars: room for the bars' ticks and axis title
 LISTED = 200  # latents in the list at a time
 
 
@@ -95,15 +97,19 @@ class FeatureBrowser(Explorer):
     @property
     def widget(self) -> widgets.VBox:
         box = super().widget
-        grid, figure = box.children
-        self.latent.layout = widgets.Layout(width="230px", height="100%")
-        return widgets.VBox(
-            [grid, widgets.HBox([self.latent, figure])], _dom_classes=box._dom_classes
-        )
+        grid, progress, plot = box.children
+        self.latent.layout = widgets.Layout(width="230px", height="100%", flex="none")
+        # the plot takes the row's width beside the list (what its `PageWidth` measures), or
+        # the next row's where it would be narrower than MIN_WIDTH
+        plot.layout.width, plot.layout.flex = "auto", f"1 1 {MIN_WIDTH}px"
+        row = widgets.HBox([self.latent, plot], layout={"width": "100%", "flex_flow": "row wrap"})
+        return widgets.VBox([grid, progress, row], _dom_classes=box._dom_classes)
 
-    def refresh(self, *_) -> None:
-        """Redraw; a click on a patch of a top image lists the latents firing there."""
-        super().refresh()
+    def _inputs(self) -> list[widgets.Widget]:
+        return [*super()._inputs(), self.latent]
+
+    def _connect_clicks(self) -> None:
+        """A click on a patch of a top image lists the latents firing there."""
         for trace in self.figure.data:
             if isinstance(trace, go.Heatmap) and trace.meta is not None:
                 trace.on_click(self._clicked)
@@ -160,11 +166,14 @@ class FeatureBrowser(Explorer):
         for row in range(rows):
             for col in range(COLUMNS):
                 n = row * COLUMNS + col
-                titles.append(f"image {shown[n][0]}: {shown[n][1]:.2g}" if n < len(shown) else "")
+                titles.append(f"{shown[n][0]}: {shown[n][1]:.2g}" if n < len(shown) else "")
             titles += ["", {0: f"{result.what.split(' at ')[0]} ({len(result.clean)} images)",
                             1: "direct logit effect"}.get(row, "")]  # fmt: skip
+        # the column between the images and the bars holds the bars' ticks and axis title
+        plot = (self._plot.width or PLOTLY_WIDTH) - 70
+        gap = max(0.45, GAP_PX * (COLUMNS + 2.2) / max(plot - GAP_PX, 1))
         fig = make_subplots(rows=rows, cols=COLUMNS + 2, horizontal_spacing=0.015,
-                            vertical_spacing=0.2, column_widths=[1] * COLUMNS + [0.45, 2.2],
+                            vertical_spacing=0.2, column_widths=[1] * COLUMNS + [gap, 2.2],
                             subplot_titles=titles)  # fmt: skip
         largest = max(float(self.features.max_activation[latent]), 1e-6)
         for n, (image, _) in enumerate(shown):
@@ -178,10 +187,11 @@ class FeatureBrowser(Explorer):
             axis = row * (COLUMNS + 2) + col + 1
             fig.update_yaxes(showticklabels=False, autorange="reversed", row=row + 1,
                              col=col + 1, scaleanchor=f"x{axis if axis > 1 else ''}")  # fmt: skip
+        colorbar = {"title": {"text": "activation", "side": "top"}, "orientation": "h",
+                    "x": 0, "xanchor": "left", "y": -0.12, "lenmode": "pixels", "len": 160,
+                    "thickness": 12}  # fmt: skip
         fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": largest,
-                                     "colorbar": {"title": {"text": "activation"},
-                                                  "orientation": "h", "y": -0.12, "x": 0.3,
-                                                  "len": 0.35, "thickness": 12}})  # fmt: skip
+                                     "colorbar": colorbar})  # fmt: skip
         self._add_bars(fig, latent, edited, result)
         title = (
             f"Latent {latent} of {self.sae.source['layer']}: fires on "
@@ -213,14 +223,13 @@ class FeatureBrowser(Explorer):
         fig.add_trace(go.Bar(x=names, y=edited[order].tolist(), name=after,
                              marker_color="#d62728"), row=1, col=col)  # fmt: skip
         fig.update_yaxes(title_text="mean probability", tickformat=".0%", row=1, col=col)
-        fig.update_xaxes(title_text="class", row=1, col=col)
         if self.effects is not None:
             top = self.effects.top_classes(latent, 5)
             fig.add_trace(go.Bar(x=[self._name(c) for c, _ in top], y=[v for _, v in top],
-                                 name="direct logit effect", marker_color="#1f77b4"),
+                                 name="direct logit effect", marker_color="#1f77b4",
+                                 showlegend=False),  # its subplot's title names it
                           row=2, col=col)  # fmt: skip
             fig.update_yaxes(title_text="logit per unit", row=2, col=col)
-            fig.update_xaxes(title_text="class", row=2, col=col)
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.12, "x": 0.62})
 
     def _intervention(self, latent: int) -> tuple[list[int], Intervention]:

@@ -15,6 +15,8 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
+from ..models.zero_shot import image_tower
+from ..targets import embed
 from ..text import TextSpan, embedding_decomposition
 from ..viz import display_images
 from ..viz.mechanistic import DIVERGING
@@ -59,6 +61,7 @@ class HeadExplorer(Explorer):
             raise ValueError(f"{len(classes)} class names for {len(class_texts)} class texts.")
         self.model, self.span, self.top = model, span, top
         self.images = check_images(model, images)
+        _check_span_images(model, span, self.images)
         self.display = display_images(images, model, mean, std)
         self.class_texts = F.normalize(class_texts.float(), dim=-1)
         self.classes = list(classes)
@@ -146,6 +149,9 @@ class HeadExplorer(Explorer):
             fig.update_xaxes(showticklabels=False, row=row + 1, col=col + 1)
             fig.update_yaxes(showticklabels=False, autorange="reversed", row=row + 1,
                              col=col + 1, scaleanchor=x_axis.replace("axis", ""))  # fmt: skip
+        # the current image to the left of its two columns: the bars' ticks and axis title
+        # beside it keep clear of it at any width
+        fig.update_xaxes(constraintoward="left", row=rows + 1, col=1)
         fig.update_layout(coloraxis={
             "colorscale": DIVERGING, "cmin": -largest, "cmax": largest,
             "colorbar": {"title": {"text": "share of cosine"}, "x": 1.0, "y": 1.0,
@@ -158,8 +164,10 @@ class HeadExplorer(Explorer):
                              marker_color="#9e9e9e"), row=rows + 1, col=3)  # fmt: skip
         fig.add_trace(go.Bar(x=names, y=ablated[order].tolist(), name="head mean-ablated",
                              marker_color="#d62728"), row=rows + 1, col=3)  # fmt: skip
-        fig.update_yaxes(title_text="probability", tickformat=".0%", row=rows + 1, col=3)
-        fig.update_xaxes(title_text="class", row=rows + 1, col=3)
+        # the bars' axis on their right, in the empty column under the colour bar: clear of
+        # the image on their left at any width
+        fig.update_yaxes(title_text="probability", tickformat=".0%", side="right",
+                         row=rows + 1, col=3)  # fmt: skip
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.1, "x": 0.45})
         name = self.span.texts(b, head)[text]
         title = (
@@ -168,3 +176,24 @@ class HeadExplorer(Explorer):
             "the cosine with the text</sup>"
         )
         return finish(fig, title, 230 * (rows + 1) + 120)
+
+
+def _check_span_images(model: nn.Module, span: TextSpan, images: Tensor) -> None:
+    """Refuse ``images`` (N, C, H, W) that are not the ones ``span`` was computed on: the
+    image embeddings of the first, middle and last are computed again and compared with the
+    span's (other images of the same count showed another image's top images)."""
+    picks = sorted({0, len(images) // 2, len(images) - 1})
+    clip_like = callable(getattr(model, "encode_image", None)) or callable(
+        getattr(model, "get_image_features", None)
+    )
+    again = embed(image_tower(model) if clip_like else model, images[picks]).float()
+    stored = span.decomposition.embedding[picks].float().to(again.device)
+    tolerance = 1e-3 * float(stored.norm(dim=-1).max())  # float sums on another machine
+    wrong = [i for i, a, b in zip(picks, again, stored, strict=True)
+             if float((a - b).abs().max()) > tolerance]  # fmt: skip
+    if wrong:
+        raise ValueError(
+            f"Images {wrong} are not the ones span was computed on (their image embeddings "
+            "differ from the span's): pass the images given to vk.text_span, in the same order "
+            "and normalization."
+        )

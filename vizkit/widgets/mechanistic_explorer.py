@@ -81,9 +81,8 @@ class MechanisticExplorer(Explorer):
         self._observe(*self.controls)
         self.refresh()
 
-    def refresh(self, *_) -> None:
-        """Redraw, and let a click on either grid choose the head."""
-        super().refresh()
+    def _connect_clicks(self) -> None:
+        """A click on either grid chooses the head."""
         if self.view.value == "heads":
             for trace in self.figure.data[:2]:
                 trace.on_click(self._clicked)
@@ -130,8 +129,8 @@ class MechanisticExplorer(Explorer):
             fig.add_trace(go.Heatmap(
                 z=values, x=[f"head {h}" for h in range(values.shape[1])], y=self.blocks,
                 colorscale=DIVERGING, zmid=0, zmin=-top, zmax=top,
-                colorbar={"title": {"text": bar, "side": "right"}, "orientation": "h",
-                          "y": -0.3, "len": 0.22, "thickness": 14,
+                colorbar={"title": {"text": bar, "side": "top"}, "orientation": "h",
+                          "y": -0.22, "yanchor": "top", "len": 0.28, "thickness": 12,
                           "x": sum(fig.layout[f"xaxis{col if col > 1 else ''}"].domain) / 2},
                 hovertemplate="%{y}, %{x}: %{z:.3f}<extra></extra>",
             ), row=1, col=col)  # fmt: skip

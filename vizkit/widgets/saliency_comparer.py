@@ -16,13 +16,18 @@ from ..hooks.targets import is_score_target, model_logits, require_class_logits,
 from ..metrics import compare_saliency, evaluate, road, sanity_check
 from ..viz import display_images
 from ..viz.evaluation import curve_comparison, evaluation_bars
+from ..viz.fit import COLORBAR_PX
 from ..viz.saliency import side_by_side
 from ..viz.sanity import sanity_maps
 from .explorer import Explorer
+from .redraw import PLOTLY_WIDTH
 
 __all__ = ["SaliencyComparer"]
 
 VIEWS = ["maps", "ROAD curves", "sanity check", "all images"]
+# the narrowest panels at the figure's width: a metric's bars (a title such as
+# "relevance_mass_accuracy ↑" at 12 px), a sanity map (its title's longest word)
+EVALUATION_PANEL_PX, SANITY_PANEL_PX = 175, 85
 
 
 class SaliencyComparer(Explorer):
@@ -152,6 +157,12 @@ class SaliencyComparer(Explorer):
             return self.target[image : image + 1]
         return self.target
 
+    def _per_row(self, panel: int, most: int, beside: int = 0) -> int:
+        """Panels of at least ``panel`` px to a row at the width the figure is drawn at (at
+        most ``most``; ``beside``: px a colour bar takes)."""
+        plot = (self._plot.width or PLOTLY_WIDTH) - 70 - beside
+        return max(1, min(most, plot // panel))
+
     def _figure(self) -> go.Figure:
         i = self.image.value
         refused = ""
@@ -163,7 +174,7 @@ class SaliencyComparer(Explorer):
             else:
                 explained = "the predicted classes" if self.target is None else "the target"
                 self.status.value = f"{len(self.images)} images, {explained} explained"
-                return evaluation_bars(table)
+                return evaluation_bars(table, per_row=self._per_row(EVALUATION_PANEL_PX, 4))
         if self.view.value == "ROAD curves":
             curves = self.road_curves(i)
             if self.method.value != "all" and self.method.value in curves:
@@ -178,7 +189,8 @@ class SaliencyComparer(Explorer):
                 refused = f"; no sanity check of {method}: {error}"
             else:
                 self.status.value = f"{method}: the model's layers randomized from the top"
-                return sanity_maps(result, self.display[i : i + 1], 0)
+                per_row = self._per_row(SANITY_PANEL_PX, 5, COLORBAR_PX)
+                return sanity_maps(result, self.display[i : i + 1], 0, per_row)
         table = self.table(i)
         seconds = sum(s for s in table.seconds if not math.isnan(s))
         steps = table.options["steps"]
