@@ -26,6 +26,7 @@ from vizkit.sae.order import ShuffledBatches
 from vizkit.sae.rows import TensorRows
 from vizkit.sae.spliced import splice_hook
 from vizkit.sae.synthetic import planted_rows
+from vizkit.sae.settings import TrainingSettings
 from vizkit.sae.training import _Run
 
 
@@ -184,13 +185,21 @@ def test_planted_dictionary_is_recovered(kind):
         assert scores.fvu < 0.2 and (kind == "relu" or abs(scores.l0 - 3) < 0.5)
 
 
+def sae_settings(**changed) -> TrainingSettings:
+    """Valid `TrainingSettings` with ``changed`` fields."""
+    fields = dict(kind="topk", latents=64, k=4, l1=None, prefixes=None, tokens=4096,
+                  batch_size=256, lr=1e-3, warmup=0.05, decay=0.2, aux_k=8,
+                  aux_coefficient=1 / 32, dead_after=100, b_dec="median", block_bytes=2**20,
+                  seed=0, source={})  # fmt: skip
+    return TrainingSettings(**{**fields, **changed})
+
+
 def test_decoder_rows_stay_unit_and_schedule_warms_and_decays():
     rows, _ = planted_rows(0, rows=4096)
     sae = vk.train_sae(rows, expansion=2, k=3, tokens=40 * 256, batch_size=256, progress=False)
     torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(sae.latents))
-    from vizkit.sae.training import _lr_factor
-
-    factors = [_lr_factor(s, 100, {"warmup": 0.1, "decay": 0.2}) for s in range(100)]
+    run = sae_settings(tokens=100, batch_size=1, warmup=0.1, decay=0.2)
+    factors = [run.learning_rate_factor(s) for s in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == 1.0 and factors[50] == 1.0
     assert factors[80] == 1.0 and factors[99] == pytest.approx(0.05) and factors[90] == 0.5
 
@@ -203,11 +212,11 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, monkeypatch):
     step = _Run.train_step
     calls = {"n": 0}
 
-    def dies_at_step_17(self, batch, steps):
+    def dies_at_step_17(self, batch):
         calls["n"] += 1
         if calls["n"] == 17:
             raise KeyboardInterrupt
-        return step(self, batch, steps)
+        return step(self, batch)
 
     monkeypatch.setattr(_Run, "train_step", dies_at_step_17)
     with pytest.raises(KeyboardInterrupt):
@@ -428,3 +437,57 @@ def test_layer_counts_the_stored_layers_and_the_default_trains_enough_steps(tmp_
     monkeypatch.setattr(training, "DEFAULT_STEPS", 12)  # 1,000 in use
     vk.train_sae(store, **settings)  # 128 rows: the store once is 4 steps
     assert len(steps) == 12
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        ({"lr": float("nan")}, "lr must be a number in \\(0"),
+        ({"lr": -1e-3}, "lr must be a number in \\(0"),
+        ({"lr": 0.0}, "lr must be a number in \\(0"),
+        ({"warmup": 0.9, "decay": 0.2}, "warmup \\+ decay must be at most 1"),
+        ({"warmup": -0.1}, "warmup must be"),
+        ({"aux_coefficient": float("inf")}, "aux_coefficient must be"),
+        ({"aux_k": 65}, "aux_k must be an int in \\[0, 64\\]"),
+        ({"k": 0}, "kind='topk' needs k, an int in 1..64; got 0"),
+        ({"k": 2.5}, "needs k, an int"),
+        ({"dead_after": 0}, "dead_after must be"),
+        ({"b_dec": "middle"}, "b_dec must be one of median"),
+        ({"tokens": 100}, "less than one batch"),
+        ({"l1": -0.5}, "l1 must be"),
+        ({"seed": -1}, "seed must be"),
+    ],
+)
+def test_every_training_option_is_range_checked(changed, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        sae_settings(**changed)
+
+
+def test_train_sae_refuses_a_bad_option_before_reading_a_row(monkeypatch):
+    rows, _ = planted_rows(0, rows=512)
+    read = []
+    monkeypatch.setattr(TensorRows, "rows", lambda self, a, b: read.append((a, b)))
+    for bad in ({"lr": float("nan")}, {"lr": -1.0}, {"warmup": 2.0}, {"checkpoint_every": 0}):
+        with pytest.raises((TypeError, ValueError), match=next(iter(bad))):
+            vk.train_sae(rows, expansion=2, k=3, batch_size=64, progress=False, **bad)
+    assert read == []
+
+
+def test_settings_round_trip_and_name_each_difference(tmp_path):
+    settings = sae_settings(prefixes=(4, 16, 64), kind="matryoshka")
+    assert TrainingSettings.from_json(settings.to_json(), "here") == settings
+    other = sae_settings(prefixes=(4, 16, 64), kind="matryoshka", lr=2e-3, seed=1)
+    assert settings.differences(other) == ["lr: 0.001 -> 0.002", "seed: 0 -> 1"]
+    edited = {**settings.to_json(), "learning_rate": 1.0}
+    del edited["lr"]
+    with pytest.raises(ValueError, match=r"missing: \['lr'\]; unknown: \['learning_rate'\]"):
+        TrainingSettings.from_json(edited, "checkpoint.pt")
+
+
+def test_a_resume_with_another_setting_names_it(tmp_path):
+    rows, _ = planted_rows(0, rows=2048)
+    common = dict(expansion=2, k=3, tokens=4 * 256, batch_size=256, progress=False,
+                  checkpoint=tmp_path / "run")  # fmt: skip
+    vk.train_sae(rows, **common, lr=1e-3)
+    with pytest.raises(ValueError, match=r"another run \(lr: 0.001 -> 0.002; saved -> given\)"):
+        vk.train_sae(rows, **common, lr=2e-3)

@@ -1,5 +1,6 @@
-"""One call at a time per model: a per-model lock, and a refusal of vizkit calls made from inside
-the model's own forward (a hook that runs an analysis on the model it is hooked into).
+"""One call at a time per model: a per-model lock, a refusal of vizkit calls made from inside
+the model's own forward (a hook that runs an analysis on the model it is hooked into), and the
+model's eager forward for the call (one compiled in place runs uncompiled while held).
 
 Two threads that share a model run one after the other; the same thread may nest vizkit calls
 (an analysis inside a ``hooks`` context), but not while the model's forward is running, where the
@@ -36,14 +37,31 @@ def _guard(model: nn.Module) -> _Guard:
 
 
 @contextmanager
+def _eager(model: nn.Module) -> Iterator[None]:
+    """``model`` and its submodules run their plain forward inside the context, also where
+    ``module.compile()`` compiled them in place (dynamo cannot trace vizkit's hooks, which
+    read tensor sizes); the compiled calls are restored on exit."""
+    compiled = [(m, m._compiled_call_impl) for m in model.modules()
+                if getattr(m, "_compiled_call_impl", None) is not None]  # fmt: skip
+    for module, _ in compiled:
+        module._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for module, call in compiled:
+            module._compiled_call_impl = call
+
+
+@contextmanager
 def exclusive(model: nn.Module) -> Iterator[None]:
-    """Hold ``model`` for this thread: other threads wait until the context exits.
+    """Hold ``model`` for this thread: other threads wait until the context exits, and the
+    model runs eagerly, also where ``model.compile()`` compiled it in place.
 
     Raises:
         RuntimeError: called from inside a forward of ``model`` that vizkit is hooking.
     """
     guard = _guard(model)
-    with guard.lock:
+    with guard.lock, _eager(model):
         if guard.forward_depth:
             raise RuntimeError(
                 f"vizkit was called on {type(model).__name__} from inside its own forward (a "

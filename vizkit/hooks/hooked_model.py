@@ -231,7 +231,9 @@ class HookedModel:
                 chosen = require_fired(chosen, capture.fired, request.explicit, capture.non_tensor)
                 capture.check(request, graph.changed())
                 gradients = (
-                    graph.gradients(output, target, chosen, request, self._taps) if backward else {}
+                    graph.gradients(output, target, chosen, request, self._taps, len(x))
+                    if backward
+                    else {}
                 )
             finally:
                 graph.release()

@@ -24,6 +24,7 @@ __all__ = [
     "is_backbone",
     "is_score_target",
     "model_logits",
+    "output_rows",
     "require_class_logits",
     "require_classifier",
     "select_images",
@@ -90,16 +91,18 @@ def is_score_target(target: object) -> bool:
     return callable(target) and not isinstance(target, Tensor)
 
 
-def call_target(target: Callable, output: object, rows: Tensor | int | None = None) -> Tensor:
+def call_target(
+    target: Callable, output: object, rows: Tensor | int | None = None, count: int | None = None
+) -> Tensor:
     """(n,) the score ``target`` gives the n rows of ``output``; ``rows``: the image of the
     batch each row is of, (n,) or one int for all (a `ScoreTarget` reads it; a plain callable
-    scores each row by itself). A callable's (n, ...) values are summed per row, as
-    `target_score` sums them for the gradient methods; a score that is not a tensor with one
-    row per image is refused."""
+    scores each row by itself); ``count``: the number of rows, where ``rows`` does not give it.
+    A callable's (n, ...) values are summed per row, as `target_score` sums them for the
+    gradient methods; a score that is not a tensor with one row per image is refused."""
     score = target(output, rows) if isinstance(target, ScoreTarget) else target(output)
     if not isinstance(score, Tensor):
         raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
-    count = len(rows) if isinstance(rows, Tensor) else None
+    count = len(rows) if isinstance(rows, Tensor) else count
     if score.ndim == 0 or (count is not None and len(score) != count):
         raise ValueError(
             "A callable target must give a score per image, shape (B,) (or (B, ...), summed per "
@@ -111,21 +114,33 @@ def call_target(target: Callable, output: object, rows: Tensor | int | None = No
     return score.flatten(1).sum(1) if score.ndim > 1 else score
 
 
-def target_score(output: Tensor, target: Target) -> Tensor:
+def output_rows(output: object) -> int | None:
+    """The rows of a model output: the leading size of its logits or first tensor (a
+    ``ModelOutput``, dict, tuple or tensor); None where it has none."""
+    found = model_logits(output)
+    if isinstance(found, dict):
+        found = next((v for v in found.values() if isinstance(v, Tensor)), None)
+    elif isinstance(found, (tuple, list)):
+        found = next((v for v in found if isinstance(v, Tensor)), None)
+    return len(found) if isinstance(found, Tensor) and found.ndim else None
+
+
+def target_score(output: Tensor, target: Target, batch: int) -> Tensor:
     """The scalar whose gradient is taken: the sum over the batch of each sample's target logit.
 
     Args:
         output: model output, (B, K) logits for int targets.
         target: a class index for every sample; a list/tensor of B class indices (one per
-            sample); a callable ``output -> Tensor`` (summed); None: each sample's argmax.
+            sample); a callable ``output -> Tensor`` giving (B,) or (B, ...) scores (summed);
+            None: each sample's argmax.
+        batch: B, the number of images explained (a callable's score without that batch axis,
+            such as ``out[0]``, would explain one image as all of them: refused).
 
     Returns:
         A scalar tensor.
     """
     if is_score_target(target):
-        score = target(output, None) if isinstance(target, ScoreTarget) else target(output)
-        if not isinstance(score, Tensor):
-            raise TypeError(f"A callable target must return a tensor; got {type(score).__name__}.")
+        score = call_target(target, output, None, batch)
     else:
         logits = model_logits(output)
         index = target_indices(logits, target)  # checks that output is (B, K) logits

@@ -61,5 +61,5 @@ def input_relevance(
     with frozen_parameters(hm.model), torch.enable_grad():
         with relevance_rules(attention):
             output = hm(x)
-        (grad,) = torch.autograd.grad(target_score(output, target), x)
+        (grad,) = torch.autograd.grad(target_score(output, target, len(x)), x)
     return (x * grad).detach(), output

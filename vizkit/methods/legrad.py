@@ -26,6 +26,7 @@ from ..hooks.targets import (
     explained_classes,
     is_score_target,
     model_logits,
+    output_rows,
     target_indices,
 )
 from .registry import saliency_method
@@ -147,7 +148,9 @@ def _scorer(logits: object, target: Target) -> Callable[[Tensor], Tensor]:
     """``layer_logits (B, K) -> (B,)``: each image's target score (the callable target's value,
     or its class logit: an int, B ints, or None for the argmax of the model's ``logits``)."""
     if is_score_target(target):
-        return lambda layer_logits: call_target(target, layer_logits)
+        return lambda layer_logits: call_target(
+            target, layer_logits, None, output_rows(layer_logits)
+        )
     index = target_indices(model_logits(logits), target)[:, None]
     return lambda layer_logits: layer_logits.gather(1, index.to(layer_logits.device))[:, 0]
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel, Target
-from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
+from ..hooks.targets import call_target, is_score_target, model_logits, output_rows, target_indices
 
 __all__ = ["chunked_scores", "resumed_forward", "score_of"]
 
@@ -20,7 +20,7 @@ def score_of(logits: Tensor, target: Target, image: int) -> Callable[[object], T
     it: its class logit (``target`` an int, B ints or None for the argmax of ``logits``), or
     the callable target's value per copy."""
     if is_score_target(target):
-        return lambda output: call_target(target, output, image)
+        return lambda output: call_target(target, output, image, output_rows(output))
     index = int(target_indices(logits, target)[image])
     return lambda output: model_logits(output)[:, index]
 

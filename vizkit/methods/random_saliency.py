@@ -9,7 +9,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
-from ..hooks.targets import explained_classes
+from ..hooks.targets import call_target, explained_classes, is_score_target
 from .registry import saliency_method
 
 __all__ = ["random_saliency"]
@@ -30,7 +30,10 @@ def random_saliency(
     targets = None
     if target is not None:
         with torch.no_grad():
-            targets = explained_classes(model.model(x), target)
+            output = model.model(x)
+        if is_score_target(target):  # checked as the other methods check it
+            call_target(target, output, None, len(x))
+        targets = explained_classes(output, target)
     generator = torch.Generator().manual_seed(seed)
     maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
     return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)

@@ -88,7 +88,9 @@ def _maps_and_gradients(
             else:
                 output = hm(x)
         on_path = [hm.tap(name).read.on_path_of(captured[name]) for name in names]
-        grads = torch.autograd.grad(target_score(output, target), on_path, allow_unused=True)
+        grads = torch.autograd.grad(
+            target_score(output, target, len(x)), on_path, allow_unused=True
+        )
     missing = [name for name, grad in zip(names, grads, strict=True) if grad is None]
     if missing:
         raise ValueError(

@@ -57,7 +57,7 @@ class SparseAutoencoder(nn.Module):
         if kind != "relu" and not (isinstance(k, int) and 1 <= k <= latents):
             raise ValueError(f"kind={kind!r} needs k, an int in 1..{latents}; got {k!r}.")
         self.kind, self.k, self.source = kind, k, dict(source or {})
-        self.prefixes = _prefixes(kind, prefixes, latents)
+        self.prefixes = matryoshka_prefixes(kind, prefixes, latents)
         generator = torch.Generator().manual_seed(seed)
         directions = torch.randn(latents, width, generator=generator)
         directions /= directions.norm(dim=1, keepdim=True)
@@ -140,7 +140,7 @@ class SparseAutoencoder(nn.Module):
         return pre.relu() * (pre > self.threshold)
 
 
-def _prefixes(kind: str, prefixes: list[int] | None, latents: int) -> list[int] | None:
+def matryoshka_prefixes(kind: str, prefixes: list[int] | None, latents: int) -> list[int] | None:
     """The nested dictionary sizes of a Matryoshka autoencoder (default: latents / 16, / 4,
     and all), checked to rise to ``latents``; None for the other kinds."""
     if kind != "matryoshka":

@@ -20,12 +20,12 @@ from tqdm.auto import tqdm
 from ..hooks.inputs import check_count
 from ..runs import replaced_whole
 from ..store import ActivationStore
-from ..store.manifest import differences
-from .autoencoder import BATCH_KINDS, SparseAutoencoder
+from .autoencoder import BATCH_KINDS, KINDS, SparseAutoencoder, matryoshka_prefixes
 from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from .median import geometric_median
 from .order import ShuffledBatches
 from .rows import Rows, as_rows, check_finite, rows_source
+from .settings import TrainingSettings
 
 __all__ = ["train_sae"]
 
@@ -99,46 +99,54 @@ def train_sae(
         store, layer, tokens and model.
     """
     store = as_rows(store, layer)
-    batches = ShuffledBatches(store, check_count("batch_size", batch_size), seed, block_bytes)
-    tokens = (
-        max(len(store), DEFAULT_STEPS * batch_size)
-        if tokens is None
-        else check_count("tokens", tokens)
-    )  # the store once, or DEFAULT_STEPS steps where that is fewer (a small store: epochs)
-    steps = tokens // batch_size
-    if steps < 1:
-        raise ValueError(f"tokens={tokens} is less than one batch ({batch_size} rows).")
-    if b_dec not in B_DEC_STARTS:
-        raise ValueError(f"b_dec must be one of {', '.join(B_DEC_STARTS)}; got {b_dec!r}.")
-    folder = _checkpoint_folder(checkpoint)
-    check_finite(store, batches.block_rows)  # after the arguments: a store is read whole
+    batch_size = check_count("batch_size", batch_size)
+    # the store once, or DEFAULT_STEPS steps where that is fewer (a small store: epochs)
+    tokens = max(len(store), DEFAULT_STEPS * batch_size) if tokens is None else tokens
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}.")
     width = store.width
     latents = check_count("expansion", expansion) * width
     k = None if kind == "relu" else k
+    prefixes = matryoshka_prefixes(kind, prefixes, latents)
+    settings = TrainingSettings(
+        kind=kind,
+        latents=latents,
+        k=k,
+        l1=l1 if kind == "relu" else None,
+        prefixes=None if prefixes is None else tuple(prefixes),
+        tokens=tokens,
+        batch_size=batch_size,
+        lr=lr if lr is not None else 2e-4 / math.sqrt(latents / 2**14),
+        warmup=warmup,
+        decay=decay,
+        aux_k=(width // 2 if aux_k is None else aux_k) if kind != "relu" else 0,
+        aux_coefficient=aux_coefficient,
+        dead_after=dead_after if dead_after is not None else min(DEAD_AFTER, tokens // 10),
+        b_dec=b_dec,
+        block_bytes=block_bytes,
+        seed=seed,
+        source=rows_source(store),
+    )  # fmt: skip  (every option checked here, before a row is read)
+    every = (
+        max(1, min(1000, settings.steps // 10))
+        if checkpoint_every is None
+        else check_count("checkpoint_every", checkpoint_every)
+    )
+    folder = _checkpoint_folder(checkpoint)
+    batches = ShuffledBatches(store, batch_size, seed, block_bytes)
+    check_finite(store, batches.block_rows)  # after the arguments: a store is read whole
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    settings = {
-        "kind": kind, "latents": latents, "k": k, "l1": l1 if kind == "relu" else None,
-        "prefixes": prefixes,
-        "tokens": tokens, "batch_size": batch_size,
-        "lr": lr if lr is not None else 2e-4 / math.sqrt(latents / 2**14),
-        "warmup": warmup, "decay": decay,
-        "aux_k": (width // 2 if aux_k is None else aux_k) if kind != "relu" else 0,
-        "aux_coefficient": aux_coefficient,
-        "dead_after": dead_after if dead_after is not None else min(DEAD_AFTER, tokens // 10),
-        "b_dec": b_dec, "block_bytes": block_bytes, "seed": seed, "source": rows_source(store),
-    }  # fmt: skip
-    sae = SparseAutoencoder(width, latents, kind, k, source=settings["source"], seed=seed,
+    sae = SparseAutoencoder(width, latents, kind, k, source=settings.source, seed=seed,
                             prefixes=prefixes)  # fmt: skip
-    settings["prefixes"] = sae.prefixes
     run = _Run(sae.to(device), settings)
     if folder is None or not run.resume(folder):
         run.initialize(store)
-    every = checkpoint_every or max(1, min(1000, steps // 10))
+    steps = settings.steps
     bar = tqdm(total=steps, initial=run.step, disable=not progress, unit="step",
                desc=f"train_sae {kind}")  # fmt: skip
     stream = batches.from_step(run.step)
     while run.step < steps:  # a finished run (resumed) reads nothing
-        metrics = run.train_step(next(stream).to(device, non_blocking=True), steps)
+        metrics = run.train_step(next(stream).to(device, non_blocking=True))
         bar.update()
         if progress and (run.step % 10 == 0 or run.step == steps):
             bar.set_postfix({key: f"{float(value):.3g}" for key, value in metrics.items()})
@@ -154,9 +162,9 @@ class _Run:
     """One training run's state: the autoencoder, Adam, the step, and the row count at which
     each latent last fired."""
 
-    def __init__(self, sae: SparseAutoencoder, settings: dict) -> None:
+    def __init__(self, sae: SparseAutoencoder, settings: TrainingSettings) -> None:
         self.sae, self.settings = sae, settings
-        self.optimizer = torch.optim.Adam(sae.parameters(), lr=settings["lr"],
+        self.optimizer = torch.optim.Adam(sae.parameters(), lr=settings.lr,
                                           betas=(0.9, 0.999), eps=6.25e-10)  # fmt: skip
         self.step, self.rows_seen = 0, 0
         self.last_fired = torch.zeros(sae.latents, dtype=torch.long, device=sae.W_dec.device)
@@ -168,9 +176,9 @@ class _Run:
         scaled = sample * scale
         with torch.no_grad():
             self.sae.input_scale.fill_(scale)
-            self.sae.b_dec.copy_(B_DEC_STARTS[self.settings["b_dec"]](scaled))
+            self.sae.b_dec.copy_(B_DEC_STARTS[self.settings.b_dec](scaled))
 
-    def train_step(self, batch: Tensor, steps: int) -> dict[str, Tensor]:
+    def train_step(self, batch: Tensor) -> dict[str, Tensor]:
         """One Adam step on ``batch`` (B, width); the batch's FVU, L0 and dead fraction."""
         sae, settings = self.sae.train(), self.settings
         pre = sae.pre_activations(batch)
@@ -178,21 +186,21 @@ class _Run:
         z = sae.activate(pre)
         reconstruction = z @ sae.W_dec + sae.b_dec
         fvu = normalized_mse(reconstruction, x)
-        dead = self.rows_seen - self.last_fired >= settings["dead_after"]
+        dead = self.rows_seen - self.last_fired >= settings.dead_after
         loss = fvu
         if sae.kind == "matryoshka":
             loss = matryoshka_loss(z, sae.W_dec, sae.b_dec, x, sae.prefixes)
         if sae.kind == "relu":
-            loss = loss + settings["l1"] * l1_penalty(z, sae.W_dec)
-        elif settings["aux_k"] > 0 and settings["aux_coefficient"] > 0:
+            loss = loss + settings.l1 * l1_penalty(z, sae.W_dec)
+        elif settings.aux_k > 0 and settings.aux_coefficient > 0:
             residual = (x - reconstruction).detach()
-            aux = auxk_loss(pre, dead, residual, sae.W_dec, settings["aux_k"])
-            loss = loss + settings["aux_coefficient"] * aux
+            aux = auxk_loss(pre, dead, residual, sae.W_dec, settings.aux_k)
+            loss = loss + settings.aux_coefficient * aux
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         _remove_parallel_gradient(sae.W_dec)
         for group in self.optimizer.param_groups:
-            group["lr"] = settings["lr"] * _lr_factor(self.step, steps, settings)
+            group["lr"] = settings.lr * settings.learning_rate_factor(self.step)
         self.optimizer.step()
         with torch.no_grad():
             sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
@@ -207,7 +215,7 @@ class _Run:
     def save(self, folder: Path) -> None:
         """The run's whole state to ``folder/checkpoint.pt``, whole or not at all."""
         folder.mkdir(parents=True, exist_ok=True)
-        state = {"settings": self.settings, "step": self.step, "rows_seen": self.rows_seen,
+        state = {"settings": self.settings.to_json(), "step": self.step, "rows_seen": self.rows_seen,
                  "last_fired": self.last_fired, "sae": self.sae.state_dict(),
                  "optimizer": self.optimizer.state_dict()}  # fmt: skip
         with replaced_whole(folder / "checkpoint.pt") as partial:
@@ -220,7 +228,8 @@ class _Run:
         if not file.is_file():
             return False
         state = torch.load(file, map_location=self.sae.W_dec.device, weights_only=True)
-        changed = differences(state["settings"], self.settings)
+        saved = TrainingSettings.from_json(state["settings"], str(file))
+        changed = saved.differences(self.settings)
         if changed:
             raise ValueError(
                 f"The checkpoint in {folder} is of another run ({'; '.join(changed)}; saved -> "
@@ -266,17 +275,6 @@ def _spread_rows(store: Rows, count: int) -> Tensor:
     run = count // 16
     starts = torch.linspace(0, len(store) - run, 16).long().tolist()
     return torch.cat([store.rows(s, s + run) for s in starts])
-
-
-def _lr_factor(step: int, steps: int, settings: dict) -> float:
-    """The learning rate's factor at ``step``: linear warm-up, constant, linear decay to 0."""
-    warm = settings["warmup"] * steps
-    cool = settings["decay"] * steps
-    if warm > 0 and step < warm:
-        return (step + 1) / warm
-    if cool > 0 and step >= steps - cool:
-        return max(0.0, (steps - step) / cool)
-    return 1.0
 
 
 def _remove_parallel_gradient(W_dec: torch.nn.Parameter) -> None:

@@ -34,6 +34,7 @@ from ..runs import replaced_whole, tensor_fingerprint, write_json
 from .manifest import (
     DTYPES,
     FORMAT,
+    StoreSettings,
     differences,
     model_identity,
     preprocessing_of,
@@ -90,6 +91,7 @@ def cache_activations(
     batch_size = check_count("batch_size", batch_size)
     shard_bytes = check_count("shard_bytes", shard_bytes)
     tokens = check_tokens(tokens)
+    seed = check_count("seed", seed, 0)
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"dtype must be torch.float32, float16 or bfloat16; got {dtype!r}.")
     first = check_images(model.model, _image(images[0])[None].to(model_device(model.model)))
@@ -102,12 +104,16 @@ def cache_activations(
         for name in names
     }
     row_bytes = sum(per_image[n] * widths[n] for n in names) * torch.finfo(dtype).bits // 8
-    settings = {
-        "model": model_identity(model.model),
-        "layers": names, "tokens": tokens, "seed": seed, "dtype": str(dtype).removeprefix("torch."),
-        "image_size": list(image_size), "preprocessing": preprocessing_of(model.model),
-        "data": _data_identity(images),
-    }  # fmt: skip
+    settings = StoreSettings(
+        model=model_identity(model.model),
+        layers=tuple(names),
+        tokens=tokens,
+        seed=seed,
+        dtype=str(dtype).removeprefix("torch."),
+        image_size=image_size,
+        preprocessing=preprocessing_of(model.model),
+        data=_data_identity(images),
+    ).to_json()
     manifest = {
         "format": FORMAT, "settings": settings, "images": len(images),
         "shard_images": max(1, shard_bytes // row_bytes),
