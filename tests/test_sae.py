@@ -24,9 +24,9 @@ from vizkit.sae.losses import auxk_loss, l1_penalty, matryoshka_loss, normalized
 from vizkit.sae.median import geometric_median
 from vizkit.sae.order import ShuffledBatches
 from vizkit.sae.rows import TensorRows
+from vizkit.sae.settings import TrainingSettings
 from vizkit.sae.spliced import splice_hook
 from vizkit.sae.synthetic import planted_rows
-from vizkit.sae.settings import TrainingSettings
 from vizkit.sae.training import _Run
 
 

@@ -100,8 +100,9 @@ class GradientGraph:
         taps: dict[str, Tap], batch: int,
     ) -> dict[str, Tensor]:  # fmt: skip
         """The gradient of the target score (on a batch of ``batch`` images) with respect to
-        each of ``chosen`` whose gradient is kept, canonical, cast and moved as the request says (zeros where the score does not
-        depend on it); with only backward functions, the backward is run for them."""
+        each of ``chosen`` whose gradient is kept, canonical, cast and moved as the request
+        says (zeros where the score does not depend on it); with only backward functions, the
+        backward is run for them."""
         with torch.enable_grad():
             score = target_score(output, target, batch)
         chosen = [n for n in chosen if n in request.keep_for_grad]

@@ -215,8 +215,9 @@ class _Run:
     def save(self, folder: Path) -> None:
         """The run's whole state to ``folder/checkpoint.pt``, whole or not at all."""
         folder.mkdir(parents=True, exist_ok=True)
-        state = {"settings": self.settings.to_json(), "step": self.step, "rows_seen": self.rows_seen,
-                 "last_fired": self.last_fired, "sae": self.sae.state_dict(),
+        state = {"settings": self.settings.to_json(), "step": self.step,
+                 "rows_seen": self.rows_seen, "last_fired": self.last_fired,
+                 "sae": self.sae.state_dict(),
                  "optimizer": self.optimizer.state_dict()}  # fmt: skip
         with replaced_whole(folder / "checkpoint.pt") as partial:
             torch.save(state, partial)
