@@ -6,6 +6,7 @@ the model as it was)."""
 from __future__ import annotations
 
 import importlib
+import shutil
 
 import numpy as np
 import pytest
@@ -491,3 +492,25 @@ def test_a_resume_with_another_setting_names_it(tmp_path):
     vk.train_sae(rows, **common, lr=1e-3)
     with pytest.raises(ValueError, match=r"another run \(lr: 0.001 -> 0.002; saved -> given\)"):
         vk.train_sae(rows, **common, lr=2e-3)
+
+
+def test_damaged_autoencoder_files_and_checkpoints_are_refused_with_the_fix(tmp_path):
+    rows, _ = planted_rows(0, rows=2048)
+    run = dict(expansion=2, k=3, tokens=4 * 256, batch_size=256, progress=False)
+    sae = vk.train_sae(rows, **run)
+    (tmp_path / "file").write_text("notes")
+    with pytest.raises(ValueError, match="is a file; sae.save writes a folder"):
+        sae.save(tmp_path / "file")
+    for name, damage in [("sae.json", lambda b: b[:5]), ("sae.safetensors", lambda b: b[:100])]:
+        folder = sae.save(tmp_path / name)
+        (folder / name).write_bytes(damage((folder / name).read_bytes()))
+        with pytest.raises(ValueError, match=f"{name} is damaged.*Save the autoencoder again"):
+            SparseAutoencoder.load(folder)
+    vk.train_sae(rows, **run, checkpoint=tmp_path / "run")
+    file = tmp_path / "run" / "checkpoint.pt"
+    file.write_bytes(file.read_bytes()[:300])
+    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a train_sae checkpoint"):
+        vk.train_sae(rows, **run, checkpoint=tmp_path / "run")
+    shutil.rmtree(tmp_path / "run")  # the printed fix: the run trains from the start
+    again = vk.train_sae(rows, **run, checkpoint=tmp_path / "run")
+    torch.testing.assert_close(again.W_dec, sae.W_dec, rtol=0, atol=0)

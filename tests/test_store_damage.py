@@ -6,7 +6,10 @@ Before, a short shard made `rows` loop forever."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pathlib
 import warnings
 
 import pytest
@@ -125,3 +128,61 @@ def test_rows_out_of_range_are_refused(tmp_path, images):
     with pytest.raises(IndexError, match="row 160 out of range for a store of 160 rows"):
         store.image_of(len(store))
     assert store.image_of(-1) == store.image_of(159)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda text: text[: len(text) // 2], r"manifest.json is damaged \(not JSON"),
+        (lambda text: text.replace('"shard_images"', '"shard_imgs"'), r"damaged \(no shard_images\)"),
+        (lambda text: text.replace('"dtype": "float32"', '"dtype": "float8"'),
+         r"damaged or was edited \(dtype must be one of float32"),
+        (lambda text: text.replace('"seed": 0', '"sed": 0'), r"missing: \['seed'\]; unknown: \['sed'\]"),
+        (lambda text: text.replace('"width": 192', '"width": -192'), r"width must be an int >= 1"),
+    ],
+)  # fmt: skip
+def test_a_damaged_manifest_is_refused_in_vizkits_words(tmp_path, images, damage, message):
+    folder = tmp_path / "s"
+    write(tiny(), images, folder)
+    file = folder / "manifest.json"
+    file.write_text(damage(file.read_text()))
+    for open_it in (
+        lambda: vk.store.ActivationStore(folder),
+        lambda: write(tiny(), images, folder),
+    ):
+        with pytest.raises(ValueError, match=message):
+            open_it()
+
+
+def test_out_a_file_is_refused_and_a_missing_parent_made(tmp_path, images):
+    (tmp_path / "file").write_text("notes")
+    with pytest.raises(ValueError, match="is a file; a store is a folder"):
+        write(tiny(), images, tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "notes"
+    assert len(write(tiny(), images[:2], tmp_path / "new" / "deeper" / "s")) == 32
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_mid_store_is_named_and_the_store_resumes(tmp_path, images, monkeypatch):
+    """/dev/full fails every write with ENOSPC, as a disk that fills up mid-shard does."""
+    from vizkit.store import writing
+
+    model, folder = tiny(), tmp_path / "s"
+    real, calls = writing.replaced_whole, {"n": 0}
+
+    @contextlib.contextmanager
+    def disk_fills_at_the_fifth_file(path):
+        calls["n"] += 1
+        if calls["n"] < 5:
+            with real(path) as partial:
+                yield partial
+        else:
+            yield pathlib.Path("/dev/full")
+
+    monkeypatch.setattr(writing, "replaced_whole", disk_fills_at_the_fifth_file)
+    with pytest.raises(OSError, match=r"Writing shard 2 of the store .* the disk is full .* "
+                                      r"run the same call again to resume") as error:  # fmt: skip
+        write(model, images, folder)
+    monkeypatch.setattr(writing, "replaced_whole", real)
+    want = write(model, images, tmp_path / "whole").rows(0, 160)
+    assert torch.equal(write(model, images, folder).rows(0, 160), want)

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
@@ -107,6 +108,8 @@ class SparseAutoencoder(nn.Module):
         """Write ``sae.safetensors``, then ``sae.json`` (kind, k, sizes, source), to ``folder``,
         each whole or not at all (`vizkit.runs`)."""
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file; sae.save writes a folder: pass a folder path.")
         folder.mkdir(parents=True, exist_ok=True)
         weights = save({k: v.contiguous() for k, v in self.state_dict().items()})
         write_atomically(folder / "sae.safetensors", weights)
@@ -123,8 +126,20 @@ class SparseAutoencoder(nn.Module):
         folder = Path(folder)
         if not (folder / "sae.json").is_file():
             raise FileNotFoundError(f"No sparse autoencoder in {folder} (no sae.json).")
-        sae = cls(**json.loads((folder / "sae.json").read_text()))
-        sae.load_state_dict(load_file(folder / "sae.safetensors"))
+        fix = "Save the autoencoder again with sae.save(folder), or train it again."
+        try:
+            sae = cls(**json.loads((folder / "sae.json").read_text()))
+        except (UnicodeDecodeError, json.JSONDecodeError, TypeError, ValueError) as error:
+            raise ValueError(
+                f"{folder / 'sae.json'} is damaged or edited ({error}). {fix}"
+            ) from None
+        try:
+            sae.load_state_dict(load_file(folder / "sae.safetensors"))
+        except (OSError, SafetensorError, RuntimeError) as error:
+            raise ValueError(
+                f"{folder / 'sae.safetensors'} is damaged, missing or of another autoencoder than "
+                f"sae.json describes ({str(error)[:200]}). {fix}"
+            ) from None
         return sae.eval()
 
     def extra_repr(self) -> str:

@@ -11,6 +11,7 @@ Checkpoints hold everything a resumed run needs, so a killed run continues bit f
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import torch
@@ -228,8 +229,15 @@ class _Run:
         file = folder / "checkpoint.pt"
         if not file.is_file():
             return False
-        state = torch.load(file, map_location=self.sae.W_dec.device, weights_only=True)
-        saved = TrainingSettings.from_json(state["settings"], str(file))
+        try:
+            state = torch.load(file, map_location=self.sae.W_dec.device, weights_only=True)
+            saved = TrainingSettings.from_json(state["settings"], str(file))
+        except (RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as error:
+            raise ValueError(
+                f"{file} is damaged or not a train_sae checkpoint ({str(error)[:200]}). Delete "
+                f"the folder {str(folder)!r} to train from the start, or pass another "
+                "checkpoint folder."
+            ) from None
         changed = saved.differences(self.settings)
         if changed:
             raise ValueError(

@@ -242,6 +242,8 @@ def _prepared(folder: Path, manifest: dict) -> Path:
 
 def _prepare(folder: Path, manifest: dict) -> str | None:
     """Write or compare the manifest; why the folder cannot take it, or None."""
+    if folder.exists() and not folder.is_dir():
+        return f"out={str(folder)!r} is a file; a store is a folder: pass a new folder's path."
     found = read_manifest(folder) if folder.is_dir() else None
     if found is not None:
         changed = differences(found, manifest)
@@ -299,9 +301,18 @@ def _write_shard(
     for i, name in enumerate(layers):
         arrays[f"layer{i}/{shard:05d}.bin"] = buffers[name]
         arrays[f"layer{i}/{shard:05d}.pos"] = positions[name]
-    for path, array in arrays.items():
-        _write_array(folder / path, array)
-    write_marker(folder, shard, indices, arrays)  # last: the shard counts once all are in
+    try:
+        for path, array in arrays.items():
+            with replaced_whole(folder / path) as partial:
+                array.tofile(partial)
+        write_marker(folder, shard, indices, arrays)  # last: the shard counts once all are in
+    except OSError as error:  # numpy's "32768 requested and 16384 written" on a full disk
+        raise OSError(
+            error.errno,
+            f"Writing shard {shard} of the store {folder} failed ({error}): the disk is full "
+            "or the folder is not writable. The finished shards are kept: free space and run "
+            "the same call again to resume.",
+        ) from error
 
 
 def _needs_writing(folder: Path, manifest: dict, shard: int) -> bool:
@@ -347,9 +358,3 @@ def _as_stored(rows: Tensor, dtype: torch.dtype) -> np.ndarray:
 
 def _batch_images(batch: object) -> Tensor:
     return batch[0] if isinstance(batch, (tuple, list)) else batch
-
-
-def _write_array(file: Path, array: np.ndarray) -> None:
-    """Write ``array``'s bytes to ``file``, whole or not at all."""
-    with replaced_whole(file) as partial:
-        array.tofile(partial)
