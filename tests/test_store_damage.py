@@ -134,10 +134,12 @@ def test_rows_out_of_range_are_refused(tmp_path, images):
     "damage, message",
     [
         (lambda text: text[: len(text) // 2], r"manifest.json is damaged \(not JSON"),
-        (lambda text: text.replace('"shard_images"', '"shard_imgs"'), r"damaged \(no shard_images\)"),
+        (lambda text: text.replace('"shard_images"', '"shard_imgs"'),
+         r"damaged \(no shard_images\)"),
         (lambda text: text.replace('"dtype": "float32"', '"dtype": "float8"'),
          r"damaged or was edited \(dtype must be one of float32"),
-        (lambda text: text.replace('"seed": 0', '"sed": 0'), r"missing: \['seed'\]; unknown: \['sed'\]"),
+        (lambda text: text.replace('"seed": 0', '"sed": 0'),
+         r"missing: \['seed'\]; unknown: \['sed'\]"),
         (lambda text: text.replace('"width": 192', '"width": -192'), r"width must be an int >= 1"),
     ],
 )  # fmt: skip
@@ -181,7 +183,7 @@ def test_a_full_disk_mid_store_is_named_and_the_store_resumes(tmp_path, images, 
 
     monkeypatch.setattr(writing, "replaced_whole", disk_fills_at_the_fifth_file)
     with pytest.raises(OSError, match=r"Writing shard 2 of the store .* the disk is full .* "
-                                      r"run the same call again to resume") as error:  # fmt: skip
+                                      r"run the same call again to resume"):  # fmt: skip
         write(model, images, folder)
     monkeypatch.setattr(writing, "replaced_whole", real)
     want = write(model, images, tmp_path / "whole").rows(0, 160)
