@@ -84,3 +84,26 @@ def test_a_steering_strength_or_latent_that_is_no_number_is_refused(images):
         ablate(model, sae, images[:2], [1, 2.0])
     with pytest.raises(ValueError, match="latents is empty"):
         ablate(model, sae, images[:2], [])
+
+
+def test_the_feature_options_are_range_checked_before_any_work(tmp_path, images):
+    model = tiny()
+    store = vk.cache_activations(model, images[:4], tmp_path / "s", progress=False)
+    sae = vk.train_sae(store, expansion=2, k=4, batch_size=16, tokens=160, progress=False)
+    for top in (0, 1.5, float("nan")):
+        with pytest.raises((TypeError, ValueError), match="top must be an int >= 1"):
+            vk.sae.features(sae, store, top=top, progress=False)
+    for image_bytes in (-1, 1.5):
+        with pytest.raises((TypeError, ValueError), match="image_bytes must be an int >= 0"):
+            vk.sae.features(sae, store, image_bytes=image_bytes, progress=False)
+    for dense_above in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"dense_above must be a number in \[0, 1\)"):
+            vk.sae.evaluate_sae(sae, store, dense_above=dense_above, progress=False)
+    for latents in ([1.5], [float("nan")], [384]):
+        with pytest.raises((TypeError, ValueError), match="latents"):
+            vk.sae.latent_maps(model, sae, images[:2], latents=latents)
+    for classes in ([1.5], [float("nan")], [5], []):
+        with pytest.raises(ValueError, match=r"classes must be indices in 0..4"):
+            vk.sae.logit_effects(model, sae, images[:2], classes=classes)
+    last = vk.sae.latent_maps(model, sae, images[:2], latents=[-1])
+    torch.testing.assert_close(last, vk.sae.latent_maps(model, sae, images[:2])[:, -1:])

@@ -5,6 +5,8 @@ the autoencoder reads, keeping the autoencoder's error in place."""
 
 from __future__ import annotations
 
+import numbers
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -80,8 +82,8 @@ def logit_effects(
     readout = StreamReadout(model, x, blocks)
     directions = (sae.W_dec / sae.input_scale).detach().to(x.device)  # (latents, C)
     count = readout.logits.shape[-1]
-    chosen = list(range(count)) if classes is None else [int(c) for c in classes]
-    if not chosen or not all(0 <= c < count for c in chosen):
+    chosen = list(range(count)) if classes is None else list(classes)
+    if not chosen or not all(isinstance(c, numbers.Integral) and 0 <= c < count for c in chosen):
         raise ValueError(f"classes must be indices in 0..{count - 1}; got {classes!r}.")
     rows = []
     for cls in chosen:

@@ -10,7 +10,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..hooks.contract import eval_mode
-from ..hooks.inputs import check_count
+from ..hooks.inputs import check_count, check_number
 from ..store import ActivationStore
 from ..store.manifest import differences
 from .autoencoder import SparseAutoencoder
@@ -59,6 +59,7 @@ def evaluate_sae(
     store must hold the same layer of the same model, e.g. held-out images), or of rows
     (n, width) in memory; ``batch_size`` rows at a time, fewer where their latents would
     exceed `LATENT_BYTES`."""
+    dense_above = check_number("dense_above", dense_above, 0, 1, high_open=True)
     if store is None and not sae.source:
         raise ValueError("This autoencoder was trained on rows given as a tensor: pass them.")
     if isinstance(store, Tensor):

@@ -13,6 +13,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..hooks.contract import eval_mode
+from ..hooks.inputs import check_count
 from ..store import ActivationStore
 from .autoencoder import SparseAutoencoder
 from .evaluation import check_source
@@ -207,7 +208,10 @@ def features(
 ) -> Features:
     """Each latent's density and largest activations over the rows of ``store`` (default: the
     store ``sae`` was trained on), one sequential pass; ``top``: how many patches and images
-    to keep per latent."""
+    to keep per latent; ``image_bytes``: the most the per-image maxima (images x latents
+    float32) may take, kept only below it."""
+    top = check_count("top", top)
+    image_bytes = check_count("image_bytes", image_bytes, 0)
     store = _store_of(sae, store)
     tokens, count = store.tokens_per_image, store.manifest["images"]
     device, latents = sae.W_dec.device, sae.latents

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_images, check_indices
 from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens
 
@@ -36,7 +36,11 @@ def latent_maps(
             "its latents have no map over an image. Train one on a store of tokens='patches' "
             "or 'all'."
         )
-    chosen = list(range(sae.latents)) if latents is None else [int(i) for i in latents]
+    chosen = (
+        list(range(sae.latents))
+        if latents is None
+        else check_indices("latents", latents, sae.latents, "latents")
+    )
     with torch.no_grad(), eval_mode(sae):
         _, cache = model.run_with_cache(x, names=layer)
         tokens = cache[layer][:, patches].to(sae.W_dec.device)
