@@ -6,7 +6,6 @@ the autoencoder reads, keeping the autoencoder's error in place."""
 from __future__ import annotations
 
 import numbers
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
