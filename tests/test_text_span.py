@@ -324,8 +324,14 @@ def test_text_maps_are_the_patches_shares_of_the_cosine():
     assert torch.allclose(specific.maps[0].flatten(), (shares[0, 2] - shares[0].mean(0))[1:])
     last = text_maps(decomposition, texts, 0, blocks=decomposition.token_blocks[-1:])
     assert not torch.allclose(last.maps, maps.maps[[0]].expand(4, -1, -1))
-    with pytest.raises(ValueError, match="targets must be an int or 4 ints"):
-        text_maps(decomposition, texts, 3)
+    for wrong in (3, -1, [0, 1, 2], torch.tensor([0, 1, 2, 3])):
+        with pytest.raises(ValueError, match="targets must be an int or 4 ints"):
+            text_maps(decomposition, texts, wrong)
+    for rounded in (1.5, float("nan"), torch.zeros(4), True):  # never rounded to an index
+        with pytest.raises(TypeError, match="an index is never rounded"):
+            text_maps(decomposition, texts, rounded)
+    torch.testing.assert_close(text_maps(decomposition, texts, np.int64(2)).maps,
+                               text_maps(decomposition, texts, [2, 2, 2, 2]).maps)  # fmt: skip
 
 
 def test_the_guide_example_prints_what_the_guide_says():

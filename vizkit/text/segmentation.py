@@ -5,6 +5,7 @@ with `vizkit.metrics` (pointing game, top IoU, relevance rank accuracy)."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -30,13 +31,18 @@ def text_maps(
     """
     shares = decomposition.token_cosine(text_embeddings, blocks)  # (B, K, N)
     count = len(shares)
-    targets = torch.as_tensor(targets).long()
-    targets = targets.expand(count) if targets.ndim == 0 else targets
+    valid = f"an int or {count} ints in [0, {shares.shape[1]}) (rows of the text embeddings)"
+    flat = (
+        targets.reshape(-1).tolist()
+        if isinstance(targets, Tensor)
+        else list(targets) if isinstance(targets, Sequence) else [targets]
+    )  # fmt: skip
+    if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in flat):
+        raise TypeError(f"targets must be {valid}; got {flat}: an index is never rounded.")
+    targets = torch.tensor(flat, dtype=torch.long)
+    targets = targets.expand(count) if len(flat) == 1 else targets
     if targets.shape != (count,) or not bool(((targets >= 0) & (targets < shares.shape[1])).all()):
-        raise ValueError(
-            f"targets must be an int or {count} ints in [0, {shares.shape[1]}) (rows of the text "
-            f"embeddings); got {targets.tolist()}."
-        )
+        raise ValueError(f"targets must be {valid}; got {flat}.")
     chosen = shares[torch.arange(count), targets]  # (B, N)
     if versus_mean:
         chosen = chosen - shares.mean(1)
