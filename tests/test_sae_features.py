@@ -196,7 +196,7 @@ def test_effects_are_refused_where_undefined(trained, tmp_path):
     model, images, store, sae = trained
     inner = vk.cache_activations(model, images, tmp_path / "s", layers="blocks.1.mlp.fc1.hook_out",
                                  progress=False)  # fmt: skip
-    mlp = vk.train_sae(inner, expansion=1, k=4, batch_size=128, progress=False)
+    mlp = vk.train_sae(inner, expansion=1, k=4, batch_size=128, tokens=1280, progress=False)
     with pytest.raises(ValueError, match="not a block's input or output"):
         logit_effects(model, mlp, images[:2])
     ablate(model, mlp, images[:2], 0)  # the path through the model is defined anywhere
