@@ -7,12 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ..hooks.inputs import check_count, check_number
 from ..runs.settings import Settings
+from .median import geometric_median
 
-__all__ = ["B_DEC_STARTS_NAMES", "TrainingSettings"]
+__all__ = ["B_DEC_STARTS", "TrainingSettings"]
 
-B_DEC_STARTS_NAMES = ("median", "mean", "zeros")
+# where the decoder bias starts: name -> rows (n, width) -> (width,)
+B_DEC_STARTS = {"median": geometric_median, "mean": lambda rows: rows.mean(0),
+                "zeros": lambda rows: torch.zeros_like(rows[0])}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,8 @@ class TrainingSettings(Settings):
         check_count("aux_k", self.aux_k, 0, self.latents)
         check_number("aux_coefficient", self.aux_coefficient, 0)
         check_count("dead_after", self.dead_after)
-        if self.b_dec not in B_DEC_STARTS_NAMES:
-            raise ValueError(
-                f"b_dec must be one of {', '.join(B_DEC_STARTS_NAMES)}; got {self.b_dec!r}."
-            )
+        if self.b_dec not in B_DEC_STARTS:
+            raise ValueError(f"b_dec must be one of {', '.join(B_DEC_STARTS)}; got {self.b_dec!r}.")
         check_count("block_bytes", self.block_bytes)
         check_count("seed", self.seed, 0)
 

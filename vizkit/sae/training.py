@@ -23,10 +23,9 @@ from ..runs import replaced_whole
 from ..store import ActivationStore
 from .autoencoder import BATCH_KINDS, KINDS, SparseAutoencoder, matryoshka_prefixes
 from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
-from .median import geometric_median
 from .order import ShuffledBatches
 from .rows import Rows, as_rows, check_finite, rows_source
-from .settings import TrainingSettings
+from .settings import B_DEC_STARTS, TrainingSettings
 
 __all__ = ["train_sae"]
 
@@ -34,8 +33,6 @@ INIT_ROWS = 16_384  # rows the input scale and the decoder bias are estimated fr
 DEAD_AFTER = 10_000_000  # Gao et al. Sec. A.2: dead after 10 M tokens without firing
 BLOCK_BYTES = 256 * 2**20
 DEFAULT_STEPS = 1000  # the fewest steps the default ``tokens`` trains for
-B_DEC_STARTS = {"median": geometric_median, "mean": lambda rows: rows.mean(0),
-                "zeros": lambda rows: torch.zeros_like(rows[0])}  # fmt: skip
 
 
 def train_sae(
