@@ -239,10 +239,17 @@ def move_layer_slider_left(browser, before: str) -> str:
     layer_slider = explorer_box(browser).find_elements(By.CSS_SELECTOR, ".widget-slider")[1]
     handle = layer_slider.find_element(By.CSS_SELECTOR, ".noUi-handle")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
-    handle.click()
-    handle.send_keys(Keys.ARROW_LEFT)
+    start = handle.get_attribute("aria-valuenow")
+    for _ in range(3):  # a key pressed before the reloaded slider listens is lost: press again
+        handle.click()
+        handle.send_keys(Keys.ARROW_LEFT)
+        try:
+            wait_for(lambda: handle.get_attribute("aria-valuenow") != start, 10, "the slider")
+            break
+        except AssertionError:
+            continue
     return wait_for(
         lambda: (s := browser.execute_script(EXPLORER_STATE)) != before and s,
-        60,
+        120,
         "the figure to change after moving the layer slider",
     )
