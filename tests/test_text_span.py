@@ -104,7 +104,7 @@ def test_heads_and_tokens_equal_a_hand_computation_on_open_clip():
     and proj, written out from the weights."""
     model = _open_clip()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
-    result = embedding_decomposition(model, x, tokens=[0, 1])
+    result = embedding_decomposition(model, x, tokens=[0, 1], check_heads=True)
     assert "no edited split" in result.notes["heads"]
     visual = model.visual
     streams = {}
@@ -143,8 +143,76 @@ def _by_hand(attn, y, visual, sigma):
 
 
 def test_transformers_heads_are_checked_against_the_edited_split():
-    result = embedding_decomposition(_hf_clip(), torch.randn(2, 3, 32, 32))
+    result = embedding_decomposition(_hf_clip(), torch.randn(2, 3, 32, 32), check_heads=True)
     assert "heads" not in result.notes and result.heads.shape == (2, 2, 2, 16)
+
+
+def _siglip() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.SiglipConfig(vision_config=_VISION, text_config=_TEXT)
+    return transformers.SiglipModel(config).eval()
+
+
+def _layer_scaled() -> torch.nn.Module:
+    """open_clip with LayerScale: the attention output is gamma * (W_O z + b_O), which the
+    values and W_O alone do not give."""
+    torch.manual_seed(0)
+    return open_clip.model.CLIP(
+        embed_dim=16,
+        vision_cfg={"image_size": 32, "patch_size": 8, "width": 32, "layers": 2,
+                    "head_width": 16, "ls_init_value": 0.5},
+        text_cfg={"context_length": 8, "vocab_size": 100, "width": 32, "heads": 2, "layers": 1},
+    ).eval()  # fmt: skip
+
+
+def _graph_oracle(model, x, keep, embedding):
+    """The parts' contributions, heads and kept blocks' tokens by the path that reads each head
+    through the recorded graph from its map (a backward per embedding dimension)."""
+    from vizkit.analysis.residual_stream import StreamReadout, residual_blocks, stream_parts
+    from vizkit.hooks import HookedModel
+    from vizkit.models import image_tower
+    from vizkit.text.attention_graph import graph_split
+    from vizkit.text.pooling import PoolingReadout, pooling_head
+
+    if hasattr(model, "encode_image") or hasattr(model, "get_image_features"):
+        model = image_tower(model)
+    hm = HookedModel(model)
+    blocks = residual_blocks(hm)
+    parts = stream_parts(hm, x)[0]
+    if pooling_head(model) is None:
+        readout = StreamReadout(hm, x, blocks)
+    else:
+        readout = PoolingReadout(hm, x, blocks, embedding)
+        parts = torch.cat([parts, torch.zeros_like(parts[:1])])
+    dims = embedding.shape[-1]
+    contributions, by_token = graph_split(hm, x, blocks, readout, parts, dims, True, 2**28)
+    return contributions, by_token.sum(3), by_token[:, keep]
+
+
+@pytest.mark.parametrize("name", [*MODELS, "siglip", "layer_scaled"])
+def test_heads_read_in_the_forward_equal_the_graph_oracle(name):
+    """The heads and tokens read off each block's map and values in the one forward equal the
+    graph path's, which differentiates each attention output with respect to its map; a
+    model whose blocks the values do not explain (LayerScale) is read through the graph, and
+    says so."""
+    model = {**MODELS, "siglip": _siglip, "layer_scaled": _layer_scaled}[name]()
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(11))
+    result = embedding_decomposition(model, x, tokens=[0, -1])
+    if name == "layer_scaled":
+        assert "read through its graph" in result.notes["speed"]
+    else:
+        assert "speed" not in result.notes, result.notes
+    contributions, heads, tokens = _graph_oracle(model, x, [0, 1], result.embedding)
+    if name == "siglip":
+        contributions = contributions[:, :-1]  # the head MLP's term is set apart by both
+        result_parts = result.contributions[:, :-1]
+    else:
+        result_parts = result.contributions
+    for ours, oracle in ((result_parts, contributions), (result.heads, heads),
+                         (result.tokens, tokens)):  # fmt: skip
+        assert ours.shape == oracle.shape
+        scale = float(oracle.abs().max())
+        assert scale > 0 and torch.allclose(ours, oracle, atol=1e-5 * scale)
 
 
 def test_cosine_shares_sum_to_the_cosine():
@@ -175,7 +243,7 @@ def test_siglips_pooling_head_is_read_with_its_map_frozen():
     torch.manual_seed(0)
     model = transformers.SiglipModel(config).eval()
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
-    result = embedding_decomposition(model, x, tokens=-1)
+    result = embedding_decomposition(model, x, tokens=-1, check_heads=True)
     embedding = model.get_image_features(pixel_values=x)
     embedding = getattr(embedding, "pooler_output", embedding).detach()
     scale = 1e-4 * float(embedding.abs().max())
@@ -253,7 +321,7 @@ def test_text_span_describes_every_head_and_ranks_its_images():
     x = torch.randn(24, 3, 32, 32, generator=torch.Generator().manual_seed(4))
     pool = ["a circle", "a red star", "a small ring", "a square at the top left", "a dark cross"]
     decomposition = decompose_images(model, x, batch_size=10, progress=False)
-    assert decomposition.heads.shape == (24, 2, 4, 64) and "heads" in decomposition.notes
+    assert decomposition.heads.shape == (24, 2, 4, 64) and "speed" not in decomposition.notes
     span = text_span(model, decomposition, pool, tokenizer=tokenizer, basis=2)
     rows = span.table()
     assert len(rows) == 8 and all(len(r["texts"]) == 2 and set(r["texts"]) <= set(pool)

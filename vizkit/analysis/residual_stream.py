@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.targets import model_logits
+from ..targets import embedding_of
 
 __all__ = [
     "BRANCHES",
@@ -31,8 +32,11 @@ __all__ = [
     "head_outputs",
     "norm_scale",
     "norm_with_scale",
+    "part_names",
     "pattern_name",
+    "post_block_scales",
     "residual_blocks",
+    "split_stream",
     "stream_parts",
 ]
 
@@ -96,11 +100,21 @@ def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor,
     Raises:
         ValueError: the parts do not add up to the final stream (a post-norm block, stages that
             merge patches or change the width, CaiT's class-attention stage)."""
-    blocks = residual_blocks(hm)
     acts, output = block_activations(hm, x)
+    return (*split_stream(acts, residual_blocks(hm)), output)
+
+
+def part_names(blocks: list[str]) -> list[str]:
+    """The activations the stream's parts are read from: the first block's input, then each
+    block's attention and MLP outputs, then the last block's output."""
     names = [f"{blocks[0]}.hook_resid_pre"]
     names += [f"{p}.{branch}" for p in blocks for branch in BRANCHES]
-    final = f"{blocks[-1]}.hook_resid_post"
+    return [*names, f"{blocks[-1]}.hook_resid_post"]
+
+
+def split_stream(acts: dict[str, Tensor], blocks: list[str]) -> tuple[Tensor, list[str], Tensor]:
+    """`stream_parts` of activations already read (``acts``: at least `part_names`)."""
+    *names, final = part_names(blocks)
     shapes = {tuple(acts[n].shape) for n in [*names, final]}
     if len(shapes) != 1:
         raise ValueError(
@@ -114,7 +128,7 @@ def stream_parts(hm: HookedModel, x: Tensor) -> tuple[Tensor, list[str], Tensor,
                  "a scaled or gated residual)")  # fmt: skip
     labels = ["embed"] + [f"{p} {b.removeprefix('hook_').removesuffix('_out')}"
                           for p in blocks for b in BRANCHES]  # fmt: skip
-    return parts, labels, acts[final], output
+    return parts, labels, acts[final]
 
 
 def check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
@@ -124,6 +138,29 @@ def check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str
         raise ValueError(f"{what} differs from {of} by {error:.1e} of its scale: {reason}.")
 
 
+@contextlib.contextmanager
+def post_block_scales(model: nn.Module, last_block: str) -> Iterator[list]:
+    """A list filled, during one forward inside the context, with (norm, its scale) for each
+    norm called after the block ``last_block`` (the readout's norms, in call order)."""
+    scales: list[tuple[nn.Module, Tensor]] = []
+    finished = {"last": False}
+
+    def after_last(module, args, output) -> None:
+        finished["last"] = True
+
+    def record_scale(module, args, output) -> None:
+        if finished["last"]:
+            scales.append((module, norm_scale(module, args[0])))
+
+    handles = [model.get_submodule(last_block).register_forward_hook(after_last)]
+    handles += [m.register_forward_hook(record_scale) for m in model.modules() if _is_norm(m)]
+    try:
+        yield scales
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 class StreamReadout:
     """The model's logits had its last block output a given stream (kB, N, C): by the family's
     readout (`FamilyLayout.readout`) where it reproduces the model's output, else by the model's
@@ -131,45 +168,49 @@ class StreamReadout:
     ``frozen=True`` the norms that run after the last block divide by their scale on the clean
     run, so the readout is affine in the stream (for B-image streams only)."""
 
-    def __init__(self, hm: HookedModel, x: Tensor, blocks: list[str]) -> None:
+    def __init__(
+        self, hm: HookedModel, x: Tensor, blocks: list[str], run: tuple | None = None
+    ) -> None:
+        """``run``: (output, final stream, `post_block_scales`) of a clean run on x already
+        made; None: one is made here."""
         self.hm, self.x = hm, x
         self.last = f"{blocks[-1]}.hook_resid_post"
-        self.scales: list[tuple[nn.Module, Tensor]] = []  # each norm call after the blocks
-        finished = {"last": False}
-
-        def after_last(module, args, output) -> None:
-            finished["last"] = True
-
-        def record_scale(module, args, output) -> None:
-            if finished["last"]:
-                self.scales.append((module, norm_scale(module, args[0])))
-
-        model = hm.model
-        handles = [model.get_submodule(blocks[-1]).register_forward_hook(after_last)]
-        handles += [m.register_forward_hook(record_scale) for m in model.modules() if _is_norm(m)]
-        try:
-            with torch.no_grad():
+        if run is None:
+            with post_block_scales(hm.model, blocks[-1]) as scales, torch.no_grad():
                 output, cache = hm.run_with_cache(x, self.last)
-        finally:
-            for handle in handles:
-                handle.remove()
+            run = output, cache[self.last], scales
+        output, self.stream, self.scales = run
         _require_finite(output)
         self.logits = model_logits(output)
-        self.stream = cache[self.last]
-        self.readout = self._family_readout()
+        self.readout = self._family_readout(output)
 
-    def _family_readout(self) -> Callable[[Tensor], Tensor] | None:
-        readout = self.hm.family.readout
-        if readout is None:
+    def _family_readout(self, output: object) -> Callable[[Tensor], Tensor] | None:
+        family = self.hm.family.readout
+        if family is None:
             return None
+        # what the model adds after its vision model's pooled output: `ImageTower`'s
+        # readout_projection, transformers' visual_projection (CLIPVisionModelWithProjection)
+        model = self.hm.model
+        projection = getattr(model, "readout_projection", getattr(model, "visual_projection", None))
+
+        def projected(tokens: Tensor) -> Tensor:
+            return projection(family(tokens))
+
+        readout = projected if isinstance(projection, nn.Module) else family
         try:
             with torch.no_grad():
                 read = readout(self.stream)
         except (TypeError, ValueError, RuntimeError):
             return None
-        if not isinstance(self.logits, Tensor) or read.shape != self.logits.shape:
+        expected = self.logits
+        if not isinstance(expected, Tensor):  # an output object: its image embedding
+            try:
+                expected = embedding_of(output)
+            except (TypeError, ValueError):
+                return None
+        if read.shape != expected.shape:
             return None
-        close = torch.allclose(read.float(), self.logits.float(), rtol=1e-4, atol=1e-5)
+        close = torch.allclose(read.float(), expected.float(), rtol=1e-4, atol=1e-5)
         return readout if close else None
 
     def __call__(self, stream: Tensor, frozen: bool = False) -> Tensor:
@@ -187,14 +228,32 @@ class StreamReadout:
                 images = self.x.repeat(repeats, *[1] * (self.x.ndim - 1))
                 return model_logits(self.hm.model(images))
 
+    def first_rows(self, stream: Tensor) -> Tensor:
+        """(kB, K) the frozen family readout of streams (kB, R, C) cut to the first R tokens
+        (each norm's clean scale cut and repeated to match), for a readout that reads only
+        those: `read_rows` and a comparison with the whole stream's readout say whether it
+        does. Raises ValueError where the family has no readout (the model's forward needs
+        every token)."""
+        if self.readout is None:
+            raise ValueError("The readout runs the model's forward, which needs every token.")
+        repeats, rows = len(stream) // len(self.x), stream.shape[1]
+        with self._frozen_norms(rows, repeats):
+            return self.readout(stream)
+
     @contextlib.contextmanager
-    def _frozen_norms(self) -> Iterator[None]:
+    def _frozen_norms(self, rows: int | None = None, repeats: int = 1) -> Iterator[None]:
+        """The post-block norms divide by their clean scales (the first ``rows`` tokens'
+        where given, repeated ``repeats`` times along the batch)."""
         calls = {id(m): [s for n, s in self.scales if n is m] for m, _ in self.scales}
         position = dict.fromkeys(calls, 0)
 
         def frozen(module, args, output):
             scale = calls[id(module)][position[id(module)]]
             position[id(module)] += 1
+            if rows is not None and scale.ndim == 3:
+                scale = scale[:, :rows]
+            if repeats > 1:
+                scale = scale.repeat(repeats, *[1] * (scale.ndim - 1))
             return norm_with_scale(module, args[0], scale)
 
         modules = {id(m): m for m, _ in self.scales}.values()

@@ -97,6 +97,10 @@ class ImageTower(nn.Module):
         super().__init__()
         self.model = model
         self.encode = _image_encoder(model)
+        # what the embedding adds after the vision model's pooled output (transformers'
+        # visual_projection; open_clip's tower projects inside): read by `StreamReadout`
+        projection = getattr(model, "visual_projection", None)
+        self.readout_projection = projection if isinstance(projection, nn.Linear) else None
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, C, H, W) images -> (B, D) image embeddings."""

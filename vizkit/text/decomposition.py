@@ -4,18 +4,19 @@ source token (Gandelsman, Efros and Steinhardt 2024, "Interpreting CLIP's Image 
 via Text-Based Decomposition", Sec. 3, Eq. 2-5).
 
 The embedding reads the last block's stream through the head (final norm, pooling, projection),
-which is affine once each norm's scale is frozen at its clean value (`StreamReadout`). Its linear
-part J (D rows over the stream (N, C)) then maps every part of the stream to its direct
-contribution; a head h of block l writes ``sum_j a[h, q, j] u[h, j]`` at query q (u the
-source token j's value through the output projection), so token j's contribution is
-``sum_q a[h, q, j] <J[:, q], u[h, j]>``, read as the gradient of the block's attention output
-with respect to its attention map. Every split is checked to sum to the whole it splits: the
-parts and the constant to the embedding, the heads (and the output bias) to each attention
-output, each head's tokens to the head.
+which is affine once each norm's scale is frozen at its clean value: a `LinearHead`, K pooled
+reads of the stream each through a (D, C) map (one read of the class token for CLIP, one per
+pooling head for SigLIP). A head h of block l writes W_O^h z_h with z_h[q] = sum_j a[h, q, j]
+v_h[j], so its direct term is the head's pooled read of W_O^h z_h and source token j's is
+sum_k (sum_q w_kq a[h, q, j]) M_k W_O^h v_h[j] (Eq. 5): one forward that keeps each block's map
+and values, then matrix products. Every split is checked to sum to the whole it splits: the
+parts and the constant to the embedding, each block's heads (and the output bias) to its
+attention output, each head's tokens to the head.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -26,20 +27,24 @@ from ..analysis.residual_stream import (
     StreamReadout,
     check_close,
     head_outputs,
+    part_names,
     pattern_name,
+    post_block_scales,
     require_full_precision,
     residual_blocks,
-    stream_parts,
+    split_stream,
 )
 from ..analysis.result import Result
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_count, check_images
 from ..hooks.selector import select_layers
 from ..models.zero_shot import image_tower
 from ..targets import embedding_of
-from .pooling import PoolingReadout, pooling_head
+from .attention_graph import graph_split
+from .head_values import HeadValues, reading_values
+from .linear_head import LinearHead, first_tokens_head
+from .pooling import PoolingReadout, pooled_output, pooling_head
 
 __all__ = ["EmbeddingDecomposition", "embedding_decomposition"]
 
@@ -125,25 +130,28 @@ def _cosine_shares(parts: Tensor, embedding: Tensor, directions: Tensor) -> Tens
 
 def embedding_decomposition(
     model: nn.Module | HookedModel, x: Tensor, heads: bool = True, tokens=None,
-    check_heads: bool = True, max_bytes: int = MAX_BYTES,
+    check_heads: bool = False, max_bytes: int = MAX_BYTES,
 ) -> EmbeddingDecomposition:  # fmt: skip
     """The direct contribution of each part of the stream, each head and (for the ``tokens``
     blocks) each head through each source token to the image embedding of images x
-    (B, C, H, W).
+    (B, C, H, W), from one forward of x.
 
     Args:
         model: a CLIP-family model (open_clip's ``CLIP``, transformers' ``CLIPModel``; its image
             tower is decomposed) or a model that returns image embeddings
             (`vizkit.models.image_tower`, ``CLIPVisionModelWithProjection``).
-        heads: split each attention output by head and source token (one forward that records
-            the graph from each attention map to its output, and a backward per embedding
-            dimension through it).
+        heads: split each attention output by head (and source token): read off each block's
+            map and values in the forward (`vizkit.text.head_values`), each block's heads
+            checked against its attention output as the head reads it. Attention modules
+            vizkit does not read that way are split through the recorded graph from each map
+            to its output (`vizkit.text.attention_graph`, slower; ``notes["speed"]`` says
+            why).
         tokens: blocks (``layers=`` vocabulary: -1, [-2, -1], a block path) whose source-token
             split is kept in the result; None: none (the heads are their sums).
         check_heads: also split each attention output by editing the heads ((H + 1) forwards
             of the batch per block, where the family allows it) and check the heads against
-            it.
-        max_bytes: what one pass over the Jacobian's rows holds.
+            it: an independent check, as the tests run it.
+        max_bytes: what one pass over the head's Jacobian holds.
 
     SigLIP's attention-pooling head is read with its map frozen too; the MLP it adds after the
     pooling is the part "head mlp" (`vizkit.text.pooling`).
@@ -167,34 +175,40 @@ def _decompose(
     x = check_images(hm.model, x)
     require_full_precision(x, "Decomposing an embedding")
     max_bytes = check_count("max_bytes", max_bytes)
-    parts, labels, _, output = stream_parts(hm, x)
-    embedding = _embedding(output)
     blocks = residual_blocks(hm)
     token_blocks = [] if tokens is None else select_layers(
         tokens, blocks, arg="tokens", what="blocks")  # fmt: skip
     if token_blocks and not heads:
         raise ValueError("tokens= splits the heads by source token, so it needs heads=True.")
+    run = _clean_run(hm, x, blocks, heads)
+    parts, labels, _ = split_stream(run.acts, blocks)
+    embedding = _embedding(run.output)
     if pooling_head(hm.model) is None:
-        readout, remainder = StreamReadout(hm, x, blocks), None
+        readout, remainder = StreamReadout(hm, x, blocks, run.readout), None
     else:  # the head MLP's term is a part of its own
-        readout = PoolingReadout(hm, x, blocks, embedding)
+        readout = PoolingReadout(hm, x, blocks, embedding, run.readout)
         remainder = readout.remainder
         parts, labels = torch.cat([parts, torch.zeros_like(parts[:1])]), [*labels, "head mlp"]
     constant = _frozen(readout, torch.zeros_like(readout.stream))
     pooled = embedding if remainder is None else embedding - remainder
     check_close("The frozen head at the clean stream", _frozen(readout, readout.stream), pooled,
                 "the model's", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
-    maps = _attention_graphs(hm, x, blocks) if heads else None
+    dims = embedding.shape[-1]
     keep = [blocks.index(b) for b in token_blocks]
-    contributions = torch.zeros(len(x), len(parts), embedding.shape[-1])
-    by_token = []
-    for dims, jacobian in _jacobian_rows(readout, embedding.shape[-1], max_bytes):
-        read = (jacobian.abs().amax((0, 1, 3)) > 0).nonzero()[:, 0]  # the positions read
-        contributions[..., dims] = torch.einsum(
-            "pbnc,dbnc->bpd", parts[:, :, read], jacobian[:, :, read]
-        ).cpu()  # fmt: skip
-        if maps is not None:
-            by_token.append(_token_rows(maps, jacobian, read, max_bytes))  # (B, L, H, N, d)
+    notes: dict[str, str] = {}
+    if remainder is None:
+        head = first_tokens_head(readout, dims, max_bytes, notes)
+    else:
+        head = readout.linear_head()
+    split = None
+    if head is not None and heads:
+        split = _direct_heads(run, blocks, keep, head, notes)
+    if head is not None and (split is not None or not heads):
+        contributions = head(parts).cpu()
+    else:
+        contributions, by_token = graph_split(hm, x, blocks, readout, parts, dims, heads,
+                                              max_bytes)  # fmt: skip
+        split = None if by_token is None else (by_token.sum(3), by_token[:, keep])
     if remainder is not None:
         contributions[:, -1] = remainder.cpu()
     check_close("The parts' contributions plus the constant",
@@ -202,18 +216,81 @@ def _decompose(
                 "the head is not affine in the stream once its norms are frozen (an "
                 "attention-pooling head vizkit does not know, an MLP head)")  # fmt: skip
     result = EmbeddingDecomposition(
-        labels, contributions, constant.cpu(), embedding.cpu(), blocks,
+        labels, contributions, constant.cpu(), embedding.cpu(), blocks, notes=notes,
         options={"heads": heads, "tokens": token_blocks, "width": readout.stream.shape[-1]},
         layout=hm.token_layout(tuple(x.shape[-2:])), image_size=tuple(x.shape[-2:]),
     )  # fmt: skip
-    if maps is not None:
-        split = torch.cat(by_token, -1)
-        result.heads = split.sum(3)
+    if split is not None:
+        result.heads = split[0]
         if token_blocks:
-            result.token_blocks, result.tokens = token_blocks, split[:, keep]
+            result.token_blocks, result.tokens = token_blocks, split[1]
         if check_heads:
             _check_heads(hm, x, blocks, parts, readout, result)
     return result
+
+
+@dataclass
+class _CleanRun:
+    """What the one clean forward read: the stream's parts' activations (`part_names`), each
+    block's map and `HeadValues` (where read), and the readout's run (`StreamReadout`'s: output,
+    final stream, post-block norm scales; `PoolingReadout`'s: final stream, pooled z)."""
+
+    acts: dict[str, Tensor]
+    output: object
+    readout: tuple
+    maps: dict[str, Tensor]
+    values: dict[str, HeadValues]
+
+
+def _clean_run(hm: HookedModel, x: Tensor, blocks: list[str], heads: bool) -> _CleanRun:
+    names = part_names(blocks)
+    patterns = {b: _pattern(hm, b) for b in blocks} if heads else {}
+    attention = {b: p.removesuffix(".hook_pattern") for b, p in patterns.items()}
+    pooling = pooling_head(hm.model) is not None
+    with (post_block_scales(hm.model, blocks[-1]) as scales,
+          reading_values(hm.model, attention) as values,
+          pooled_output(hm.model) if pooling else nullcontext({}) as pooled,
+          torch.no_grad()):  # fmt: skip
+        output, cache = hm.run_with_cache(x, [*names, *patterns.values()])
+    acts = {n: cache[n] for n in names}
+    maps = {b: cache[p] for b, p in patterns.items()}
+    readout = (acts[names[-1]], pooled["z"]) if pooling else (output, acts[names[-1]], scales)
+    return _CleanRun(acts, output, readout, maps, dict(values))
+
+
+def _pattern(hm: HookedModel, block: str) -> str:
+    pattern = pattern_name(hm, block)
+    if pattern is None:
+        raise ValueError(
+            f"{block} has no single attention map (hook_pattern), so its attention output "
+            "does not split by head; pass heads=False."
+        )
+    return pattern
+
+
+def _direct_heads(
+    run: _CleanRun, blocks: list[str], keep: list[int], head: LinearHead, notes: dict
+) -> tuple[Tensor, Tensor | None] | None:
+    """(heads (B, L, H, D), tokens (B, T, H, N, D) of the ``keep`` blocks) from the clean run's
+    maps and values, each block's heads checked against its attention output as the head
+    reads it; None where a block was not read or its check fails (``notes["speed"]``)."""
+    missing = [b for b in blocks if b not in run.values]
+    if missing:
+        notes["speed"] = f"{missing[0]}'s attention is read through its graph (no value reader)"
+        return None
+    heads, tokens = [], []
+    for i, block in enumerate(blocks):
+        values, pattern = run.values[block], run.maps[block]
+        pooled, mixing = values.pooled_terms(pattern, head.weights)
+        error = values.check(pooled, run.acts[f"{block}.hook_attn_out"], head.weights)
+        if not error <= TOLERANCE:
+            notes["speed"] = (f"{block}'s heads read off its values differ from its attention "
+                              f"output by {error:.1e}; read through its graph")  # fmt: skip
+            return None
+        heads.append(head.read(pooled))
+        if i in keep:
+            tokens.append(values.token_terms(mixing, head))
+    return torch.stack(heads, 1).cpu(), (torch.stack(tokens, 1).cpu() if tokens else None)
 
 
 def _embedding(output: object) -> Tensor:
@@ -229,118 +306,6 @@ def _embedding(output: object) -> Tensor:
 def _frozen(readout: StreamReadout, stream: Tensor) -> Tensor:
     with torch.no_grad():
         return _embedding(readout(stream, frozen=True))
-
-
-def _jacobian_rows(readout: StreamReadout, dims: int, max_bytes: int):
-    """Yields (slice of embedding dimensions, their Jacobian rows (d, B, N, C)) of the frozen
-    head at the clean stream, as many rows per pass as ``max_bytes`` holds."""
-    stream = readout.stream.detach().float().clone().requires_grad_(True)
-    chunk = max(1, min(dims, max_bytes // (stream.numel() * 4 * 3)))
-    with torch.enable_grad(), frozen_parameters(readout.hm.model):
-        embedding = embedding_of(readout(stream, frozen=True)).float()
-        eye = torch.eye(dims, device=stream.device)
-        for start in range(0, dims, chunk):
-            rows = eye[start : start + chunk, None].expand(-1, len(stream), -1)
-            (jacobian,) = torch.autograd.grad(
-                embedding, stream, rows, retain_graph=True, is_grads_batched=True
-            )
-            yield slice(start, start + len(rows)), jacobian
-
-
-def _attention_graphs(hm: HookedModel, x: Tensor, blocks: list[str]) -> dict:
-    """Per block: its attention map (B, H, N, N) and attention output (B, N, C) from one forward
-    that records the graph between them (parameters frozen).
-
-    Raises:
-        ValueError: a block without one attention map, or whose output was not computed from
-            the map the family hands on (a map computed beside a fused kernel)."""
-    names = {}
-    for block in blocks:
-        pattern = pattern_name(hm, block)
-        if pattern is None:
-            raise ValueError(
-                f"{block} has no single attention map (hook_pattern), so its attention output "
-                "does not split by head; pass heads=False."
-            )
-        names[block] = (pattern, f"{block}.hook_attn_out")
-    kept: dict[str, Tensor] = {}
-
-    def keep(t: Tensor, *, name: str) -> None:
-        kept[name] = t
-
-    fwd = {name: keep for pair in names.values() for name in pair}
-    images = x.detach().clone().requires_grad_(True)
-    with torch.enable_grad(), frozen_parameters(hm.model), hm.hooks(fwd=fwd):
-        hm.model(images)
-    graphs = {}
-    for block, (pattern, out) in names.items():
-        source = kept[pattern] if kept[pattern]._base is None else kept[pattern]._base
-        if not _computed_from(kept[out], source):
-            raise ValueError(
-                f"{block}'s attention output was not computed from the map {pattern} hands on "
-                "(it is computed beside the attention's kernel), so its heads cannot be read "
-                "off the map; pass heads=False."
-            )
-        graphs[block] = {"map": kept[pattern], "source": source, "out": kept[out]}
-    return graphs
-
-
-def _computed_from(output: Tensor, source: Tensor) -> bool:
-    """Whether ``source`` is on the autograd graph of ``output``."""
-    if not (output.requires_grad and source.requires_grad):
-        return False
-    (gradient,) = torch.autograd.grad(output, source, torch.ones_like(output),
-                                      retain_graph=True, allow_unused=True)  # fmt: skip
-    return gradient is not None
-
-
-def _token_rows(maps: dict, jacobian: Tensor, read: Tensor, max_bytes: int) -> Tensor:
-    """(B, L, H, N, d): sum_q a[h, q, j] <J_d[q], u[h, j]> per block, from the gradient of
-    <J_d, attention output> with respect to the map (taken at the tensor the output was
-    computed from: a map returned as a view of it hands its gradient to that base).
-
-    Row q of that gradient depends on row q of J_d only, so where the head reads one position
-    r (a class token) the rows of up to N dimensions d share one backward: J_d[r] put at row i
-    gives <J_d[r], u[h, j]> in row i."""
-    rows = []
-    for entry in maps.values():
-        if len(read) == 1:
-            rows.append(_one_position_rows(entry, jacobian, int(read[0])))
-        else:
-            rows.append(_many_position_rows(entry, jacobian, read, max_bytes))
-    return torch.stack(rows, 1)
-
-
-def _many_position_rows(entry: dict, jacobian: Tensor, read: Tensor, max_bytes: int) -> Tensor:
-    """(B, H, N, d) for a head that reads several positions: one backward per dimension,
-    batched as ``max_bytes`` allows."""
-    pattern = entry["map"].detach()
-    chunk = max(1, max_bytes // (pattern.numel() * 4 * 3))
-    rows = []
-    for start in range(0, len(jacobian), chunk):
-        (gradient,) = torch.autograd.grad(
-            entry["out"], entry["source"], jacobian[start : start + chunk].to(entry["out"].dtype),
-            retain_graph=True, is_grads_batched=True,
-        )  # fmt: skip
-        gradient = gradient.reshape(-1, *pattern.shape)  # (d, B, H, Nq, Nk)
-        rows.append(torch.einsum("bhqk,dbhqk->bhkd", pattern[:, :, read],
-                                 gradient[:, :, :, read]).cpu())  # fmt: skip
-    return torch.cat(rows, -1)
-
-
-def _one_position_rows(entry: dict, jacobian: Tensor, position: int) -> Tensor:
-    """(B, H, N, d) for a head that reads only ``position``, N dimensions per backward."""
-    out, pattern = entry["out"], entry["map"].detach()
-    tokens = out.shape[1]
-    rows = []
-    for start in range(0, len(jacobian), tokens):
-        group = jacobian[start : start + tokens, :, position]  # (k, B, C)
-        packed = torch.zeros_like(out)
-        packed[:, : len(group)] = group.transpose(0, 1).to(out.dtype)
-        (gradient,) = torch.autograd.grad(out, entry["source"], packed, retain_graph=True)
-        gradient = gradient.reshape(pattern.shape)[:, :, : len(group)]  # (B, H, k, N)
-        rows.append((pattern[:, :, position, None] * gradient).transpose(2, 3))
-    return torch.cat(rows, -1).cpu()
 
 
 def _check_heads(

@@ -8,14 +8,18 @@ part of its own ("head mlp"), as the SigLIP decomposition of TextSpan's authors 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..analysis.residual_stream import norm_scale, norm_with_scale
 from ..hooks import HookedModel
+from .linear_head import LinearHead
 
-__all__ = ["PoolingReadout", "pooling_head"]
+__all__ = ["PoolingReadout", "pooled_output", "pooling_head"]
 
 
 def pooling_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
@@ -31,39 +35,54 @@ def pooling_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     return None
 
 
+@contextmanager
+def pooled_output(model: nn.Module) -> Iterator[dict]:
+    """``{"z": (B, D)}``, filled during one forward inside the context with the output of the
+    attention-pooling head's attention (its probe's row)."""
+    seen: dict[str, Tensor] = {}
+
+    def read_z(module, args, output) -> None:
+        seen["z"] = output[0][:, 0].detach()
+
+    handle = pooling_head(model)[1].attention.register_forward_hook(read_z)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
 class PoolingReadout:
     """The pooling head's attention output z (B, D) for a stream (B, N, C), its map and the final
     norm's scale frozen at their values on the clean run of images x; ``remainder`` (B, D) the
     head MLP's term on that run (e = z + remainder)."""
 
-    def __init__(self, hm: HookedModel, x: Tensor, blocks: list[str], embedding: Tensor) -> None:
+    def __init__(
+        self, hm: HookedModel, x: Tensor, blocks: list[str], embedding: Tensor,
+        run: tuple[Tensor, Tensor] | None = None,
+    ) -> None:  # fmt: skip
+        """``run``: (the last block's output, `pooled_output`'s z) of a clean run on x already
+        made; None: one is made here."""
         self.hm = hm
         self.norm, self.head = pooling_head(hm.model)
-        seen: dict[str, Tensor] = {}
-        last = f"{blocks[-1]}.hook_resid_post"
-
-        def read_z(module, args, output) -> None:
-            seen["z"] = output[0][:, 0]
-
-        handle = self.head.attention.register_forward_hook(read_z)
-        try:
-            with torch.no_grad():
+        if run is None:
+            last = f"{blocks[-1]}.hook_resid_post"
+            with pooled_output(hm.model) as seen, torch.no_grad():
                 _, cache = hm.run_with_cache(x, last)
-        finally:
-            handle.remove()
-        self.stream = cache[last].float()
+            run = cache[last], seen["z"]
+        stream, pooled = run
+        self.stream = stream.float()
         self.scale = norm_scale(self.norm, self.stream)
         with torch.no_grad():
             self.map = self._map(self.norm(self.stream))  # (B, H, N)
             z = self(self.stream)
-        scale = seen["z"].abs().max().clamp_min(1e-12)
-        error = float((z - seen["z"].float()).abs().max() / scale)
+        scale = pooled.abs().max().clamp_min(1e-12)
+        error = float((z - pooled.float()).abs().max() / scale)
         if not error <= 1e-4:
             raise ValueError(
                 f"The attention-pooling head written out differs from the model's by {error:.1e} "
                 "of its scale, so its output cannot be split here."
             )
-        self.remainder = embedding - seen["z"].float()
+        self.remainder = embedding - pooled.float()
 
     def _attention(self) -> tuple[int, Tensor, Tensor, Tensor, Tensor]:
         attention = self.head.attention
@@ -86,3 +105,14 @@ class PoolingReadout:
         v = F.linear(y, w_v, b_v).unflatten(-1, (heads, -1))  # (B, N, H, d)
         pooled = torch.einsum("bhn,bnhd->bhd", self.map.to(v.dtype), v).flatten(1)
         return F.linear(pooled, out.weight, out.bias)
+
+    def linear_head(self) -> LinearHead:
+        """The frozen head's linear part as one read per pooling head k: weights a_k[q] over
+        the clean norm scale of token q, map W_O^k W_V^k diag(norm weight), centred."""
+        heads, _, _, (w_v, _), out = self._attention()
+        weights = self.map.float() / self.scale[..., 0].float()[:, None]  # (B, H, N)
+        gain = self.norm.weight if self.norm.weight is not None else torch.ones(w_v.shape[1])
+        values = (w_v * gain).detach().float().unflatten(0, (heads, -1))  # (H, d, C)
+        out_w = out.weight.detach().float().unflatten(1, (heads, -1))  # (D, H, d)
+        maps = torch.einsum("ehd,hdc->hec", out_w, values)  # (H, D, C)
+        return LinearHead(weights, (maps - maps.mean(-1, keepdim=True))[None])

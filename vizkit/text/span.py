@@ -153,15 +153,15 @@ class TextSpan(Result):
 def decompose_images(
     model: nn.Module, images: Tensor, batch_size: int = 64, tokens=None, progress: bool = True
 ) -> EmbeddingDecomposition:
-    """`embedding_decomposition` of ``images`` (n, C, H, W) in batches, concatenated (the heads
-    are checked against the edited split on the first batch)."""
+    """`embedding_decomposition` of ``images`` (n, C, H, W) in batches of ``batch_size``,
+    concatenated: the result holds (n, L, H, D) heads (and (n, T, H, N, D) tokens where
+    ``tokens`` names blocks), a batch's forward at a time besides."""
     batch_size = check_count("batch_size", batch_size)
     pieces = []
     for start in tqdm(range(0, len(images), batch_size), disable=not progress,
                       desc="decomposing", leave=False):  # fmt: skip
         pieces.append(embedding_decomposition(
-            model, images[start : start + batch_size], tokens=tokens, check_heads=not pieces
-        ))  # fmt: skip
+            model, images[start : start + batch_size], tokens=tokens))  # fmt: skip
     first = pieces[0]
     joined = {name: torch.cat([getattr(p, name) for p in pieces])
               for name in ("contributions", "constant", "embedding", "heads")}  # fmt: skip

@@ -28,8 +28,17 @@ def layout(model: nn.Module) -> FamilyLayout:
     extra = [] if class_token else [Tap("hook_final_norm", "post_layernorm", shape="B N C")]
     return FamilyLayout(
         "clip" if class_token else "siglip", blocks, extra, tokens=tokens,
-        reads_class_token=class_token,
+        reads_class_token=class_token, readout=_pooled(model) if class_token else None,
     )  # fmt: skip
+
+
+def _pooled(model: nn.Module):
+    """CLIP's pooled output on the last block's tokens: the final norm of the class token."""
+
+    def readout(tokens):
+        return model.post_layernorm(tokens[:, 0])
+
+    return readout
 
 
 # x + self_attn(layer_norm1(x)) (ending in out_proj); x + mlp(layer_norm2(x))
