@@ -98,3 +98,36 @@ def test_images_other_than_the_store_are_refused(browsed):
         FeatureBrowser(model, sae, images[:8])
     with pytest.raises(ValueError, match=r"differ from the ones the store"):
         FeatureBrowser(model, sae, images.flip(0))
+
+
+def test_the_class_search_cuts_the_list_and_keeps_the_class(browsed):
+    _, _, _, browser, _ = browsed
+    browser.order.value = "logit effect"
+    names = list(vk.datasets.SHAPE_CLASSES)
+    browser.cls.value = names.index("ring")
+    browser.find.value = "RI"  # any case
+    assert [name for name, _ in browser.cls.options] == [n for n in names if "ri" in n]
+    assert browser.cls.value == names.index("ring")
+    browser.find.value = "no such class"  # nothing holds it: the list stays
+    assert [name for name, _ in browser.cls.options] == [n for n in names if "ri" in n]
+    browser.find.value = ""
+    assert len(browser.cls.options) == len(names)
+    browser.order.value = "density"
+    assert browser.find.disabled and browser.cls.disabled
+
+
+def test_the_bars_equal_the_public_intervention(browsed):
+    """The browser computes each image's clean output once and the edited ones per latent:
+    its bars equal `vk.sae.ablate` on the same images."""
+    model, images, sae, browser, _ = browsed
+    browser.action.value = "ablate"
+    latent = browser.latent.options[2][1]
+    browser.latent.value = latent
+    shown = [i for i, _ in vk.sae.features(sae, top=4, progress=False).top_images(latent, 4)]
+    result = vk.sae.ablate(model, sae, images[shown], latent)
+    clean, edited = result.clean.softmax(-1).mean(0), result.edited.softmax(-1).mean(0)
+    bars = [t for t in browser.figure.data if t.type == "bar"]
+    names = list(bars[0].x)
+    index = [list(vk.datasets.SHAPE_CLASSES).index(n) for n in names]
+    assert list(bars[0].y) == pytest.approx(clean[index].tolist(), abs=1e-6)
+    assert list(bars[1].y) == pytest.approx(edited[index].tolist(), abs=1e-6)

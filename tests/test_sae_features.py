@@ -152,6 +152,21 @@ def test_logit_effects_equal_the_head_by_hand(trained):
         logit_effects(model, sae, x, classes=[5])
 
 
+def test_logit_effects_at_once_equal_a_backward_per_class(trained, monkeypatch):
+    """Every class through the head made linear in one product equals the head's gradient
+    taken one class at a time (the path kept for heads that do not read a first few tokens)."""
+    import vizkit.sae.effects as effects_module
+
+    model, images, store, sae = trained
+    x = images[:6]
+    at_once = logit_effects(model, sae, x)
+    monkeypatch.setattr(effects_module, "first_tokens_head", lambda *args: None)
+    per_class = logit_effects(model, sae, x)
+    scale = float(per_class.effects.abs().max())
+    assert scale > 0
+    torch.testing.assert_close(at_once.effects, per_class.effects, rtol=0, atol=1e-5 * scale)
+
+
 def manual(model, sae, x, change):
     """Logits with ``change(tokens (B, N, C)) -> new tokens`` applied to the last block's
     output by a plain torch forward hook."""

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..analysis.residual_stream import StreamReadout, residual_blocks, stream_parts
+from ..analysis.linear_head import first_tokens_head
+from ..analysis.residual_stream import (
+    StreamReadout,
+    check_close,
+    part_names,
+    post_block_scales,
+    residual_blocks,
+    split_stream,
+)
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images, check_number
@@ -22,6 +30,8 @@ from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens, splice_hook
 
 __all__ = ["Intervention", "LogitEffects", "ablate", "logit_effects", "steer"]
+
+MAX_BYTES = 256 * 2**20  # what one pass over the head's Jacobian holds
 
 
 @dataclass(repr=False)
@@ -59,8 +69,10 @@ def logit_effects(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
     classes: Sequence[int] | None = None,
 ) -> LogitEffects:  # fmt: skip
-    """The direct effect of each latent of ``sae`` on each logit (or on those of ``classes``:
-    one backward of the head per class), its norms frozen on images ``x`` (B, C, H, W).
+    """The direct effect of each latent of ``sae`` on each logit (or on those of ``classes``),
+    its norms frozen on images ``x`` (B, C, H, W): every decoder direction through the head
+    made linear, one matrix product for every class (`vizkit.analysis.linear_head`; a head
+    that does not read a first few tokens alone: one backward of it per class).
 
     Raises:
         ValueError: the autoencoder reads no block's output (the direct path starts at the
@@ -77,19 +89,48 @@ def logit_effects(
             f"{blocks[-1]}.hook_resid_post). Use vk.sae.ablate or vk.sae.steer for its "
             "effect through the model."
         )
-    stream_parts(model, x)  # refuses a stream that is not the sum of the blocks' outputs
-    readout = StreamReadout(model, x, blocks)
+    readout = _checked_readout(model, x, blocks)
     directions = (sae.W_dec / sae.input_scale).detach().to(x.device)  # (latents, C)
     count = readout.logits.shape[-1]
     chosen = list(range(count)) if classes is None else list(classes)
     if not chosen or not all(isinstance(c, numbers.Integral) and 0 <= c < count for c in chosen):
         raise ValueError(f"classes must be indices in 0..{count - 1}; got {classes!r}.")
-    rows = []
-    for cls in chosen:
-        gradient, _ = readout.linear_score(lambda out, c=cls: out[:, c].float())
-        reads = gradient[:, positions].sum(1).mean(0)  # (C,)
-        rows.append(directions @ reads.to(directions.dtype))
-    return LogitEffects(torch.stack(rows).cpu(), sae.source["layer"], len(x), chosen)
+    reads = _summed_gradients(readout, positions, chosen)  # (classes, C)
+    return LogitEffects((reads.to(directions.dtype) @ directions.T).cpu(), sae.source["layer"],
+                        len(x), chosen)  # fmt: skip
+
+
+def _checked_readout(hm: HookedModel, x: Tensor, blocks: list[str]) -> StreamReadout:
+    """The frozen head on one clean run of x, which also refuses a stream that is not the sum
+    of the blocks' outputs (`split_stream`)."""
+    names = part_names(blocks)
+    with post_block_scales(hm.model, blocks[-1]) as scales, torch.no_grad():
+        output, cache = hm.run_with_cache(x, names)
+    split_stream(cache, blocks)
+    return StreamReadout(hm, x, blocks, (output, cache[names[-1]], scales))
+
+
+def _summed_gradients(readout: StreamReadout, positions, classes: list[int]) -> Tensor:
+    """(K, C) each class logit's gradient with respect to the stream, summed over the tokens
+    ``positions`` and averaged over the images: from the head made linear at once where it
+    reads a first few tokens (`first_tokens_head`, checked to give the logits), else one
+    backward of the head per class."""
+    head = first_tokens_head(readout, readout.logits.shape[-1], MAX_BYTES, {})
+    if head is None:
+        rows = []
+        for cls in classes:
+            gradient, _ = readout.linear_score(lambda out, c=cls: out[:, c].float())
+            rows.append(gradient[:, positions].sum(1).mean(0))
+        return torch.stack(rows)
+    stream = readout.stream.float()
+    with torch.no_grad():
+        constant = model_logits(readout(torch.zeros_like(stream), frozen=True)).float()
+    check_close("The head made linear", head(stream[None])[:, 0] + constant,
+                readout.logits.float(), "the logits", "the head is not affine in the stream "
+                "once its norms are frozen (an attention-pooling or MLP head)")  # fmt: skip
+    weights = head.weights[:, :, positions].sum(-1)  # (B, K reads)
+    summed = torch.einsum("bk,bkdc->dc", weights, head.maps.expand(len(weights), -1, -1, -1))
+    return summed[classes] / len(weights)
 
 
 @dataclass(repr=False)
@@ -147,14 +188,8 @@ def ablate(
     """Set ``latents`` to zero at every token ``sae`` reads of images ``x`` (B, C, H, W): the
     activation loses ``z_i W_dec,i / s`` there and keeps the rest, the autoencoder's error
     included. On a backbone the outputs compared are its embeddings."""
-    chosen = _latents(sae, latents, "latents")
-
-    def zeroed(z: Tensor) -> Tensor:
-        z = z.clone()
-        z[..., chosen] = 0
-        return z
-
-    return _intervened(model, sae, x, zeroed, f"ablate latents {chosen}", batch_size)
+    edit, what = ablation(sae, latents)
+    return _intervened(model, sae, x, edit, what, batch_size)
 
 
 @analysis_contract
@@ -165,6 +200,24 @@ def steer(
     """Add ``strength`` to ``latent`` at every token ``sae`` reads of images ``x``: the
     activation gains ``strength W_dec,i / s`` there (a negative strength removes it;
     `vk.sae.features` gives each latent's typical activation to size it by)."""
+    edit, what = steering(sae, latent, strength)
+    return _intervened(model, sae, x, edit, what, batch_size)
+
+
+def ablation(sae: SparseAutoencoder, latents: int | Sequence[int]) -> tuple[Callable, str]:
+    """(the latent edit that zeroes ``latents``, what it does in words), checked."""
+    chosen = _latents(sae, latents, "latents")
+
+    def zeroed(z: Tensor) -> Tensor:
+        z = z.clone()
+        z[..., chosen] = 0
+        return z
+
+    return zeroed, f"ablate latents {chosen}"
+
+
+def steering(sae: SparseAutoencoder, latent: int, strength: float) -> tuple[Callable, str]:
+    """(the latent edit that adds ``strength`` to ``latent``, what it does in words), checked."""
     chosen = check_count("latent", latent, 0, sae.latents - 1)
     strength = check_number("strength", strength)  # nan or inf: NaN logits, reported as a change
 
@@ -173,7 +226,7 @@ def steer(
         z[..., chosen] += strength
         return z
 
-    return _intervened(model, sae, x, added, f"steer latent {chosen} by {strength:g}", batch_size)
+    return added, f"steer latent {chosen} by {strength:g}"
 
 
 def _latents(sae: SparseAutoencoder, latents: int | Sequence[int], name: str) -> list[int]:
@@ -190,14 +243,36 @@ def _intervened(
     what: str, batch_size: int,
 ) -> Intervention:  # fmt: skip
     x = check_images(hm.model, x)
-    hook = splice_hook(sae, replaced_tokens(hm, sae, tuple(x.shape[-2:])), edit, keep_error=True)
-    backbone = is_backbone(hm.model)
-    read = embedding_of if backbone else model_logits
-    clean, edited = [], []
-    with torch.no_grad(), eval_mode(sae):
+    batch_size = check_count("batch_size", batch_size)
+    clean = model_outputs(hm, x, batch_size)
+    edited = edited_outputs(hm, sae, x, edit, batch_size)
+    return Intervention(clean, edited, f"{what} at {sae.source['layer']}",
+                        "embedding" if is_backbone(hm.model) else "logits")  # fmt: skip
+
+
+@analysis_contract
+def model_outputs(model: nn.Module | HookedModel, x: Tensor, batch_size: int = 64) -> Tensor:
+    """(B, K) the model's logits on images x, or (B, D) embeddings on a backbone (float32, on
+    the CPU), ``batch_size`` images a forward."""
+    read = embedding_of if is_backbone(model.model) else model_logits
+    with torch.no_grad():
+        return torch.cat([read(model.model(batch)).float().cpu()
+                          for batch in x.split(check_count("batch_size", batch_size))])  # fmt: skip
+
+
+@analysis_contract
+def edited_outputs(
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
+    edit: Callable[[Tensor], Tensor], batch_size: int = 64,
+) -> Tensor:  # fmt: skip
+    """`model_outputs` with ``edit`` (`ablation`, `steering`) applied to ``sae``'s latents at
+    every token it reads, its error kept."""
+    x = check_images(model.model, x)
+    hook = splice_hook(sae, replaced_tokens(model, sae, tuple(x.shape[-2:])), edit,
+                       keep_error=True)  # fmt: skip
+    read = embedding_of if is_backbone(model.model) else model_logits
+    edited = []
+    with torch.no_grad(), eval_mode(sae), model.hooks(fwd={sae.source["layer"]: hook}):
         for batch in x.split(check_count("batch_size", batch_size)):
-            clean.append(read(hm.model(batch)).float().cpu())
-            with hm.hooks(fwd={sae.source["layer"]: hook}):
-                edited.append(read(hm.model(batch)).float().cpu())
-    return Intervention(torch.cat(clean), torch.cat(edited), f"{what} at {sae.source['layer']}",
-                        "embedding" if backbone else "logits")  # fmt: skip
+            edited.append(read(model.model(batch)).float().cpu())
+    return torch.cat(edited)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..analysis.linear_head import LinearHead, first_tokens_head
 from ..analysis.residual_stream import (
     StreamReadout,
     check_close,
@@ -43,7 +44,6 @@ from ..models.zero_shot import image_tower
 from ..targets import embedding_of
 from .attention_graph import graph_split
 from .head_values import HeadValues, reading_values
-from .linear_head import LinearHead, first_tokens_head
 from .pooling import PoolingReadout, pooled_output, pooling_head
 
 __all__ = ["EmbeddingDecomposition", "embedding_decomposition"]

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .linear_head import LinearHead
+from ..analysis.linear_head import LinearHead
 
 __all__ = ["HeadValues", "reading_values"]
 

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..analysis.linear_head import LinearHead
 from ..analysis.residual_stream import norm_scale, norm_with_scale
 from ..hooks import HookedModel
-from .linear_head import LinearHead
 
 __all__ = ["PoolingReadout", "pooled_output", "pooling_head"]
 

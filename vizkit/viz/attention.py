@@ -12,7 +12,7 @@ from ..analysis import attention_stats as stats
 from ..hooks.heads import HeadSpec
 from ..hooks.inputs import check_choice
 from ..hooks.selector import LayerSpec
-from .overlay import heatmap_on_image, opacity_slider
+from .overlay import heatmap_on_image, opacity_slider, photo
 from .style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 
 __all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
@@ -91,7 +91,7 @@ def attention_grid(
         horizontal_spacing=0.02, vertical_spacing=0.04 / max(1, depth / 4),
     )  # fmt: skip
     if images is not None:
-        fig.add_trace(go.Image(z=images[image], hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(photo(images[image], hoverinfo="skip"), row=1, col=1)
         if isinstance(query, tuple):
             outline_patch(fig, query, result.layout.grid, images.shape[1:3], row=1, col=1)
         fig.update_yaxes(constraintoward="top", row=1, col=1)

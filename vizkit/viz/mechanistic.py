@@ -15,6 +15,7 @@ from torch import Tensor
 from ..analysis.logit_attribution import LogitAttribution
 from ..analysis.logit_lens import LogitLens
 from ..analysis.patching import PatchingResult
+from .overlay import photo
 from .style import SALIENCY_SCALE, finish, map_axes, square_cells, step_slider
 
 __all__ = ["logit_attribution_figure", "logit_lens_maps", "patching_maps"]
@@ -117,7 +118,7 @@ def logit_lens_maps(
     shown = range(len(lens.layers)) if layer is None else [layer]
     for index in shown:
         name = lens.layers[index]
-        fig.add_trace(go.Image(z=images[image], hoverinfo="skip"), row=1, col=1)
+        fig.add_trace(photo(images[image], hoverinfo="skip"), row=1, col=1)
         fig.add_trace(
             go.Heatmap(
                 z=maps[index], coloraxis="coloraxis",

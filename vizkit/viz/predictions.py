@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ..metrics.chance import near_chance, prediction_certainty
+from .overlay import photo
 from .style import finish
 
 __all__ = ["predictions_figure"]
@@ -51,7 +52,7 @@ def predictions_figure(
     cols = min(columns, len(images))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.12)
     for i, image in enumerate(images):
-        fig.add_trace(go.Image(z=image), row=i // cols + 1, col=i % cols + 1)
+        fig.add_trace(photo(image, hoverinfo="skip"), row=i // cols + 1, col=i % cols + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_annotations(font_size=11)

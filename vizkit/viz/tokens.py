@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from ..analysis import TokenNorms, TokenPCA
 from ..hooks.selector import LayerSpec, select_layer
 from ..text import RegisterEffect
-from .overlay import heatmap_on_image
+from .overlay import heatmap_on_image, photo
 from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, square_cells
 
 __all__ = ["register_effect_figure", "token_norms_figure", "token_pca_figure"]
@@ -38,7 +38,7 @@ def token_pca_figure(
     gh, gw = result.layout.grid
     for col, i in enumerate(shown, start=1):
         if images is not None:
-            fig.add_trace(go.Image(z=images[i], hoverinfo="skip"), row=1, col=col)
+            fig.add_trace(photo(images[i], hoverinfo="skip"), row=1, col=col)
         fig.add_trace(
             go.Image(z=rgb[i], x0=(width / gw - 1) / 2, dx=width / gw, y0=(height / gh - 1) / 2,
                      dy=height / gh, hovertemplate="patch %{y}, %{x}<extra></extra>"),

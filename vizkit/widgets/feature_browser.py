@@ -12,7 +12,9 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
-from ..sae import Intervention, SparseAutoencoder, ablate, features, logit_effects, steer
+from ..hooks.targets import is_backbone
+from ..sae import Intervention, SparseAutoencoder, features, logit_effects
+from ..sae.effects import ablation, edited_outputs, model_outputs, steering
 from ..store import ActivationStore
 from ..viz import display_images
 from ..viz.overlay import heatmap_on_image
@@ -77,21 +79,23 @@ class FeatureBrowser(Explorer):
             self.effects = None
         self.classes = list(classes) if classes is not None else None
         self.clicked: tuple[int, int] | None = None  # (image, token)
+        self._clean_outputs: dict[int, Tensor] = {}  # image -> the model's output on it
         self.order = widgets.ToggleButtons(options=self._orders(), description="order")
         count = 0 if self.effects is None else self.effects.effects.shape[0]
-        self.cls = widgets.Dropdown(options=[(self._name(c), c) for c in range(count)],
-                                    description="class")  # fmt: skip
+        self.cls = widgets.Dropdown(options=self._class_options(count, ""), description="class")
+        self.find = widgets.Text(placeholder="type to filter the classes", description="find")
         self.action = widgets.ToggleButtons(options=ACTIONS, description="intervention")
         self.strength = widgets.FloatSlider(1.0, min=-2.0, max=2.0, step=0.25,
                                             description="steer x max")  # fmt: skip
         self.latent = widgets.Select(rows=14, description="latent")
-        self.controls = [self.order, self.cls, self.strength, self.action]
+        self.controls = [self.order, self.cls, self.find, self.strength, self.action]
         self._relist()
-        self._relisting = False
+        self._relisting = self._filtering = False
         self._observe(self.action, self.strength)
         self.latent.observe(self._chosen, names="value")
         self.order.observe(self._reorder, names="value")
         self.cls.observe(self._reorder, names="value")
+        self.find.observe(lambda _: self._filter_classes(count), names="value")
         self.refresh()
 
     @property
@@ -133,6 +137,8 @@ class FeatureBrowser(Explorer):
         return ORDERS if self.effects is not None else ("density", "clicked patch")
 
     def _reorder(self, *_) -> None:
+        if self._filtering:
+            return
         self._relist()
         self.refresh()
 
@@ -146,6 +152,28 @@ class FeatureBrowser(Explorer):
             self.latent.value = latents[0]
         finally:
             self._relisting = False
+
+    def _class_options(self, count: int, text: str) -> list[tuple[str, int]]:
+        """The class list's (name, class) entries whose name holds ``text`` (any case)."""
+        names = [(self._name(c), c) for c in range(count)]
+        return [(name, c) for name, c in names if text.lower() in name.lower()]
+
+    def _filter_classes(self, count: int) -> None:
+        """The class list cut to the classes whose name holds the search text; the class chosen
+        kept where it is among them; a text no class holds leaves the list as it was."""
+        options = self._class_options(count, self.find.value.strip())
+        if not options:
+            return
+        chosen = self.cls.value
+        self._filtering = True  # one reorder below, not one per step
+        try:
+            self.cls.options = options
+            if chosen in [c for _, c in options]:
+                self.cls.value = chosen
+        finally:
+            self._filtering = False
+        if self.cls.value != chosen:
+            self._reorder()
 
     def _name(self, cls: int) -> str:
         return self.classes[cls] if self.classes is not None else f"class {cls}"
@@ -233,15 +261,32 @@ class FeatureBrowser(Explorer):
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.12, "x": 0.62})
 
     def _intervention(self, latent: int) -> tuple[list[int], Intervention]:
-        """(the images edited, the intervention's result)."""
+        """(the images edited, the intervention's result): each image's clean output computed
+        once, the edited ones once per latent and edit."""
         if self.action.value == "ablate":
-            shown = [i for i, _ in self.features.top_images(latent, self.top)]
-            return shown, self.cached(("ablate", latent), lambda: ablate(
-                self.model, self.sae, self.images[shown], latent))  # fmt: skip
-        quiet = self._quiet_images(latent)
-        strength = self.strength.value * float(self.features.max_activation[latent])
-        return quiet, self.cached(("steer", latent, self.strength.value), lambda: steer(
-            self.model, self.sae, self.images[quiet], latent, round(strength, 2)))  # fmt: skip
+            chosen = [i for i, _ in self.features.top_images(latent, self.top)]
+            edit, what = ablation(self.sae, latent)
+            key = ("ablate", latent)
+        else:
+            chosen = self._quiet_images(latent)
+            strength = self.strength.value * float(self.features.max_activation[latent])
+            edit, what = steering(self.sae, latent, round(strength, 2))
+            key = ("steer", latent, self.strength.value)
+        edited = self.cached(key, lambda: edited_outputs(
+            self.model, self.sae, self.images[chosen], edit))  # fmt: skip
+        kind = "embedding" if is_backbone(self.model) else "logits"
+        result = Intervention(self._clean(chosen), edited,
+                              f"{what} at {self.sae.source['layer']}", kind)  # fmt: skip
+        return chosen, result
+
+    def _clean(self, chosen: list[int]) -> Tensor:
+        """(len(chosen), K) the model's outputs on the images ``chosen``, each computed once."""
+        missing = [i for i in dict.fromkeys(chosen) if i not in self._clean_outputs]
+        if missing:
+            for i, row in zip(missing, model_outputs(self.model, self.images[missing]),
+                              strict=True):  # fmt: skip
+                self._clean_outputs[i] = row
+        return torch.stack([self._clean_outputs[i] for i in chosen])
 
     def _quiet_images(self, latent: int) -> list[int]:
         """The ``top`` images the latent fires least on (the first images without the
@@ -255,7 +300,7 @@ class FeatureBrowser(Explorer):
         if self.action.value != "steer":
             off.add(self.strength)
         if self.order.value != "logit effect":
-            off.add(self.cls)
+            off.update((self.cls, self.find))
         return off
 
     def _clicked(self, trace, points, state) -> None:

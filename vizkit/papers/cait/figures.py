@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from ...analysis import SaliencyResult
+from ...viz.overlay import photo
 from ...viz.style import ATTENTION_SCALE, SALIENCY_SCALE, finish, map_axes, min_max_scaled
 from .analysis import TalkingHeadsMixing
 
@@ -30,7 +31,7 @@ def class_attention_heads(
     )  # fmt: skip
     for j, result in enumerate(layers):
         if j == 0:
-            fig.add_trace(go.Image(z=images[image]), row=1, col=1)
+            fig.add_trace(photo(images[image], hoverinfo="skip"), row=1, col=1)
         maps = result.extras["per_head"][image].float().cpu()
         for h in range(heads):
             m = maps[h]

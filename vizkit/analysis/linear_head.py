@@ -1,10 +1,12 @@
-"""The embedding's head made linear: with its norms' scales (and an attention-pooling head's
-map) frozen at their clean values, the head maps a stream s (B, N, C) to
-J_b(s) = sum_k M_bk (sum_q w_bkq s_q), K pooled reads of the stream each through a (D, C) map
-(Gandelsman et al. 2024, Sec. 3: the head "P" applied to each term). A head that reads the
-class token is one read (w one-hot, M its Jacobian there); SigLIP's pooling head is one read
-per pooling head (`vizkit.text.pooling`). Each head's direct term and each source token's then
-follow from the pooled maps and values (`vizkit.text.head_values`)."""
+"""A model's head made linear: with its norms' scales (and an attention-pooling head's map)
+frozen at their clean values, the head maps the last block's stream s (B, N, C) to
+J_b(s) = sum_k M_bk (sum_q w_bkq s_q) plus a constant, K pooled reads of the stream each
+through a (D, C) map, D the embedding's width or the classes. A head that reads the class token
+is one read (w one-hot, M its Jacobian there, for every output at once); SigLIP's pooling head
+is one read per pooling head (`vizkit.text.pooling`). The embedding decomposition reads each
+head's direct term through it (Gandelsman et al. 2024, Sec. 3: the head "P" applied to each
+term, `vizkit.text.head_values`), the latents' logit effects each decoder direction
+(`vizkit.sae.effects`)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..analysis.residual_stream import StreamReadout
 from ..hooks.gradient_graph import frozen_parameters
 from ..targets import embedding_of
+from .residual_stream import StreamReadout
 
 __all__ = ["LinearHead", "first_tokens_head"]
 

@@ -1,0 +1,183 @@
+"""The data-set-scale analyses at the size researchers run them (random init, the real shapes):
+each one's time and peak memory as multiples of the forward (or forward and backward) it
+needs, timed side by side in rotated rounds in one process. Peak memory: CUDA's peak allocated
+on a GPU, the profiler's allocation events on the CPU (`tests/allocation_oracle.py`), each
+above what was allocated before the call.
+
+    python benchmarks/scale.py                 # every row, CPU
+    python benchmarks/scale.py --rows decomposition --device cuda --record
+
+Rows (``--rows`` takes their group names, comma-separated):
+    decomposition: `embedding_decomposition` (heads; heads and the last block's tokens) of 2
+        images at 224 px on open_clip ViT-B-16, transformers' CLIP at ViT-B/16 shape and
+        SigLIP at ViT-B/16 shape, against the image tower's forward (goal: 1.5x, 2x).
+    browser: `vk.sae.logit_effects` (1,000 classes) and opening `FeatureBrowser` on
+        ViT-S/16 at 224 px with 1,000 classes, an autoencoder of 3,072 latents of its last
+        block, against a forward of the browser's 16 images (goal: 3x to open); then each
+        control's response (goal: under a second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from timing import add_device_options, device_name, print_and_record, rotated_rounds
+
+import vizkit as vk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from allocation_oracle import allocated_peak  # noqa: E402
+
+GROUPS = ("decomposition", "browser")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(GROUPS), help="comma-separated groups")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    args = add_device_options(parser).parse_args()
+    torch.set_num_threads(args.threads)
+    chosen = [g for g in args.rows.split(",") if g]
+    unknown = sorted(set(chosen) - set(GROUPS))
+    if unknown:
+        parser.error(f"unknown rows {unknown}; these exist: {', '.join(GROUPS)}")
+    rows = []
+    if "decomposition" in chosen:
+        rows += decomposition_rows(args)
+    if "browser" in chosen:
+        rows += browser_rows(args)
+    title = f"data-set scale, {device_name(args.device)}, torch {torch.__version__}; multiples"
+    columns = ["analysis", "limit", "limit s", "time", "peak", "goal"]
+    print_and_record(args, title, columns, rows)
+
+
+def side_by_side(
+    analysis: Callable[[], object], limit: Callable[[], object], args: argparse.Namespace
+) -> tuple[float, float, float]:
+    """(the limit's median seconds, the analysis's time and peak memory as multiples of the
+    limit's), timed in rotated rounds of the two."""
+    times, _ = rotated_rounds({"analysis": analysis, "limit": limit}, args.repeats, args.device,
+                              untimed=0)  # fmt: skip
+    base = statistics.median(times["limit"])
+    ratio = statistics.median(times["analysis"]) / base
+    return base, ratio, peak(analysis, args.device) / max(1, peak(limit, args.device))
+
+
+def peak(call: Callable[[], object], device: str) -> int:
+    """The most bytes ``call()`` held allocated at once beyond what was allocated before."""
+    if not device.startswith("cuda"):
+        return allocated_peak(call)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    call()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def decomposition_rows(args: argparse.Namespace) -> list[list]:
+    rows = []
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0)).to(args.device)
+    for name, build in (("open_clip ViT-B-16", _open_clip), ("transformers CLIP B/16", _clip),
+                        ("transformers SigLIP B/16", _siglip)):  # fmt: skip
+        model = build().to(args.device)
+        tower = vk.models.image_tower(model)
+
+        def forward(tower=tower) -> None:
+            with torch.no_grad():
+                tower(x)
+
+        for what, tokens, goal in (("heads", None, "1.5x"), ("heads + last tokens", -1, "2x")):
+            def decompose(model=model, tokens=tokens) -> None:  # noqa: E306
+                vk.embedding_decomposition(model, x, tokens=tokens)
+
+            base, ratio, memory = side_by_side(decompose, forward, args)
+            rows.append([f"decomposition ({what}), {name}, batch 2", "image forward",
+                         f"{base:.2f}", f"{ratio:.2f}x", f"{memory:.2f}x", goal])  # fmt: skip
+    return rows
+
+
+def browser_rows(args: argparse.Namespace) -> list[list]:
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch16_224", num_classes=1000).eval().to(args.device)
+    images = torch.randn(16, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    images = images.to(args.device)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(images)
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = vk.cache_activations(model, images, f"{folder}/store", layers=[-1],
+                                     tokens="all", progress=False)  # fmt: skip
+        sae = vk.train_sae(store, expansion=8, k=16, tokens=2 * 16 * 197, batch_size=512,
+                           device=args.device, progress=False)  # fmt: skip
+
+        def effects() -> None:
+            vk.sae.logit_effects(model, sae, images)
+
+        def browser() -> None:
+            vk.widgets.FeatureBrowser(model, sae, images)
+
+        rows = []
+        for what, call in (("logit_effects, 1,000 classes", effects), ("FeatureBrowser open",
+                                                                       browser)):  # fmt: skip
+            base, ratio, memory = side_by_side(call, forward, args)
+            rows.append([f"{what}, ViT-S/16, {sae.latents} latents", "forward of 16 images",
+                         f"{base:.2f}", f"{ratio:.2f}x", f"{memory:.2f}x",
+                         "3x" if "open" in what else ""])  # fmt: skip
+        shown = vk.widgets.FeatureBrowser(model, sae, images)
+        latents = [value for _, value in shown.latent.options[1:6]]
+        for control, values in ((shown.latent, latents), (shown.cls, [3, 500, 999]),
+                                (shown.order, ["logit effect", "density"])):  # fmt: skip
+            seconds = []
+            for value in values:
+                start = time.perf_counter()
+                control.value = value
+                seconds.append(time.perf_counter() - start)
+            rows.append([f"FeatureBrowser: {control.description}, ViT-S/16", "1 s", "",
+                         f"{max(seconds):.2f} s (max)", "", "1 s"])  # fmt: skip
+    return rows
+
+
+def _open_clip() -> torch.nn.Module:
+    import open_clip
+
+    torch.manual_seed(0)
+    return open_clip.create_model("ViT-B-16", pretrained=None).eval()
+
+
+_VISION = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "image_size": 224, "patch_size": 16}  # fmt: skip
+_TEXT = {"num_hidden_layers": 1}
+
+
+def _clip() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.CLIPConfig(vision_config=_VISION, text_config=_TEXT, projection_dim=512)
+    return transformers.CLIPModel(config).eval()
+
+
+def _siglip() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.SiglipModel(
+        transformers.SiglipConfig(vision_config=_VISION, text_config=_TEXT)
+    ).eval()
+
+
+if __name__ == "__main__":
+    main()
