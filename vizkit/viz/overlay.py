@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
 from collections.abc import Sequence
 
@@ -25,10 +26,16 @@ def photo(image: np.ndarray, **trace) -> go.Image:
     """An (H, W, 3) uint8 image as a plotly Image trace that carries it as a PNG (``source``),
     pixels as the axes as with ``z``: a FigureWidget sends a ``z`` array as nested lists (0.15
     s per 224 px image; eight per view in the feature browser), a PNG as one string."""
+    pixels = np.ascontiguousarray(image, dtype=np.uint8)
+    return go.Image(source=_png_source(pixels.tobytes(), pixels.shape), **trace)
+
+
+@functools.lru_cache(maxsize=64)  # an explorer redraws the same photos after each change
+def _png_source(pixels: bytes, shape: tuple[int, ...]) -> str:
+    """The data URI of the PNG of (H, W, 3) uint8 ``pixels``."""
     buffer = io.BytesIO()
-    PIL.Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8)).save(buffer, format="PNG")
-    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return go.Image(source=f"data:image/png;base64,{encoded}", **trace)
+    PIL.Image.fromarray(np.frombuffer(pixels, np.uint8).reshape(shape)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def map_placement(values: np.ndarray, height: int, width: int) -> tuple[dict, str]:
