@@ -89,6 +89,7 @@ bench: setup
 	$(BIN)/python benchmarks/read_ahead.py --record
 	$(BIN)/python benchmarks/evaluate.py --images 32 --batch 8 --repeats 5 --record
 	$(BIN)/python benchmarks/widgets.py --record
+	$(BIN)/python benchmarks/scale.py --record
 	$(BIN)/python benchmarks/masks.py --record
 	for m in 6 14 24 38; do $(BIN)/python benchmarks/sot.py --m $$m --record; done
 	$(BIN)/python benchmarks/sot.py --what model --record

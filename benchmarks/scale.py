@@ -15,6 +15,10 @@ Rows (``--rows`` takes their group names, comma-separated):
         ViT-S/16 at 224 px with 1,000 classes, an autoencoder of 3,072 latents of its last
         block, against a forward of the browser's 16 images (goal: 3x to open); then each
         control's response (goal: under a second).
+    store: `cache_activations` of four blocks' outputs (all tokens) of ViT-B/16 over 32
+        images at 224 px against the forward of those images (goal: 1.1x), and `features` and
+        `evaluate_sae` over the last block's rows (an autoencoder of 16 x 768 latents, k=32)
+        against one encoding pass over them (goal: 1.5x).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import vizkit as vk
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from allocation_oracle import allocated_peak  # noqa: E402
 
-GROUPS = ("decomposition", "browser")
+GROUPS = ("decomposition", "browser", "store")
 
 
 def main() -> None:
@@ -54,6 +58,8 @@ def main() -> None:
         rows += decomposition_rows(args)
     if "browser" in chosen:
         rows += browser_rows(args)
+    if "store" in chosen:
+        rows += store_rows(args)
     title = f"data-set scale, {device_name(args.device)}, torch {torch.__version__}; multiples"
     columns = ["analysis", "limit", "limit s", "time", "peak", "goal"]
     print_and_record(args, title, columns, rows)
@@ -96,6 +102,7 @@ def decomposition_rows(args: argparse.Namespace) -> list[list]:
                 tower(x)
 
         for what, tokens, goal in (("heads", None, "1.5x"), ("heads + last tokens", -1, "2x")):
+
             def decompose(model=model, tokens=tokens) -> None:  # noqa: E306
                 vk.embedding_decomposition(model, x, tokens=tokens)
 
@@ -147,6 +154,50 @@ def browser_rows(args: argparse.Namespace) -> list[list]:
                 seconds.append(time.perf_counter() - start)
             rows.append([f"FeatureBrowser: {control.description}, ViT-S/16", "1 s", "",
                          f"{max(seconds):.2f} s (max)", "", "1 s"])  # fmt: skip
+    return rows
+
+
+def store_rows(args: argparse.Namespace) -> list[list]:
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_base_patch16_224", num_classes=1000).eval().to(args.device)
+    images = torch.randn(32, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+
+    def forward() -> None:
+        with torch.no_grad():
+            for batch in images.split(32):
+                model(batch.to(args.device))
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        written = iter(range(10**6))
+
+        def write() -> None:
+            vk.cache_activations(model, images, f"{folder}/w{next(written)}",
+                                 layers=[2, 5, 8, 11], tokens="all", progress=False)  # fmt: skip
+
+        base, ratio, memory = side_by_side(write, forward, args)
+        rows.append(["cache_activations, ViT-B/16, 4 blocks, all tokens, 32 images",
+                     "forward of the images", f"{base:.2f}", f"{ratio:.2f}x", f"{memory:.2f}x",
+                     "1.1x"])  # fmt: skip
+        store = vk.cache_activations(model, images, f"{folder}/s", layers=[-1], tokens="all",
+                                     progress=False)  # fmt: skip
+        sae = vk.train_sae(store, expansion=16, k=32, tokens=4096, batch_size=4096,
+                           device=args.device, progress=False)  # fmt: skip
+
+        def encode() -> None:
+            with torch.no_grad():
+                for start in range(0, len(store), 4096):
+                    sae.encode(store.rows(start, min(start + 4096, len(store))).to(args.device))
+
+        for what, call in (("features", lambda: vk.sae.features(sae, store, progress=False)),
+                           ("evaluate_sae", lambda: vk.evaluate_sae(sae, store,
+                                                                     progress=False))):  # fmt: skip
+            base, ratio, memory = side_by_side(call, encode, args)
+            rows.append([f"{what}, {len(store):,} rows of 768, {sae.latents:,} latents",
+                         "one encoding pass", f"{base:.2f}", f"{ratio:.2f}x", f"{memory:.2f}x",
+                         "1.5x"])  # fmt: skip
     return rows
 
 

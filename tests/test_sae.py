@@ -514,3 +514,32 @@ def test_damaged_autoencoder_files_and_checkpoints_are_refused_with_the_fix(tmp_
     shutil.rmtree(tmp_path / "run")  # the printed fix: the run trains from the start
     again = vk.train_sae(rows, **run, checkpoint=tmp_path / "run")
     torch.testing.assert_close(again.W_dec, sae.W_dec, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dead_count", [0, 5, 40])
+def test_the_sparse_topk_step_equals_the_dense_losses(dead_count):
+    """The TopK step's losses from its k (and AuxK's k_aux) latents per row, the decoder an
+    embedding bag and the encoder's gradient scattered into the chosen columns, have the
+    values and the gradients of the dense losses (every latent computed)."""
+    sae = random_sae(width=16, latents=48).train()
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(5))
+    run = _Run(sae, sae_settings(latents=48, aux_k=8))
+    dead = torch.zeros(48, dtype=torch.bool)
+    dead[torch.randperm(48, generator=torch.Generator().manual_seed(6))[:dead_count]] = True
+    results = []
+    for losses in (run._dense_losses, run._sparse_losses):
+        sae.zero_grad(set_to_none=True)
+        loss, fvu, *_ = losses(x, dead)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in sae.named_parameters()}
+        results.append((loss.detach(), fvu.detach(), grads))
+    (dense, dense_fvu, dense_grads), (sparse, sparse_fvu, sparse_grads) = results
+    torch.testing.assert_close(sparse, dense, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(sparse_fvu, dense_fvu, rtol=1e-5, atol=1e-7)
+    for name, grad in dense_grads.items():
+        assert float(grad.abs().max()) > 0, name
+        torch.testing.assert_close(sparse_grads[name], grad, rtol=1e-4, atol=1e-6 * float(
+            grad.abs().max()), msg=name)  # fmt: skip
+    _, _, fired, l0 = run._sparse_losses(x, dead)
+    z = sae.encode(x)
+    assert torch.equal(fired, (z > 0).any(0)) and float(l0) == float((z > 0).sum(-1).float().mean())

@@ -26,6 +26,7 @@ from .losses import auxk_loss, l1_penalty, matryoshka_loss, normalized_mse
 from .order import ShuffledBatches
 from .rows import Rows, as_rows, check_finite, rows_source
 from .settings import B_DEC_STARTS, TrainingSettings
+from .sparse_step import sparse_code
 
 __all__ = ["train_sae"]
 
@@ -179,21 +180,13 @@ class _Run:
     def train_step(self, batch: Tensor) -> dict[str, Tensor]:
         """One Adam step on ``batch`` (B, width); the batch's FVU, L0 and dead fraction."""
         sae, settings = self.sae.train(), self.settings
-        pre = sae.pre_activations(batch)
-        x = batch.float() * sae.input_scale  # the rows in the autoencoder's scale
-        z = sae.activate(pre)
-        reconstruction = z @ sae.W_dec + sae.b_dec
-        fvu = normalized_mse(reconstruction, x)
         dead = self.rows_seen - self.last_fired >= settings.dead_after
-        loss = fvu
-        if sae.kind == "matryoshka":
-            loss = matryoshka_loss(z, sae.W_dec, sae.b_dec, x, sae.prefixes)
-        if sae.kind == "relu":
-            loss = loss + settings.l1 * l1_penalty(z, sae.W_dec)
-        elif settings.aux_k > 0 and settings.aux_coefficient > 0:
-            residual = (x - reconstruction).detach()
-            aux = auxk_loss(pre, dead, residual, sae.W_dec, settings.aux_k)
-            loss = loss + settings.aux_coefficient * aux
+        if sae.kind == "topk":
+            loss, fvu, fired, l0 = self._sparse_losses(batch, dead)
+            z = None
+        else:
+            loss, fvu, z = self._dense_losses(batch, dead)
+            fired, l0 = (z > 0).any(0), (z > 0).sum(-1).float().mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         _remove_parallel_gradient(sae.W_dec)
@@ -203,12 +196,49 @@ class _Run:
         with torch.no_grad():
             sae.W_dec /= sae.W_dec.norm(dim=1, keepdim=True)
             self.rows_seen += len(batch)
-            self.last_fired[(z > 0).any(0)] = self.rows_seen
+            self.last_fired[fired] = self.rows_seen
             if sae.kind in BATCH_KINDS:
                 _update_threshold(sae, z)
         self.step += 1
-        l0 = (z > 0).sum(-1).float().mean()
         return {"fvu": fvu.detach(), "L0": l0, "dead": dead.float().mean()}
+
+    def _aux_on(self) -> bool:
+        return self.settings.aux_k > 0 and self.settings.aux_coefficient > 0
+
+    def _dense_losses(self, batch: Tensor, dead: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(loss, FVU, the latents z (B, latents)) of the batch, every latent computed."""
+        sae, settings = self.sae, self.settings
+        pre = sae.pre_activations(batch)
+        x = batch.float() * sae.input_scale  # the rows in the autoencoder's scale
+        z = sae.activate(pre)
+        reconstruction = z @ sae.W_dec + sae.b_dec
+        fvu = normalized_mse(reconstruction, x)
+        loss = fvu
+        if sae.kind == "matryoshka":
+            loss = matryoshka_loss(z, sae.W_dec, sae.b_dec, x, sae.prefixes)
+        if sae.kind == "relu":
+            loss = loss + settings.l1 * l1_penalty(z, sae.W_dec)
+        elif self._aux_on():
+            residual = (x - reconstruction).detach()
+            aux = auxk_loss(pre, dead, residual, sae.W_dec, settings.aux_k)
+            loss = loss + settings.aux_coefficient * aux
+        return loss, fvu, z
+
+    def _sparse_losses(self, batch: Tensor, dead: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(loss, FVU, the latents fired (latents,), L0) of a TopK autoencoder's batch from
+        its k latents per row (`vizkit.sae.sparse_step`): the dense losses' values."""
+        sae, settings = self.sae, self.settings
+        x = batch.float() * sae.input_scale
+        code = sparse_code(sae, x, dead, settings.aux_k if self._aux_on() else 0)
+        reconstruction = code.decode(sae.W_dec) + sae.b_dec
+        fvu = normalized_mse(reconstruction, x)
+        loss = fvu
+        if code.aux_indices.shape[1]:
+            residual = (x - reconstruction).detach()
+            aux = normalized_mse(code.decode(sae.W_dec, aux=True), residual)
+            loss = loss + settings.aux_coefficient * aux
+        l0 = (code.values > 0).sum(-1).float().mean()
+        return loss, fvu, code.fired(sae.latents), l0
 
     def save(self, folder: Path) -> None:
         """The run's whole state to ``folder/checkpoint.pt``, whole or not at all."""
