@@ -192,7 +192,7 @@ def store_rows(args: argparse.Namespace) -> list[list]:
                     sae.encode(store.rows(start, min(start + 4096, len(store))).to(args.device))
 
         for what, call in (("features", lambda: vk.sae.features(sae, store, progress=False)),
-                           ("evaluate_sae", lambda: vk.evaluate_sae(sae, store,
+                           ("evaluate_sae", lambda: vk.sae.evaluate_sae(sae, store,
                                                                      progress=False))):  # fmt: skip
             base, ratio, memory = side_by_side(call, encode, args)
             rows.append([f"{what}, {len(store):,} rows of 768, {sae.latents:,} latents",
