@@ -24,22 +24,16 @@ Rows (``--rows`` takes their group names, comma-separated):
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
-from timing import add_device_options, device_name, print_and_record, rotated_rounds
+from scale_ratios import side_by_side
+from timing import add_device_options, device_name, print_and_record
 
 import vizkit as vk
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from allocation_oracle import allocated_peak  # noqa: E402
-
-GROUPS = ("decomposition", "browser", "store")
+GROUPS = ("decomposition", "browser", "store", "analyses")
 
 
 def main() -> None:
@@ -60,33 +54,13 @@ def main() -> None:
         rows += browser_rows(args)
     if "store" in chosen:
         rows += store_rows(args)
+    if "analyses" in chosen:
+        from scale_analyses import analysis_rows
+
+        rows += analysis_rows(args)
     title = f"data-set scale, {device_name(args.device)}, torch {torch.__version__}; multiples"
     columns = ["analysis", "limit", "limit s", "time", "peak", "goal"]
     print_and_record(args, title, columns, rows)
-
-
-def side_by_side(
-    analysis: Callable[[], object], limit: Callable[[], object], args: argparse.Namespace
-) -> tuple[float, float, float]:
-    """(the limit's median seconds, the analysis's time and peak memory as multiples of the
-    limit's), timed in rotated rounds of the two."""
-    times, _ = rotated_rounds({"analysis": analysis, "limit": limit}, args.repeats, args.device,
-                              untimed=0)  # fmt: skip
-    base = statistics.median(times["limit"])
-    ratio = statistics.median(times["analysis"]) / base
-    return base, ratio, peak(analysis, args.device) / max(1, peak(limit, args.device))
-
-
-def peak(call: Callable[[], object], device: str) -> int:
-    """The most bytes ``call()`` held allocated at once beyond what was allocated before."""
-    if not device.startswith("cuda"):
-        return allocated_peak(call)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    call()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
 
 
 def decomposition_rows(args: argparse.Namespace) -> list[list]:
