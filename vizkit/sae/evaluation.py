@@ -1,5 +1,6 @@
 """How good a sparse autoencoder is, on the store's rows: the fraction of variance unexplained,
-L0, dead and dense latents (`evaluate_sae`, one sequential pass over the rows)."""
+L0, dead and dense latents (`evaluate_sae`, one sequential pass over the rows, each batch's
+code kept as its non-zero entries: `vizkit.sae.sparse_latents`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..store import ActivationStore
 from ..store.manifest import differences
 from .autoencoder import SparseAutoencoder
 from .rows import TensorRows
+from .sparse_latents import sparse_latents
 
 __all__ = ["SAEScores", "check_source", "evaluate_sae"]
 
@@ -82,13 +84,13 @@ def evaluate_sae(
         for rows in tqdm(store.batches(batch_size), total=-(-len(store) // batch_size),
                          disable=not progress, unit="batch", desc="evaluate_sae"):  # fmt: skip
             x = rows.to(device).float()
-            z = sae.encode(x)
-            error += float((sae.decode(z) - x).double().square().sum())
+            code = sparse_latents(sae, x)
+            error += float((code.decode(sae) - x).double().square().sum())
             squares += float(x.double().square().sum())
             sums += x.double().sum(0)
-            firing = z > 0
-            fired += firing.sum(0)
-            active += float(firing.sum())
+            fired += code.per_latent(torch.ones_like(code.value, dtype=torch.float64),
+                                     sae.latents)  # fmt: skip
+            active += len(code.value)
             total += len(x)
     spread = squares - float(sums.square().sum()) / total  # sum ||x - mean||^2
     density = (fired / total).float().cpu()

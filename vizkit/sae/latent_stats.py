@@ -17,6 +17,7 @@ from ..hooks.inputs import check_count
 from ..store import ActivationStore
 from .autoencoder import SparseAutoencoder
 from .evaluation import check_source
+from .sparse_latents import SparseLatents, sparse_latents
 
 __all__ = ["ClassDetectors", "Features", "features"]
 
@@ -31,7 +32,8 @@ class Features:
     Attributes:
         density, mean_activation, max_activation: (latents,) the fraction of rows it fires
             on, its mean where it fires, its largest value.
-        top_values, top_rows: (latents, top) its largest activations and their rows.
+        top_values, top_rows: (latents, top) its largest activations and their rows (0 and
+            -1 past the rows it fires on).
         image_values, image_indices: (latents, top) its largest per-image maxima and images.
         image_max: (images, latents) each image's largest activation of each latent, or None
             where it exceeded the byte budget.
@@ -159,10 +161,11 @@ class Features:
             rows = self.store.rows(first * self.store.tokens_per_image,
                                    last * self.store.tokens_per_image)  # fmt: skip
             with torch.no_grad(), eval_mode(self.sae):
-                z = self.sae.encode(rows.to(device)).double().cpu()
-            z = z * is_patch[first:last].flatten()[:, None]
-            inside += (z * on_object[first:last].flatten()[:, None]).sum(0)
-            total += z.sum(0)
+                code = sparse_latents(self.sae, rows.to(device))
+            value = code.value.double() * is_patch[first:last].flatten().to(device)[code.row]
+            on = on_object[first:last].flatten().to(device)[code.row]
+            inside += code.per_latent(value * on, self.sae.latents).cpu()
+            total += code.per_latent(value, self.sae.latents).cpu()
         share = torch.where(total > 0, inside / total.clamp_min(1e-300), torch.nan)
         chance = float(on_object.sum() / is_patch.sum())
         return MaskShare(share.float(), chance, cover)
@@ -218,9 +221,9 @@ def features(
     fired = torch.zeros(latents, dtype=torch.float64, device=device)
     sums = torch.zeros(latents, dtype=torch.float64, device=device)
     largest = torch.zeros(latents, device=device)
-    empty = (torch.zeros(latents, 0, device=device), torch.zeros(latents, 0, dtype=torch.long,
-                                                                 device=device))  # fmt: skip
-    top_rows, top_images = empty, empty
+    top_rows = (torch.zeros(latents, 0, device=device),
+                torch.zeros(latents, 0, dtype=torch.long, device=device))  # fmt: skip
+    top_images = top_rows
     keep = count * latents * 4 <= image_bytes
     image_max = torch.zeros(count, latents) if keep else None
     per_batch = _images_per_batch(store, sae)
@@ -228,13 +231,13 @@ def features(
                       desc="features"):  # fmt: skip
         last = min(count, first + per_batch)
         with torch.no_grad(), eval_mode(sae):
-            z = sae.encode(store.rows(first * tokens, last * tokens).to(device))
-        fired += (z > 0).sum(0)
-        sums += z.sum(0)
-        largest = torch.maximum(largest, z.amax(0))
-        rows = torch.arange(first * tokens, last * tokens, device=device)
-        top_rows = _merged(top_rows, z.T, rows, top)
-        per_image = z.view(last - first, tokens, latents).amax(1)  # (images, latents)
+            code = sparse_latents(sae, store.rows(first * tokens, last * tokens).to(device))
+        fired += code.per_latent(torch.ones_like(code.value, dtype=torch.float64), latents)
+        sums += code.per_latent(code.value.double(), latents)
+        largest = torch.maximum(largest, code.per_latent(code.value, latents, "amax"))
+        seen = min(top, last * tokens)
+        top_rows = _merged_entries(top_rows, code, first * tokens, seen)
+        per_image = code.image_max(tokens, latents)  # (images, latents)
         top_images = _merged(top_images, per_image.T, torch.arange(first, last, device=device),
                              top)  # fmt: skip
         if image_max is not None:
@@ -265,6 +268,30 @@ def _store_of(sae: SparseAutoencoder, store: ActivationStore | str | None) -> Ac
 def _images_per_batch(store: ActivationStore, sae: SparseAutoencoder) -> int:
     """Whole images per batch whose latents (float32) fit in BATCH_BYTES."""
     return max(1, BATCH_BYTES // (store.tokens_per_image * sae.latents * 4))
+
+
+def _merged_entries(
+    kept: tuple[Tensor, Tensor], code: SparseLatents, first_row: int, top: int
+) -> tuple[Tensor, Tensor]:
+    """The ``top`` largest of the kept (latents, t) values and rows with the batch's non-zero
+    entries (its rows numbered from ``first_row``): (latents, top) values, largest first, and
+    their rows (-1 where fewer than ``top`` rows fired)."""
+    latents = len(kept[0])
+    held = kept[0] > 0
+    owner = torch.arange(latents, device=held.device)[:, None].expand_as(held)[held]
+    latent = torch.cat([owner, code.latent])
+    value = torch.cat([kept[0][held], code.value])
+    row = torch.cat([kept[1][held], code.row + first_row])
+    order = value.argsort(descending=True, stable=True)
+    order = order[latent[order].argsort(stable=True)]  # by latent, each largest first
+    latent, value, row = latent[order], value[order], row[order]
+    rank = torch.arange(len(latent), device=latent.device) - torch.searchsorted(latent, latent)
+    chosen = rank < top
+    values = value.new_zeros(latents, top)
+    rows = torch.full((latents, top), -1, dtype=torch.long, device=value.device)
+    values[latent[chosen], rank[chosen]] = value[chosen]
+    rows[latent[chosen], rank[chosen]] = row[chosen]
+    return values, rows
 
 
 def _merged(kept: tuple[Tensor, Tensor], values: Tensor, labels: Tensor, top: int):
