@@ -77,8 +77,8 @@ def test_store_passes_of_other_kinds_equal_brute_force(stored, kind):
     torch.testing.assert_close(found.density, (z > 0).float().mean(0))
     torch.testing.assert_close(found.top_values, z.T.topk(4, dim=1).values)
     for latent in range(0, sae.latents, 7):
-        for (image, token, value), want in zip(found.top_patches(latent),
-                                               z[:, latent].topk(4).values, strict=False):  # fmt: skip
+        largest = z[:, latent].topk(4).values
+        for (image, token, value), want in zip(found.top_patches(latent), largest, strict=False):
             assert value == pytest.approx(float(want), rel=1e-6)
             assert float(z[image * 17 + token, latent]) == pytest.approx(value, rel=1e-6)
     torch.testing.assert_close(found.image_max, z.view(24, 17, -1).amax(1))
