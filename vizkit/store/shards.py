@@ -54,11 +54,9 @@ def marker(folder: Path, shard: int) -> Path:
     return folder / "shards" / f"{shard:05d}.json"
 
 
-def write_marker(folder: Path, shard: int, images: range, arrays: dict[str, np.ndarray]) -> None:
+def write_marker(folder: Path, shard: int, images: range, files: dict[str, dict]) -> None:
     """Mark shard ``shard`` done (after its files): its images, and each file's size and
-    SHA-1 (``arrays``: path inside the store -> the array written there)."""
-    files = {path: {"bytes": array.nbytes, "sha1": hashlib.sha1(memoryview(array)).hexdigest()}
-             for path, array in arrays.items()}  # fmt: skip
+    SHA-1 (``files``: path inside the store -> {"bytes": ..., "sha1": ...})."""
     write_json(marker(folder, shard), {"shard": shard, "images": [images.start, images.stop],
                                        "files": files})  # fmt: skip
 

@@ -13,9 +13,12 @@ nothing to decode and no library beside numpy.
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -32,7 +35,6 @@ from ..hooks.selector import LayerSpec, select_layers
 from ..processes import process_group
 from ..runs import replaced_whole, tensor_fingerprint, write_json
 from .manifest import (
-    DTYPES,
     FORMAT,
     StoreSettings,
     differences,
@@ -77,8 +79,8 @@ def cache_activations(
             (drawn from ``seed`` and the image's index).
         dtype: float32, float16 or bfloat16, as stored.
         batch_size: images per forward.
-        shard_bytes: the most one shard holds (all layers), its buffer in memory included:
-            a shard is written when full.
+        shard_bytes: the most one shard's files hold (all layers); each batch's rows are
+            appended as they come, and a shard counts once its files are whole.
         progress: a progress bar over the shards' images.
 
     Returns:
@@ -270,42 +272,39 @@ def _write_shard(
     hm: HookedModel, images: Dataset, shard: int, indices: range, manifest: dict, folder: Path,
     batch_size: int, bar: tqdm,
 ) -> None:  # fmt: skip
-    """Run the shard's images and write its files, then its marker."""
+    """Run the shard's images, appending each batch's rows to the shard's files as it comes
+    (nothing held beyond a batch; the disk writes while the next batch runs), then rename
+    the files into place and write the marker."""
     settings, layers = manifest["settings"], manifest["layers"]
     dtype = getattr(torch, settings["dtype"])
-    buffers = {n: np.empty((len(indices) * spec["tokens_per_image"], spec["width"]),
-                           DTYPES[settings["dtype"]]) for n, spec in layers.items()}  # fmt: skip
-    positions = {n: np.empty((len(indices), spec["tokens_per_image"]), np.int32)
-                 for n, spec in layers.items()}  # fmt: skip
-    loader = DataLoader(Subset(images, indices), batch_size=batch_size, shuffle=False)
-    done = 0
-    for batch in loader:
-        x = check_images(hm.model, _batch_images(batch).to(model_device(hm.model)),
-                         first=indices.start + done)  # fmt: skip
-        index = torch.arange(indices.start + done, indices.start + done + len(x))
-        with torch.no_grad():
-            _, cache = hm.run_with_cache(x, names=list(layers))
-        for name, spec in layers.items():
-            layout = hm.token_layout(tuple(x.shape[-2:]), name)
-            kept = token_positions(settings["tokens"], layout, index, settings["seed"], name)
-            rows = cache[name].gather(1, kept[..., None].expand(-1, -1, spec["width"]).to(
-                cache[name].device))  # fmt: skip
-            _check_finite(rows, dtype, name, index)
-            rows = _as_stored(rows.flatten(0, 1), dtype)
-            start = done * spec["tokens_per_image"]
-            buffers[name][start : start + len(rows)] = rows
-            positions[name][done : done + len(x)] = kept.numpy()
-        done += len(x)
-        bar.update(len(x))
-    arrays = {}
-    for i, name in enumerate(layers):
-        arrays[f"layer{i}/{shard:05d}.bin"] = buffers[name]
-        arrays[f"layer{i}/{shard:05d}.pos"] = positions[name]
+    paths = {name: (f"layer{i}/{shard:05d}.bin", f"layer{i}/{shard:05d}.pos")
+             for i, name in enumerate(layers)}  # fmt: skip
     try:
-        for path, array in arrays.items():
-            with replaced_whole(folder / path) as partial:
-                array.tofile(partial)
-        write_marker(folder, shard, indices, arrays)  # last: the shard counts once all are in
+        with ExitStack() as files:
+            partials = {path: files.enter_context(replaced_whole(folder / path))
+                        for pair in paths.values() for path in pair}  # fmt: skip
+            out = {path: _HashedFile(files.enter_context(partial.open("wb")))
+                   for path, partial in partials.items()}  # fmt: skip
+            loader = DataLoader(Subset(images, indices), batch_size=batch_size, shuffle=False)
+            done = 0
+            for batch in loader:
+                x = check_images(hm.model, _batch_images(batch).to(model_device(hm.model)),
+                                 first=indices.start + done)  # fmt: skip
+                index = torch.arange(indices.start + done, indices.start + done + len(x))
+                with torch.no_grad():
+                    _, cache = hm.run_with_cache(x, names=list(layers))
+                for name in layers:
+                    layout = hm.token_layout(tuple(x.shape[-2:]), name)
+                    kept = token_positions(settings["tokens"], layout, index, settings["seed"],
+                                           name)  # fmt: skip
+                    rows = _kept_rows(cache[name], kept)
+                    _check_finite(rows, dtype, name, index)
+                    out[paths[name][0]].write(_as_stored(rows.flatten(0, 1), dtype))
+                    out[paths[name][1]].write(kept.numpy().astype(np.int32))
+                done += len(x)
+                bar.update(len(x))
+            written = {path: file.summary() for path, file in out.items()}
+        write_marker(folder, shard, indices, written)  # last: the shard counts once all are in
     except OSError as error:  # numpy's "32768 requested and 16384 written" on a full disk
         raise OSError(
             error.errno,
@@ -313,6 +312,33 @@ def _write_shard(
             "or the folder is not writable. The finished shards are kept: free space and run "
             "the same call again to resume.",
         ) from error
+
+
+class _HashedFile:
+    """A file written array by array, with its byte count and SHA-1 kept as it grows."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.bytes, self.sha1 = handle, 0, hashlib.sha1()
+
+    def write(self, array: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        self.handle.write(data)
+        self.sha1.update(data)
+        self.bytes += len(data)
+
+    def summary(self) -> dict:
+        """{"bytes": ..., "sha1": ...}, as the shard's marker records the file."""
+        return {"bytes": self.bytes, "sha1": self.sha1.hexdigest()}
+
+
+def _kept_rows(activations: Tensor, kept: Tensor) -> Tensor:
+    """(B, T, C) the ``kept`` (B, T) token positions of ``activations`` (B, N, C); the
+    activations themselves where every token is kept in order."""
+    every = torch.arange(activations.shape[1])
+    if kept.shape[1] == len(every) and bool((kept == every).all()):
+        return activations
+    index = kept[..., None].expand(-1, -1, activations.shape[-1]).to(activations.device)
+    return activations.gather(1, index)
 
 
 def _needs_writing(folder: Path, manifest: dict, shard: int) -> bool:
@@ -329,15 +355,15 @@ def _check_finite(rows: Tensor, dtype: torch.dtype, layer: str, index: Tensor) -
     """Refuse (B, T, C) activations of images ``index`` (data indices) that are not finite,
     or that ``dtype`` cannot hold (float16 overflows to inf past 65504), before a row is
     stored."""
-    finite = rows.isfinite().flatten(1).all(1)
-    if not finite.all():
-        bad = index[~finite.cpu()].tolist()
+    low, high = torch.aminmax(rows) if rows.numel() else (rows.new_zeros(()),) * 2
+    if not bool(low.isfinite() & high.isfinite()):  # NaN and inf reach the minimum or maximum
+        bad = index[~rows.isfinite().flatten(1).all(1).cpu()].tolist()
         raise ValueError(
             f"{layer}: the model's activations are not finite (NaN or inf) on images "
             f"{bad[:10]} of the data (data indices); nothing of them was stored. Check those "
             "images and the model (e.g. vk.HookedModel(model).run_with_cache on one of them)."
         )
-    largest = float(rows.abs().max()) if rows.numel() else 0.0
+    largest = max(-float(low), float(high))  # NaN and inf propagate into min and max
     if largest > torch.finfo(dtype).max:
         image = int(index[rows.abs().flatten(1).amax(1).argmax().cpu()])
         raise ValueError(
