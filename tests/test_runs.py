@@ -143,3 +143,17 @@ def test_one_fingerprint_of_a_model():
     assert evaluate.model_fingerprint is manifest.model_fingerprint is model_fingerprint
     assert tensor_fingerprint(torch.zeros(2)) != tensor_fingerprint(torch.zeros(2, 1))
     assert tensor_fingerprint(torch.zeros(2)) != tensor_fingerprint(torch.zeros(2).half())
+
+
+def test_the_fingerprint_is_the_one_stores_recorded():
+    """Hashing in place and side by side keeps the digest that stores and evaluation runs
+    written before recorded: SHA-1 of each tensor's shape, dtype and bytes, in state order."""
+    import hashlib
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).to(torch.bfloat16)
+    digest = hashlib.sha1(b"Sequential")
+    for name, tensor in model.state_dict().items():
+        part = hashlib.sha1(f"{tuple(tensor.shape)} {tensor.dtype}".encode())
+        part.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(name.encode() + part.hexdigest().encode())
+    assert model_fingerprint(model) == digest.hexdigest()
