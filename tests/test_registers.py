@@ -5,6 +5,8 @@ image at a time, as the reference runs them."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import timm
 import torch
@@ -117,6 +119,24 @@ def test_the_default_cut_finds_the_planted_neuron_without_a_threshold(planted):
     assert found.by_block()[f"blocks.{LAYER}"] == [NEURON]
 
 
+def test_the_scoring_pass_stops_after_the_last_candidate_block(planted):
+    """Issue 70: the second pass runs no block after the candidates, and scores as the
+    reference does (its rows of those blocks), also with the candidates out of order."""
+    model, x = planted
+    runs = []
+    handle = model.blocks[-1].register_forward_pre_hook(lambda m, a: runs.append(len(a[0])))
+    try:
+        found = vk.text.register_neurons(model, x, layers=[1, 0], threshold=THRESHOLD,
+                                         top_k=3, batch_size=3, progress=False)  # fmt: skip
+    finally:
+        handle.remove()
+    assert runs == [3, 3, 2]  # the norms' pass only
+    assert found.blocks == ["blocks.1", "blocks.0"]  # as asked
+    expected = reference_neuron_scores(model, x, THRESHOLD)[[1, 0]]
+    torch.testing.assert_close(found.scores, expected, rtol=1e-4, atol=1e-6)
+    assert found.neurons[0] == (f"blocks.{LAYER}", NEURON)
+
+
 @pytest.mark.parametrize("scale", [1.0, 2.5])
 def test_the_register_matches_the_reference_intervention_on_every_image(planted, scale):
     model, x = planted
@@ -144,6 +164,33 @@ def test_the_register_takes_the_artifact_and_the_attention(planted):
     assert (effect.register_attention[:, 0] > 0.5).all()  # the class token now reads the register
     assert (effect.output_cosine > 0.9).all() and effect.agreement.all()
     assert effect.deletion.shape == effect.insertion.shape == (2, len(x))
+
+
+@pytest.mark.parametrize("head", [10, 0])
+def test_the_curves_are_the_metrics_own_on_each_model(planted, head):
+    """Issue 70: the curves start from the runs already made (no clean run again); their AUCs
+    are those of `vk.metrics.deletion` and `insertion` run on their own, for a classifier and
+    for a backbone scored by its own embedding."""
+    model, x = copy.deepcopy(planted[0]), planted[1][:3]
+    model.reset_classifier(head)
+    effect = vk.text.register_effect(model, x, {LAYER: [NEURON]}, steps=4)
+    targets = [None, None]
+    if not head:
+        with torch.no_grad():
+            plain = model(x)
+            with vk.text.test_time_register(model, {LAYER: [NEURON]}):
+                targets = [vk.targets.similar_to(o) for o in (plain, model(x))]
+    expected = {"deletion": [], "insertion": []}
+    contexts = [torch.no_grad(), vk.text.test_time_register(model, {LAYER: [NEURON]})]
+    for i, context in enumerate(contexts):
+        with context:
+            for kind in expected:
+                curve = getattr(vk.metrics, kind)(model, x, effect.attention[i], targets[i],
+                                                  steps=4, progress=False)  # fmt: skip
+                expected[kind].append(curve.auc)
+    for kind, aucs in expected.items():
+        torch.testing.assert_close(getattr(effect, kind), torch.stack(aucs), rtol=1e-5,
+                                   atol=1e-6)  # fmt: skip
 
 
 def test_a_backbone_is_scored_by_its_own_embedding(planted):

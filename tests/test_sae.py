@@ -26,7 +26,7 @@ from vizkit.sae.median import geometric_median
 from vizkit.sae.order import ShuffledBatches
 from vizkit.sae.rows import TensorRows
 from vizkit.sae.settings import TrainingSettings
-from vizkit.sae.spliced import splice_hook
+from vizkit.sae.spliced import replaced_tokens, splice_hook
 from vizkit.sae.synthetic import planted_rows
 from vizkit.sae.training import _Run
 
@@ -318,6 +318,28 @@ def test_spliced_score_of_an_exact_reconstruction_changes_nothing(shapes_store):
     trained = spliced_score(model, sae, "shapes", progress=False)
     assert 0 < trained.kl < trained.kl_bias_only and trained.images == 64
     assert "kl_recovered" in repr(trained) and "embedding_cosine" not in repr(trained)
+
+
+def test_the_bias_only_run_is_the_splice_with_every_latent_off(shapes_store):
+    """Issue 70: the bias-only run encodes nothing; its KL is that of `splice_hook` with every
+    latent edited to zero (the earlier computation), and the spliced run's is `splice_hook`'s."""
+    model, store = shapes_store
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=4 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    x = vk.datasets.load_sample()[0][:8]
+    score = spliced_score(model, sae, (x,), batch_size=3, progress=False)
+    hm = vk.HookedModel(model)
+    positions = replaced_tokens(hm, sae, tuple(x.shape[-2:]))
+    with torch.no_grad():
+        clean = model(x).double().log_softmax(-1)
+        expected = {}
+        for what, edit in (("kl", None), ("kl_bias_only", torch.zeros_like)):
+            with hm.hooks(fwd={sae.source["layer"]: splice_hook(sae, positions, edit)}):
+                other = model(x).double().log_softmax(-1)
+            expected[what] = float((clean.exp() * (clean - other)).sum(-1).clamp_min(0).mean())
+    assert expected["kl_bias_only"] > expected["kl"] > 0
+    for what, value in expected.items():
+        assert getattr(score, what) == pytest.approx(value, rel=1e-5)
 
 
 def test_splice_replaces_only_the_stored_tokens():

@@ -88,7 +88,7 @@ def spliced_score(
         if size not in positions:
             positions[size] = replaced_tokens(model, sae, size)
         hook = splice_hook(sae, positions[size])
-        off = splice_hook(sae, positions[size], _every_latent_off)
+        off = _bias_only_hook(sae, positions[size])
         with torch.no_grad(), eval_mode(sae):
             clean = model.model(x)
             with model.hooks(fwd={layer: hook}):
@@ -166,8 +166,18 @@ def splice_hook(
     return hook
 
 
-def _every_latent_off(latents: Tensor) -> Tensor:
-    return torch.zeros_like(latents)
+def _bias_only_hook(sae: SparseAutoencoder, positions: Tensor) -> Callable[..., Tensor]:
+    """`splice_hook` with every latent off: the tokens ``positions`` replaced by the
+    reconstruction of no latent (the decoder bias), which reads nothing, so encodes nothing."""
+    with torch.no_grad():
+        bias = sae.decode(torch.zeros(sae.latents, device=sae.W_dec.device))  # (C,)
+
+    def hook(value: Tensor, *, name: str) -> Tensor:
+        replaced = value.clone()
+        replaced[:, positions] = bias.to(value.device, value.dtype)
+        return replaced
+
+    return hook
 
 
 def _kl(clean: Tensor, other: Tensor) -> Tensor:

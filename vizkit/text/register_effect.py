@@ -23,7 +23,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
 from ..hooks.selector import select_layer
 from ..hooks.targets import is_backbone, model_logits
-from ..metrics.faithfulness import deletion, insertion
+from ..metrics.faithfulness import CurveEnds, CurveScoring, perturbation_curve
 from ..targets import embedding_of, similar_to
 from .register_sites import RegisterSites, register_sites
 from .registers import test_time_register
@@ -123,7 +123,8 @@ def _effect(
         if scored is None and is_backbone(hm.model):
             targets = [similar_to(o) for o in outputs]
         maps = [plain[0], registered[0]]
-        curves = _curves(hm, x, maps, targets, state.neurons, options, steps, progress)
+        curves = _curves(hm, x, maps, targets, (before, after), state.neurons, options, steps,
+                         progress)  # fmt: skip
     return RegisterEffect(
         torch.stack([plain[0], registered[0]]), registered[1],
         torch.stack([plain[2], registered[2]]), registered[3],
@@ -161,15 +162,21 @@ def _read(cache, names: list[str], sites: RegisterSites, layout: TokenLayout, st
             layout.to_grid(norms[:, patches]).cpu(), norms[:, tokens:].cpu())  # fmt: skip
 
 
-def _curves(hm, x, maps, targets, neurons, options, steps, progress) -> dict[str, Tensor]:
+def _curves(hm, x, maps, targets, clean, neurons, options, steps, progress) -> dict[str, Tensor]:
     """Deletion and insertion AUCs (2, B) of the plain map on the plain model and of the
-    registered map with the register."""
+    registered map with the register; ``clean``: each model's output on ``x``, the curves'
+    start (not run again), their baselines run once for both curves."""
     found = {"deletion": [], "insertion": []}
     plain = contextlib.nullcontext()
     registered = test_time_register(hm, neurons, image_size=tuple(x.shape[-2:]), **options)
-    for context, saliency, target in zip((plain, registered), maps, targets, strict=True):
+    rows = torch.arange(len(x), device=x.device)
+    for context, saliency, target, output in zip((plain, registered), maps, targets, clean,
+                                                 strict=True):  # fmt: skip
+        scoring = CurveScoring.of(target)
+        ends = CurveEnds(scoring.read(output, rows), {}, scoring)
         with context:
-            for kind, curve in (("deletion", deletion), ("insertion", insertion)):
-                result = curve(hm, x, saliency, target, steps=steps, progress=progress)
+            for kind, baseline in (("deletion", "zero"), ("insertion", "blur")):
+                result = perturbation_curve(kind, hm, x, saliency, target, "patch", baseline,
+                                            steps, None, progress, ends)  # fmt: skip
                 found[kind].append(result.auc)
     return {kind: torch.stack(aucs) for kind, aucs in found.items()}

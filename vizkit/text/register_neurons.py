@@ -128,6 +128,10 @@ def _find(
                                 "top_k": top_k})  # fmt: skip
 
 
+class _Scored(Exception):
+    """Raised by the last candidate block's hook: the rest of the forward scores nothing."""
+
+
 class _Tally:
     """Scores summed over the images with outliers, and the norms where they appear."""
 
@@ -175,32 +179,49 @@ class _Tally:
         return torch.stack([norms[n] for n in names], 1).cpu()
 
     def _score(self, x: Tensor, outlier: Tensor, sparsity: bool) -> None:
-        """Add each image's neuron scores (one forward of ``x``, hooks on the projections)."""
-        prefix = self.sites.prefix_tokens
-        at = torch.nn.functional.pad(outlier, (prefix, 0)).to(x.device)  # (b, N)
-        handles = []
+        """Add each image's neuron scores: one forward of ``x`` (b, C, H, W) with hooks on the
+        candidate blocks' projections, stopped after the last of them (the blocks after it
+        change no score); ``outlier`` (b, Np) the outlier patches."""
+        image, token = outlier.nonzero(as_tuple=True)  # (n,) each outlier patch
+        token = (token + self.sites.prefix_tokens).to(x.device)
+        image = image.to(x.device)
+        counts = outlier.sum(1, keepdim=True).to(x.device)  # (b, 1)
+        rows = [self.sites.blocks.index(block) for block in self.blocks]
+        handles, fired = [], []
 
-        def score(row: int):
+        def score(row: int, last: bool):
             def hook(module: nn.Module, args: tuple) -> None:
-                hidden = args[0].detach().float()  # (b, N, J)
-                mean = (hidden.abs() * at[..., None]).sum(1) / at.sum(1, keepdim=True)
+                hidden = args[0].detach()  # (b, N, J)
+                at = hidden[image, token].float().abs()  # (n, J): the outlier patches only
+                mean = torch.zeros(len(hidden), at.shape[-1], device=at.device)
+                mean = mean.index_add_(0, image, at) / counts
                 if sparsity:
                     below = (hidden < SPARSE_BELOW).sum(1) >= SPARSE_SHARE * hidden.shape[1]
                     mean = mean * below
                 self.scores[row, : mean.shape[-1]] += mean.sum(0).double().cpu()
+                fired.append(row)
+                if last:
+                    raise _Scored
 
             return hook
 
         try:
-            for row, block in enumerate(self.blocks):
-                linear = self.sites.linears[self.sites.blocks.index(block)]
-                handles.append(self.hm.model.get_submodule(linear).register_forward_pre_hook(
-                    score(row)))  # fmt: skip
+            for row, site in enumerate(rows):
+                linear = self.hm.model.get_submodule(self.sites.linears[site])
+                handles.append(linear.register_forward_pre_hook(score(row, site == max(rows))))
             with torch.no_grad():
                 self.hm.model(x)
+        except _Scored:
+            pass
         finally:
             for handle in handles:
                 handle.remove()
+        if sorted(fired) != list(range(len(rows))):
+            raise RuntimeError(
+                f"The candidate blocks' projections ran {len(fired)} times in one forward, not "
+                f"once each ({len(rows)}): the model does not run its blocks as its modules "
+                "list them, so their neurons cannot be scored."
+            )
 
     def result(self, top_k: int, options: dict) -> RegisterNeurons:
         if not self.with_outliers:
