@@ -19,6 +19,9 @@ Rows (``--rows`` takes their group names, comma-separated):
         images at 224 px against the forward of those images (goal: 1.1x), and `features` and
         `evaluate_sae` over the last block's rows (an autoencoder of 16 x 768 latents, k=32)
         against one encoding pass over them (goal: 1.5x).
+    analyses (`scale_analyses.py`): the other data-set analyses at ViT-B/16.
+    million (`scale_million.py`, only when named): `features` and `evaluate_sae` over a
+        store of a million rows, each once beside one encoding pass, with its peak memory.
 """
 
 from __future__ import annotations
@@ -28,25 +31,28 @@ import tempfile
 import time
 
 import torch
+from scale_million import add_million_options, million_rows
 from scale_ratios import side_by_side
 from timing import add_device_options, device_name, print_and_record
 
 import vizkit as vk
 
 GROUPS = ("decomposition", "browser", "store", "analyses")
+OPT_IN = ("million",)  # a run of its own: minutes per pass over a million rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(GROUPS), help="comma-separated groups")
+    add_million_options(parser)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads")
     args = add_device_options(parser).parse_args()
     torch.set_num_threads(args.threads)
     chosen = [g for g in args.rows.split(",") if g]
-    unknown = sorted(set(chosen) - set(GROUPS))
+    unknown = sorted(set(chosen) - set(GROUPS + OPT_IN))
     if unknown:
-        parser.error(f"unknown rows {unknown}; these exist: {', '.join(GROUPS)}")
+        parser.error(f"unknown rows {unknown}; these exist: {', '.join(GROUPS + OPT_IN)}")
     rows = []
     if "decomposition" in chosen:
         rows += decomposition_rows(args)
@@ -58,6 +64,8 @@ def main() -> None:
         from scale_analyses import analysis_rows
 
         rows += analysis_rows(args)
+    if "million" in chosen:
+        rows += million_rows(args)
     title = f"data-set scale, {device_name(args.device)}, torch {torch.__version__}; multiples"
     columns = ["analysis", "limit", "limit s", "time", "peak", "goal"]
     print_and_record(args, title, columns, rows)
