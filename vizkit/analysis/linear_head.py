@@ -42,22 +42,19 @@ class LinearHead:
     def __call__(self, streams: Tensor) -> Tensor:
         """(B, P, D) the linear part of the head on streams (P, B, N, C)."""
         pooled = torch.einsum("bkq,pbqc->bpkc", self.weights, streams.float())
-        return self._apply(pooled)
+        return self.read(pooled)
 
     def read(self, pooled: Tensor) -> Tensor:
-        """(B, H, D) pooled head terms (B, H, K, C) through the maps."""
-        return self._apply(pooled)
+        """(B, X, D) pooled reads (B, X, K, C) through the maps: sum_k maps[b, k] @
+        pooled[b, x, k] (X: streams, or heads' terms)."""
+        if self._shared is not None:
+            return pooled.flatten(2) @ self._shared
+        return torch.einsum("bxkc,bkdc->bxd", pooled, self.maps)
 
     def through(self, w_o: Tensor) -> Tensor:
         """(B or 1, K, H, D, d) each read's map times each head's slice of an output
         projection ``w_o`` (C, H, d)."""
         return torch.einsum("bkdc,chm->bkhdm", self.maps, w_o)
-
-    def _apply(self, pooled: Tensor) -> Tensor:
-        """(B, X, D) for pooled reads (B, X, K, C): sum_k maps[b, k] @ pooled[b, x, k]."""
-        if self._shared is not None:
-            return pooled.flatten(2) @ self._shared
-        return torch.einsum("bxkc,bkdc->bxd", pooled, self.maps)
 
 
 def first_tokens_head(

@@ -13,7 +13,8 @@ Every step is checked on the model at hand, and refused with the reason where it
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +27,7 @@ from ..targets import embedding_of
 __all__ = [
     "BRANCHES",
     "StreamReadout",
+    "StreamRun",
     "block_activations",
     "check_close",
     "edited_forward",
@@ -38,6 +40,7 @@ __all__ = [
     "residual_blocks",
     "split_stream",
     "stream_parts",
+    "stream_run",
 ]
 
 BRANCHES = ("hook_attn_out", "hook_mlp_out")
@@ -131,6 +134,45 @@ def split_stream(acts: dict[str, Tensor], blocks: list[str]) -> tuple[Tensor, li
     return parts, labels, acts[final]
 
 
+@dataclass
+class StreamRun:
+    """One clean run read for the stream's decomposition (`stream_run`).
+
+    Attributes:
+        output: the model's output.
+        acts: name -> activation: the `part_names` and the others asked for.
+        parts: (P, B, N, C) the stream's parts, ``labels`` their names, ``final`` (B, N, C)
+            the last block's output: `split_stream` of ``acts``.
+        scales: `post_block_scales` of the run.
+    """
+
+    output: object
+    acts: dict[str, Tensor]
+    parts: Tensor
+    labels: list[str]
+    final: Tensor
+    scales: list
+
+    def readout(self, hm: HookedModel, x: Tensor, blocks: list[str]) -> StreamReadout:
+        """The `StreamReadout` of this run (on images x, the run's input)."""
+        return StreamReadout(hm, x, blocks, (self.output, self.final, self.scales))
+
+
+def stream_run(
+    hm: HookedModel, x: Tensor, blocks: list[str], names: Sequence[str] = ()
+) -> StreamRun:
+    """One clean run of x (B, C, H, W), without gradients, reading the stream's `part_names`,
+    ``names`` and the post-block norms' scales, its stream split (`split_stream`).
+
+    Raises:
+        ValueError: the stream is not one sum of the blocks' outputs."""
+    read = list(dict.fromkeys([*part_names(blocks), *names]))
+    with post_block_scales(hm.model, blocks[-1]) as scales, torch.no_grad():
+        output, cache = hm.run_with_cache(x, read)
+    acts = {n: cache[n] for n in read}
+    return StreamRun(output, acts, *split_stream(acts, blocks), scales)
+
+
 def check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:
     scale = expected.abs().max().clamp_min(1e-12)
     error = float((value - expected).abs().max() / scale)
@@ -185,18 +227,9 @@ class StreamReadout:
         self.readout = self._family_readout(output)
 
     def _family_readout(self, output: object) -> Callable[[Tensor], Tensor] | None:
-        family = self.hm.family.readout
-        if family is None:
+        readout = self.hm.family.readout
+        if readout is None:
             return None
-        # what the model adds after its vision model's pooled output: `ImageTower`'s
-        # readout_projection, transformers' visual_projection (CLIPVisionModelWithProjection)
-        model = self.hm.model
-        projection = getattr(model, "readout_projection", getattr(model, "visual_projection", None))
-
-        def projected(tokens: Tensor) -> Tensor:
-            return projection(family(tokens))
-
-        readout = projected if isinstance(projection, nn.Module) else family
         try:
             with torch.no_grad():
                 read = readout(self.stream)

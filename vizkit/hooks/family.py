@@ -32,6 +32,8 @@ __all__ = [
     "class_key",
     "families",
     "family_layout",
+    "inner_layout",
+    "projected",
     "register_family",
     "residual_spec",
     "unplaced_site",
@@ -253,11 +255,26 @@ def family_layout(model: nn.Module) -> FamilyLayout | None:
     layout = _lookup("models", model)
     if layout is not None:
         return layout(model)
+    return inner_layout(model)
+
+
+def inner_layout(model: nn.Module) -> FamilyLayout | None:
+    """The layout of the first registered model among ``model``'s modules (not ``model``
+    itself), its paths under that module; None where there is none."""
     for path, module in model.named_modules():
         layout = _lookup("models", module) if path else None
         if layout is not None:
             return _under(layout(module), path)
     return None
+
+
+def projected(layout: FamilyLayout | None, projection: nn.Module | None) -> FamilyLayout | None:
+    """``layout`` with its readout followed by ``projection``: what a model adds after the
+    pooled output of the model it holds (transformers' ``visual_projection``)."""
+    if layout is not None and layout.readout is not None and projection is not None:
+        pooled = layout.readout
+        layout.readout = lambda tokens: projection(pooled(tokens))
+    return layout
 
 
 def _under(layout: FamilyLayout, root: str) -> FamilyLayout:
@@ -271,7 +288,7 @@ def _under(layout: FamilyLayout, root: str) -> FamilyLayout:
         dataclasses.replace(tap, name=inside(tap.name), module=inside(tap.module))
         for tap in layout.extra
     ]
-    layout.root = root
+    layout.root = inside(layout.root) if layout.root else root
     return layout
 
 

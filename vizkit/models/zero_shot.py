@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..hooks.family import Family, FamilyLayout, inner_layout, projected, register_family
 from ..hooks.inputs import check_number
 from ..targets import embedding_of
 
@@ -97,14 +98,21 @@ class ImageTower(nn.Module):
         super().__init__()
         self.model = model
         self.encode = _image_encoder(model)
-        # what the embedding adds after the vision model's pooled output (transformers'
-        # visual_projection; open_clip's tower projects inside): read by `StreamReadout`
-        projection = getattr(model, "visual_projection", None)
-        self.readout_projection = projection if isinstance(projection, nn.Linear) else None
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, C, H, W) images -> (B, D) image embeddings."""
         return self.encode(x)
+
+
+def _tower_layout(tower: ImageTower) -> FamilyLayout | None:
+    """The layout of the vision tower inside, read out through what the embedding adds after
+    its pooled output (transformers' ``visual_projection``; open_clip's tower projects
+    inside)."""
+    projection = getattr(tower.model, "visual_projection", None)
+    return projected(inner_layout(tower), projection if isinstance(projection, nn.Linear) else None)
+
+
+register_family(Family("image_tower", "vizkit", models={ImageTower: _tower_layout}))
 
 
 def image_tower(model: nn.Module) -> nn.Module:

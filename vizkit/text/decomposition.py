@@ -26,14 +26,13 @@ from torch import Tensor, nn
 from ..analysis.linear_head import LinearHead, first_tokens_head
 from ..analysis.residual_stream import (
     StreamReadout,
+    StreamRun,
     check_close,
     head_outputs,
-    part_names,
     pattern_name,
-    post_block_scales,
     require_full_precision,
     residual_blocks,
-    split_stream,
+    stream_run,
 )
 from ..analysis.result import Result
 from ..hooks import HookedModel, TokenLayout
@@ -181,12 +180,12 @@ def _decompose(
     if token_blocks and not heads:
         raise ValueError("tokens= splits the heads by source token, so it needs heads=True.")
     run = _clean_run(hm, x, blocks, heads)
-    parts, labels, _ = split_stream(run.acts, blocks)
-    embedding = _embedding(run.output)
-    if pooling_head(hm.model) is None:
-        readout, remainder = StreamReadout(hm, x, blocks, run.readout), None
+    parts, labels = run.stream.parts, run.stream.labels
+    embedding = _embedding(run.stream.output)
+    if run.pooled is None:
+        readout, remainder = run.stream.readout(hm, x, blocks), None
     else:  # the head MLP's term is a part of its own
-        readout = PoolingReadout(hm, x, blocks, embedding, run.readout)
+        readout = PoolingReadout(hm, x, blocks, embedding, (run.stream.final, run.pooled))
         remainder = readout.remainder
         parts, labels = torch.cat([parts, torch.zeros_like(parts[:1])]), [*labels, "head mlp"]
     constant = _frozen(readout, torch.zeros_like(readout.stream))
@@ -231,31 +230,24 @@ def _decompose(
 
 @dataclass
 class _CleanRun:
-    """What the one clean forward read: the stream's parts' activations (`part_names`), each
-    block's map and `HeadValues` (where read), and the readout's run (`StreamReadout`'s: output,
-    final stream, post-block norm scales; `PoolingReadout`'s: final stream, pooled z)."""
+    """What the one clean forward read: the stream (`stream_run`), each block's map and
+    `HeadValues` (where read), and SigLIP's pooled z (B, D) (None without a pooling head)."""
 
-    acts: dict[str, Tensor]
-    output: object
-    readout: tuple
+    stream: StreamRun
     maps: dict[str, Tensor]
     values: dict[str, HeadValues]
+    pooled: Tensor | None
 
 
 def _clean_run(hm: HookedModel, x: Tensor, blocks: list[str], heads: bool) -> _CleanRun:
-    names = part_names(blocks)
     patterns = {b: _pattern(hm, b) for b in blocks} if heads else {}
     attention = {b: p.removesuffix(".hook_pattern") for b, p in patterns.items()}
     pooling = pooling_head(hm.model) is not None
-    with (post_block_scales(hm.model, blocks[-1]) as scales,
-          reading_values(hm.model, attention) as values,
-          pooled_output(hm.model) if pooling else nullcontext({}) as pooled,
-          torch.no_grad()):  # fmt: skip
-        output, cache = hm.run_with_cache(x, [*names, *patterns.values()])
-    acts = {n: cache[n] for n in names}
-    maps = {b: cache[p] for b, p in patterns.items()}
-    readout = (acts[names[-1]], pooled["z"]) if pooling else (output, acts[names[-1]], scales)
-    return _CleanRun(acts, output, readout, maps, dict(values))
+    with (reading_values(hm.model, attention) as values,
+          pooled_output(hm.model) if pooling else nullcontext({}) as pooled):  # fmt: skip
+        stream = stream_run(hm, x, blocks, list(patterns.values()))
+    maps = {b: stream.acts[p] for b, p in patterns.items()}
+    return _CleanRun(stream, maps, dict(values), pooled["z"] if pooling else None)
 
 
 def _pattern(hm: HookedModel, block: str) -> str:
@@ -282,7 +274,7 @@ def _direct_heads(
     for i, block in enumerate(blocks):
         values, pattern = run.values[block], run.maps[block]
         pooled, mixing = values.pooled_terms(pattern, head.weights)
-        error = values.check(pooled, run.acts[f"{block}.hook_attn_out"], head.weights)
+        error = values.check(pooled, run.stream.acts[f"{block}.hook_attn_out"], head.weights)
         if not error <= TOLERANCE:
             notes["speed"] = (f"{block}'s heads read off its values differ from its attention "
                               f"output by {error:.1e}; read through its graph")  # fmt: skip

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...hooks.family import BlockSite, Family, FamilyLayout, ResidualSpec, register_family
+from ...hooks.family import (
+    BlockSite,
+    Family,
+    FamilyLayout,
+    ResidualSpec,
+    inner_layout,
+    projected,
+    register_family,
+)
 from ...hooks.taps import Tap
 from .common import embedding_tokens, returned_map
 
@@ -41,6 +49,12 @@ def _pooled(model: nn.Module):
     return readout
 
 
+def _with_projection(model: nn.Module) -> FamilyLayout | None:
+    """``CLIPVisionModelWithProjection``: its vision model's layout, read out through its
+    ``visual_projection`` (its image embedding)."""
+    return projected(inner_layout(model), model.visual_projection)
+
+
 # x + self_attn(layer_norm1(x)) (ending in out_proj); x + mlp(layer_norm2(x))
 CLIP_LAYER = ResidualSpec("self_attn.out_proj", "mlp", "layer_norm2")
 
@@ -48,7 +62,11 @@ FAMILY = register_family(
     Family(
         "clip",
         "transformers",
-        models={f"{_CLIP}:CLIPVisionModel": layout, f"{_SIGLIP}:SiglipVisionModel": layout},
+        models={
+            f"{_CLIP}:CLIPVisionModel": layout,
+            f"{_CLIP}:CLIPVisionModelWithProjection": _with_projection,
+            f"{_SIGLIP}:SiglipVisionModel": layout,
+        },
         blocks={
             f"{_CLIP}:CLIPEncoderLayer": CLIP_LAYER,
             f"{_SIGLIP}:SiglipEncoderLayer": CLIP_LAYER,
