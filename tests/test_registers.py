@@ -166,6 +166,19 @@ def test_the_register_takes_the_artifact_and_the_attention(planted):
     assert effect.deletion.shape == effect.insertion.shape == (2, len(x))
 
 
+def test_the_sparsity_filter_counted_in_parts_is_the_whole_count():
+    """The filter counts 32 tokens at a time; the count is the reference's over every token,
+    at the boundary (exactly half the tokens below 0.5) too."""
+    from vizkit.text.register_neurons import _sparse
+
+    hidden = torch.randn(3, 101, 40, generator=torch.Generator().manual_seed(0))
+    hidden[0, :, 0] = torch.where(torch.arange(101) < 51, 0.0, 1.0)  # 51 of 101 below
+    hidden[0, :, 1] = torch.where(torch.arange(101) < 50, 0.0, 1.0)  # 50 of 101
+    expected = (hidden < 0.5).sum(1) >= 0.5 * hidden.shape[1]
+    assert torch.equal(_sparse(hidden), expected)
+    assert expected[0, 0] and not expected[0, 1]
+
+
 @pytest.mark.parametrize("head", [10, 0])
 def test_the_curves_are_the_metrics_own_on_each_model(planted, head):
     """Issue 70: the curves start from the runs already made (no clean run again); their AUCs

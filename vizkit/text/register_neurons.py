@@ -128,6 +128,14 @@ def _find(
                                 "top_k": top_k})  # fmt: skip
 
 
+def _sparse(hidden: Tensor) -> Tensor:
+    """(b, J) whether each neuron is below `SPARSE_BELOW` on at least `SPARSE_SHARE` of the
+    tokens of ``hidden`` (b, N, J); counted 32 tokens at a time (a mask of every token and the
+    integer copy a sum makes of it would hold 3x the activations' bytes)."""
+    below = sum((part < SPARSE_BELOW).sum(1, dtype=torch.int32) for part in hidden.split(32, 1))
+    return below >= SPARSE_SHARE * hidden.shape[1]
+
+
 class _Scored(Exception):
     """Raised by the last candidate block's hook: the rest of the forward scores nothing."""
 
@@ -196,8 +204,7 @@ class _Tally:
                 mean = torch.zeros(len(hidden), at.shape[-1], device=at.device)
                 mean = mean.index_add_(0, image, at) / counts
                 if sparsity:
-                    below = (hidden < SPARSE_BELOW).sum(1) >= SPARSE_SHARE * hidden.shape[1]
-                    mean = mean * below
+                    mean = mean * _sparse(hidden)
                 self.scores[row, : mean.shape[-1]] += mean.sum(0).double().cpu()
                 fired.append(row)
                 if last:
