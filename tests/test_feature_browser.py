@@ -8,6 +8,7 @@ import torch
 from test_sae import state
 
 import vizkit as vk
+from vizkit.sae.effects import ablation, edited_outputs, model_outputs, steering
 from vizkit.widgets import FeatureBrowser
 from vizkit.widgets.feature_browser import CLICK_HINT
 
@@ -131,3 +132,22 @@ def test_the_bars_equal_the_public_intervention(browsed):
     index = [list(vk.datasets.SHAPE_CLASSES).index(n) for n in names]
     assert list(bars[0].y) == pytest.approx(clean[index].tolist(), abs=1e-6)
     assert list(bars[1].y) == pytest.approx(edited[index].tolist(), abs=1e-6)
+
+
+def test_edits_run_from_the_layer_and_equal_the_whole_model(browsed):
+    """The logit effects' forward gives the first 16 images' outputs and proves the path from
+    the autoencoder's layer on (`vizkit.analysis.resume`); edits along it equal the whole
+    model's, to 1e-5 of the outputs' scale."""
+    model, images, sae, browser, before = browsed
+    outputs = browser.outputs
+    assert outputs.why == "" and outputs.resumed is not None
+    assert set(range(16)) <= set(outputs.outputs)
+    chosen = [0, 5, 20, 63]
+    for edit, _ in (ablation(sae, [1, 3]), steering(sae, 2, 1.5)):
+        want = edited_outputs(model, sae, images[chosen], edit)
+        torch.testing.assert_close(outputs.edited(chosen, edit), want, rtol=0,
+                                   atol=1e-5 * float(want.abs().max()))  # fmt: skip
+    want = model_outputs(model, images[chosen])
+    torch.testing.assert_close(outputs.clean(chosen), want, rtol=0,
+                               atol=1e-5 * float(want.abs().max()))  # fmt: skip
+    assert state(model)[:2] == before[:2]

@@ -13,7 +13,7 @@ from test_sae import state
 
 import vizkit as vk
 from vizkit.sae import latent_stats
-from vizkit.sae.effects import ablate, logit_effects, steer
+from vizkit.sae.effects import ablate, effects_and_run, logit_effects, steer
 from vizkit.sae.latent_stats import features
 
 LAST = "blocks.1.hook_resid_post"
@@ -251,3 +251,19 @@ def test_latent_maps_need_patches(tmp_path):
     sae = vk.train_sae(store, expansion=1, k=2, batch_size=6, tokens=12, progress=False)
     with pytest.raises(ValueError, match="not on patches"):
         vk.sae.latent_maps(model, sae, images[:2])
+
+
+def test_effects_and_run_are_the_logit_effects_and_the_clean_run(trained):
+    """One forward for both: the logit effects of `logit_effects`, the model's outputs, the
+    activation at the autoencoder's layer and the path from there, proved."""
+    model, images, _, sae = trained
+    x = images[:8]
+    effects, run = effects_and_run(model, sae, x)
+    want = logit_effects(model, sae, x).effects
+    torch.testing.assert_close(effects.effects, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    hm = vk.HookedModel(model)
+    with torch.no_grad():
+        logits, cache = hm.run_with_cache(x, LAST)
+    torch.testing.assert_close(run.output, logits, rtol=0, atol=1e-5 * float(logits.abs().max()))
+    assert torch.equal(run.stream, cache[LAST])
+    assert run.why == "" and run.resumed is not None

@@ -13,14 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from ..analysis.linear_head import first_tokens_head
-from ..analysis.residual_stream import (
-    StreamReadout,
-    check_close,
-    part_names,
-    post_block_scales,
-    residual_blocks,
-    split_stream,
-)
+from ..analysis.residual_stream import StreamReadout, check_close, residual_blocks, stream_run
+from ..analysis.resume import LayerRun, block_calls, proved_run
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images, check_number
@@ -29,7 +23,7 @@ from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens, splice_hook
 
-__all__ = ["Intervention", "LogitEffects", "ablate", "logit_effects", "steer"]
+__all__ = ["Intervention", "LogitEffects", "ablate", "effects_and_run", "logit_effects", "steer"]
 
 MAX_BYTES = 256 * 2**20  # what one pass over the head's Jacobian holds
 
@@ -79,8 +73,40 @@ def logit_effects(
             residual stream), or the model's stream is not one sum of block outputs.
     """
     x = check_images(model.model, x)
-    positions = replaced_tokens(model, sae, tuple(x.shape[-2:]))
-    blocks = residual_blocks(model)
+    blocks, positions = _direct_path(model, sae, x)
+    readout = stream_run(model, x, blocks).readout(model, x, blocks)  # the parts dropped
+    return _effects(sae, x, positions, readout, classes)
+
+
+@analysis_contract(classifier="logit effects read each decoder direction through the head")
+def effects_and_run(
+    model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor
+) -> tuple[LogitEffects, LayerRun]:
+    """`logit_effects` of every class on images x (B, C, H, W) and, from the same forward,
+    the `LayerRun` at the autoencoder's layer (`vizkit.analysis.resume`): each image's output
+    and activation there, and the forward from there where the run proves it."""
+    x = check_images(model.model, x)
+    blocks, positions = _direct_path(model, sae, x)
+    readout, run = _readout_and_run(model, x, blocks, sae.source["layer"])
+    return _effects(sae, x, positions, readout, None), run
+
+
+def _readout_and_run(
+    hm: HookedModel, x: Tensor, blocks: list[str], layer: str
+) -> tuple[StreamReadout, LayerRun]:
+    """The `StreamReadout` and the `LayerRun` at ``layer`` of one clean run of x (the
+    stream's parts dropped on return)."""
+    with block_calls(hm, layer) as calls:
+        run = stream_run(hm, x, blocks, [layer])
+    resumable = proved_run(hm, x, layer, calls, run.output, run.acts[layer])
+    return run.readout(hm, x, blocks), resumable
+
+
+def _direct_path(hm: HookedModel, sae: SparseAutoencoder, x: Tensor) -> tuple[list[str], Tensor]:
+    """(the residual blocks, the token positions the autoencoder reads), where its layer is a
+    block's input or output; else ValueError."""
+    positions = replaced_tokens(hm, sae, tuple(x.shape[-2:]))
+    blocks = residual_blocks(hm)
     streams = {f"{b}.{leaf}" for b in blocks for leaf in ("hook_resid_pre", "hook_resid_post")}
     if sae.source["layer"] not in streams:
         raise ValueError(
@@ -89,7 +115,14 @@ def logit_effects(
             f"{blocks[-1]}.hook_resid_post). Use vk.sae.ablate or vk.sae.steer for its "
             "effect through the model."
         )
-    readout = _checked_readout(model, x, blocks)
+    return blocks, positions
+
+
+def _effects(
+    sae: SparseAutoencoder, x: Tensor, positions: Tensor, readout: StreamReadout,
+    classes: Sequence[int] | None,
+) -> LogitEffects:  # fmt: skip
+    """`logit_effects` through the frozen head of a clean run of images x."""
     directions = (sae.W_dec / sae.input_scale).detach().to(x.device)  # (latents, C)
     count = readout.logits.shape[-1]
     chosen = list(range(count)) if classes is None else list(classes)
@@ -98,16 +131,6 @@ def logit_effects(
     reads = _summed_gradients(readout, positions, chosen)  # (classes, C)
     return LogitEffects((reads.to(directions.dtype) @ directions.T).cpu(), sae.source["layer"],
                         len(x), chosen)  # fmt: skip
-
-
-def _checked_readout(hm: HookedModel, x: Tensor, blocks: list[str]) -> StreamReadout:
-    """The frozen head on one clean run of x, which also refuses a stream that is not the sum
-    of the blocks' outputs (`split_stream`)."""
-    names = part_names(blocks)
-    with post_block_scales(hm.model, blocks[-1]) as scales, torch.no_grad():
-        output, cache = hm.run_with_cache(x, names)
-    split_stream(cache, blocks)
-    return StreamReadout(hm, x, blocks, (output, cache[names[-1]], scales))
 
 
 def _summed_gradients(readout: StreamReadout, positions, classes: list[int]) -> Tensor:

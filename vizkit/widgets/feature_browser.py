@@ -13,8 +13,9 @@ from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
 from ..hooks.targets import is_backbone
-from ..sae import Intervention, SparseAutoencoder, features, logit_effects
-from ..sae.effects import ablation, edited_outputs, model_outputs, steering
+from ..sae import Intervention, SparseAutoencoder, features
+from ..sae.effects import ablation, effects_and_run, steering
+from ..sae.image_outputs import ImageOutputs, TensorCache
 from ..store import ActivationStore
 from ..viz import display_images
 from ..viz.overlay import heatmap_on_image
@@ -30,6 +31,7 @@ CLICK_HINT = "<br><sup>click a patch to list the latents firing there</sup>"
 COLUMNS = 4  # top images per row
 GAP_PX = 80  # px between the images and the bars: room for the bars' ticks and axis title
 LISTED = 200  # latents in the list at a time
+MAP_BYTES = 256 * 2**20  # the images' heat maps kept
 
 
 class FeatureBrowser(Explorer):
@@ -72,14 +74,16 @@ class FeatureBrowser(Explorer):
         self.features.store.check_images(images)
         self.images = check_images(model, images)
         self.display = display_images(images, model, mean, std)
-        probe = self.images[: min(16, len(images))]
-        try:
-            self.effects = logit_effects(model, sae, probe)
+        self.outputs = ImageOutputs(model, sae, self.images)  # each clean one computed once
+        probe = list(range(min(16, len(images))))
+        try:  # the logit effects' forward also gives the probe's outputs
+            self.effects, run = effects_and_run(self.outputs.hm, sae, self.images[probe])
+            self.outputs.add(probe, run)
         except ValueError:  # no direct path (an inner activation): no logit-effect order
             self.effects = None
         self.classes = list(classes) if classes is not None else None
         self.clicked: tuple[int, int] | None = None  # (image, token)
-        self._clean_outputs: dict[int, Tensor] = {}  # image -> the model's output on it
+        self._maps = TensorCache(MAP_BYTES)  # image -> (latents, gh, gw) its heat maps
         self.order = widgets.ToggleButtons(options=self._orders(), description="order")
         count = 0 if self.effects is None else self.effects.effects.shape[0]
         self.cls = widgets.Dropdown(options=self._class_options(count, ""), description="class")
@@ -206,7 +210,7 @@ class FeatureBrowser(Explorer):
         largest = max(float(self.features.max_activation[latent]), 1e-6)
         for n, (image, _) in enumerate(shown):
             row, col = divmod(n, COLUMNS)
-            heat = self.features.heatmap(latent, image)
+            heat = self._heatmap(latent, image, [i for i, _ in shown])
             for trace in heatmap_on_image(self.display[image], heat, coloraxis="coloraxis",
                                           name=f"image {image}"):  # fmt: skip
                 trace.meta = image if isinstance(trace, go.Heatmap) else None
@@ -227,6 +231,15 @@ class FeatureBrowser(Explorer):
             "(image: its largest activation there)" + CLICK_HINT
         )
         return finish(fig, title, 200 + 200 * rows)
+
+    def _heatmap(self, latent: int, image: int, shown: list[int]) -> Tensor:
+        """(gh, gw) the latent's map over stored image ``image``: every latent's maps of an
+        image read at once (`Features.heatmap`) and kept (at most MAP_BYTES, the images
+        ``shown`` kept), so a new latent's top images seen before cost no encoding."""
+        if image not in self._maps:
+            self._maps[image] = self.features.heatmap(list(range(self.sae.latents)), image)
+            self._maps.trim(set(shown))
+        return self._maps[image][latent]
 
     def _add_bars(
         self, fig: go.Figure, latent: int, edited: list[int], result: Intervention
@@ -262,7 +275,8 @@ class FeatureBrowser(Explorer):
 
     def _intervention(self, latent: int) -> tuple[list[int], Intervention]:
         """(the images edited, the intervention's result): each image's clean output computed
-        once, the edited ones once per latent and edit."""
+        once, the edited ones once per latent and edit (from the autoencoder's layer on, where
+        `ImageOutputs` proved that path)."""
         if self.action.value == "ablate":
             chosen = [i for i, _ in self.features.top_images(latent, self.top)]
             edit, what = ablation(self.sae, latent)
@@ -272,21 +286,11 @@ class FeatureBrowser(Explorer):
             strength = self.strength.value * float(self.features.max_activation[latent])
             edit, what = steering(self.sae, latent, round(strength, 2))
             key = ("steer", latent, self.strength.value)
-        edited = self.cached(key, lambda: edited_outputs(
-            self.model, self.sae, self.images[chosen], edit))  # fmt: skip
+        edited = self.cached(key, lambda: self.outputs.edited(chosen, edit))
         kind = "embedding" if is_backbone(self.model) else "logits"
-        result = Intervention(self._clean(chosen), edited,
+        result = Intervention(self.outputs.clean(chosen), edited,
                               f"{what} at {self.sae.source['layer']}", kind)  # fmt: skip
         return chosen, result
-
-    def _clean(self, chosen: list[int]) -> Tensor:
-        """(len(chosen), K) the model's outputs on the images ``chosen``, each computed once."""
-        missing = [i for i in dict.fromkeys(chosen) if i not in self._clean_outputs]
-        if missing:
-            for i, row in zip(missing, model_outputs(self.model, self.images[missing]),
-                              strict=True):  # fmt: skip
-                self._clean_outputs[i] = row
-        return torch.stack([self._clean_outputs[i] for i in chosen])
 
     def _quiet_images(self, latent: int) -> list[int]:
         """The ``top`` images the latent fires least on (the first images without the
