@@ -77,7 +77,7 @@ def _measured(folder: Path, args: argparse.Namespace) -> list[list]:
 
     base, base_peak = _once(encode)
     what = f"{len(store):,} rows of {store.width}, {sae.latents:,} latents"
-    rows = [[f"store of {what.split(',')[0]} written (1-block ViT)", "", "",
+    rows = [[f"store of {len(store):,} rows written (1-block ViT)", "", "",
              f"{written:.0f} s", "", ""]]  # fmt: skip
     for name, call in (("features", lambda: vk.sae.features(sae, store, progress=False)),
                        ("evaluate_sae", lambda: vk.sae.evaluate_sae(sae, store,
