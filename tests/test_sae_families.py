@@ -13,6 +13,7 @@ from test_sae import state
 
 import vizkit as vk
 from vizkit import coverage
+from vizkit.sae.effects import ablation, edited_outputs
 from vizkit.widgets import FeatureBrowser
 
 TIMM = ("vision_transformer", "deit", "eva", "cait", "swin_transformer", "xcit", "resnet")
@@ -68,6 +69,10 @@ def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
     assert result.output == ("logits" if score.kl is not None else "embedding")
     browser = FeatureBrowser(model, sae, x, top=2)
     assert browser.latent.value == latent and browser.static().layout.title.text
+    edit, _ = ablation(sae, latent)  # from the layer on where the family's path is proved
+    want = edited_outputs(model, sae, x, edit)
+    torch.testing.assert_close(browser.outputs.edited([2, 0, 1], edit), want[[2, 0, 1]],
+                               rtol=0, atol=1e-5 * float(want.abs().max()))  # fmt: skip
     after = state(model)
     assert after[:2] == before[:2]
     assert all(torch.equal(v, after[2][k]) for k, v in before[2].items())
