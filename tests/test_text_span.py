@@ -215,6 +215,64 @@ def test_heads_read_in_the_forward_equal_the_graph_oracle(name):
         assert scale > 0 and torch.allclose(ours, oracle, atol=1e-5 * scale)
 
 
+def _held_runs(monkeypatch) -> list:
+    """The clean runs the decomposition makes from now on, as it holds them."""
+    decomposition = importlib.import_module("vizkit.text.decomposition")
+    clean_run, held = decomposition._clean_run, []
+
+    def holding(*args):
+        held.append(clean_run(*args))
+        return held[-1]
+
+    monkeypatch.setattr(decomposition, "_clean_run", holding)
+    return held
+
+
+def _assert_equal_results(ours, full) -> None:
+    for name in ("contributions", "constant", "embedding", "heads", "tokens"):
+        value, expected = getattr(ours, name), getattr(full, name)
+        assert value.shape == expected.shape, name
+        scale = float(expected.abs().max())
+        assert torch.allclose(value, expected, rtol=0, atol=1e-5 * scale), name
+
+
+@pytest.mark.parametrize("name", ["open_clip", "hf_clip", "clip_shapes"])
+def test_a_class_token_head_keeps_only_the_rows_it_reads(name, monkeypatch):
+    """A head that reads the class token alone needs each part's and each map's first row
+    only (and every token's values): one forward that keeps just those, equal to the
+    decomposition that keeps every row."""
+    decomposition = importlib.import_module("vizkit.text.decomposition")
+    held = _held_runs(monkeypatch)
+    model = MODELS[name]()
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(12))
+    cut = embedding_decomposition(model, x, tokens=[0, -1])
+    (run,) = held
+    tokens = 1 + cut.layout.num_patches
+    assert run.stream.parts.shape[1:3] == (3, 1)
+    assert {m.shape[2:] for m in run.maps.values()} == {(1, tokens)}
+    assert {v.values.shape[1] for v in run.values.values()} == {tokens}
+    assert run.stream.final.shape[1] == tokens
+    monkeypatch.setattr(decomposition, "rows_hint", lambda *args: None)
+    full = embedding_decomposition(model, x, tokens=[0, -1])
+    assert held[1].stream.parts.shape[2] == tokens
+    assert {m.shape[2:] for m in held[1].maps.values()} == {(tokens, tokens)}
+    _assert_equal_results(cut, full)
+
+
+def test_a_wrong_rows_hint_reads_every_row_again(monkeypatch):
+    """SigLIP's pooling head reads every token: told it reads the first one, the
+    decomposition finds the head reads more and runs again keeping every row."""
+    decomposition = importlib.import_module("vizkit.text.decomposition")
+    model = _siglip()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(13))
+    full = embedding_decomposition(model, x, tokens=-1)
+    held = _held_runs(monkeypatch)
+    monkeypatch.setattr(decomposition, "rows_hint", lambda *args: 1)
+    again = embedding_decomposition(model, x, tokens=-1)
+    assert [run.stream.parts.shape[2] for run in held] == [1, 16]
+    _assert_equal_results(again, full)
+
+
 def test_cosine_shares_sum_to_the_cosine():
     model = _ours()
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))

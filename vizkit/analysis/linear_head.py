@@ -51,6 +51,13 @@ class LinearHead:
             return pooled.flatten(2) @ self._shared
         return torch.einsum("bxkc,bkdc->bxd", pooled, self.maps)
 
+    def first_rows(self, rows: int) -> LinearHead | None:
+        """This head on streams cut to their first ``rows`` tokens (B, rows, C); None where it
+        reads a later token."""
+        if bool(self.weights[..., rows:].any()):
+            return None
+        return LinearHead(self.weights[..., :rows], self.maps)
+
     def through(self, w_o: Tensor) -> Tensor:
         """(B or 1, K, H, D, d) each read's map times each head's slice of an output
         projection ``w_o`` (C, H, d)."""

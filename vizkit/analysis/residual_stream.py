@@ -140,10 +140,12 @@ class StreamRun:
 
     Attributes:
         output: the model's output.
-        acts: name -> activation: the `part_names` and the others asked for.
-        parts: (P, B, N, C) the stream's parts, ``labels`` their names, ``final`` (B, N, C)
-            the last block's output: `split_stream` of ``acts``.
+        acts: name -> activation: the `part_names` and the others asked for (with ``rows``:
+            their first rows, the final stream whole).
+        parts: (P, B, N, C) the stream's parts (N: ``rows`` where given), ``labels`` their
+            names, ``final`` (B, N, C) the last block's output: `split_stream` of ``acts``.
         scales: `post_block_scales` of the run.
+        rows: the tokens kept of the parts and maps; None: all.
     """
 
     output: object
@@ -152,6 +154,7 @@ class StreamRun:
     labels: list[str]
     final: Tensor
     scales: list
+    rows: int | None = None
 
     def readout(self, hm: HookedModel, x: Tensor, blocks: list[str]) -> StreamReadout:
         """The `StreamReadout` of this run (on images x, the run's input)."""
@@ -159,18 +162,50 @@ class StreamRun:
 
 
 def stream_run(
-    hm: HookedModel, x: Tensor, blocks: list[str], names: Sequence[str] = ()
-) -> StreamRun:
+    hm: HookedModel, x: Tensor, blocks: list[str], names: Sequence[str] = (),
+    rows: int | None = None,
+) -> StreamRun:  # fmt: skip
     """One clean run of x (B, C, H, W), without gradients, reading the stream's `part_names`,
     ``names`` and the post-block norms' scales, its stream split (`split_stream`).
+
+    Args:
+        rows: keep only each part's first ``rows`` tokens (B, R, C) and each map's first
+            ``rows`` query rows (B, H, R, N), cut in the forward (the final stream whole), for
+            a head that reads only those; None: every token.
 
     Raises:
         ValueError: the stream is not one sum of the blocks' outputs."""
     read = list(dict.fromkeys([*part_names(blocks), *names]))
+    last = part_names(blocks)[-1]
     with post_block_scales(hm.model, blocks[-1]) as scales, torch.no_grad():
-        output, cache = hm.run_with_cache(x, read)
-    acts = {n: cache[n] for n in read}
-    return StreamRun(output, acts, *split_stream(acts, blocks), scales)
+        if rows is None:
+            output, cache = hm.run_with_cache(x, read)
+            acts = {n: cache[n] for n in read}
+        else:
+            output, acts = _first_rows_run(hm, x, read, rows, last)
+    cut = acts if rows is None else {**acts, last: acts[last][:, :rows]}
+    parts, labels, _ = split_stream(cut, blocks)
+    return StreamRun(output, acts, parts, labels, acts[last], scales, rows)
+
+
+def _first_rows_run(
+    hm: HookedModel, x: Tensor, names: list[str], rows: int, whole: str
+) -> tuple[object, dict[str, Tensor]]:
+    """The model's output on x and each of ``names`` cut to its first ``rows`` tokens as the
+    forward makes it (a map (B, H, N, N) to its first query rows), ``whole`` kept whole."""
+    acts: dict[str, Tensor] = {}
+
+    def keep(t: Tensor, *, name: str) -> None:
+        if name == whole:
+            acts[name] = t.detach().clone()
+        elif name.endswith(".hook_pattern"):
+            acts[name] = t.detach()[:, :, :rows].clone()
+        else:
+            acts[name] = t.detach()[:, :rows].clone()
+
+    with hm.hooks(fwd=dict.fromkeys(names, keep), read_only=True):
+        output = hm.model(x)
+    return output, acts
 
 
 def check_close(what: str, value: Tensor, expected: Tensor, of: str, reason: str) -> None:

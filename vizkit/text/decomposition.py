@@ -179,7 +179,62 @@ def _decompose(
         tokens, blocks, arg="tokens", what="blocks")  # fmt: skip
     if token_blocks and not heads:
         raise ValueError("tokens= splits the heads by source token, so it needs heads=True.")
-    run = _clean_run(hm, x, blocks, heads)
+    keep = [blocks.index(b) for b in token_blocks]
+    rows = None if check_heads else rows_hint(hm, tuple(x.shape[-2:]))
+    read = _read(hm, x, blocks, heads, keep, max_bytes, rows)
+    if read is None:  # the head reads past the rows kept, or through the graph: every row
+        read = _read(hm, x, blocks, heads, keep, max_bytes, None)
+    result = EmbeddingDecomposition(
+        read.labels, read.contributions, read.constant, read.embedding, blocks,
+        notes=read.notes, layout=hm.token_layout(tuple(x.shape[-2:])),
+        options={"heads": heads, "tokens": token_blocks, "width": read.width},
+        image_size=tuple(x.shape[-2:]),
+    )  # fmt: skip
+    if read.split is not None:
+        result.heads = read.split[0]
+        if token_blocks:
+            result.token_blocks, result.tokens = token_blocks, read.split[1]
+        if check_heads:
+            _check_heads(hm, x, blocks, read.parts, read.readout, result)
+    return result
+
+
+def rows_hint(hm: HookedModel, image_size: tuple[int, int]) -> int | None:
+    """The first tokens the head is expected to read alone: the prefix tokens, where the
+    family's readout reads a class token and no pooling head reads the stream; None: every
+    token (SigLIP's pooling weights depend on the whole final stream). A hint only: `_read`
+    checks it against the head it finds."""
+    if hm.family.readout is None or pooling_head(hm.model) is not None:
+        return None
+    layout = hm.token_layout(image_size)
+    return layout.num_prefix_tokens if layout is not None and layout.class_token else None
+
+
+@dataclass
+class _Read:
+    """The decomposition of one clean run: the part ``labels``, ``contributions`` (B, P, D),
+    ``constant`` and ``embedding`` (B, D), the heads' ``split`` (`_direct_heads`), the
+    ``parts`` and ``readout`` (for `_check_heads`), the stream's ``width`` and ``notes``."""
+
+    labels: list[str]
+    contributions: Tensor
+    constant: Tensor
+    embedding: Tensor
+    split: tuple[Tensor, Tensor | None] | None
+    parts: Tensor
+    readout: StreamReadout
+    width: int
+    notes: dict[str, str]
+
+
+def _read(
+    hm: HookedModel, x: Tensor, blocks: list[str], heads: bool, keep: list[int],
+    max_bytes: int, rows: int | None,
+) -> _Read | None:  # fmt: skip
+    """The decomposition from one clean run keeping the first ``rows`` tokens of each part
+    and map (None: all); None where the head reads a later token or the heads need the
+    graph, which needs them all."""
+    run = _clean_run(hm, x, blocks, heads, rows)
     parts, labels = run.stream.parts, run.stream.labels
     embedding = _embedding(run.stream.output)
     if run.pooled is None:
@@ -193,17 +248,22 @@ def _decompose(
     check_close("The frozen head at the clean stream", _frozen(readout, readout.stream), pooled,
                 "the model's", "a norm after the blocks vizkit cannot freeze")  # fmt: skip
     dims = embedding.shape[-1]
-    keep = [blocks.index(b) for b in token_blocks]
     notes: dict[str, str] = {}
     if remainder is None:
         head = first_tokens_head(readout, dims, max_bytes, notes)
     else:
         head = readout.linear_head()
+    if rows is not None:
+        head = None if head is None else head.first_rows(rows)
+        if head is None:
+            return None
     split = None
     if head is not None and heads:
         split = _direct_heads(run, blocks, keep, head, notes)
     if head is not None and (split is not None or not heads):
         contributions = head(parts).cpu()
+    elif rows is not None:
+        return None
     else:
         contributions, by_token = graph_split(hm, x, blocks, readout, parts, dims, heads,
                                               max_bytes)  # fmt: skip
@@ -214,18 +274,8 @@ def _decompose(
                 contributions.sum(1) + constant.cpu(), embedding.cpu(), "the embedding",
                 "the head is not affine in the stream once its norms are frozen (an "
                 "attention-pooling head vizkit does not know, an MLP head)")  # fmt: skip
-    result = EmbeddingDecomposition(
-        labels, contributions, constant.cpu(), embedding.cpu(), blocks, notes=notes,
-        options={"heads": heads, "tokens": token_blocks, "width": readout.stream.shape[-1]},
-        layout=hm.token_layout(tuple(x.shape[-2:])), image_size=tuple(x.shape[-2:]),
-    )  # fmt: skip
-    if split is not None:
-        result.heads = split[0]
-        if token_blocks:
-            result.token_blocks, result.tokens = token_blocks, split[1]
-        if check_heads:
-            _check_heads(hm, x, blocks, parts, readout, result)
-    return result
+    return _Read(labels, contributions, constant.cpu(), embedding.cpu(), split, parts, readout,
+                 readout.stream.shape[-1], notes)  # fmt: skip
 
 
 @dataclass
@@ -239,13 +289,16 @@ class _CleanRun:
     pooled: Tensor | None
 
 
-def _clean_run(hm: HookedModel, x: Tensor, blocks: list[str], heads: bool) -> _CleanRun:
+def _clean_run(
+    hm: HookedModel, x: Tensor, blocks: list[str], heads: bool, rows: int | None
+) -> _CleanRun:
+    """The clean forward, the parts and maps cut to their first ``rows`` tokens (None: all)."""
     patterns = {b: _pattern(hm, b) for b in blocks} if heads else {}
     attention = {b: p.removesuffix(".hook_pattern") for b, p in patterns.items()}
     pooling = pooling_head(hm.model) is not None
     with (reading_values(hm.model, attention) as values,
           pooled_output(hm.model) if pooling else nullcontext({}) as pooled):  # fmt: skip
-        stream = stream_run(hm, x, blocks, list(patterns.values()))
+        stream = stream_run(hm, x, blocks, list(patterns.values()), rows)
     maps = {b: stream.acts[p] for b, p in patterns.items()}
     return _CleanRun(stream, maps, dict(values), pooled["z"] if pooling else None)
 
