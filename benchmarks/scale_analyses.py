@@ -41,6 +41,7 @@ from scale_ratios import side_by_side
 from torch import Tensor, nn
 
 import vizkit as vk
+from vizkit.methods.registry import registered
 from vizkit.metrics.faithfulness import baseline_images
 
 COMPARED = ["gradcam", "attnlrp", "rollout", "class_attention"]
@@ -169,7 +170,7 @@ def _compare(model: nn.Module, args: argparse.Namespace) -> list:
     hm = vk.HookedModel(model)
     with torch.no_grad():
         target = model(x).argmax(-1)
-    methods = [vk.methods.registered(name) for name in COMPARED]
+    methods = [registered(name) for name in COMPARED]
     base = [torch.zeros_like(x), baseline_images(x, "blur")]
 
     def compare() -> None:
