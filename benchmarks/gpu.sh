@@ -63,7 +63,8 @@ LIMIT=30 step benchmarks/metrics.py --device cuda --repeats 2 --record
 # training tokens/s against Overcomplete on the same store (printed to the log)
 LIMIT=30 step benchmarks/store.py --device cuda --images 512 --batch 64 --repeats 2
 LIMIT=40 step benchmarks/sae.py --device cuda --images 512 --rows 8192 --expansion 16 --epochs 2 --repeats 2
-LIMIT=60 step benchmarks/scale.py --device cuda --repeats 2 --record
+LIMIT=60 step benchmarks/scale.py --device cuda --rows decomposition,browser,store --repeats 2 --record
+LIMIT=120 step benchmarks/scale.py --device cuda --rows analyses --repeats 2 --record
 step benchmarks/gradcam.py --device cuda "${vit_b[@]}" --batch 64 --dtype bfloat16 --record
 step benchmarks/capture.py --device cuda --models vit_base_patch16_224 --batch 64 --dtype bfloat16 --record
 step benchmarks/rollout.py --device cuda --size 518 --batch 32 --repeats 3 --record

@@ -66,7 +66,8 @@ def main() -> None:
         rows += analysis_rows(args)
     if "million" in chosen:
         rows += million_rows(args)
-    title = f"data-set scale, {device_name(args.device)}, torch {torch.__version__}; multiples"
+    title = (f"data-set scale ({', '.join(chosen)}), {device_name(args.device)}, torch "
+             f"{torch.__version__}; multiples")  # fmt: skip
     columns = ["analysis", "limit", "limit s", "time", "peak", "goal"]
     print_and_record(args, title, columns, rows)
 
