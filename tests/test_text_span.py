@@ -5,6 +5,7 @@ open_clip's weights), and the greedy text basis follows the reference algorithm'
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -398,6 +399,51 @@ def _decomposed(images: int = 12):
     model = _ours()
     x = torch.randn(images, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     return model, decompose_images(model, x, batch_size=5, tokens=[-2, -1], progress=False)
+
+
+def test_images_are_decomposed_in_batches_their_bytes_allow(monkeypatch):
+    """decompose_images decomposes the first image alone, then as many images per batch as
+    the byte budget holds by what that one held (at most batch_size), equal to one batch."""
+    from vizkit.text.decomposition import image_bytes
+
+    span_module = importlib.import_module("vizkit.text.span")
+    model = _ours()
+    x = torch.randn(12, 3, 32, 32, generator=torch.Generator().manual_seed(14))
+    whole = embedding_decomposition(model, x, tokens=-1)
+    per_image = image_bytes(embedding_decomposition(model, x[:1], tokens=-1))
+    assert per_image > 0
+    sizes = []
+
+    def counted(model, images, **kwargs):
+        sizes.append(len(images))
+        return embedding_decomposition(model, images, **kwargs)
+
+    monkeypatch.setattr(span_module, "embedding_decomposition", counted)
+    for budget, limit, expected in ((3 * per_image + 1, 64, [1, 3, 3, 3, 2]),
+                                    (per_image - 1, 64, [1] * 12),
+                                    (2**40, 4, [1, 4, 4, 3])):  # fmt: skip
+        sizes.clear()
+        batched = decompose_images(model, x, batch_size=limit, tokens=-1, progress=False,
+                                   max_bytes=budget)  # fmt: skip
+        assert sizes == expected
+        _assert_equal_results(batched, whole)
+
+
+def test_the_bytes_held_follow_the_rows_kept():
+    """A class token's rows for CLIP, every row for SigLIP: at ViT-B/16's shape about 45 MB an
+    image with every row, under a third of that with the class token's."""
+    from vizkit.text.decomposition import image_bytes
+
+    clip = embedding_decomposition(_hf_clip(), torch.randn(1, 3, 32, 32), tokens=-1)
+    assert clip.options["rows"] == 1 and clip.options["sequence"] == 17
+    siglip = embedding_decomposition(_siglip(), torch.randn(1, 3, 32, 32), tokens=-1)
+    assert siglip.options["rows"] == siglip.options["sequence"] == 16
+    big = dataclasses.replace(clip, blocks=["b"] * 12, heads=torch.zeros(1, 12, 12, 512),
+                              token_blocks=[], embedding=torch.zeros(1, 512),
+                              options={"width": 768, "sequence": 197, "rows": 197})  # fmt: skip
+    full = image_bytes(big)
+    assert 40e6 < full < 55e6
+    assert image_bytes(dataclasses.replace(big, options={**big.options, "rows": 1})) < full / 3
 
 
 def test_mean_ablation_replaces_parts_by_their_mean():

@@ -45,7 +45,7 @@ from .attention_graph import graph_split
 from .head_values import HeadValues, reading_values
 from .pooling import PoolingReadout, pooled_output, pooling_head
 
-__all__ = ["EmbeddingDecomposition", "embedding_decomposition"]
+__all__ = ["EmbeddingDecomposition", "embedding_decomposition", "image_bytes"]
 
 TOLERANCE = 1e-4  # of the largest magnitude of the whole a split must add up to
 MAX_BYTES = 256 * 2**20  # the Jacobian rows and map gradients one pass holds
@@ -187,7 +187,8 @@ def _decompose(
     result = EmbeddingDecomposition(
         read.labels, read.contributions, read.constant, read.embedding, blocks,
         notes=read.notes, layout=hm.token_layout(tuple(x.shape[-2:])),
-        options={"heads": heads, "tokens": token_blocks, "width": read.width},
+        options={"heads": heads, "tokens": token_blocks, "width": read.width,
+                 "sequence": read.sequence, "rows": read.rows},
         image_size=tuple(x.shape[-2:]),
     )  # fmt: skip
     if read.split is not None:
@@ -197,6 +198,27 @@ def _decompose(
         if check_heads:
             _check_heads(hm, x, blocks, read.parts, read.readout, result)
     return result
+
+
+def image_bytes(result: EmbeddingDecomposition) -> int:
+    """The bytes one image's decomposition holds at once, from its layout (blocks L, heads H,
+    tokens N, rows R kept of each part and map, width C, embedding D, token blocks T): the
+    maps (L, H, R, N), values (L, N, C), parts (2L + 2, R, C) and final stream (N, C) of the
+    clean run, one block's map and MLP in the forward (H N N + 4 N C), the head's Jacobian
+    (D, R, C) where it reads R < N rows, and the result with its token terms ((2L + 1 + L H) D
+    + (T + 2) H N D where T > 0); float32.
+    """
+    blocks, dims, width = len(result.blocks), result.embedding.shape[-1], result.options["width"]
+    tokens, rows = result.options["sequence"], result.options["rows"]
+    heads = 0 if result.heads is None else result.heads.shape[2]
+    run = blocks * heads * rows * tokens + blocks * tokens * width
+    run += (2 * blocks + 2) * rows * width + tokens * width
+    forward = heads * tokens * tokens + 4 * tokens * width
+    jacobian = dims * rows * width if rows < tokens else 0  # a pooling head's maps: shared
+    held = jacobian + (2 * blocks + 1 + blocks * heads) * dims
+    if result.token_blocks:  # the token terms, and two blocks' worth while they are made
+        held += (len(result.token_blocks) + 2) * heads * tokens * dims
+    return 4 * (run + forward + held)
 
 
 def rows_hint(hm: HookedModel, image_size: tuple[int, int]) -> int | None:
@@ -214,7 +236,8 @@ def rows_hint(hm: HookedModel, image_size: tuple[int, int]) -> int | None:
 class _Read:
     """The decomposition of one clean run: the part ``labels``, ``contributions`` (B, P, D),
     ``constant`` and ``embedding`` (B, D), the heads' ``split`` (`_direct_heads`), the
-    ``parts`` and ``readout`` (for `_check_heads`), the stream's ``width`` and ``notes``."""
+    ``parts`` and ``readout`` (for `_check_heads`), the stream's ``width`` and tokens
+    (``sequence``), the ``rows`` of each part and map kept, and ``notes``."""
 
     labels: list[str]
     contributions: Tensor
@@ -224,6 +247,8 @@ class _Read:
     parts: Tensor
     readout: StreamReadout
     width: int
+    sequence: int
+    rows: int
     notes: dict[str, str]
 
 
@@ -274,8 +299,9 @@ def _read(
                 contributions.sum(1) + constant.cpu(), embedding.cpu(), "the embedding",
                 "the head is not affine in the stream once its norms are frozen (an "
                 "attention-pooling head vizkit does not know, an MLP head)")  # fmt: skip
+    sequence, width = readout.stream.shape[1:]
     return _Read(labels, contributions, constant.cpu(), embedding.cpu(), split, parts, readout,
-                 readout.stream.shape[-1], notes)  # fmt: skip
+                 width, sequence, parts.shape[2], notes)  # fmt: skip
 
 
 @dataclass

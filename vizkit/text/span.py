@@ -25,9 +25,11 @@ from ..hooks import TokenLayout
 from ..hooks.inputs import check_count
 from ..hooks.selector import select_layers
 from ..targets import encode_texts
-from .decomposition import EmbeddingDecomposition, embedding_decomposition
+from .decomposition import EmbeddingDecomposition, embedding_decomposition, image_bytes
 
 __all__ = ["SpannedTexts", "TextSpan", "decompose_images", "span_texts", "text_span"]
+
+MAX_BYTES = 512 * 2**20  # what one batch's decomposition may hold
 
 
 @dataclass
@@ -151,17 +153,25 @@ class TextSpan(Result):
 
 
 def decompose_images(
-    model: nn.Module, images: Tensor, batch_size: int = 64, tokens=None, progress: bool = True
-) -> EmbeddingDecomposition:
-    """`embedding_decomposition` of ``images`` (n, C, H, W) in batches of ``batch_size``,
-    concatenated: the result holds (n, L, H, D) heads (and (n, T, H, N, D) tokens where
-    ``tokens`` names blocks), a batch's forward at a time besides."""
+    model: nn.Module, images: Tensor, batch_size: int = 64, tokens=None, progress: bool = True,
+    max_bytes: int = MAX_BYTES,
+) -> EmbeddingDecomposition:  # fmt: skip
+    """`embedding_decomposition` of ``images`` (n, C, H, W), concatenated: the result holds
+    (n, L, H, D) heads (and (n, T, H, N, D) tokens where ``tokens`` names blocks).
+
+    The first image is decomposed alone; the rest in batches of as many images as
+    ``max_bytes`` holds by what that image's decomposition held (`image_bytes`: all of
+    ViT-B/16's maps for SigLIP, a class token's rows for CLIP), at most ``batch_size``."""
     batch_size = check_count("batch_size", batch_size)
-    pieces = []
-    for start in tqdm(range(0, len(images), batch_size), disable=not progress,
-                      desc="decomposing", leave=False):  # fmt: skip
-        pieces.append(embedding_decomposition(
-            model, images[start : start + batch_size], tokens=tokens))  # fmt: skip
+    max_bytes = check_count("max_bytes", max_bytes)
+    with tqdm(total=len(images), disable=not progress, desc="decomposing", leave=False) as bar:
+        pieces = [embedding_decomposition(model, images[:1], tokens=tokens)]
+        bar.update(1)
+        batch = max(1, min(batch_size, max_bytes // image_bytes(pieces[0])))
+        for start in range(1, len(images), batch):
+            pieces.append(embedding_decomposition(
+                model, images[start : start + batch], tokens=tokens))  # fmt: skip
+            bar.update(len(pieces[-1].embedding))
     first = pieces[0]
     joined = {name: torch.cat([getattr(p, name) for p in pieces])
               for name in ("contributions", "constant", "embedding", "heads")}  # fmt: skip
