@@ -44,6 +44,7 @@ def test_the_sparse_code_and_its_reconstruction_equal_the_dense_ones(kind):
         torch.testing.assert_close(code.decode(sae), x_hat, rtol=0, atol=1e-5 * scale)
         torch.testing.assert_close(code.image_max(3, sae.latents),
                                    z.view(100, 3, -1).amax(1), rtol=0, atol=0)  # fmt: skip
+        torch.testing.assert_close(code.fired(sae.latents), (z != 0).sum(0).double())
 
 
 def test_a_row_with_no_latent_on_decodes_to_the_bias():

@@ -88,8 +88,7 @@ def evaluate_sae(
             error += float((code.decode(sae) - x).double().square().sum())
             squares += float(x.double().square().sum())
             sums += x.double().sum(0)
-            fired += code.per_latent(torch.ones_like(code.value, dtype=torch.float64),
-                                     sae.latents)  # fmt: skip
+            fired += code.fired(sae.latents)
             active += len(code.value)
             total += len(x)
     spread = squares - float(sums.square().sum()) / total  # sum ||x - mean||^2

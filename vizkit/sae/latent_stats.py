@@ -232,7 +232,7 @@ def features(
         last = min(count, first + per_batch)
         with torch.no_grad(), eval_mode(sae):
             code = sparse_latents(sae, store.rows(first * tokens, last * tokens).to(device))
-        fired += code.per_latent(torch.ones_like(code.value, dtype=torch.float64), latents)
+        fired += code.fired(latents)
         sums += code.per_latent(code.value.double(), latents)
         largest = torch.maximum(largest, code.per_latent(code.value, latents, "amax"))
         seen = min(top, last * tokens)

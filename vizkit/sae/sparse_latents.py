@@ -44,6 +44,10 @@ class SparseLatents:
                                  per_sample_weights=self.value)  # fmt: skip
         return (summed + sae.b_dec) / sae.input_scale
 
+    def fired(self, latents: int) -> Tensor:
+        """(latents,) float64 how many of the rows each latent is non-zero on."""
+        return torch.bincount(self.latent, minlength=latents).double()
+
     def per_latent(self, values: Tensor, latents: int, reduce: str = "sum") -> Tensor:
         """(latents,) ``values`` (nnz,) reduced over each latent's entries ("sum" or "amax";
         0 for a latent with none)."""
