@@ -166,8 +166,10 @@ def reloaded_explorer(browser, tries: int = 3) -> str:
     for _ in range(tries):
         browser.refresh()
         state = wait_for(
-            lambda: browser.execute_script(EXPLORER_STATE)
-            or ("lost" if browser.execute_script(MODEL_NOT_FOUND) else None),
+            lambda: (
+                browser.execute_script(EXPLORER_STATE)
+                or ("lost" if browser.execute_script(MODEL_NOT_FOUND) else None)
+            ),
             180,
             "the reloaded explorer",
         )
