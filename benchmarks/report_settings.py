@@ -33,7 +33,7 @@ def order(table, metric: str) -> str:
     """The methods from best to worst by ``metric`` (NaN rows, methods that do not apply, out)."""
     j = table.metrics.index(metric)
     values = table.values[:, j]
-    better_high = vk.metrics.compare.METRICS[metric]
+    better_high = vk.metrics.METRICS[metric].higher
     ranked = sorted(
         (i for i in range(len(table.methods)) if not values[i].isnan()),
         key=lambda i: -values[i] if better_high else values[i],

@@ -51,7 +51,7 @@ def test_both_run_on_vit_families_and_refuse_bad_options():
         result = method(model, x[:2], target=0, samples=2)
         assert result.maps.shape == (2, *x.shape[-2:]) and torch.isfinite(result.maps).all()
     with pytest.raises(ValueError, match="noise"):
-        vk.smoothgrad(model, x[:1], noise=0.0)
+        vk.smoothgrad(model, x[:1], noise=-0.1)
     with pytest.raises(ValueError, match="baselines must be"):
         vk.gradientshap(model, x[:1], baselines=torch.zeros(1, 3, 8, 8))
 
@@ -74,6 +74,24 @@ def test_smoothed_averages_any_method_over_noisy_copies():
     )
     with pytest.raises(KeyError, match="Unknown saliency method 'nope'"):
         vk.smoothed("nope", model, x)
+
+
+def test_smoothed_saliency_is_smoothgrad_one_noise_for_both():
+    """On one-channel images the saliency map is |gradient| (no channel to take the max over),
+    so smoothing it is SmoothGrad: equal only if both draw the same noisy copies, whatever
+    the passes (noise 0: the input gradient itself, in both)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Tanh(), nn.Flatten(),
+                          nn.Linear(4 * 8 * 8, 3)).eval()  # fmt: skip
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    for noise in (0.3, 0.0):
+        smooth = vk.smoothgrad(model, x, target=1, samples=4, noise=noise, seed=5)
+        each = vk.smoothed("saliency", model, x, target=1, samples=4, noise=noise, seed=5,
+                           max_bytes=pass_budget(model, x, 5, True))  # fmt: skip
+        torch.testing.assert_close(each.maps, smooth.maps, rtol=1e-5, atol=1e-7)
+    plain = vk.saliency(model, x, target=1).maps
+    torch.testing.assert_close(each.maps, plain, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(vk.smoothed("saliency", model, x, target=1, noise=0.3).maps, plain)
 
 
 @pytest.mark.parametrize("method", [vk.smoothgrad, vk.gradientshap])

@@ -220,13 +220,13 @@ def test_a_model_compiled_in_place_runs_every_method_eagerly_and_stays_compiled(
     """model.compile() routes each call through dynamo, which cannot trace the hooks (they read
     tensor sizes); every analysis runs the plain forward while it holds the model."""
     model, x = _vit(), _batch()
-    expected = {name: vk.metrics.METHODS[name](model, x, target=1).maps for name in _SOME_METHODS}
+    expected = {name: vk.methods.METHODS[name](model, x, target=1).maps for name in _SOME_METHODS}
     patterns = vk.attention(model, x).patterns
     model.compile(backend="eager")
     compiled_call = model._compiled_call_impl
     torch.testing.assert_close(vk.attention(model, x).patterns, patterns)
     for name, maps in expected.items():
-        torch.testing.assert_close(vk.metrics.METHODS[name](model, x, target=1).maps, maps)
+        torch.testing.assert_close(vk.methods.METHODS[name](model, x, target=1).maps, maps)
     assert model._compiled_call_impl is compiled_call  # still compiled for the user's calls
 
 

@@ -231,7 +231,7 @@ def test_compare_saliency_runs_every_registered_method(shapes):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the methods that do not apply are noted
         table = vk.compare_saliency(model, x[:2], methods="all", target=labels[:2], steps=2)
-    assert table.methods[-1] == "random" and set(table.methods) == set(vk.metrics.METHODS)
+    assert table.methods[-1] == "random" and set(table.methods) == set(vk.methods.METHODS)
     skipped = {m for i, m in enumerate(table.methods) if table.values[i].isnan().all()}
     assert skipped <= set(table.notes) and "attnlrp" not in skipped
     assert set(table.ranking()) == set(table.methods) - skipped

@@ -7,6 +7,7 @@ vizkit now runs itself, agree with captum's estimators."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -28,6 +29,7 @@ MULTI_COPY = {
     "occlusion": (False, {}),
     "scorecam": (False, {}),
     "ablationcam": (False, {}),
+    "smoothed": (True, {"samples": 3}),  # smoothed("gradcam", ...): any method's copies
 }
 
 
@@ -75,7 +77,8 @@ def _passes(model: nn.Module, method: str, x: torch.Tensor, **options) -> tuple[
     sizes = []
     handle = model.blocks[-1].register_forward_pre_hook(lambda m, args: sizes.append(len(args[0])))
     try:
-        result = getattr(vk, method)(model, x, target=[0, 1, 2, 3], **options)
+        run = functools.partial(vk.smoothed, "gradcam") if method == "smoothed" else None
+        result = (run or getattr(vk, method))(model, x, target=[0, 1, 2, 3], **options)
     finally:
         handle.remove()
     return sizes, result

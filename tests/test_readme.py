@@ -117,6 +117,22 @@ def test_add_a_saliency_method_how_to_runs_and_shows_what_it_says():
     assert "absgradcam" in vk.methods.methods()
 
 
+def test_add_a_metric_how_to_runs_and_shows_what_it_says():
+    """docs/how-to/add-a-metric.md: a metric registered from one cell is scored by
+    compare_saliency and evaluate, and its last block removes it from the registry."""
+    scope = {"__name__": "add_a_metric_how_to"}
+    *blocks, last = python_blocks(ROOT / "docs" / "how-to" / "add-a-metric.md")
+    try:
+        for i, block in enumerate(blocks):
+            run(block, f"add-a-metric.md block {i}", scope)
+        assert scope["table"].metrics == ["peak_share", "deletion_auc"]
+        assert scope["evaluated"].per_image.shape == (2, 1, 16)
+        assert "peak_share ↑" in str(scope["table"])
+    finally:
+        run(last, "add-a-metric.md's last block", scope)
+    assert "peak_share" not in vk.metrics.METRICS and "| peak_share |" in str(scope["table"])
+
+
 def test_readme_lists_every_registered_saliency_method():
     """The README's paragraph on the methods is generated from the registry (docs/generate.py
     rewrites it between its markers): it is current, and names each method."""

@@ -13,7 +13,7 @@ import torch
 
 import vizkit as vk
 
-METHODS = sorted(vk.metrics.METHODS)
+METHODS = sorted(vk.methods.METHODS)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def model_and_images():
 def _maps(name, model, x, target):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return vk.metrics.METHODS[name](model, x, target=target).maps
+        return vk.methods.METHODS[name](model, x, target=target).maps
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -46,7 +46,7 @@ def test_every_kind_of_target_follows_one_contract(name, model_and_images):
     torch.testing.assert_close(_maps(name, model, x, logit_3), by_index, **close)
 
 
-@pytest.mark.parametrize("name", [name for name in METHODS if vk.metrics.METHODS[name].targets])
+@pytest.mark.parametrize("name", [name for name in METHODS if vk.methods.METHODS[name].targets])
 def test_a_target_without_a_batch_axis_is_refused(name, model_and_images):
     """out[0] scores image 0 only: taken as every image's score, the other images' maps would
     be zero (or image 0's), so every method refuses it, gradient methods included."""

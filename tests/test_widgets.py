@@ -351,7 +351,7 @@ def test_saliency_comparer_switches_between_methods(shapes_vit):
     assert [t.type for t in comparer.figure.data].count("heatmap") == 1
     assert comparer.figure.layout.title.text.startswith("attnlrp on image 0")
     every = SaliencyComparer(model, images[:1], methods="all", steps=2, progress=False)
-    assert len(every.methods) == len(vk.metrics.METHODS)
+    assert len(every.methods) == len(vk.methods.METHODS)
     rows = {a.y for a in every.figure.layout.annotations if "<b>" in (a.text or "")}
     assert len(rows) >= 3  # 19 methods, six to a row
 

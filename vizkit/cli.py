@@ -214,7 +214,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         data = TensorDataset(*(t[: args.limit] for t in load_sample()))
         _require_sample_size(model, data.tensors[0], args.model)
         methods = args.methods if args.methods else "default"
-        table = evaluate(model.to(args.device), data, methods, args.metrics, args.out,
+        table = evaluate(model.to(args.device), data, methods, args.metrics or "all", args.out,
                          args.batch_size, progress=rank == 0)  # fmt: skip
     finally:
         if world > 1:

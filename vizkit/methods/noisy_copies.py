@@ -11,7 +11,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["mean_over_copies", "target_gradient", "working_dtype"]
+from ..hooks.inputs import check_number
+
+__all__ = ["mean_over_copies", "noise_deviation", "noisy_copies", "target_gradient",
+           "working_dtype"]  # fmt: skip
 
 Attribute = Callable[[Tensor, list[torch.Generator]], Tensor]
 
@@ -19,23 +22,40 @@ Attribute = Callable[[Tensor, list[torch.Generator]], Tensor]
 def mean_over_copies(
     x: Tensor, samples: int, per_pass: int, seed: int, attribute: Attribute
 ) -> Tensor:
-    """(B, C, H, W), float32 or x's float64: for each image of x (B, C, H, W) the mean over
-    its ``samples``
-    copies of ``attribute(rows, generators)``, which gives (n, C, H, W) for n copies of the
-    images ``rows`` (n,), each copy drawing from its own generator; ``per_pass`` copies at a
-    time, image by image."""
+    """(B, ...) float32 or x's float64: for each image of x (B, C, H, W) the mean over its
+    ``samples`` copies of ``attribute(rows, generators)``, which gives (n, ...) for n copies
+    of the images ``rows`` (n,) (gradients (n, C, H, W), a method's maps (n, h, w)), each
+    copy drawing from its own generator; ``per_pass`` copies at a time, image by image."""
     seeds = torch.randint(
         0, 2**62, (len(x) * samples,), generator=torch.Generator().manual_seed(seed)
     )
-    total = torch.zeros(x.shape, dtype=working_dtype(x), device=x.device)
+    total = None
     for copies in torch.arange(len(x) * samples).split(per_pass):
         generators = [torch.Generator(x.device).manual_seed(int(seeds[c])) for c in copies]
         rows = (copies // samples).to(x.device)
-        attributions = attribute(rows, generators).to(total.dtype)
+        attributions = attribute(rows, generators).to(working_dtype(x))
+        if total is None:
+            total = attributions.new_zeros((len(x), *attributions.shape[1:]))
         images, counts = torch.unique_consecutive(copies // samples, return_counts=True)
         for image, part in zip(images.tolist(), attributions.split(counts.tolist()), strict=True):
             total[image] += part.sum(0)  # in a fixed order (index_add_ is not, on CUDA)
     return total / samples
+
+
+def noise_deviation(x: Tensor, noise: float) -> float:
+    """The noise's standard deviation for images x: ``noise`` (>= 0; 0 gives copies of the
+    images themselves) times the batch's value range (Smilkov et al. 2017, Sec. 3)."""
+    noise = check_number("noise", noise, 0.0)
+    return float(noise * (x.max() - x.min()).detach())
+
+
+def noisy_copies(x: Tensor, rows: Tensor, generators: list[torch.Generator], stdev: float):
+    """(n, C, H, W) the images ``rows`` (n,) of x (B, C, H, W), in `working_dtype`, each plus
+    Gaussian noise of standard deviation ``stdev`` drawn from its own generator."""
+    images = x.detach().to(working_dtype(x))
+    draws = [torch.randn(x.shape[1:], generator=g, device=x.device, dtype=images.dtype)
+             for g in generators]  # fmt: skip
+    return images[rows] + stdev * torch.stack(draws)
 
 
 def working_dtype(x: Tensor) -> torch.dtype:

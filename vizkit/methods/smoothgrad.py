@@ -14,9 +14,9 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.gradient_graph import frozen_parameters
-from ..hooks.inputs import check_count, check_number
+from ..hooks.inputs import check_count
 from ..hooks.passes import images_per_pass
-from .noisy_copies import mean_over_copies, target_gradient, working_dtype
+from .noisy_copies import mean_over_copies, noise_deviation, noisy_copies, target_gradient
 from .registry import saliency_method
 
 __all__ = ["smoothgrad"]
@@ -32,20 +32,17 @@ def smoothgrad(
     noise: float = 0.15, max_bytes: int | None = None, seed: int = 0,
 ) -> SaliencyResult:  # fmt: skip
     """SmoothGrad maps (B, H, W), the max over channels of the mean |gradient|; the noise is
-    drawn from ``seed`` (the caller's random state is left as it was). ``max_bytes``: the most
-    one pass of noisy copies may hold (default: as much as one gradient pass of the batch)."""
+    drawn from ``seed`` (the caller's random state is left as it was), as `vk.smoothed` draws
+    it for any method; ``noise`` 0 gives the input gradient. ``max_bytes``: the most one pass
+    of noisy copies may hold (default: as much as one gradient pass of the batch)."""
     samples = check_count("samples", samples)
-    noise = check_number("noise", noise, 0.0, low_open=True)
     seed = check_count("seed", seed, 0)
     hm, x, forward, targets = captum_inputs(model, x, target)
-    stdev = float(noise * (x.max() - x.min()).detach())
+    stdev = noise_deviation(x, noise)
     per_pass = images_per_pass(hm.model, x, max_bytes, gradients=True, method="smoothgrad")
-    images = x.detach().to(working_dtype(x))
 
     def absolute_gradients(rows: Tensor, generators: list[torch.Generator]) -> Tensor:
-        draws = [torch.randn(x.shape[1:], generator=g, device=x.device, dtype=images.dtype)
-                 for g in generators]  # fmt: skip
-        noisy = images[rows] + stdev * torch.stack(draws)
+        noisy = noisy_copies(x, rows, generators, stdev)
         return target_gradient(forward, noisy, rows, targets).abs()
 
     with frozen_parameters(hm.model):

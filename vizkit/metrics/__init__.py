@@ -3,7 +3,6 @@ and whether a prediction is far enough from chance for them to mean anything."""
 
 from .chance import near_chance as near_chance
 from .chance import prediction_certainty as prediction_certainty
-from .compare import METHODS as METHODS
 from .compare import SaliencyTable as SaliencyTable
 from .compare import compare_saliency as compare_saliency
 from .complexity import complexity as complexity
@@ -11,7 +10,6 @@ from .complexity import sparseness as sparseness
 from .confidence import average_drop as average_drop
 from .confidence import increase_in_confidence as increase_in_confidence
 from .correlation import faithfulness_correlation as faithfulness_correlation
-from .evaluate import EVALUATION_METRICS as EVALUATION_METRICS
 from .evaluate import EvaluationTable as EvaluationTable
 from .evaluate import evaluate as evaluate
 from .faithfulness import CurveResult as CurveResult
@@ -22,6 +20,10 @@ from .localization import pointing_game as pointing_game
 from .localization import relevance_mass_accuracy as relevance_mass_accuracy
 from .localization import relevance_rank_accuracy as relevance_rank_accuracy
 from .localization import top_iou as top_iou
+from .registry import METRICS as METRICS
+from .registry import Metric as Metric
+from .registry import ScoredBatch as ScoredBatch
+from .registry import metric as metric
 from .road import road as road
 from .robustness import max_sensitivity as max_sensitivity
 from .sanity import SanityResult as SanityResult
@@ -29,8 +31,10 @@ from .sanity import data_randomization as data_randomization
 from .sanity import sanity_check as sanity_check
 
 __all__ = [
-    "EVALUATION_METRICS",
-    "METHODS",
+    "METRICS",
+    "Metric",
+    "ScoredBatch",
+    "metric",
     "EvaluationTable",
     "evaluate",
     "average_drop",

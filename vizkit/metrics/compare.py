@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import math
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,44 +14,22 @@ from tqdm.auto import tqdm
 
 from ..analysis._model import self_attention_names
 from ..analysis.result import Result
-from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
+from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_images
-from ..hooks.targets import (
-    is_score_target,
-    select_images,
-    target_indices,
-    target_label,
-)
-from ..methods.registry import METHODS, registered, selected_methods
+from ..hooks.targets import is_score_target, target_indices, target_label
+from ..methods.registry import methods as registered_methods
+from ..methods.registry import registered, selected_methods
 from .chance import near_chance, prediction_certainty
-from .faithfulness import (
-    LEVELS,
-    CurveEnds,
-    CurveScoring,
-    batch_images,
-    curve_steps,
-    perturbation_curve,
-    unit_count,
-)
-from .localization import check_masks, energy_in_mask, pointing_game, top_iou
+from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
+from .localization import check_masks
+from .registry import METRICS, headed, selected_metrics
+from .scoring import curve_ends, curve_images, score_methods
 
-__all__ = ["METHODS", "SaliencyTable", "compare_saliency", "resolve_methods"]
+__all__ = ["SaliencyTable", "compare_saliency", "resolve_methods"]
 
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
-
-
-CURVES = {"deletion_auc": ("deletion", "zero"), "insertion_auc": ("insertion", "blur")}
-
-# metric -> True when higher is better
-METRICS = {
-    "deletion_auc": False,
-    "insertion_auc": True,
-    "pointing_game": True,
-    "energy_in_mask": True,
-    "mask_iou": True,
-}
 
 
 @dataclass(repr=False)
@@ -62,7 +38,7 @@ class SaliencyTable(Result):
 
     Attributes:
         methods: row names.
-        metrics: column names (see `METRICS` for which direction is better).
+        metrics: column names (`vizkit.metrics.METRICS` says which direction is better).
         values: (methods, metrics); NaN where a method does not apply to the model.
         seconds: wall time of each method: making its maps and scoring them (NaN if skipped).
         notes: why a method was skipped, or which samples it left unscored.
@@ -98,17 +74,31 @@ class SaliencyTable(Result):
             raise ValueError(
                 f"No method has a {metric} score (every method was skipped; see notes)."
             )
-        if metric in CURVES and self.near_chance is not None and bool(self.near_chance.all()):
+        if metric not in METRICS:
+            raise KeyError(
+                f"{metric!r} is not a registered metric in this session, so which way is better "
+                "is unknown: register it (vk.metrics.metric) to rank by it."
+            )
+        if not self._ranked(metric):
             raise ValueError(
                 f"{metric} is not ranked: {self.caution()} The scores are in table.values."
             )
-        column = column if METRICS[metric] else -column
+        column = column if METRICS[metric].higher else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
+
+    def _ranked(self, metric: str) -> bool:
+        """Whether ``metric`` is ranked: registered (which way is better is known), and not
+        one that reads the model on perturbed images (`Metric.perturbs`) where every
+        prediction is near chance."""
+        if metric not in METRICS:  # a notebook's own metric, not registered here
+            return False
+        chance = self.near_chance is not None and bool(self.near_chance.all())
+        return not (chance and METRICS[metric].perturbs)
 
     def ranking(self) -> list[str]:
         """The methods that ran, best first by their mean rank over the metrics each has (1 is
-        best in a metric; ties share their mean rank). The curves are left out where every
-        prediction is near chance (see `caution`)."""
+        best in a metric; ties share their mean rank). The metrics that perturb the images are
+        left out where every prediction is near chance (see `caution`)."""
         ranks = self.mean_ranks()
         ran = [i for i in range(len(self.methods)) if not math.isnan(ranks[i])]
         return [self.methods[i] for i in sorted(ran, key=lambda i: ranks[i])]
@@ -116,15 +106,11 @@ class SaliencyTable(Result):
     def mean_ranks(self) -> list[float]:
         """Each method's rank (1 = best) averaged over the metrics it has a score in; NaN for
         a method with none."""
-        usable = [
-            j
-            for j, metric in enumerate(self.metrics)
-            if not (metric in CURVES and self.near_chance is not None and self.near_chance.all())
-        ]
+        usable = [j for j, metric in enumerate(self.metrics) if self._ranked(metric)]
         ranks = torch.full((len(self.methods), len(usable)), math.nan, dtype=torch.float64)
         for column, j in enumerate(usable):
             values = self.values[:, j].double()
-            values = values if METRICS[self.metrics[j]] else -values
+            values = values if METRICS[self.metrics[j]].higher else -values
             scored = (~values.isnan()).nonzero()[:, 0]
             ranks[scored, column] = _tied_ranks(-values[scored])
         return ranks.nanmean(1).tolist() if usable else [math.nan] * len(self.methods)
@@ -156,15 +142,21 @@ class SaliencyTable(Result):
         """What the scores and seconds are: the curves' baselines, steps and level."""
         if not self.options:
             return ""
-        curves = " and ".join(f"{kind} ({baseline} baseline)" for kind, baseline in CURVES.values())
+        seconds = "seconds: making each method's maps and scoring them."
+        curves = " and ".join(dict.fromkeys(
+            f"{METRICS[m].curve[0]} ({METRICS[m].curve[1]} baseline)"
+            for m in self.metrics if m in METRICS and METRICS[m].curve
+        ))  # fmt: skip
+        if not curves:
+            return seconds.capitalize()
         return (
             f"{curves.capitalize()} curves of {self.options['steps']} steps at "
-            f"{self.options['level']} level; seconds: making each method's maps and scoring them."
+            f"{self.options['level']} level; {seconds}"
         )
 
     def to_markdown(self) -> str:
         """The table in markdown, the caution (if any), notes and settings below it."""
-        arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
+        arrows = [headed(m) for m in self.metrics]
         lines = [
             "| method | " + " | ".join(arrows) + " | mean rank ↓ | seconds |",
             "|---" * (len(self.metrics) + 3) + "|",
@@ -183,7 +175,7 @@ class SaliencyTable(Result):
     def _repr_html_(self) -> str:
         """The table as HTML (JupyterLab, the report): arrows say which direction is better;
         the notes follow as a caption."""
-        arrows = [f"{m} {'↑' if METRICS[m] else '↓'}" for m in self.metrics]
+        arrows = [headed(m) for m in self.metrics]
         columns = ["method", *arrows, "mean rank ↓", "seconds"]
         head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
         rows = ""
@@ -216,15 +208,16 @@ def compare_saliency(
     level: str = "patch",
     steps: int | None = None,
     progress: bool = True,
+    metrics: str | Sequence[str] = "quick",
 ) -> SaliencyTable:
-    """Score saliency methods on one batch: deletion and insertion AUC, and with ``masks``
-    the pointing game, energy in the mask and IoU of the top region.
+    """Score saliency methods on one batch, by default by deletion and insertion AUC, and
+    with ``masks`` the pointing game, energy in the mask and IoU of the top region.
 
     Args:
         model: any model (wrappers unwrapped), run in eval mode, its training flags restored.
         x: (B, C, H, W) images, B >= 1, finite.
-        methods: distinct names from `METHODS` or ``(name, fn(hm, x, targets) ->
-            SaliencyResult)``, at least one; "all": every registered method (those that do
+        methods: distinct names from `vizkit.methods.METHODS` or ``(name, fn(hm, x, targets)
+            -> SaliencyResult)``, at least one; "all": every registered method (those that do
             not apply to the model are noted and left unscored); "default" (the default): the
             registry's defaults (`vizkit.methods.default_methods`), the report's.
         masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
@@ -233,8 +226,10 @@ def compare_saliency(
         level: unit of the deletion/insertion curves, "patch" or "pixel".
         steps: steps of each deletion/insertion curve, in [1, units]; None: min(16, units).
             Each step is a forward pass of every image for every method and curve, so the
-            cost grows with it: ``steps=64`` (vizkit 0.1's default) gives finer AUCs at 4x.
+            cost grows with it: ``steps=64`` gives finer AUCs at 4x.
         progress: show a progress bar over the perturbed images (tqdm, notebook-aware).
+        metrics: names of `vizkit.metrics.METRICS`; "quick" (the default): those marked quick
+            that apply; "all": every one that applies (as `evaluate` scores a data set).
 
     Every input is checked before any method runs. A method that raises ValueError for this
     model (e.g. class attention without a class token), or whose maps do not fit the images or
@@ -250,35 +245,30 @@ def compare_saliency(
         raise TypeError(f"progress must be True or False; got {progress!r}.")
     if masks is not None:
         masks = _masks_for(masks, x)
-    batch_size = batch_images(None, x, model.model)
     scoring = CurveScoring.of(target)
-    with torch.no_grad():  # the curves' ends, the same for every method
-        kinds = [b for _, b in CURVES.values()]
-        ends = CurveEnds.compute(model.model, x, kinds, batch_size, scoring)
+    names = selected_metrics(metrics, masks is not None, scoring.score is not None)
+    ends = curve_ends(model, x, names, scoring, batch_images(None, x, model.model))
     logits = ends.logits
     targets = target if scoring.score is not None else target_indices(logits, target)
-    metrics = ["deletion_auc", "insertion_auc"]
-    if masks is not None:
-        metrics += ["pointing_game", "energy_in_mask", "mask_iou"]
     per_image, seconds, notes, results = [], [], {}, {}
-    share = len(CURVES) * len(x) * (steps - 1)  # perturbed images per method
+    share = curve_images(names, len(x), steps)  # perturbed images per method
     with tqdm(total=share * len(chosen), desc="compare_saliency", unit="image",
               disable=not progress, leave=False) as bar:  # fmt: skip
-        for i, (name, fn) in enumerate(chosen):
-            bar.set_postfix_str(name)
-            start = time.perf_counter()
-            scored, result, note = _method_scores(
-                name, fn, model, x, targets, masks, metrics, level, steps, bar, ends
-            )
-            seconds.append(time.perf_counter() - start if result is not None else math.nan)
+        scored = score_methods(model, x, targets, masks, chosen, names, level, steps, ends, bar)
+        bar.set_postfix_str(chosen[0][0])
+        for i, (name, method) in enumerate(scored):
             bar.update(share * (i + 1) - bar.n)  # what constant or skipped maps left unrun
-            per_image.append(scored)
-            if note:
-                notes[name] = note
-                said = f"{name}: {note}." if result is not None else f"{name} skipped: {note}"
+            per_image.append(method.scores)
+            seconds.append(method.seconds)
+            if method.result is not None:
+                results[name] = method.result
+            for kind, note in method.notes.items():
+                note = note if kind in ("method", "constant maps") else f"{kind}: {note}"
+                notes[name] = f"{notes[name]}; {note}" if name in notes else note
+                said = f"{name} skipped: {note}" if kind == "method" else f"{name}: {note}."
                 warnings.warn(f"compare_saliency: {said}", stacklevel=3)
-            if result is not None:
-                results[name] = result
+            if i + 1 < len(chosen):
+                bar.set_postfix_str(chosen[i + 1][0])
     per_image = torch.stack(per_image)  # (methods, metrics, B)
     image_size = tuple(x.shape[-2:])
     certainty = {}
@@ -290,114 +280,13 @@ def compare_saliency(
             "prediction_entropy": entropy.cpu(),
         }
     table = SaliencyTable(
-        [name for name, _ in chosen], metrics, per_image.nanmean(-1), seconds, notes,
+        [name for name, _ in chosen], names, per_image.nanmean(-1), seconds, notes,
         per_image, results, options={"level": level, "steps": steps, **_scored(target)},
         layout=model.token_layout(image_size), image_size=image_size, **certainty,
     )  # fmt: skip
     if table.caution():
         warnings.warn(f"compare_saliency: {table.caution()}", stacklevel=3)
     return table
-
-
-def _method_scores(
-    name: str,
-    fn: Method,
-    hm: HookedModel,
-    x: Tensor,
-    targets: Tensor,
-    masks: Tensor | None,
-    metrics: list[str],
-    level: str,
-    steps: int,
-    bar: tqdm,
-    ends: CurveEnds,
-) -> tuple[Tensor, SaliencyResult | None, str]:
-    """(metrics, B) scores of method ``name`` on images x (B, C, H, W), its maps (None if it was
-    skipped) and a note ("" if none): why it was skipped, or which samples it left unscored."""
-    try:
-        result = _run_method(name, fn, hm, x, targets)
-    except ValueError as error:
-        return torch.full((len(metrics), len(x)), math.nan), None, str(error)
-    flat = constant_maps(result.maps).cpu()
-    note = ""
-    if bool(flat.any()):
-        samples = flat.nonzero()[:, 0].tolist()
-        note = (
-            f"samples {samples} have constant maps (no pixel ranked above another): "
-            "not scored, left out of the means"
-        )
-    scored = _ranked_scores(hm, x, result, targets, masks, flat, metrics, level, steps, bar, ends)
-    return scored, result, note
-
-
-def _ranked_scores(
-    hm: HookedModel,
-    x: Tensor,
-    result: SaliencyResult,
-    targets: Tensor,
-    masks: Tensor | None,
-    flat: Tensor,
-    metrics: list[str],
-    level: str,
-    steps: int,
-    bar: tqdm,
-    ends: CurveEnds,
-) -> Tensor:
-    """(metrics, B) scores of ``result``; NaN for the samples whose maps are constant (``flat``,
-    (B,) bool), which rank nothing."""
-    scored = torch.full((len(metrics), len(x)), math.nan)
-    rows = (~flat).nonzero()[:, 0]
-    if not len(rows):
-        return scored
-
-    def pick(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[rows.to(t.device)]
-
-    chosen = select_images(targets, rows) if is_score_target(targets) else pick(targets)
-    kept = dataclasses.replace(result, maps=pick(result.maps), targets=pick(result.targets))
-    scores = _scores(hm, pick(x), kept, chosen, pick(masks), level, steps, bar, ends.rows(rows))
-    scored[:, rows] = torch.stack([scores[m].float().cpu() for m in metrics])
-    return scored
-
-
-def _run_method(
-    name: str, fn: Method, hm: HookedModel, x: Tensor, targets: Tensor
-) -> SaliencyResult:
-    """The maps of method ``name`` for images x (B, C, H, W), checked to fit them and be finite."""
-    result = fn(hm, x, targets)
-    if not isinstance(result, SaliencyResult):
-        raise TypeError(
-            f"Saliency method {name!r} returned {type(result).__name__}; a method must return "
-            "a SaliencyResult (see vizkit.analysis.SaliencyResult)."
-        )
-    saliency_maps(result, len(x), tuple(x.shape[-2:]), allow_constant=True)
-    return result
-
-
-def _scores(
-    hm: HookedModel,
-    x: Tensor,
-    result: SaliencyResult,
-    targets: Tensor,
-    masks: Tensor | None,
-    level: str,
-    steps: int,
-    bar: tqdm,
-    ends: CurveEnds,
-) -> dict[str, Tensor]:
-    """Each metric's (B,) scores of ``result`` on images x (B, C, H, W) and masks (B, H, W);
-    the curves (whose ends are ``ends``) advance ``bar``."""
-    scores = {
-        metric: perturbation_curve(
-            kind, hm, x, result, targets, level, baseline, steps, None, bar, ends
-        ).auc
-        for metric, (kind, baseline) in CURVES.items()
-    }
-    if masks is not None:
-        scores["pointing_game"] = pointing_game(result, masks)
-        scores["energy_in_mask"] = energy_in_mask(result, masks)
-        scores["mask_iou"] = top_iou(result, masks)
-    return scores
 
 
 def _scored(target: Target) -> dict:
@@ -422,8 +311,8 @@ def _masks_for(masks: Tensor, x: Tensor) -> Tensor:
 def resolve_methods(
     methods: str | Sequence[str | tuple[str, Method]], hm: HookedModel
 ) -> list[tuple[str, Method]]:
-    """(name, fn) of each method: names looked up in `METHODS`, "all" for every registered
-    method, "default" for `default_methods`; distinct names, at least one."""
+    """(name, fn) of each method: names looked up in `vizkit.methods.METHODS`, "all" for
+    every registered method, "default" for `default_methods`; distinct names, at least one."""
     if methods in ("all", "default"):
         methods = selected_methods(methods, bool(self_attention_names(hm)))
     if isinstance(methods, str):  # one method's name
@@ -434,7 +323,8 @@ def resolve_methods(
             f"'default'; got {methods!r}."
         )
     if not methods:
-        raise ValueError(f"methods is empty; pass at least one of {', '.join(METHODS)}.")
+        known = ", ".join(registered_methods())
+        raise ValueError(f"methods is empty; pass at least one of {known}.")
     chosen = [(m, registered(m)) if isinstance(m, str) else _pair(m) for m in methods]
     names = [name for name, _ in chosen]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -452,8 +342,8 @@ def _pair(method: object) -> tuple[str, Method]:
         or not callable(method[1])
     ):
         raise TypeError(
-            f"A method must be a name from METHODS or a (name, fn(hm, x, targets) -> "
-            f"SaliencyResult) pair; got {method!r}."
+            "A method must be a name from vizkit.methods.METHODS or a (name, fn(hm, x, "
+            f"targets) -> SaliencyResult) pair; got {method!r}."
         )
     return method
 

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks.inputs import check_maps, check_values_finite
+from .registry import ScoredBatch, metric
 
 __all__ = ["complexity", "sparseness"]
 
@@ -46,3 +47,15 @@ def complexity(saliency: SaliencyResult | Tensor) -> Tensor:
     values = _magnitudes(saliency)
     shares = values / values.sum(1, keepdim=True)
     return -(shares * shares.clamp_min(1e-300).log()).sum(1)
+
+
+@metric("sparseness", higher=True,
+        summary="Gini index of the map's magnitudes (Chalasani et al. 2020)")  # fmt: skip
+def _sparseness(batch: ScoredBatch) -> Tensor:
+    return sparseness(batch.maps)
+
+
+@metric("complexity", higher=False,
+        summary="entropy of the map's magnitude shares (Bhatt et al. 2020)")  # fmt: skip
+def _complexity(batch: ScoredBatch) -> Tensor:
+    return complexity(batch.maps)

@@ -17,6 +17,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
 from ..hooks.targets import model_logits, target_indices
 from .faithfulness import batch_images
+from .registry import ScoredBatch, metric
 
 __all__ = ["average_drop", "confidence_change", "increase_in_confidence"]
 
@@ -67,3 +68,17 @@ def increase_in_confidence(
     arguments as `average_drop`."""
     full, masked = confidence_change(model, x, saliency, target, batch_size)
     return (masked > full).float()
+
+
+@metric("average_drop", higher=False, scores=False, perturbs=True,
+        summary="drop in the class's probability on the image times its map "
+                "(Chattopadhyay et al. 2018)")  # fmt: skip
+def _average_drop(batch: ScoredBatch) -> Tensor:
+    return average_drop(batch.hm, batch.x, batch.result, batch.targets)
+
+
+@metric("increase_in_confidence", higher=True, scores=False, perturbs=True,
+        summary="whether the image times its map raises the class's probability "
+                "(Chattopadhyay et al. 2018)")  # fmt: skip
+def _increase_in_confidence(batch: ScoredBatch) -> Tensor:
+    return increase_in_confidence(batch.hm, batch.x, batch.result, batch.targets)

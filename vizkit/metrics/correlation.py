@@ -24,6 +24,7 @@ from .faithfulness import (
     unit_saliency,
     unit_size,
 )
+from .registry import ScoredBatch, metric
 from .similarity import pearson
 
 __all__ = ["SCORES", "faithfulness_correlation"]
@@ -94,3 +95,11 @@ def faithfulness_correlation(
             perturbed.append(_scores(model.model, images, targets[b], score))
     drops = (clean[:, None] - torch.cat(perturbed).view(len(x), runs)).double()
     return pearson(attributed, drops).float()
+
+
+@metric("faithfulness_correlation", higher=True, scores=False, perturbs=True,
+        summary="correlation of random subsets' saliency with the drops they cause "
+                "(Bhatt et al. 2020)")  # fmt: skip
+def _faithfulness_correlation(batch: ScoredBatch) -> Tensor:
+    return faithfulness_correlation(batch.hm, batch.x, batch.result, batch.targets,
+                                    level=batch.level)  # fmt: skip

@@ -8,7 +8,7 @@ import hashlib
 import html
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,17 +24,15 @@ from torch.utils.data import (
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
-from ..analysis.saliency_result import SaliencyResult, constant_maps
 from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import as_names, check_choice, check_count
+from ..hooks.inputs import check_choice, check_count
 from ..hooks.targets import (
     ScoreTarget,
     is_score_target,
     model_logits,
     require_class_logits,
-    select_images,
     target_label,
 )
 from ..journal import Journal
@@ -42,61 +40,11 @@ from ..prefetch import read_ahead
 from ..processes import process_group
 from ..runs import model_fingerprint
 from .compare import resolve_methods
-from .complexity import complexity, sparseness
-from .confidence import average_drop, increase_in_confidence
-from .correlation import faithfulness_correlation
-from .faithfulness import deletion, insertion
-from .localization import pointing_game, relevance_mass_accuracy, relevance_rank_accuracy
-from .road import road
+from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
+from .registry import METRICS, headed, selected_metrics
+from .scoring import MethodScores, curve_ends, score_methods
 
-__all__ = ["EVALUATION_METRICS", "EvaluationTable", "Metric", "evaluate"]
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A per-image score of maps: ``fn(hm, x, maps, targets, masks) -> (B,)``; ``masks``
-    says it needs object masks; ``higher`` whether higher is better; ``scores`` whether it
-    takes a score target (`vizkit.targets`) as well as class indices."""
-
-    fn: Callable[[HookedModel, Tensor, Tensor, Tensor, Tensor | None], Tensor]
-    higher: bool
-    masks: bool = False
-    scores: bool = True
-
-
-EVALUATION_METRICS: dict[str, Metric] = {
-    "deletion_auc": Metric(
-        lambda hm, x, m, t, _: deletion(hm, x, m, t, progress=False).auc, higher=False
-    ),
-    "deletion_lerf_auc": Metric(
-        lambda hm, x, m, t, _: deletion(hm, x, m, t, progress=False, order="lerf").auc, True
-    ),
-    "insertion_auc": Metric(
-        lambda hm, x, m, t, _: insertion(hm, x, m, t, progress=False).auc, higher=True
-    ),
-    "road_morf_auc": Metric(lambda hm, x, m, t, _: road(hm, x, m, t).auc, higher=False),
-    "road_lerf_auc": Metric(
-        lambda hm, x, m, t, _: road(hm, x, m, t, order="lerf").auc, higher=True
-    ),
-    "average_drop": Metric(
-        lambda hm, x, m, t, _: average_drop(hm, x, m, t), higher=False, scores=False
-    ),
-    "increase_in_confidence": Metric(
-        lambda hm, x, m, t, _: increase_in_confidence(hm, x, m, t), higher=True, scores=False
-    ),
-    "faithfulness_correlation": Metric(
-        lambda hm, x, m, t, _: faithfulness_correlation(hm, x, m, t), higher=True, scores=False
-    ),
-    "sparseness": Metric(lambda hm, x, m, t, _: sparseness(m), higher=True),
-    "complexity": Metric(lambda hm, x, m, t, _: complexity(m), higher=False),
-    "pointing_game": Metric(lambda hm, x, m, t, k: pointing_game(m, k), True, masks=True),
-    "relevance_mass_accuracy": Metric(
-        lambda hm, x, m, t, k: relevance_mass_accuracy(m, k), True, masks=True
-    ),
-    "relevance_rank_accuracy": Metric(
-        lambda hm, x, m, t, k: relevance_rank_accuracy(m, k), True, masks=True
-    ),
-}
+__all__ = ["EvaluationTable", "evaluate"]
 
 
 @dataclass(repr=False)
@@ -104,7 +52,8 @@ class EvaluationTable(Result):
     """Each method's scores over a data set.
 
     Attributes:
-        methods, metrics: row and column names (`EVALUATION_METRICS` says which way is better).
+        methods, metrics: row and column names (`vizkit.metrics.METRICS` says which way is
+            better).
         per_image: (methods, metrics, N) every image's score; NaN where a method or metric did
             not apply (see ``notes``) or the image's map was constant.
         notes: "method", "method/metric" or "method/constant maps" -> why scores are missing.
@@ -135,7 +84,7 @@ class EvaluationTable(Result):
         column = self.mean[:, self.metrics.index(check_choice("metric", metric, self.metrics))]
         if bool(column.isnan().all()):
             raise ValueError(f"No method has a {metric} score (see table.notes for why).")
-        column = column if EVALUATION_METRICS[metric].higher else -column
+        column = column if METRICS[metric].higher else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
 
     def scored_images(self) -> str:
@@ -147,7 +96,7 @@ class EvaluationTable(Result):
 
     def to_markdown(self) -> str:
         """Mean ± standard error per method and metric, arrows saying which way is better."""
-        arrows = [f"{m} {'↑' if EVALUATION_METRICS[m].higher else '↓'}" for m in self.metrics]
+        arrows = [headed(m) for m in self.metrics]
         lines = ["| method | " + " | ".join(arrows) + " |", "|---" * (len(arrows) + 1) + "|"]
         for i, method in enumerate(self.methods):
             cells = [_cell(self.mean[i, j], self.sem[i, j]) for j in range(len(self.metrics))]
@@ -158,7 +107,7 @@ class EvaluationTable(Result):
         return self.to_markdown()
 
     def _repr_html_(self) -> str:
-        arrows = [f"{m} {'↑' if EVALUATION_METRICS[m].higher else '↓'}" for m in self.metrics]
+        arrows = [headed(m) for m in self.metrics]
         head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows])
         rows = ""
         for i, method in enumerate(self.methods):
@@ -221,22 +170,26 @@ def evaluate(
     model: nn.Module | HookedModel,
     data: object,
     methods: str | Sequence[str | tuple[str, Callable]] = "default",
-    metrics: Sequence[str] | None = None,
+    metrics: str | Sequence[str] = "all",
     out: str | Path | None = None,
     batch_size: int = 16,
     targets: str | Callable = "labels",
     progress: bool = True,
+    level: str = "patch",
+    steps: int | None = None,
 ) -> EvaluationTable:
-    """Score ``methods`` by ``metrics`` on every image of ``data``.
+    """Score ``methods`` by ``metrics`` on every image of ``data``: `compare_saliency`'s
+    scoring (`vizkit.metrics.scoring`) on each batch, journaled.
 
     Args:
         data: a Dataset or DataLoader of ``(images, labels[, masks])``, a tuple of such
             tensors, or "shapes" (the shipped Shapes sample, with object masks). A Dataset is
             read in order, ``batch_size`` images at a time.
-        methods: names of `vk.metrics.METHODS` or ``(name, fn(model, x, targets))`` pairs;
+        methods: names of `vizkit.methods.METHODS` or ``(name, fn(model, x, targets))`` pairs;
             "default" or "all" as `compare_saliency`.
-        metrics: names of `EVALUATION_METRICS`; None: every one that applies (the mask metrics
-            only where the data has masks).
+        metrics: names of `vizkit.metrics.METRICS`; "all" (the default): every one that
+            applies (the mask metrics only where the data has masks); "quick": those
+            `compare_saliency` scores by default.
         out: a JSON-lines file the results are appended to as they are computed; a run on an
             existing file resumes it (its configuration must match). Under ``torchrun`` every
             process takes every WORLD_SIZE-th batch, appends to ``<out>.rank<r>-of-<n>``, and
@@ -247,6 +200,7 @@ def evaluate(
             metrics that score a class's probability (ROAD, average drop, ...) are left out
             by default and refused by name.
         progress: a progress bar over the batches and methods.
+        level, steps: the deletion/insertion curves' unit and steps, as in `compare_saliency`.
 
     Returns:
         `EvaluationTable`: per-image scores, means and standard errors.
@@ -254,12 +208,14 @@ def evaluate(
     batch_size = check_count("batch_size", batch_size)
     scored = _check_targets(model, targets)
     chosen = resolve_methods(methods, model)
+    check_choice("level", level, LEVELS)
     batches, count = labelled_batches(data, batch_size, "evaluate", resumable=out is not None)
     first = next(iter(batches), None)
     if first is None:
         raise ValueError("data holds no images.")
     has_masks = first[2] is not None
-    names = _metric_names(metrics, has_masks, scored)
+    names = selected_metrics(metrics, has_masks, scored)
+    steps = curve_steps(steps, unit_count(model.model, tuple(first[0].shape[-2:]), level), level)
     if targets == "labels" and (labels := _labels_in_memory(data)) is not None:
         with torch.no_grad():  # every label checked before any work, where all are at hand
             classes = model_logits(model(first[0][:1])).shape[-1]
@@ -268,8 +224,7 @@ def evaluate(
     config = {
         "model": model_fingerprint(model.model), "methods": [n for n, _ in chosen],
         "metrics": names, "batch_size": batch_size, "targets": _target_record(targets, out),
-        "images": count,
-        "processes": world,
+        "images": count, "processes": world, "level": level, "steps": steps,
     }  # fmt: skip
     notes: dict[str, str] = {}
     total = None if count is None else math.ceil(count / batch_size) * len(chosen)
@@ -285,11 +240,13 @@ def evaluate(
                 continue
             _check_batch(batch, start)
             images = log.identity(batch)
-            for name, fn in chosen:
-                if log.entry(index, name, images) is None:
-                    entry = _scored(model, batch, index, name, fn, names, targets, start)
-                    log.add({**entry, "images": images})
-                    bar.update(world)  # a resumed bar starts at the done count
+            todo = [(n, fn) for n, fn in chosen if log.entry(index, n, images) is None]
+            if not todo:
+                continue
+            run = _batch_scores(model, batch, todo, names, targets, start, level, steps)
+            for name, method in run:
+                log.add(_entry(index, name, method, names, images))
+                bar.update(world)  # a resumed bar starts at the done count
     entries = _gathered(list(log.done.values()), world)
     entries = sorted(entries, key=lambda e: e["batch"])
     per_image = torch.stack([
@@ -304,9 +261,38 @@ def evaluate(
     return EvaluationTable(
         [n for n, _ in chosen], names, per_image, notes,
         options={"batch_size": batch_size, "targets": target_label(targets),
-                 "out": None if out is None
-                 else str(out)},
+                 "out": None if out is None else str(out), "level": level, "steps": steps},
     )  # fmt: skip
+
+
+def _batch_scores(
+    hm: HookedModel, batch: tuple, methods: list[tuple[str, Callable]], metrics: list[str],
+    targets: str | Callable, start: int, level: str, steps: int,
+) -> Iterator[tuple[str, MethodScores]]:  # fmt: skip
+    """Each method's scores of one batch (its first image the ``start``-th of the data), the
+    curves' ends computed once: `score_methods` on the batch's labels, the model's
+    predictions or a score target."""
+    x, labels, masks = batch
+    x = x.to(next(iter(hm.model.parameters()), x).device)
+    scoring = CurveScoring.of(targets if is_score_target(targets) else None)
+    ends = curve_ends(hm, x, metrics, scoring, batch_images(None, x, hm.model))
+    classes = targets
+    if not is_score_target(targets):
+        classes = ends.logits.argmax(-1)
+        if targets == "labels":
+            classes = _checked_labels(labels, ends.logits.shape[-1], start).to(classes.device)
+    masks = None if masks is None else masks.to(x.device)
+    return score_methods(hm, x, classes, masks, methods, metrics, level, steps, ends)
+
+
+def _entry(index: int, name: str, method: MethodScores, metrics: list[str], images: str) -> dict:
+    """The log entry of batch ``index`` and method ``name``: every image's score per metric
+    and why any is missing."""
+    notes = dict(method.notes)
+    if "constant maps" in notes:
+        notes["constant maps"] = f"batch {index}: {notes['constant maps']}"
+    scores = {m: method.scores[j].tolist() for j, m in enumerate(metrics)}
+    return {"batch": index, "method": name, "scores": scores, "notes": notes, "images": images}
 
 
 def _check_batch(batch: tuple, start: int) -> None:
@@ -463,78 +449,3 @@ def _check_targets(model: HookedModel, targets: object) -> bool:
         )
     require_class_logits(model.model, None, "targets")
     return False
-
-
-def _metric_names(metrics: Sequence[str] | None, has_masks: bool, scored: bool) -> list[str]:
-    if metrics is None:
-        return [
-            n for n, m in EVALUATION_METRICS.items()
-            if (has_masks or not m.masks) and (m.scores or not scored)
-        ]  # fmt: skip
-    metrics = as_names("metrics", metrics)
-    unknown = [m for m in metrics if m not in EVALUATION_METRICS]
-    if unknown:
-        raise KeyError(f"Unknown metrics {unknown}; known: {', '.join(EVALUATION_METRICS)}.")
-    classes_only = [m for m in metrics if scored and not EVALUATION_METRICS[m].scores]
-    if classes_only:
-        raise ValueError(
-            f"{classes_only} score a class's probability, and targets is a score on the "
-            "output; these take one: "
-            f"{', '.join(n for n, m in EVALUATION_METRICS.items() if m.scores)}."
-        )
-    needing = [m for m in metrics if EVALUATION_METRICS[m].masks]
-    if needing and not has_masks:
-        raise ValueError(f"{needing} need object masks, and the data has none.")
-    return list(metrics)
-
-
-def _scored(
-    hm: HookedModel, batch: tuple, index: int, name: str, fn: Callable, metrics: list[str],
-    targets: str | Callable, start: int,
-) -> dict:  # fmt: skip
-    """The log entry of one batch (its first image the ``start``-th of the data) and method:
-    every image's score per metric (NaN where the method or metric refused, or the image's map
-    is constant), and why."""
-    x, labels, masks = batch
-    x = x.to(next(iter(hm.model.parameters()), x).device)
-    nan = [math.nan] * len(x)
-    scores = {metric: list(nan) for metric in metrics}
-    entry = {"batch": index, "method": name, "scores": scores, "notes": {}}
-    if is_score_target(targets):
-        classes = targets
-    else:
-        with torch.no_grad():
-            logits = model_logits(hm(x))
-        classes = logits.argmax(-1)
-        if targets == "labels":
-            classes = _checked_labels(labels, logits.shape[-1], start).to(classes.device)
-    try:
-        result = fn(hm.model, x, classes)
-    except ValueError as error:
-        entry["notes"]["method"] = str(error)
-        return entry
-    maps = result.maps if isinstance(result, SaliencyResult) else result
-    keep = (~constant_maps(maps).cpu()).nonzero()[:, 0]
-    if len(keep) < len(x):
-        flat = sorted(set(range(len(x))) - set(keep.tolist()))
-        entry["notes"]["constant maps"] = f"batch {index}, images {flat} left unscored"
-    if not len(keep):
-        return entry
-    chosen_masks = None if masks is None else masks[keep].to(x.device)
-    for metric in metrics:
-        try:
-            values = EVALUATION_METRICS[metric].fn(
-                hm,
-                x[keep],
-                maps[keep.to(maps.device)],
-                select_images(classes, keep)
-                if targets is classes
-                else classes[keep.to(classes.device)],
-                chosen_masks,
-            )
-        except ValueError as error:
-            entry["notes"][metric] = str(error)
-            continue
-        for position, value in zip(keep.tolist(), values.tolist(), strict=True):
-            scores[metric][position] = value
-    return entry

@@ -39,6 +39,7 @@ from ..hooks.targets import (
     select_images,
     target_indices,
 )
+from .registry import ScoredBatch, metric
 
 __all__ = [
     "BASELINES",
@@ -497,3 +498,35 @@ def insertion(
     return perturbation_curve(
         "insertion", model, x, saliency, target, level, baseline, steps, batch_size, progress
     )
+
+
+def _curve_auc(batch: ScoredBatch, kind: str, baseline: str, order: str = "morf") -> Tensor:
+    """(B,) the AUC of the ``kind`` curve of the batch's maps, its ends shared."""
+    return perturbation_curve(
+        kind, batch.hm, batch.x, batch.result, batch.targets, batch.level, baseline,
+        batch.steps, None, batch.bar, batch.ends, order,
+    ).auc  # fmt: skip
+
+
+@metric(
+    "deletion_auc", higher=False, short="del", curve=("deletion", "zero"), quick=True,
+    summary="area under the deletion curve, most salient units first (Petsiuk et al. 2018)",
+)  # fmt: skip
+def _deletion_auc(batch: ScoredBatch) -> Tensor:
+    return _curve_auc(batch, "deletion", "zero")
+
+
+@metric(
+    "deletion_lerf_auc", higher=True, curve=("deletion", "zero"),
+    summary="area under the deletion curve, least salient units first (Samek et al. 2017)",
+)  # fmt: skip
+def _deletion_lerf_auc(batch: ScoredBatch) -> Tensor:
+    return _curve_auc(batch, "deletion", "zero", "lerf")
+
+
+@metric(
+    "insertion_auc", higher=True, short="ins", curve=("insertion", "blur"), quick=True,
+    summary="area under the insertion curve from a blurred image (Petsiuk et al. 2018)",
+)  # fmt: skip
+def _insertion_auc(batch: ScoredBatch) -> Tensor:
+    return _curve_auc(batch, "insertion", "blur")

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
 from ..hooks.inputs import check_count, check_maps, check_number, check_values_finite
+from .registry import ScoredBatch, metric
 
 __all__ = [
     "check_masks",
@@ -156,3 +157,33 @@ def relevance_rank_accuracy(saliency: SaliencyResult | Tensor, masks: Tensor) ->
     counts = flat_masks.sum(1)
     top = rank_descending(maps.flatten(1)) < counts.to(maps.device)[:, None]
     return (top & flat_masks).sum(1).float() / counts.float()
+
+
+@metric("pointing_game", higher=True, short="point", masks=True, quick=True,
+        summary="whether the map's peak lies on the object (Zhang et al. 2018)")  # fmt: skip
+def _pointing_game(batch: ScoredBatch) -> Tensor:
+    return pointing_game(batch.result, batch.masks)
+
+
+@metric("energy_in_mask", higher=True, short="energy", masks=True, quick=True,
+        summary="share of the positive saliency on the object (Wang et al. 2020)")  # fmt: skip
+def _energy_in_mask(batch: ScoredBatch) -> Tensor:
+    return energy_in_mask(batch.result, batch.masks)
+
+
+@metric("mask_iou", higher=True, short="IoU", masks=True, quick=True,
+        summary="IoU of the top pixels (the object's area) with the object")  # fmt: skip
+def _mask_iou(batch: ScoredBatch) -> Tensor:
+    return top_iou(batch.result, batch.masks)
+
+
+@metric("relevance_mass_accuracy", higher=True, masks=True,
+        summary="share of the positive relevance on the object (Arras et al. 2022)")  # fmt: skip
+def _relevance_mass_accuracy(batch: ScoredBatch) -> Tensor:
+    return relevance_mass_accuracy(batch.result, batch.masks)
+
+
+@metric("relevance_rank_accuracy", higher=True, masks=True,
+        summary="share of the K top pixels on the object (Arras et al. 2022)")  # fmt: skip
+def _relevance_rank_accuracy(batch: ScoredBatch) -> Tensor:
+    return relevance_rank_accuracy(batch.result, batch.masks)

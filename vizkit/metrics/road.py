@@ -17,6 +17,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images, check_number
 from .faithfulness import CurveResult, CurveScoring, batch_images, scored_classes
+from .registry import ScoredBatch, metric
 
 __all__ = ["ORDERS", "noisy_linear_imputation", "road"]
 
@@ -159,3 +160,15 @@ def road(
         options={"order": order, "noise": noise, "seed": seed}, layout=model.token_layout(
             image_size), image_size=image_size,
     )  # fmt: skip
+
+
+@metric("road_morf_auc", higher=False, perturbs=True,
+        summary="area under ROAD, top pixels imputed first (Rong et al. 2022)")  # fmt: skip
+def _road_morf_auc(batch: ScoredBatch) -> Tensor:
+    return road(batch.hm, batch.x, batch.result, batch.targets).auc
+
+
+@metric("road_lerf_auc", higher=True, perturbs=True,
+        summary="area under ROAD, bottom pixels imputed first (Rong et al. 2022)")  # fmt: skip
+def _road_lerf_auc(batch: ScoredBatch) -> Tensor:
+    return road(batch.hm, batch.x, batch.result, batch.targets, order="lerf").auc

@@ -32,7 +32,7 @@ def max_sensitivity(
     """(B,) max over ``samples`` noisy copies of ||Phi(x + delta) - Phi(x)||_F / ||Phi(x)||_F.
 
     Args:
-        method: a name of `vk.metrics.METHODS`, or ``fn(model, x, targets) -> SaliencyResult``.
+        method: a name of `vk.methods.METHODS`, or ``fn(model, x, targets) -> SaliencyResult``.
         target: the classes explained (int, B ints, None: the prediction on x), the same for
             the noisy copies.
         radius: the noise's bound in the images' (normalized) units, > 0; samples: noisy copies

@@ -157,7 +157,7 @@ def sanity_check(
     progress: bool = True,
     **options,
 ) -> SanityResult:
-    """The model-parameter randomization test of ``method`` (a name of `vk.metrics.METHODS`)
+    """The model-parameter randomization test of ``method`` (a name of `vk.methods.METHODS`)
     on images ``x`` (B, C, H, W).
 
     Args:

@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics.evaluate import EVALUATION_METRICS, EvaluationTable
+from ..metrics.evaluate import EvaluationTable
 from ..metrics.faithfulness import CurveResult
+from ..metrics.registry import headed
 from .style import finish, method_color
 
 __all__ = ["curve_comparison", "evaluation_bars"]
@@ -34,8 +35,7 @@ def evaluation_bars(table: EvaluationTable, per_row: int = PER_ROW) -> go.Figure
     rows = math.ceil(len(table.metrics) / per_row)
     titles = []
     for metric in table.metrics:
-        arrow = "↑" if EVALUATION_METRICS[metric].higher else "↓"
-        titles.append(f"{metric} {arrow}<br>best: {table.best(metric)}")
+        titles.append(f"{headed(metric)}<br>best: {table.best(metric)}")
     fig = make_subplots(rows=rows, cols=min(per_row, len(table.metrics)),
                         subplot_titles=titles, vertical_spacing=0.5 / rows)  # fmt: skip
     for j in range(len(table.metrics)):

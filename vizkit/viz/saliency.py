@@ -10,19 +10,12 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from ..analysis import SaliencyResult
-from ..metrics.compare import METRICS, SaliencyTable
+from ..metrics.compare import SaliencyTable
+from ..metrics.registry import METRICS
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
 
 __all__ = ["check_display", "saliency_overlay", "saliency_row", "saliency_side_by_side"]
-
-_SHORT = {
-    "deletion_auc": "del",
-    "insertion_auc": "ins",
-    "pointing_game": "point",
-    "energy_in_mask": "energy",
-    "mask_iou": "IoU",
-}
 
 
 def saliency_overlay(
@@ -147,7 +140,7 @@ def _scores(table: SaliencyTable, method: str, image: int, per_line: int = 2) ->
         return ""
     values = table.per_image[table.methods.index(method), :, image].tolist()
     cells = [
-        f"{_SHORT[m]} {v:.2f}"
+        f"{METRICS[m].short} {v:.2f}"
         for m, v in zip(table.metrics, values, strict=True)
         if not math.isnan(v)
     ]
@@ -158,7 +151,9 @@ def _scores(table: SaliencyTable, method: str, image: int, per_line: int = 2) ->
 def _legend(table: SaliencyTable) -> str:
     """The short names of the scores in ``table`` (only those computed), with the curves'
     steps."""
-    legend = ", ".join(f"{_SHORT[m]} = {m} {'↑' if METRICS[m] else '↓'}" for m in table.metrics)
+    legend = ", ".join(
+        f"{METRICS[m].short} = {m} {'↑' if METRICS[m].higher else '↓'}" for m in table.metrics
+    )
     steps = table.options.get("steps")
     return legend + (f" (curves of {steps} steps)" if steps else "")
 

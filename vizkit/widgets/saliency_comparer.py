@@ -39,7 +39,7 @@ class SaliencyComparer(Explorer):
 
     Args:
         images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
-        methods: names of `vizkit.metrics.METHODS`, "all" (every registered method) or
+        methods: names of `vizkit.methods.METHODS`, "all" (every registered method) or
             "default" (the registry's defaults, `vizkit.methods.default_methods`, as the
             report). The ``method`` menu switches between all of them side by side and one;
             the ``view`` buttons between the maps with their scores, the methods' ROAD curves
