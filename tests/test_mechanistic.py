@@ -288,6 +288,34 @@ def test_mechanistic_views_on_every_family(make, size):
     assert model_state(model) == before
 
 
+def test_patching_and_ablation_name_each_site_alike():
+    """One vocabulary of sites: "positions" is the first block's row of "resid" in both, and an
+    ablation from the clean images themselves ("resample" of a batch of one, its own image)
+    changes nothing, as patching the clean run into itself would restore it all."""
+    model, clean = _two_block_vit()
+    corrupted = clean.flip(0) + 0.5 * torch.randn_like(clean)
+    patched = vk.activation_patching(model, clean, corrupted, target=1,
+                                     sites=("resid", "positions"), progress=False)  # fmt: skip
+    # the same edits, run in other chunks of copies: equal to float noise (shares of ~1)
+    torch.testing.assert_close(patched.positions, patched.resid[:, 0], rtol=1e-3, atol=1e-3)
+    every = vk.ablation(model, clean, "resid", target=1, progress=False)
+    first = vk.ablation(model, clean, "positions", target=1, progress=False)
+    tokens = first.change.shape[1]
+    scale = float(first.score.abs().max())
+    torch.testing.assert_close(every.change[:, :tokens], first.change, rtol=1e-3,
+                               atol=1e-4 * scale)  # fmt: skip
+    assert every.labels[tokens] == "blocks.1 position 0" and first.labels[0] == "position 0"
+    for site in ("attn", "heads"):
+        own = vk.ablation(model, clean[:1], site, mode="resample", target=1, progress=False)
+        assert own.change.abs().max() < 1e-4 * own.score.abs().max().clamp_min(1)
+    figure = vk.viz.patching_maps(
+        vk.activation_patching(
+            model, clean, corrupted, target=1, sites="positions", progress=False
+        )  # fmt: skip
+    )
+    assert figure.data[0].y == ("blocks.0",) and len(figure.data[0].x) == tokens
+
+
 def test_patching_a_region_back_at_the_first_block_restores_everything():
     """The object erased: only the patches it touches differ, so patching them into the first
     block's input restores the clean score exactly; at a later block it equals the explicit

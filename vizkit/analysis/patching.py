@@ -9,10 +9,8 @@ block at each position, each block's attention and MLP output, each head's outpu
 
 Ablation: run the images with one component's output replaced by zero, its mean over a
 reference batch, or its value on another reference image (resampling), and measure the score's
-change (and, with labels, the accuracy's).
-
-A head's output is its term W_O^h z_h of the attention output (`head_outputs`), so patching or
-ablating it adds the difference of two such terms to that output.
+change (and, with labels, the accuracy's): patching from a constructed reference. Both name
+their sites with one vocabulary and build their edits with one builder (`site_edits`).
 """
 
 from __future__ import annotations
@@ -28,12 +26,12 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import as_names, check_choice, check_count, check_images
 from ..hooks.targets import is_score_target, model_logits, target_indices
 from .component_edits import Edit, RunScore, edited_scores
-from .residual_stream import block_activations, head_outputs, residual_blocks
+from .residual_stream import block_activations, residual_blocks
 from .result import Result
+from .site_edits import SITES, SiteSource, site_edits
 
 __all__ = [
     "ABLATIONS",
-    "COMPONENTS",
     "SITES",
     "AblationResult",
     "PatchingResult",
@@ -41,8 +39,6 @@ __all__ = [
     "activation_patching",
 ]
 
-SITES = ("resid", "attn", "mlp", "heads")  # and "region", given a region
-COMPONENTS = ("heads", "attn", "mlp", "positions")
 ABLATIONS = ("zero", "mean", "resample")
 
 
@@ -53,7 +49,8 @@ class PatchingResult(Result):
     Attributes:
         blocks: the block paths (rows of every map).
         resid: (B, L, N) restored share, the stream entering each block patched at one
-            position; attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
+            position; positions: (B, N) the same for the first block alone (the embedded
+            tokens); attn, mlp: (B, L) each block's whole output patched; heads: (B, L, H)
             each head's output patched. None where not asked for (``options["sites"]``); NaN
             past a block's own heads (the stages of a hierarchical model differ in heads;
             per-position sites are refused there).
@@ -72,6 +69,7 @@ class PatchingResult(Result):
     targets: Tensor | None
     versus: Tensor | None
     resid: Tensor | None = None
+    positions: Tensor | None = None
     attn: Tensor | None = None
     mlp: Tensor | None = None
     heads: Tensor | None = None
@@ -87,8 +85,10 @@ class AblationResult(Result):
     """The score's change as each component is ablated.
 
     Attributes:
-        component: "heads", "attn", "mlp" or "positions"; mode: "zero", "mean", "resample".
-        labels: one name per ablated component (``"blocks.3 head 2"``, ``"position 17"``).
+        component: a site (`vizkit.analysis.site_edits.SITES`); mode: "zero", "mean",
+            "resample".
+        labels: one name per ablated component (``"blocks.3 head 2"``, ``"position 17"``,
+            ``"blocks.1 position 17"``).
         change: (B, E) ablated score less the clean score, per image and component.
         score: (B,) the clean score; targets, versus: its classes (None for a score target).
         accuracy: (E,) the share of images still classified as ``reference labels`` with each
@@ -115,22 +115,6 @@ class AblationResult(Result):
         return [(self.labels[i], float(mean[i])) for i in order]
 
 
-def _replace_position(position: int, value: Tensor) -> Callable[[Tensor], Tensor]:
-    def fn(t: Tensor) -> Tensor:  # (B, N, C)
-        t[:, position] = value
-        return t
-
-    return fn
-
-
-def _add(delta: Tensor) -> Callable[[Tensor], Tensor]:
-    return lambda t: t + delta
-
-
-def _replace(value: Tensor) -> Callable[[Tensor], Tensor]:
-    return lambda t: value.expand_as(t).clone()
-
-
 @analysis_contract
 def activation_patching(
     model: nn.Module | HookedModel,
@@ -138,7 +122,7 @@ def activation_patching(
     corrupted: Tensor,
     target: Target = None,
     versus: Target = None,
-    sites: tuple[str, ...] = SITES,
+    sites: tuple[str, ...] = ("resid", "attn", "mlp", "heads"),
     region: Tensor | None = None,
     batch_size: int | None = None,
     progress: bool = True,
@@ -153,8 +137,9 @@ def activation_patching(
             (`vizkit.targets`, e.g. a backbone's ``embedding_norm()`` or ``similar_to(...)``):
             its value is the score, each patched copy scored against its own image's
             reference.
-        sites: any of "resid" (the stream entering each block, per position), "attn", "mlp"
-            (each block's output), "heads" (each head's output).
+        sites: any of `vizkit.analysis.site_edits.SITES`: "resid" (the stream entering each
+            block, per position), "positions" (the stream entering the first block, per
+            position), "attn", "mlp" (each block's output), "heads" (each head's output).
         region: (B, H, W) bool pixel masks (an object) or (B, gh, gw) masks of the patch grid:
             also patch the stream entering each block at every patch the region touches, at
             once (the result's ``region``).
@@ -167,36 +152,18 @@ def activation_patching(
             f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
             f"{tuple(corrupted.shape)}."
         )
-    sites = tuple(check_choice("sites", s, SITES) for s in as_names("sites", sites))
+    sites = tuple(check_choice("sites", s, tuple(SITES)) for s in as_names("sites", sites))
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)
     corrupted_acts, corrupted_out = block_activations(model, corrupted)
     score = RunScore.of(clean_out, target, versus)
     every_image = torch.arange(len(clean), device=clean.device)
     high, low = score(clean_out, every_image), score(corrupted_out, every_image)
-    edits: dict[str, list[Edit]] = {}
-    if "resid" in sites:
-        _require_aligned_tokens(model, clean, clean_acts, blocks)
-        edits["resid"] = [
-            Edit(f"{b}.hook_resid_pre", _replace_position(p, stream[:, p]))
-            for b in blocks
-            for stream in [clean_acts[f"{b}.hook_resid_pre"]]
-            for p in range(stream.shape[1])
-        ]
-    for site in ("attn", "mlp"):
-        if site in sites:
-            outputs = [f"{b}.hook_{site}_out" for b in blocks]
-            edits[site] = [Edit(n, _replace(clean_acts[n])) for n in outputs]
-    if "heads" in sites:
-        attn = [f"{b}.hook_attn_out" for b in blocks]
-        clean_heads = head_outputs(model, clean, blocks, [clean_acts[n] for n in attn])
-        corrupted_heads = head_outputs(model, corrupted, blocks, [corrupted_acts[n] for n in attn])
-        pairs = zip(attn, clean_heads, corrupted_heads, strict=True)
-        edits["heads"] = [
-            Edit(name, _add(mine[h] - theirs[h]))
-            for name, mine, theirs in pairs
-            for h in range(len(mine) - 1)
-        ]
+    source = SiteSource(clean, clean_acts, lambda values: values)  # the clean run's own
+    edits: dict[str, list[Edit]] = {
+        site: site_edits(model, site, blocks, corrupted, corrupted_acts, source)[0]
+        for site in sites
+    }
     if region is not None:
         tokens = _region_tokens(model, region, clean)
         edits["region"] = [Edit(f"{b}.hook_resid_pre",
@@ -211,33 +178,14 @@ def activation_patching(
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip
     start = 0
-    for site, site_edits in edits.items():
-        part = slice(start, start + len(site_edits))
-        counts = [sum(e.name.startswith(f"{b}.") for e in site_edits) for b in blocks]
-        single = site in ("attn", "mlp", "region")
+    for site, made in edits.items():
+        part = slice(start, start + len(made))
+        counts = [sum(e.name.startswith(f"{b}.") for e in made) for b in blocks]
+        single = site in ("attn", "mlp", "region", "positions")
         setattr(result, site, _per_block(restored[:, part], counts, single))
         result.scores[site] = _per_block(patched.transpose(0, 1)[:, part], counts, single)
-        start += len(site_edits)
+        start += len(made)
     return result
-
-
-def _require_aligned_tokens(
-    hm: HookedModel, x: Tensor, acts: dict[str, Tensor], blocks: list[str]
-) -> None:  # fmt: skip
-    """Refuse per-position sites where a block's stream is not the model's tokens (prefix,
-    then the patch grid): positions would not line up across blocks (ConViT's class token
-    joins late; a hierarchical model's stages)."""
-    layout = hm.token_layout(tuple(x.shape[-2:]))
-    expected = None if layout is None else layout.num_tokens
-    counts = {b: acts[f"{b}.hook_resid_pre"].shape[1] for b in blocks}
-    odd = {b: n for b, n in counts.items() if n != expected}
-    if odd:
-        raise ValueError(
-            f"The stream entering {', '.join(list(odd)[:3])} holds {sorted(set(odd.values()))} "
-            f"tokens, not the model's {expected} (prefix tokens, then the patch grid), so its "
-            "positions do not line up with the other blocks' or the image; patch whole "
-            "outputs (sites=('attn', 'mlp')) or a region instead."
-        )
 
 
 def _region_tokens(hm: HookedModel, region: Tensor, x: Tensor) -> Tensor:
@@ -306,8 +254,10 @@ def ablation(
     """Ablate each ``component`` in turn and measure the change of the score.
 
     Args:
-        component: "heads" (each head's output), "attn", "mlp" (each block's output) or
-            "positions" (the stream entering the first block, one token position at a time).
+        component: a site (`vizkit.analysis.site_edits.SITES`, as `activation_patching`
+            names them): "heads" (each head's output), "attn", "mlp" (each block's output),
+            "positions" (the stream entering the first block, one token position at a time)
+            or "resid" (the stream entering each block, one position at a time).
         mode: "zero"; "mean" (the component's mean over ``reference``, per position); or
             "resample" (its value on a reference image drawn for each image with ``seed``).
         reference: (R, C, H, W) images for "mean" and "resample"; default x.
@@ -317,7 +267,7 @@ def ablation(
             score (then without ``labels``).
     """
     x = check_images(model.model, x)
-    check_choice("component", component, COMPONENTS)
+    check_choice("component", component, tuple(SITES))
     check_choice("mode", mode, ABLATIONS)
     seed = check_count("seed", seed, 0)
     reference = x if reference is None else check_images(model.model, reference)
@@ -345,28 +295,8 @@ def ablation(
             return values.mean(0, keepdim=True).expand(len(x), *values.shape[1:])
         return values[draw.to(values.device)]
 
-    edits, names = [], []
-    if component == "heads":
-        attn = [f"{b}.hook_attn_out" for b in blocks]
-        heads = head_outputs(model, x, blocks, [acts[n] for n in attn])
-        reference_heads = heads if reference is x else head_outputs(
-            model, reference, blocks, [reference_acts[n] for n in attn])  # fmt: skip
-        for b, name, mine, theirs in zip(blocks, attn, heads, reference_heads, strict=True):
-            for h in range(len(mine) - 1):
-                edits.append(Edit(name, _add(replacement(theirs[h]) - mine[h])))
-                names.append(f"{b} head {h}")
-    elif component in ("attn", "mlp"):
-        for b in blocks:
-            name = f"{b}.hook_{component}_out"
-            edits.append(Edit(name, _replace(replacement(reference_acts[name]))))
-            names.append(f"{b} {component}")
-    else:
-        _require_aligned_tokens(model, x, acts, blocks[:1])
-        embedded = reference_acts[f"{blocks[0]}.hook_resid_pre"]  # (R, N, C)
-        for p in range(embedded.shape[1]):
-            edits.append(Edit(f"{blocks[0]}.hook_resid_pre",
-                              _replace_position(p, replacement(embedded[:, p]))))  # fmt: skip
-            names.append(f"position {p}")
+    source = SiteSource(reference, reference_acts, replacement)
+    edits, names = site_edits(model, component, blocks, x, acts, source)
     clean = score(output, torch.arange(len(x), device=x.device))
 
     def score_and_class(out: object, rows: Tensor) -> Tensor:  # (n, 2): the class with labels

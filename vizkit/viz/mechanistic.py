@@ -145,8 +145,9 @@ def logit_lens_maps(
 
 def patching_maps(result: PatchingResult, image: int | None = None) -> go.Figure:
     """The restored share of the clean score per patched site: the stream entering each block
-    per position (layers x positions), each head (layers x heads), each block's attention and
-    MLP output (bars); one image or the mean over the batch."""
+    per position (layers x positions), the embedded tokens (the first block's, per position),
+    each head (layers x heads), each block's attention and MLP output (bars); one image or the
+    mean over the batch."""
     chosen, over = _images(image, len(result.clean_score))
     high = result.clean_score[chosen].mean()
     low = result.corrupted_score[chosen].mean()
@@ -154,13 +155,17 @@ def patching_maps(result: PatchingResult, image: int | None = None) -> go.Figure
     def restored(site: str) -> Tensor | None:  # the share of the mean scores (a mean of
         if getattr(result, site) is None:  # per-image shares is ruled by the smallest gaps)
             return None
-        return ((result.scores[site][chosen].mean(0) - low) / (high - low))[None]
+        share = (result.scores[site][chosen].mean(0) - low) / (high - low)
+        return share[None, None] if site == "positions" else share[None]  # one block's row
 
-    panels = [(name, restored(name)) for name in ("resid", "heads")]
+    panels = [(name, restored(name)) for name in ("resid", "positions", "heads")]
     panels = [(n, v) for n, v in panels if v is not None]
     bars = [(n, restored(n)) for n in ("attn", "mlp") if getattr(result, n) is not None]
-    titles = {"resid": "stream entering each block, per position",
-              "heads": "each head's output"}  # fmt: skip
+    titles = {
+        "resid": "stream entering each block, per position",
+        "positions": "embedded tokens, per position",
+        "heads": "each head's output",
+    }
     cols = len(panels) + bool(bars)
     if not cols:
         raise ValueError("The result holds no patched site.")
@@ -169,12 +174,14 @@ def patching_maps(result: PatchingResult, image: int | None = None) -> go.Figure
                         + ["each block's output"] * bool(bars))  # fmt: skip
     for col, (name, values) in enumerate(panels, start=1):
         grid = values[0].cpu().numpy()
-        prefix = result.layout.num_prefix_tokens if result.layout and name == "resid" else 0
+        tokens = name != "heads"
+        prefix = result.layout.num_prefix_tokens if result.layout and tokens else 0
         x = ([f"prefix {p}" for p in range(prefix)]
-             + [f"patch {p}" for p in range(grid.shape[1] - prefix)]) if name == "resid" else [
+             + [f"patch {p}" for p in range(grid.shape[1] - prefix)]) if tokens else [
             f"head {h}" for h in range(grid.shape[1])]  # fmt: skip
+        rows = result.blocks[:1] if name == "positions" else result.blocks
         fig.add_trace(
-            go.Heatmap(z=grid, x=x, y=result.blocks, coloraxis="coloraxis",
+            go.Heatmap(z=grid, x=x, y=rows, coloraxis="coloraxis",
                        hovertemplate="%{y}, %{x}: %{z:.3f}<extra></extra>"),
             row=1, col=col,
         )  # fmt: skip
