@@ -39,7 +39,7 @@ from ...hooks.taps import GridFn, Tap, nhwc_to_nchw, nhwc_to_nlc
 from ...hooks.windows import WindowGeometry
 from ..grids import conv_grid
 
-__all__ = ["effective_shift", "layout", "swin_position_bias", "swin_window_pattern"]
+__all__ = ["effective_shift", "layout", "swin_position_bias"]
 
 _SWIN = "torchvision.models.swin_transformer"
 
@@ -142,11 +142,6 @@ def _shift_mask(x: Tensor, padded: tuple[int, int], window: tuple[int, int],
     mask = mask.view(pad_h // wh, wh, pad_w // ww, ww).permute(0, 2, 1, 3).reshape(-1, wh * ww)
     mask = mask.unsqueeze(1) - mask.unsqueeze(2)
     return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
-
-
-def swin_window_pattern(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
-    """(B·nW, H, w², w²): the window map a ``ShiftedWindowAttention(V2)`` call computed."""
-    return _windows(attn, args[0] if args else kwargs["x"])[0]
 
 
 def swin_position_bias(attn: nn.Module, args: tuple, kwargs: dict, output: Any) -> Tensor:
