@@ -62,7 +62,7 @@ __all__ = [
 BASELINES = ("blur", "mean", "zero")
 LEVELS = ("patch", "pixel")
 DEFAULT_STEPS = 16  # steps of a curve when steps=None (fewer where there are fewer units);
-# 64 (vizkit 0.1's default) is ``steps=64`` away: 4x the forward passes, a finer AUC
+# ``steps=64`` gives a finer AUC at 4x the forward passes
 BATCH_PIXELS = 2**19  # pixels per forward pass when batch_size=None: 10 images of 224 x 224
 # (a ViT-S's activations of one pass stay near 0.1 GB), 128 of 64 x 64
 MAX_BATCH = 256
