@@ -90,7 +90,7 @@ def _register_neurons(model: nn.Module, args: argparse.Namespace) -> list:
     x = _images(4, args)
 
     def find() -> None:
-        vk.text.register_neurons(model, x, layer=-1, layers=list(range(6)), factor=1.05,
+        vk.registers.register_neurons(model, x, layer=-1, layers=list(range(6)), factor=1.05,
                                  batch_size=4, progress=False)  # fmt: skip
 
     def limit() -> None:
@@ -107,7 +107,7 @@ def _register_effect(model: nn.Module, args: argparse.Namespace) -> list:
     neurons = {3: [5, 9]}
 
     def effect() -> None:
-        vk.text.register_effect(model, x, neurons, steps=steps)
+        vk.registers.register_effect(model, x, neurons, steps=steps)
 
     base = {"deletion": torch.zeros_like(x), "insertion": baseline_images(x, "blur")}
 

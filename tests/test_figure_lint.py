@@ -20,9 +20,9 @@ import vizkit as vk
 from vizkit.analysis.residual_norms import layerscale_gammas
 from vizkit.papers.masks import analysis as mk
 from vizkit.papers.sot import analysis as sot
+from vizkit.registers.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
 from vizkit.report.inputs import load_inputs
 from vizkit.report.sections import SECTIONS, NotApplicable
-from vizkit.text.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
 
 GRID = (8, 8)  # the Shapes models' patch grid (32 px, patch 4)
 MIN_FONT = 12  # px, the smallest legible text (subplot titles of 10-11 px were too small)
@@ -404,8 +404,9 @@ def planted() -> tuple:
 
 
 @cache
-def register_effect() -> vk.text.RegisterEffect:
-    return vk.text.register_effect(*planted(), {PLANTED_NEURON[0]: [PLANTED_NEURON[1]]}, steps=2)
+def register_effect() -> vk.registers.RegisterEffect:
+    neurons = {PLANTED_NEURON[0]: [PLANTED_NEURON[1]]}
+    return vk.registers.register_effect(*planted(), neurons, steps=2)
 
 
 def head_explorer() -> vk.widgets.HeadExplorer:

@@ -14,7 +14,7 @@ from conftest import model_state
 from guide_example import run_first_example
 
 import vizkit as vk
-from vizkit.text.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
+from vizkit.registers.planted import PLANTED_NEURON, bright_patch_images, planted_register_vit
 
 LAYER, NEURON = PLANTED_NEURON
 
@@ -97,7 +97,7 @@ def planted():
 
 def test_the_neuron_scores_are_the_reference_algorithms(planted):
     model, x = planted
-    found = vk.text.register_neurons(model, x, threshold=THRESHOLD, top_k=5, batch_size=3,
+    found = vk.registers.register_neurons(model, x, threshold=THRESHOLD, top_k=5, batch_size=3,
                                      progress=False)  # fmt: skip
     expected = reference_neuron_scores(model, x, THRESHOLD)
     torch.testing.assert_close(found.scores, expected, rtol=1e-4, atol=1e-6)
@@ -114,7 +114,7 @@ def test_the_neuron_scores_are_the_reference_algorithms(planted):
 
 def test_the_default_cut_finds_the_planted_neuron_without_a_threshold(planted):
     model, x = planted
-    found = vk.text.register_neurons(model, x, top_k=3, progress=False)
+    found = vk.registers.register_neurons(model, x, top_k=3, progress=False)
     assert found.neurons[0] == (f"blocks.{LAYER}", NEURON)
     assert found.by_block()[f"blocks.{LAYER}"] == [NEURON]
 
@@ -126,7 +126,7 @@ def test_the_scoring_pass_stops_after_the_last_candidate_block(planted):
     runs = []
     handle = model.blocks[-1].register_forward_pre_hook(lambda m, a: runs.append(len(a[0])))
     try:
-        found = vk.text.register_neurons(model, x, layers=[1, 0], threshold=THRESHOLD,
+        found = vk.registers.register_neurons(model, x, layers=[1, 0], threshold=THRESHOLD,
                                          top_k=3, batch_size=3, progress=False)  # fmt: skip
     finally:
         handle.remove()
@@ -141,7 +141,7 @@ def test_the_scoring_pass_stops_after_the_last_candidate_block(planted):
 def test_the_register_matches_the_reference_intervention_on_every_image(planted, scale):
     model, x = planted
     neurons = {LAYER: [NEURON, 3], LAYER + 1: [11]}
-    with vk.text.test_time_register(model, neurons, scale=scale) as register, torch.no_grad():
+    with vk.registers.test_time_register(model, neurons, scale=scale) as register, torch.no_grad():
         out = model(x)
     for i, image in enumerate(x):
         expected, stream = reference_forward(model, image, neurons, scale=scale)
@@ -152,7 +152,7 @@ def test_the_register_matches_the_reference_intervention_on_every_image(planted,
 def test_the_register_takes_the_artifact_and_the_attention(planted):
     model, x = planted
     where = bright_patch_images(8)[1]
-    effect = vk.text.register_effect(model, x, {LAYER: [NEURON]}, steps=4)
+    effect = vk.registers.register_effect(model, x, {LAYER: [NEURON]}, steps=4)
     before, after = effect.norms.flatten(2)  # (B, Np) each
     rows = torch.arange(len(x))
     assert (before[rows, where] > 20 * before.median(-1).values).all()
@@ -169,7 +169,7 @@ def test_the_register_takes_the_artifact_and_the_attention(planted):
 def test_the_sparsity_filter_counted_in_parts_is_the_whole_count():
     """The filter counts 32 tokens at a time; the count is the reference's over every token,
     at the boundary (exactly half the tokens below 0.5) too."""
-    from vizkit.text.register_neurons import _sparse
+    from vizkit.registers.neurons import _sparse
 
     hidden = torch.randn(3, 101, 40, generator=torch.Generator().manual_seed(0))
     hidden[0, :, 0] = torch.where(torch.arange(101) < 51, 0.0, 1.0)  # 51 of 101 below
@@ -186,15 +186,15 @@ def test_the_curves_are_the_metrics_own_on_each_model(planted, head):
     for a backbone scored by its own embedding."""
     model, x = copy.deepcopy(planted[0]), planted[1][:3]
     model.reset_classifier(head)
-    effect = vk.text.register_effect(model, x, {LAYER: [NEURON]}, steps=4)
+    effect = vk.registers.register_effect(model, x, {LAYER: [NEURON]}, steps=4)
     targets = [None, None]
     if not head:
         with torch.no_grad():
             plain = model(x)
-            with vk.text.test_time_register(model, {LAYER: [NEURON]}):
+            with vk.registers.test_time_register(model, {LAYER: [NEURON]}):
                 targets = [vk.targets.similar_to(o) for o in (plain, model(x))]
     expected = {"deletion": [], "insertion": []}
-    contexts = [torch.no_grad(), vk.text.test_time_register(model, {LAYER: [NEURON]})]
+    contexts = [torch.no_grad(), vk.registers.test_time_register(model, {LAYER: [NEURON]})]
     for i, context in enumerate(contexts):
         with context:
             for kind in expected:
@@ -210,7 +210,7 @@ def test_a_backbone_is_scored_by_its_own_embedding(planted):
     model, x = planted
     model.reset_classifier(0)
     try:
-        effect = vk.text.register_effect(model, x[:2], {LAYER: [NEURON]}, steps=2)
+        effect = vk.registers.register_effect(model, x[:2], {LAYER: [NEURON]}, steps=2)
     finally:
         model.reset_classifier(10)
     assert effect.agreement is None and effect.deletion.shape == (2, 2)
@@ -221,7 +221,7 @@ def test_nothing_outlives_the_context_also_after_an_error_or_a_refusal(planted):
     model.train()
     before, plain = model_state(model), model.eval()(x)
     model.train()
-    with pytest.raises(ZeroDivisionError), vk.text.test_time_register(model, {1: [0]}):
+    with pytest.raises(ZeroDivisionError), vk.registers.test_time_register(model, {1: [0]}):
         assert model.eval()(x).shape == plain.shape
         model.train()
         raise ZeroDivisionError
@@ -230,7 +230,7 @@ def test_nothing_outlives_the_context_also_after_an_error_or_a_refusal(planted):
                              embed_dim=64, num_heads=2, num_classes=10)  # fmt: skip
     beit_before = model_state(beit)
     with pytest.raises(ValueError, match="position"):
-        with vk.text.test_time_register(beit, {0: [0]}):
+        with vk.registers.test_time_register(beit, {0: [0]}):
             pass
     assert model_state(beit) == beit_before
     torch.testing.assert_close(model.eval()(x), plain)
@@ -243,27 +243,27 @@ def test_a_model_without_artifacts_is_refused_with_a_fix_that_works():
                               depth=2, embed_dim=64, num_heads=2)  # fmt: skip
     x = torch.randn(4, 3, 32, 32)
     with pytest.raises(ValueError, match="needs no register") as error:
-        vk.text.register_neurons(model, x, progress=False)
+        vk.registers.register_neurons(model, x, progress=False)
     assert "threshold=" in str(error.value)
-    found = vk.text.register_neurons(model, x, threshold=1.0, top_k=2, progress=False)
+    found = vk.registers.register_neurons(model, x, threshold=1.0, top_k=2, progress=False)
     assert found.with_outliers == 4
     with pytest.raises(ValueError, match=r"threshold must be a finite number > 0"):
-        vk.text.register_neurons(model, x, threshold=-1, progress=False)  # all were artifacts
+        vk.registers.register_neurons(model, x, threshold=-1, progress=False)  # all were artifacts
 
 
 def test_bad_neurons_and_options_are_refused(planted):
     model, _ = planted
     with pytest.raises(ValueError, match="its MLP has 256 neurons"):
-        with vk.text.test_time_register(model, {1: [256]}):
+        with vk.registers.test_time_register(model, {1: [256]}):
             pass
     with pytest.raises(KeyError, match="blocks.9"):
-        with vk.text.test_time_register(model, {"blocks.9": [1]}):
+        with vk.registers.test_time_register(model, {"blocks.9": [1]}):
             pass
     with pytest.raises(TypeError, match="non-empty"):
-        with vk.text.test_time_register(model, {}):
+        with vk.registers.test_time_register(model, {}):
             pass
     with pytest.raises(ValueError, match="patches"):
-        with vk.text.test_time_register(model, {1: [1]}, patches="noise"):
+        with vk.registers.test_time_register(model, {1: [1]}, patches="noise"):
             pass
 
 
@@ -271,7 +271,7 @@ def test_a_grid_of_windows_is_refused():
     model = timm.create_model("swin_tiny_patch4_window7_224", img_size=64, window_size=4,
                               embed_dim=32, depths=(1, 1), num_heads=(1, 2))  # fmt: skip
     with pytest.raises(ValueError, match="flat stream"):
-        with vk.text.test_time_register(model, {0: [0]}):
+        with vk.registers.test_time_register(model, {0: [0]}):
             pass
 
 
@@ -279,7 +279,7 @@ def test_a_position_dependent_attention_is_refused():
     model = timm.create_model("beit_base_patch16_224", img_size=32, patch_size=8, depth=2,
                               embed_dim=64, num_heads=2, num_classes=10)  # fmt: skip
     with pytest.raises(ValueError, match="position"):
-        vk.text.register_effect(model, torch.randn(2, 3, 32, 32), {0: [0]}, faithfulness=False)
+        vk.registers.register_effect(model, torch.randn(2, 3, 32, 32), {0: [0]}, faithfulness=False)
 
 
 def test_rotary_positions_counted_from_the_end_are_refused_not_misread():
@@ -291,7 +291,7 @@ def test_rotary_positions_counted_from_the_end_are_refused_not_misread():
 
     model = LIBRARIES["transformers"]["DINOv3ViTModel + linear probe"].build().eval()
     with pytest.raises(ValueError, match="output moved"):
-        with vk.text.test_time_register(model, {0: [0]}, image_size=(32, 32)):
+        with vk.registers.test_time_register(model, {0: [0]}, image_size=(32, 32)):
             pass
 
 
@@ -303,7 +303,7 @@ def test_the_guide_example_prints_what_the_guide_says():
 def test_a_half_precision_model_passes_the_position_check_run_in_float32():
     model = planted_register_vit().to(torch.bfloat16)
     x = bright_patch_images(4)[0].to(torch.bfloat16)
-    effect = vk.text.register_effect(model, x, {LAYER: [NEURON]}, faithfulness=False)
+    effect = vk.registers.register_effect(model, x, {LAYER: [NEURON]}, faithfulness=False)
     assert (effect.peak_ratio()[0] > 50).all() and (effect.peak_ratio()[1] < 10).all()
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())  # the check used a copy
 
@@ -311,7 +311,7 @@ def test_a_half_precision_model_passes_the_position_check_run_in_float32():
 def test_the_models_own_errors_are_not_called_positional():
     model = planted_register_vit()
     with pytest.raises(RuntimeError, match="channels"):
-        with vk.text.test_time_register(model, {LAYER: [NEURON]}), torch.no_grad():
+        with vk.registers.test_time_register(model, {LAYER: [NEURON]}), torch.no_grad():
             model(torch.randn(2, 1, 32, 32))  # a wrong image: the model's own error, unchanged
 
 
@@ -319,14 +319,14 @@ def test_neuron_indices_of_any_integer_type_and_no_bools():
     import numpy as np
 
     model, x = planted_register_vit(), bright_patch_images(2)[0]
-    with vk.text.test_time_register(model, {LAYER: np.array([NEURON])}) as numpy_chosen:
+    with vk.registers.test_time_register(model, {LAYER: np.array([NEURON])}) as numpy_chosen:
         model(x)
     assert numpy_chosen.neurons == {f"blocks.{LAYER}": [NEURON]}
     with pytest.raises(TypeError, match="ints"):
-        with vk.text.test_time_register(model, {LAYER: [True]}):
+        with vk.registers.test_time_register(model, {LAYER: [True]}):
             pass
     with pytest.raises(ValueError, match="names 4 blocks"):
-        with vk.text.test_time_register(model, {"blocks.*": [1]}):
+        with vk.registers.test_time_register(model, {"blocks.*": [1]}):
             pass
 
 
@@ -348,4 +348,4 @@ def test_an_adapter_is_not_taken_for_the_mlp_projection():
     for block in model.blocks:
         block.mlp.fc2 = _LowRankAdapter(block.mlp.fc2)
     with pytest.raises(ValueError, match="merge adapters"):
-        vk.text.register_neurons(model, bright_patch_images(2)[0], progress=False)
+        vk.registers.register_neurons(model, bright_patch_images(2)[0], progress=False)

@@ -18,7 +18,7 @@ from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
 from vizkit.papers import cait, masks, refiner, sot
-from vizkit.text.planted import bright_patch_images, planted_register_vit
+from vizkit.registers.planted import bright_patch_images, planted_register_vit
 
 
 def _refined():
@@ -139,13 +139,13 @@ EXAMPLES = {
     ),
     "LabelShares": (lambda: vk.text.label_shares(_clip_split()[2], {"x": "abab"}), True),
     "RegisterNeurons": (
-        lambda: vk.text.register_neurons(
+        lambda: vk.registers.register_neurons(
             planted_register_vit(), bright_patch_images(4)[0], progress=False
         ),
         True,
     ),
     "RegisterEffect": (
-        lambda: vk.text.register_effect(
+        lambda: vk.registers.register_effect(
             planted_register_vit(), bright_patch_images(2)[0], {1: [7]}, steps=2
         ),
         True,

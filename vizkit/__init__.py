@@ -10,6 +10,7 @@ from . import methods as methods
 from . import metrics as metrics
 from . import models as models
 from . import papers as papers
+from . import registers as registers
 from . import sae as sae
 from . import store as store
 from . import targets as targets
@@ -82,6 +83,7 @@ __all__ = [
     "metrics",
     "models",
     "papers",
+    "registers",
     "residual_ratios",
     "sae",
     "sanity_check",

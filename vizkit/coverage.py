@@ -474,7 +474,7 @@ def _token_pca(model, x):
 
 
 def _test_time_register(model, x):
-    from .text import register_effect
+    from .registers import register_effect
 
     result = register_effect(model, x, {0: [0]}, faithfulness=False)
     if not torch.isfinite(result.register_norms).all():

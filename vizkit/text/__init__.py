@@ -4,8 +4,7 @@ the texts that span its outputs over a data set (`text_span`; Gandelsman, Efros 
 2024); the accuracy left when parts are mean-ablated (`mean_ablation`), the share of each head's
 variance a labelling explains (`label_shares`), zero-shot segmentation maps (`text_maps`), and a
 model without a text tower read through a linear map into a text-image model's space
-(`fit_text_map`); and the high-norm artifact tokens of large ViTs moved at test time into an
-extra token (`register_neurons`, `test_time_register`, `register_effect`; Jiang et al. 2025)."""
+(`fit_text_map`)."""
 
 from .ablation import LabelShares as LabelShares
 from .ablation import MeanAblation as MeanAblation
@@ -15,15 +14,6 @@ from .ablation import mean_ablation as mean_ablation
 from .ablation import zero_shot_predictions as zero_shot_predictions
 from .decomposition import EmbeddingDecomposition as EmbeddingDecomposition
 from .decomposition import embedding_decomposition as embedding_decomposition
-from .planted import PLANTED_NEURON as PLANTED_NEURON
-from .planted import bright_patch_images as bright_patch_images
-from .planted import planted_register_vit as planted_register_vit
-from .register_effect import RegisterEffect as RegisterEffect
-from .register_effect import register_effect as register_effect
-from .register_neurons import RegisterNeurons as RegisterNeurons
-from .register_neurons import register_neurons as register_neurons
-from .registers import TestTimeRegister as TestTimeRegister
-from .registers import test_time_register as test_time_register
 from .segmentation import text_maps as text_maps
 from .span import SpannedTexts as SpannedTexts
 from .span import TextSpan as TextSpan
@@ -34,28 +24,19 @@ from .text_map import TextMap as TextMap
 from .text_map import fit_text_map as fit_text_map
 
 __all__ = [
-    "PLANTED_NEURON",
     "EmbeddingDecomposition",
     "LabelShares",
     "MeanAblation",
-    "RegisterEffect",
-    "RegisterNeurons",
     "SpannedTexts",
     "TextMap",
-    "TestTimeRegister",
     "TextSpan",
-    "bright_patch_images",
     "decompose_images",
     "embedding_decomposition",
     "fit_text_map",
     "label_shares",
     "mean_ablated",
     "mean_ablation",
-    "planted_register_vit",
-    "register_effect",
-    "register_neurons",
     "span_texts",
-    "test_time_register",
     "text_maps",
     "text_span",
     "zero_shot_predictions",

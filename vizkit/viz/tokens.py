@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from ..analysis import TokenNorms, TokenPCA
 from ..hooks.selector import LayerSpec, select_layer
-from ..text import RegisterEffect
+from ..registers import RegisterEffect
 from .overlay import heatmap_on_image, photo
 from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, square_cells
 

@@ -29,7 +29,7 @@ from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
 from ..hooks.selector import select_layer
-from .register_sites import RegisterSites, register_sites
+from .sites import RegisterSites, register_sites
 
 __all__ = ["RegisterNeurons", "register_neurons"]
 

@@ -37,7 +37,7 @@ from ..hooks.contract import as_hooked, held
 from ..hooks.inputs import check_choice, check_count
 from ..hooks.targets import model_logits
 from ..targets import embedding_of
-from .register_sites import RegisterSites, register_sites
+from .sites import RegisterSites, register_sites
 
 __all__ = ["PATCH_VALUES", "TestTimeRegister", "resolve_neurons", "test_time_register"]
 
@@ -76,8 +76,9 @@ def resolve_neurons(sites: RegisterSites, neurons: object) -> dict[str, list[int
         neurons = chosen()
     if not isinstance(neurons, Mapping) or not neurons:
         raise TypeError(
-            "neurons must be a RegisterNeurons result (vk.text.register_neurons) or a non-empty "
-            f"dict of block -> neuron indices, e.g. {{5: [17, 301]}}; got {type(neurons).__name__}."
+            "neurons must be a RegisterNeurons result (vk.registers.register_neurons) or a "
+            "non-empty dict of block -> neuron indices, e.g. {5: [17, 301]}; got "
+            f"{type(neurons).__name__}."
         )
     resolved: dict[str, list[int]] = {}
     for layer, indices in neurons.items():
@@ -115,7 +116,7 @@ def test_time_register(
     Args:
         model: a model whose blocks hold one flat token stream (ViT, DeiT, DINOv2, CLIP,
             SigLIP, CaiT's self-attention stage), of any library vizkit covers.
-        neurons: `RegisterNeurons` (vk.text.register_neurons) or {block: [neuron indices]}.
+        neurons: `RegisterNeurons` (vk.registers.register_neurons) or {block: [neuron indices]}.
         registers: extra tokens, >= 1 (the paper uses 1).
         scale: multiplies the extreme activation the registers get (the paper: 1).
         patches: what the patches' activations of the neurons become: "zero", "mean", "keep".
@@ -131,7 +132,7 @@ def test_time_register(
 
     Inside the context the model's output is the registered model's (predictions, embeddings,
     faithfulness curves and Grad-CAM on the output see it); maps of the inner stream hold the
-    extra tokens, so read them with `vk.text.register_effect`.
+    extra tokens, so read them with `vk.registers.register_effect`.
 
     Raises:
         ValueError / TypeError: a model without a flat, position-free token stream, bad
