@@ -225,7 +225,7 @@ def lower_every_epoch(m: PerEpoch) -> str:
 def cards(prefix: str, seeds: Sequence[int]) -> list[tuple[str, dict]]:
     """(name, card) of the zoo models ``{prefix}_s{seed}`` for ``seeds``, or of the single zoo
     model named ``prefix`` (whose recipe's seed must be one of ``seeds``)."""
-    if prefix in vk.zoo.list():
+    if prefix in vk.zoo.list_models():
         found = [(prefix, vk.zoo.card(prefix))]
     else:
         found = [(f"{prefix}_s{s}", vk.zoo.card(f"{prefix}_s{s}")) for s in seeds]
@@ -399,7 +399,8 @@ class Claim:
 def scale_fields(m: Measurement) -> dict:
     """The recipe and kwargs of the first card a measurement read: what a budget label names."""
     group = m.groups[0] if isinstance(m, Contrast) else m.lower
-    name = group.source if group.source in vk.zoo.list() else f"{group.source}_s{group.seeds[0]}"
+    shipped = group.source in vk.zoo.list_models()
+    name = group.source if shipped else f"{group.source}_s{group.seeds[0]}"
     card = vk.zoo.card(name)
     return {**card["recipe"], **card["kwargs"]}
 

@@ -23,7 +23,7 @@ PAPERS = ("cait", "refiner", "masks", "sot")
 ALLOWED = {"held", "not held", "inconclusive"}
 
 pytestmark = pytest.mark.skipif(
-    "sot_sum_s0" not in vk.zoo.list(),
+    "sot_sum_s0" not in vk.zoo.list_models(),
     reason="the paper-study checkpoints of models/ are not in the zoo here",
 )
 

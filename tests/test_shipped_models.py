@@ -11,7 +11,7 @@ from vizkit import zoo
 from vizkit.models.text_image import shapes_zero_shot
 from vizkit.train.recipes import recipe_names, sample_accuracy
 
-SHIPPED = zoo.list()
+SHIPPED = zoo.list_models()
 SHAPES = [n for n in SHIPPED if zoo.card(n)["data"]["name"] == "shapes"]
 # How far a model's accuracy on the 64-image sample may fall from its 2,000-image test accuracy,
 # in binomial standard deviations. At 3 for each model, one of 140 fell outside by chance

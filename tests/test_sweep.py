@@ -80,7 +80,7 @@ def test_the_readme_lists_every_model_of_the_sweep(swept, monkeypatch):
     models = swept[0]
     monkeypatch.setenv("VIZKIT_MODELS", str(models))
     readme = (models / "README.md").read_text()
-    assert all(f"| {name} |" in readme for name in zoo.list() if name.startswith("tiny_"))
+    assert all(f"| {name} |" in readme for name in zoo.list_models() if name.startswith("tiny_"))
     assert "| tiny_s0 |" in readme and "| tiny_s1 |" in readme
 
 

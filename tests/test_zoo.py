@@ -66,7 +66,7 @@ def test_card_names_the_machine_it_trained_on(trained_zoo):
 
 
 def test_round_trip_gives_the_same_logits(zoo_dir):
-    assert zoo.list() == ["tiny_digits"]
+    assert zoo.list_models() == ["tiny_digits"]
     model, card = zoo.load("tiny_digits")
     images = Digits("test").images[:8]
     again, _ = zoo.load("tiny_digits")
@@ -113,7 +113,8 @@ def test_unknown_names_suggest_the_closest_zoo_models(zoo_dir):
         zoo.load("tiny_digit")
     with pytest.raises(KeyError, match=r"Did you mean: tiny_digits\?"):
         zoo.card("tiny_digit")
-    with pytest.raises(KeyError, match=r"nope_model.\. vk\.zoo\.list\(\) lists the 1 zoo model\."):
+    listed = r"nope_model.\. vk\.zoo\.list_models\(\) lists the 1 zoo model\."
+    with pytest.raises(KeyError, match=listed):
         zoo.card("nope_model")
 
 

@@ -247,7 +247,7 @@ def zoo_list() -> int:
     """Print the zoo as a table."""
     from . import zoo
 
-    names = zoo.list()
+    names = zoo.list_models()
     if not names:
         print(f"The zoo at {zoo.models_dir()} is empty.")
         return 0

@@ -13,7 +13,6 @@ reads safetensors only: a pickle is never unpickled.
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import json
 import os
@@ -36,7 +35,7 @@ __all__ = [
     "accuracy_over_seeds",
     "card",
     "contrast_over_budgets",
-    "list",
+    "list_models",
     "load",
     "models_dir",
     "models_dirs",
@@ -52,7 +51,7 @@ _CHECKOUT_MODELS = Path(__file__).resolve().parent.parent / "models"
 REPOSITORY = "the vizkit repository"
 
 
-def recipe_names() -> builtins.list[str]:
+def recipe_names() -> list[str]:
     """The zoo names a recipe can train (`vizkit train <name>`; `vizkit.train.recipes`)."""
     return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
 
@@ -65,7 +64,7 @@ def models_dir() -> Path:
     return _CHECKOUT_MODELS if _CHECKOUT_MODELS.is_dir() else Path.cwd() / "models"
 
 
-def models_dirs() -> builtins.list[Path]:
+def models_dirs() -> list[Path]:
     """Where zoo models are looked up, the first folder holding a name wins: ``$VIZKIT_MODELS``
     alone if set; else the checkout's ``models/`` (or ``./models``), then the package's own."""
     if "VIZKIT_MODELS" in os.environ:
@@ -83,8 +82,8 @@ def _found() -> dict[str, Path]:
     return found
 
 
-def list() -> builtins.list[str]:  # noqa: A001 - the zoo's verb, as in timm.list_models
-    """Names of the zoo models found (`models_dirs`), sorted."""
+def list_models() -> list[str]:
+    """Names of the zoo models found (`models_dirs`), sorted (as `timm.list_models`)."""
     return sorted(_found())
 
 
@@ -94,7 +93,7 @@ def _folder(name: str) -> Path:
         return found[name]
     _refuse_missing_paper_checkpoint(name)
     raise KeyError(
-        f"No zoo model {name!r}.{did_you_mean(name, found)} vk.zoo.list() lists the "
+        f"No zoo model {name!r}.{did_you_mean(name, found)} vk.zoo.list_models() lists the "
         f"{_count(found)}."
     )
 
@@ -154,13 +153,14 @@ def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict
     """
     names = sorted(
         n
-        for n in list()
+        for n in list_models()
         if n.startswith(f"{prefix}_s")
         and n[len(prefix) + 2 :].isdigit()
         and (seeds is None or int(n[len(prefix) + 2 :]) in set(seeds))
     )
     if not names:
-        raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {', '.join(list())}.")
+        held = ", ".join(list_models())
+        raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {held}.")
     accuracies = [card(n)["test_accuracy"] for n in names]
     mean = sum(accuracies) / len(accuracies)
     spread = sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1) if names[1:] else 0
@@ -203,7 +203,7 @@ def seed_contrast(a: str, b: str, seeds: Iterable[int] | str | None = None) -> d
 
 def contrast_over_budgets(
     a: str, b: str, budgets: Iterable[str], seeds: Iterable[int] | str | None = None
-) -> builtins.list[dict]:
+) -> list[dict]:
     """`seed_contrast` of ``{a}{budget}`` against ``{b}{budget}`` for each card-name suffix in
     ``budgets`` (smallest first, e.g. ``("", "_e80")``), each labelled ``"<epochs> epochs"``
     from its first card's recipe: the points `vizkit.viz.scale_trend` draws. ``seeds`` as in
@@ -279,11 +279,11 @@ def _load_weights(model: nn.Module, weights: dict, file: Path, architecture: str
 
 def _count(names: Iterable[str]) -> str:
     """``3 zoo models`` / ``1 zoo model``."""
-    n = len(builtins.list(names))
+    n = len(list(names))
     return f"{n} zoo model{'' if n == 1 else 's'}"
 
 
-def _some(label: str, items: builtins.list[str], shown: int = 3) -> str:
+def _some(label: str, items: list[str], shown: int = 3) -> str:
     """``label: a, b, c (+ 4 more)``, or "" for no items."""
     if not items:
         return ""
@@ -328,7 +328,7 @@ def load(
                 "pretrained= and architecture kwargs apply to timm names."
             )
         return load_library_model(name)
-    shipped = name in list()
+    shipped = name in list_models()
     if shipped or name.endswith(".safetensors"):
         if checkpoint is not None or pretrained or kwargs:
             raise ValueError(f"{name!r} is a zoo model: its card fixes weights and architecture.")
@@ -336,11 +336,11 @@ def load(
         return model, info if shipped else {**info, "weights": name}
     if not timm.is_model(name):
         _refuse_missing_paper_checkpoint(name)
-        close = did_you_mean(name, [*list(), *timm.list_models()])
+        close = did_you_mean(name, [*list_models(), *timm.list_models()])
         raise KeyError(
             f"{name!r} is neither a zoo model nor a timm architecture.{close}"
-            f" vk.zoo.list() lists the {_count(list())}, timm.list_models('pattern*') the "
-            "timm ones."
+            f" vk.zoo.list_models() lists the {_count(list_models())}, "
+            "timm.list_models('pattern*') the timm ones."
         )
     model = create_timm_model(name, pretrained=pretrained, **kwargs)
     info = {"architecture": name, "kwargs": kwargs, "weights": "random"}

@@ -133,7 +133,7 @@ def sweep_recipes(name: str) -> list[dict]:
     """The recipes of sweep ``name`` whose models the zoo does not have yet, in order."""
     if name not in SWEEPS:
         raise KeyError(f"No sweep {name!r}; sweeps: {sorted(SWEEPS)}.")
-    have = set(vk.zoo.list())
+    have = set(vk.zoo.list_models())
     ordered = []
     for group in SWEEPS[name]:  # seed-major inside a group: a sweep cut short has whole seeds
         runs = [r for e in group for r in e.recipes()]

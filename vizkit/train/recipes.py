@@ -296,7 +296,7 @@ def write_models_readme(folder: Path) -> None:
     """Regenerate ``README.md`` of a zoo folder from the cards of every zoo model found
     (`zoo.models_dirs`; the table is never hand-edited)."""
     rows = []
-    for name in zoo.list():
+    for name in zoo.list_models():
         c, file = zoo.card(name), zoo.path(name)
         if not {"test_accuracy", "recipe", "sha256"} <= set(c):
             continue
