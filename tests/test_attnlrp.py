@@ -18,7 +18,7 @@ from representatives import drawn, representatives
 import vizkit as vk
 from vizkit import coverage
 from vizkit.hooks.gradient_graph import frozen_parameters
-from vizkit.hooks.targets import model_logits
+from vizkit.hooks.scores import model_logits
 from vizkit.methods.attnlrp import input_relevance
 from vizkit.methods.relevance_rules import relevance_rules
 

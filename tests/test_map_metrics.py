@@ -16,7 +16,7 @@ from representatives import drawn, representatives
 
 import vizkit as vk
 from vizkit import coverage
-from vizkit.hooks.targets import model_logits
+from vizkit.hooks.scores import model_logits
 
 quantus = pytest.importorskip("quantus")
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .hooks.contract import held
 from .hooks.inputs import check_count, check_images, model_device, unwrap_model
-from .hooks.targets import ScoreTarget, class_indices
+from .hooks.scores import ScoreTarget, class_indices
 
 __all__ = [
     "EMBEDDING_KEYS",

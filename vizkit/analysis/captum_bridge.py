@@ -17,7 +17,7 @@ from torch import Tensor
 from ..hooks import HookedModel, Target
 from ..hooks.contract import as_hooked
 from ..hooks.inputs import check_images, check_values_finite
-from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
+from ..hooks.scores import call_target, is_score_target, model_logits, target_indices
 from .saliency_result import SaliencyResult
 
 __all__ = [

@@ -12,7 +12,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, Target
-from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
+from ..hooks.scores import call_target, is_score_target, model_logits, target_indices
 from .logit_attribution import require_distinct
 
 __all__ = ["Edit", "RunScore", "edited_scores"]

@@ -21,8 +21,8 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import as_hooked
 from ..hooks.inputs import check_images
 from ..hooks.layout import feature_map_format, require_per_image
+from ..hooks.scores import explained_classes
 from ..hooks.selector import LayerSpec, layer_indices, select_layer
-from ..hooks.targets import explained_classes
 from ._model import reads_class_token
 from .saliency_result import SaliencyResult
 

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.scores import model_logits, target_indices
 from .residual_stream import (
     StreamReadout,
     head_outputs,

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
-from ..hooks.targets import target_indices
+from ..hooks.scores import target_indices
 from .residual_stream import StreamReadout, residual_blocks
 from .result import Result
 

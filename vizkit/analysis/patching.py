@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import as_names, check_choice, check_count, check_images
-from ..hooks.targets import is_score_target, model_logits, target_indices
+from ..hooks.scores import is_score_target, model_logits, target_indices
 from .component_edits import Edit, RunScore, edited_scores
 from .residual_stream import block_activations, residual_blocks
 from .result import Result

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.gradient_graph import frozen_parameters
-from ..hooks.targets import model_logits
+from ..hooks.scores import model_logits
 from ..targets import embedding_of
 
 __all__ = [

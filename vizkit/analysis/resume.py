@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, held
-from ..hooks.targets import model_logits
+from ..hooks.scores import model_logits
 from ..targets import embedding_of
 
 __all__ = [

@@ -18,12 +18,12 @@ from .layout import validate_input as validate_input
 from .memory import saved_bytes as saved_bytes
 from .names import resolve_names as resolve_names
 from .request import HookFn as HookFn
+from .scores import Target as Target
+from .scores import target_score as target_score
 from .selector import LayerSpec as LayerSpec
 from .selector import select_layer as select_layer
 from .selector import select_layers as select_layers
 from .taps import Tap as Tap
-from .targets import Target as Target
-from .targets import target_score as target_score
 
 __all__ = [
     "ActivationCache",

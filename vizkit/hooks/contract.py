@@ -22,7 +22,7 @@ from torch import nn
 from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
-from .targets import require_class_logits, require_classifier
+from .scores import require_class_logits, require_classifier
 
 __all__ = ["analysis_contract", "as_hooked", "eval_mode", "held"]
 

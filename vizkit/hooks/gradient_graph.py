@@ -16,8 +16,8 @@ from torch.utils.hooks import RemovableHandle
 from .edits import check_replacement
 from .readers import Reader
 from .request import HookFn, Request
+from .scores import Target, target_score
 from .taps import Tap
-from .targets import Target, target_score
 
 __all__ = ["GradientGraph", "frozen_parameters", "recording_from_taps", "refuse_derived_gradients"]
 

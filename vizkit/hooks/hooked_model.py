@@ -26,9 +26,9 @@ from .layout import TokenLayout, has_class_token, token_layout
 from .names import NameSpec
 from .readers import BesideReader, Reader
 from .request import Hooks, Request
+from .scores import Target
 from .selector import resolve_negative_indices, unknown_name_error
 from .taps import Tap
-from .targets import Target
 from .training_mode import warn_if_random
 
 __all__ = ["HookedModel"]

@@ -13,7 +13,7 @@ from torch import Tensor
 from .beside import PATTERN_PATHS
 from .inputs import check_choice, check_count, check_device
 from .names import NameSpec, explicit_names, resolve_names
-from .targets import Target, class_indices
+from .scores import Target, class_indices
 
 __all__ = ["HookFn", "Hooks", "Request", "expand_hooks"]
 

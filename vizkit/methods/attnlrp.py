@@ -15,7 +15,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_images
-from ..hooks.targets import explained_classes, target_score
+from ..hooks.scores import explained_classes, target_score
 from .registry import saliency_method
 from .relevance_rules import ATTENTION_RULES, relevance_rules
 

@@ -11,7 +11,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_images
-from ..hooks.targets import explained_classes
+from ..hooks.scores import explained_classes
 from .registry import saliency_method
 
 __all__ = ["grad_rollout"]

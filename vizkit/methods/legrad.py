@@ -20,8 +20,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_images
-from ..hooks.selector import LayerSpec
-from ..hooks.targets import (
+from ..hooks.scores import (
     call_target,
     explained_classes,
     is_score_target,
@@ -29,6 +28,7 @@ from ..hooks.targets import (
     output_rows,
     target_indices,
 )
+from ..hooks.selector import LayerSpec
 from .registry import saliency_method
 
 __all__ = ["legrad"]

@@ -20,7 +20,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.inputs import check_images, check_number, check_size, check_values_finite
 from ..hooks.passes import images_per_pass
-from ..hooks.targets import call_target, is_score_target, model_logits, target_indices
+from ..hooks.scores import call_target, is_score_target, model_logits, target_indices
 from .registry import saliency_method
 
 __all__ = ["occlusion"]

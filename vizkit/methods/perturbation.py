@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel, Target
-from ..hooks.targets import call_target, is_score_target, model_logits, output_rows, target_indices
+from ..hooks.scores import call_target, is_score_target, model_logits, output_rows, target_indices
 
 __all__ = ["chunked_scores", "resumed_forward", "score_of"]
 

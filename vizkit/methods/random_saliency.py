@@ -9,7 +9,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
-from ..hooks.targets import call_target, explained_classes, is_score_target
+from ..hooks.scores import call_target, explained_classes, is_score_target
 from .registry import saliency_method
 
 __all__ = ["random_saliency"]

@@ -13,7 +13,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images
 from ..hooks.passes import images_per_pass
-from ..hooks.targets import is_score_target, model_logits, select_images, target_indices
+from ..hooks.scores import is_score_target, model_logits, select_images, target_indices
 from .noisy_copies import mean_over_copies, noise_deviation, noisy_copies
 from .registry import SaliencyMethod, registered
 

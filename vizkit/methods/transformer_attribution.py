@@ -19,7 +19,7 @@ from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import DEFAULT_MAX_BYTES, check_images
-from ..hooks.targets import explained_classes, target_score
+from ..hooks.scores import explained_classes, target_score
 from .registry import saliency_method
 from .relevance_rules import relevance_rules
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..hooks.inputs import check_number
-from ..hooks.targets import Target, target_indices
+from ..hooks.scores import Target, target_indices
 
 __all__ = ["NEAR_UNIFORM", "TINY_PROBABILITY", "near_chance", "prediction_certainty"]
 

@@ -18,7 +18,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_images
-from ..hooks.targets import is_score_target, target_indices, target_label
+from ..hooks.scores import is_score_target, target_indices, target_label
 from ..methods.registry import methods as registered_methods
 from ..methods.registry import registered, selected_methods
 from .chance import near_chance, prediction_certainty

@@ -15,7 +15,7 @@ from ..analysis.saliency_result import SaliencyResult, min_max, saliency_maps
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.scores import model_logits, target_indices
 from .faithfulness import batch_images
 from .registry import ScoredBatch, metric
 

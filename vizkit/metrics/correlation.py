@@ -14,7 +14,7 @@ from ..analysis.saliency_result import SaliencyResult, saliency_maps
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images, check_number
-from ..hooks.targets import model_logits
+from ..hooks.scores import model_logits
 from .faithfulness import (
     BASELINES,
     baseline_images,

@@ -28,7 +28,7 @@ from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count
-from ..hooks.targets import (
+from ..hooks.scores import (
     ScoreTarget,
     is_score_target,
     model_logits,

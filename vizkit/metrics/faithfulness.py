@@ -31,7 +31,7 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
 from ..hooks.passes import available_bytes, images_per_pass
-from ..hooks.targets import (
+from ..hooks.scores import (
     ScoreTarget,
     call_target,
     is_score_target,

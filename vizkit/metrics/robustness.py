@@ -15,7 +15,7 @@ from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images, check_number, check_values_finite
-from ..hooks.targets import model_logits, target_indices
+from ..hooks.scores import model_logits, target_indices
 from ..methods.registry import registered
 
 __all__ = ["max_sensitivity"]

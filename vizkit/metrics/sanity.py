@@ -18,7 +18,7 @@ from ..analysis.result import Result
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_images
-from ..hooks.targets import is_score_target, model_logits, target_indices, target_label
+from ..hooks.scores import is_score_target, model_logits, target_indices, target_label
 from ..methods.registry import registered
 from .similarity import SIMILARITIES
 

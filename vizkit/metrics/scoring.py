@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ..analysis.saliency_result import SaliencyResult, constant_maps, saliency_maps
 from ..hooks import HookedModel
-from ..hooks.targets import is_score_target, select_images
+from ..hooks.scores import is_score_target, select_images
 from .faithfulness import CurveEnds, CurveScoring
 from .registry import METRICS, ScoredBatch
 

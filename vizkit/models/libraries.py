@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..hooks.targets import model_logits
+from ..hooks.scores import model_logits
 
 __all__ = ["LIBRARY_PREFIXES", "LibraryClassifier", "is_library_spec", "load_library_model"]
 

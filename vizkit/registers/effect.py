@@ -21,8 +21,8 @@ from ..analysis.result import Result
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_images
+from ..hooks.scores import is_backbone, model_logits
 from ..hooks.selector import select_layer
-from ..hooks.targets import is_backbone, model_logits
 from ..metrics.faithfulness import CurveEnds, CurveScoring, perturbation_curve
 from ..targets import embedding_of, similar_to
 from .sites import RegisterSites, register_sites

@@ -35,7 +35,7 @@ from ..datasets.model_input import model_preprocessing
 from ..hooks import HookedModel
 from ..hooks.contract import as_hooked, held
 from ..hooks.inputs import check_choice, check_count
-from ..hooks.targets import model_logits
+from ..hooks.scores import model_logits
 from ..targets import embedding_of
 from .sites import RegisterSites, register_sites
 

@@ -17,7 +17,7 @@ from .. import analysis, viz
 from ..analysis import SaliencyResult
 from ..analysis.saliency_result import constant_maps
 from ..hooks import HookedModel
-from ..hooks.targets import is_backbone, is_score_target, model_logits, select_images
+from ..hooks.scores import is_backbone, is_score_target, model_logits, select_images
 from ..methods.integrated_gradients import integrated_gradients
 from ..methods.registry import default_methods, registered
 from ..metrics import compare_saliency, evaluate, near_chance, road, sanity_check

@@ -18,7 +18,7 @@ from ..analysis.resume import LayerRun, block_calls, proved_run
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images, check_number
-from ..hooks.targets import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits
 from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens, splice_hook

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..analysis.resume import UNDECIDED, LayerRun, ResumedForward, layer_run
 from ..hooks.contract import as_hooked, eval_mode
 from ..hooks.inputs import check_images
-from ..hooks.targets import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits
 from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .effects import edited_outputs

@@ -17,7 +17,7 @@ from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images
-from ..hooks.targets import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits
 from ..store.manifest import model_identity, preprocessing_of
 from ..store.tokens import token_positions
 from ..targets import embedding_of

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..hooks.inputs import check_images
-from ..hooks.targets import is_backbone
+from ..hooks.scores import is_backbone
 from ..sae import Intervention, SparseAutoencoder, features
 from ..sae.effects import ablation, effects_and_run, steering
 from ..sae.image_outputs import ImageOutputs, TensorCache

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..hooks import Target
 from ..hooks.inputs import check_images
-from ..hooks.targets import is_score_target, model_logits, require_class_logits, select_images
+from ..hooks.scores import is_score_target, model_logits, require_class_logits, select_images
 from ..metrics import compare_saliency, evaluate, road, sanity_check
 from ..viz import display_images
 from ..viz.evaluation import curve_comparison, evaluation_bars

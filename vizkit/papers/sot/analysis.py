@@ -17,7 +17,7 @@ from ...analysis.saliency_result import SaliencyResult
 from ...hooks import HookedModel, Target, TokenLayout
 from ...hooks.contract import analysis_contract, as_hooked
 from ...hooks.inputs import check_images
-from ...hooks.targets import target_indices
+from ...hooks.scores import target_indices
 from ...methods.gradcam import gradcam
 from .classification_head import SoTHead
 from .power_normalization import SVPN_EPS

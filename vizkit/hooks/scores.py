@@ -1,4 +1,4 @@
-"""Targets for gradients: which logit (or callable score) to differentiate.
+"""How a target becomes a score: which logit (or callable score) to differentiate or read.
 
 A target is a class index (or B of them) on a model with class logits, or a score on the model's
 raw output: a callable, or a `ScoreTarget` (the ``vizkit.targets`` helpers for backbones, which
