@@ -7,7 +7,7 @@ import timm
 import torch
 
 from vizkit.datasets import Shapes
-from vizkit.train import AttentionEntropyTracker, TrainConfig, evaluate, train
+from vizkit.train import AttentionEntropyTracker, TrainConfig, loss_and_accuracy, train
 
 
 def tiny_vit():
@@ -26,12 +26,12 @@ def tiny_vit():
 def test_one_epoch_lowers_the_loss_and_records_callbacks():
     train_set, test_set = Shapes("train", n=256), Shapes("test", n=64)
     model = tiny_vit()
-    before = evaluate(model, train_set)["loss"]
+    before = loss_and_accuracy(model, train_set)["loss"]
     config = TrainConfig(epochs=1, batch_size=32, lr=3e-3, warmup_epochs=0.2, augment=True)
     history = train(
         model, train_set, test_set, config, callbacks=[AttentionEntropyTracker()], progress=False
     )
-    assert evaluate(model, train_set)["loss"] < before
+    assert loss_and_accuracy(model, train_set)["loss"] < before
     (record,) = history
     assert {"train_loss", "test_accuracy", "lr", "seconds"} <= set(record)
     entropy = record["attention_entropy"]

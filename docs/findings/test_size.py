@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 import vizkit as vk
 from vizkit.datasets import Shapes
-from vizkit.train.trainer import evaluate
+from vizkit.train.trainer import loss_and_accuracy
 
 FINDINGS = Path(__file__).resolve().parent
 RECORD = FINDINGS / "test_size.json"
@@ -63,7 +63,7 @@ def measure(test_images: int = TEST_IMAGES) -> dict:
         entry = found.setdefault(prefix, {"seeds": [], "cards": [], "larger": []})
         entry["seeds"].append(seed)
         entry["cards"].append(card["test_accuracy"])
-        entry["larger"].append(evaluate(model, larger)["accuracy"])
+        entry["larger"].append(loss_and_accuracy(model, larger)["accuracy"])
         models[card["name"]] = card["sha256"]
         card_test_images.add(card["data"]["test"])
     (card_test_images,) = card_test_images  # one test set for every card compared

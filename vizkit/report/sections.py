@@ -356,7 +356,7 @@ def residual_ratios(r: ReportInputs) -> Section:
     )
 
 
-def features(r: ReportInputs) -> Section:
+def sae_features(r: ReportInputs) -> Section:
     """A sparse autoencoder of the model (``--sae``): its scores on its store and spliced into
     the model on the report's images, and the latents most active on those images."""
     if r.sae is None:
@@ -492,7 +492,7 @@ SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
     "evaluation": evaluation,
     "representations": representations,
     "residual_ratios": residual_ratios,
-    "features": features,
+    "features": sae_features,
     "history": history,
 }
 

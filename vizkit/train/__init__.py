@@ -9,7 +9,7 @@ from .history import tracked_results as tracked_results
 from .sweep import run_recipes as run_recipes
 from .trainer import Callback as Callback
 from .trainer import TrainConfig as TrainConfig
-from .trainer import evaluate as evaluate
+from .trainer import loss_and_accuracy as loss_and_accuracy
 from .trainer import train as train
 
 __all__ = [
@@ -20,7 +20,7 @@ __all__ = [
     "LayerScaleTracker",
     "ResidualRatiosTracker",
     "TrainConfig",
-    "evaluate",
+    "loss_and_accuracy",
     "run_recipes",
     "tracked_results",
     "train",

@@ -34,7 +34,7 @@ from .callbacks import TRACKERS
 from .contrastive import ContrastiveConfig
 from .inits import INITS
 from .text_image_recipe import train_text_image
-from .trainer import TrainConfig, evaluate, train
+from .trainer import TrainConfig, loss_and_accuracy, train
 
 __all__ = [
     "DATASETS",
@@ -289,7 +289,7 @@ def sample_accuracy(model: torch.nn.Module, data: str) -> float:
     the test split):
     what the shipped-model tests reproduce exactly."""
     sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
-    return evaluate(model, sample)["accuracy"]
+    return loss_and_accuracy(model, sample)["accuracy"]
 
 
 def write_models_readme(folder: Path) -> None:

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from .mixing import mix_batch, mixed_cross_entropy
 
-__all__ = ["Callback", "TrainConfig", "evaluate", "train"]
+__all__ = ["Callback", "TrainConfig", "loss_and_accuracy", "train"]
 
 # on_epoch_end(model, epoch, eval_batch) -> values stored in the history under that epoch
 Callback = Callable[[nn.Module, int, Tensor], dict]
@@ -88,7 +88,7 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Dataset, batch_size: int = 500) -> dict:
+def loss_and_accuracy(model: nn.Module, data: Dataset, batch_size: int = 500) -> dict:
     """Mean cross-entropy and accuracy of ``model`` on ``data`` (items (image, label, ...))."""
     was_training = model.training
     model.eval()
@@ -182,7 +182,7 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
             correct += (logits.argmax(-1) == (labels if lam >= 0.5 else partners)).sum().item()
             count += len(labels)
             bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{correct / count:.3f}")
-        test = evaluate(model, test_data, config.eval_batch_size)
+        test = loss_and_accuracy(model, test_data, config.eval_batch_size)
         record = {
             "epoch": epoch + 1,
             "train_loss": loss_sum / count,
