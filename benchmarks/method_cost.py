@@ -60,7 +60,7 @@ def child(args: argparse.Namespace) -> None:
     from timing import timed
 
     import vizkit as vk
-    from vizkit.methods.registry import methods
+    from vizkit.methods.registry import METHODS
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -68,7 +68,7 @@ def child(args: argparse.Namespace) -> None:
     x = torch.randn(args.batch, 3, args.size, args.size, device=args.device)
     backbone = args.model.startswith("hf_")
     targets = vk.targets.embedding_norm() if backbone else list(range(args.batch))
-    registered = methods()
+    registered = dict(METHODS)
     chosen = args.methods.split(",") if args.methods else sorted(registered)
 
     def forward():
@@ -191,9 +191,9 @@ def main() -> None:
         columns += [f"{name}: time / forward", "peak / forward", "peak / fwd+bwd"]
     if len(results) > 1:
         columns += [f"time against {args.against}", f"peak against {args.against}"]
-    from vizkit.methods.registry import methods
+    from vizkit.methods.registry import METHODS
 
-    chosen = args.methods.split(",") if args.methods else sorted(methods())
+    chosen = args.methods.split(",") if args.methods else sorted(METHODS)
     print_and_record(args, title, columns, rows_of(results, chosen))
 
 

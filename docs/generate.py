@@ -119,10 +119,10 @@ def _with_threads(stamp: dict) -> str:
 
 def saliency_methods_page() -> str:
     """The registered saliency methods (`vizkit.methods`): name, what each needs, what it is."""
-    from vizkit.methods import NEEDS, methods
+    from vizkit.methods import METHODS, NEEDS
 
     lines = ["| method | needs | what the map is |", "|---|---|---|"]
-    for name, method in methods().items():
+    for name, method in METHODS.items():
         call = f"`vk.{method.fn.__name__}`"
         needs = ", ".join(method.needs) or "nothing"
         summary = method.summary.replace("|", "\\|")
@@ -139,19 +139,19 @@ README_METHODS = re.compile(
 def methods_reference_page() -> str:
     """The API reference of every built-in saliency method, from the registry (each method's
     module in `vizkit.methods`, where mkdocstrings reads its function)."""
-    from vizkit.methods import methods
+    from vizkit.methods import METHODS
 
-    ours = [m for m in methods().values() if m.fn.__module__.startswith("vizkit.methods.")]
+    ours = [m for m in METHODS.values() if m.fn.__module__.startswith("vizkit.methods.")]
     return "\n".join(f"::: {m.fn.__module__}.{m.fn.__name__}\n" for m in ours)
 
 
 def readme_methods() -> str:
     """The README's paragraph on the registered saliency methods (between its markers)."""
-    from vizkit.methods import methods
+    from vizkit.methods import METHODS
 
     names = [
         f"`{name}`"
-        for name, method in methods().items()
+        for name, method in METHODS.items()
         if name != "random" and method.fn.__module__.startswith("vizkit.")  # vizkit's own
     ]
     return (

@@ -45,12 +45,12 @@ ANALYSES = {
 # every registered saliency method (`vk.methods`) the table above does not name
 ANALYSES |= {
     name: lambda m, x, method=method, **k: method(m, x, **k)
-    for name, method in vk.methods.methods().items()
+    for name, method in vk.methods.METHODS.items()
     if name not in ANALYSES
 }
 GRADIENT_ANALYSES = [
     name
-    for name, method in vk.methods.methods().items()
+    for name, method in vk.methods.METHODS.items()
     if method.targets and ("gradients" in method.needs or name == "occlusion")
 ]
 

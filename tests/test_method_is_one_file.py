@@ -34,7 +34,7 @@ CHECK = """
 import torch
 import vizkit as vk
 
-method = vk.methods.methods()["throwaway_cam"]
+method = vk.methods.METHODS["throwaway_cam"]
 assert vk.throwaway_cam is method.fn and "throwaway_cam" in vk.__all__
 assert "throwaway_cam" in vk.methods.default_methods(True)
 model = vk.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, num_classes=3)
@@ -65,4 +65,4 @@ def test_a_method_file_dropped_into_the_package_is_registered_and_exported(tmp_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
-    assert "throwaway_cam" not in vizkit.methods.methods()  # the package itself is untouched
+    assert "throwaway_cam" not in vizkit.methods.METHODS  # the package itself is untouched

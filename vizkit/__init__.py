@@ -42,7 +42,7 @@ from .hooks import HookPoint as HookPoint
 from .hooks import TokenLayout as TokenLayout
 from .hooks import token_layout as token_layout
 from .hooks import unfused_attention as unfused_attention
-from .methods.registry import methods as _methods
+from .methods.registry import METHODS as _METHODS
 from .methods.smoothing import smoothed as smoothed
 from .metrics import compare_saliency as compare_saliency
 from .metrics import evaluate as evaluate
@@ -100,6 +100,6 @@ __all__ = [
     "widgets",
 ]
 
-_METHOD_FUNCTIONS = {method.fn.__name__: method.fn for method in _methods().values()}
+_METHOD_FUNCTIONS = {method.fn.__name__: method.fn for method in _METHODS.values()}
 globals().update(_METHOD_FUNCTIONS)
 __all__ += sorted(_METHOD_FUNCTIONS)

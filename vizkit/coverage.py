@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from . import analysis
 from .hooks import HookedModel
 from .hooks.layout import covers
-from .methods import methods
+from .methods import METHODS
 
 __all__ = [
     "ANALYSES",
@@ -509,7 +509,7 @@ def _saliency_columns() -> dict[str, Callable[[nn.Module, Tensor], str]]:
     cover the image."""
     return {
         name: _map(lambda m, x, method=method: method(m, x))
-        for name, method in methods().items()
+        for name, method in METHODS.items()
         if name != "random"
         and name not in NOT_WALKED
         and method.fn.__module__.startswith("vizkit.")

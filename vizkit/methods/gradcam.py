@@ -43,8 +43,9 @@ def gradcam(
             for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
             `gradcam_layers`, None for another activation).
     """
-    return cam_maps(model, x, target, layer, "gradcam", _mean_gradient)
+    return cam_maps(model, x, target, layer, "gradcam", _maps)
 
 
-def _mean_gradient(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+def _maps(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+    """(B, h, w) each channel weighted by its mean gradient (Eq. 1-2)."""
     return channel_cam(found, found.grad.mean((2, 3)))

@@ -30,10 +30,11 @@ def gradcam_pp(
     layer: LayerSpec | None = None,
 ) -> SaliencyResult:  # fmt: skip
     """Grad-CAM++ maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`)."""
-    return cam_maps(model, x, target, layer, "gradcam_pp", _weights)
+    return cam_maps(model, x, target, layer, "gradcam_pp", _maps)
 
 
-def _weights(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+def _maps(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+    """(B, h, w) each channel weighted by its positive gradients times alpha (Eq. 19)."""
     grad, act = found.grad, found.act
     squared = grad**2
     denominator = 2 * squared + act.sum((2, 3), keepdim=True) * squared * grad + EPS

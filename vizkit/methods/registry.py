@@ -18,7 +18,6 @@ __all__ = [
     "NEEDS",
     "SaliencyMethod",
     "default_methods",
-    "methods",
     "registered",
     "saliency_method",
     "selected_methods",
@@ -87,7 +86,7 @@ def saliency_method(
 _BUILTINS = "vizkit.methods.builtin"  # imports every built-in method's module
 
 
-def methods() -> dict[str, SaliencyMethod]:
+def _methods() -> dict[str, SaliencyMethod]:
     """Every registered method by name: the built-ins (`vizkit.methods.builtin`) by name, then
     the others in registration order."""
     if _BUILTINS not in sys.modules:
@@ -99,7 +98,7 @@ def methods() -> dict[str, SaliencyMethod]:
 
 def registered(name: str) -> SaliencyMethod:
     """The method registered as ``name``; a KeyError naming the known ones otherwise."""
-    known = methods()
+    known = _methods()
     if name not in known:
         raise KeyError(f"Unknown saliency method {name!r}; known: {', '.join(known)}.")
     return known[name]
@@ -119,7 +118,7 @@ def selected_methods(which: str, has_attention: bool) -> list[str]:
         raise ValueError(f"Expected 'all' or 'default'; got {which!r}.")
     chosen = [
         name
-        for name, method in methods().items()
+        for name, method in _methods().items()
         if which == "all" or (method.default and (has_attention or "attention" not in method.needs))
     ]
     return sorted(chosen, key=lambda name: name == "random")
@@ -130,16 +129,16 @@ class _Registered(Mapping):
     ``method(model, x, target)``)."""
 
     def __getitem__(self, name: str) -> SaliencyMethod:
-        return methods()[name]
+        return _methods()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(methods())
+        return iter(_methods())
 
     def __len__(self) -> int:
-        return len(methods())
+        return len(_methods())
 
     def __repr__(self) -> str:
-        return f"METHODS({', '.join(methods())})"
+        return f"METHODS({', '.join(_methods())})"
 
 
 METHODS: Mapping[str, SaliencyMethod] = _Registered()

@@ -28,10 +28,11 @@ def xgradcam(
     layer: LayerSpec | None = None,
 ) -> SaliencyResult:  # fmt: skip
     """XGrad-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`)."""
-    return cam_maps(model, x, target, layer, "xgradcam", _weights)
+    return cam_maps(model, x, target, layer, "xgradcam", _maps)
 
 
-def _weights(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+def _maps(found: CamActivation, hm: HookedModel, x: Tensor) -> Tensor:
+    """(B, h, w) each channel weighted by its gradient times its activation share (Eq. 13)."""
     act = found.act
     weights = (found.grad * act / (act.sum((2, 3), keepdim=True) + EPS)).sum((2, 3))
     return channel_cam(found, weights)

@@ -19,8 +19,7 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_images
 from ..hooks.scores import is_score_target, target_indices, target_label
-from ..methods.registry import methods as registered_methods
-from ..methods.registry import registered, selected_methods
+from ..methods.registry import METHODS, registered, selected_methods
 from .chance import near_chance, prediction_certainty
 from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
 from .localization import check_masks
@@ -323,7 +322,7 @@ def resolve_methods(
             f"'default'; got {methods!r}."
         )
     if not methods:
-        known = ", ".join(registered_methods())
+        known = ", ".join(METHODS)
         raise ValueError(f"methods is empty; pass at least one of {known}.")
     chosen = [(m, registered(m)) if isinstance(m, str) else _pair(m) for m in methods]
     names = [name for name, _ in chosen]

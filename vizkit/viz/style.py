@@ -170,11 +170,11 @@ def palette(i: int) -> str:
 
 def method_color(name: str) -> str:
     """The colour of saliency method ``name``, the same in every figure: its place in the
-    registry (`vizkit.methods.methods`) in a 24-colour palette; a method of the user's own by
+    registry (`vizkit.methods.METHODS`) in a 24-colour palette; a method of the user's own by
     its name's characters (stable across runs, unlike ``hash``)."""
-    from ..methods.registry import methods
+    from ..methods.registry import METHODS
 
-    known = list(methods())
+    known = list(METHODS)
     index = known.index(name) if name in known else sum(map(ord, name))
     return qualitative.Dark24[index % len(qualitative.Dark24)]
 
