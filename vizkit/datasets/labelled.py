@@ -1,15 +1,23 @@
 """Batches ``(images, labels or None, masks or None)`` of the data sets the data-set-wide
 views take (`vk.evaluate`, `vk.sae.spliced_score`): a Dataset, a DataLoader, a tuple of tensors,
-or "shapes" (the shipped Shapes sample)."""
+or "shapes" (the shipped Shapes sample); and their labels, checked as class indices."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    SequentialSampler,
+    TensorDataset,
+    default_collate,
+)
 
-__all__ = ["labelled_batches"]
+__all__ = ["checked_labels", "labelled_batches", "labels_in_memory"]
 
 
 def labelled_batches(
@@ -55,3 +63,56 @@ def labelled_batches(
         return x, labels, masks
 
     return (split(b) for b in data), count
+
+
+def labels_in_memory(data: object) -> Tensor | None:
+    """The data's labels (N,) when they are one tensor in memory and every one of them is
+    yielded as it is (a tuple of tensors, a TensorDataset, or a loader over one that reads it
+    all in order with the default collation); None otherwise."""
+    if isinstance(data, DataLoader):
+        whole = (isinstance(data.sampler, SequentialSampler) and not data.drop_last
+                 and data.collate_fn is default_collate)  # fmt: skip
+        if not whole:
+            return None
+        data = data.dataset
+    tensors = data if isinstance(data, tuple) else getattr(data, "tensors", None)
+    if isinstance(data, (tuple, TensorDataset)) and len(tensors) > 1:
+        return tensors[1] if isinstance(tensors[1], Tensor) else None
+    return None
+
+
+def checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
+    """(B,) ``labels`` as class indices of a model of ``classes`` classes, refused (naming the
+    image's place in the data and its value) unless they are whole numbers in range; the
+    batch's first image is the ``start``-th of the data."""
+    if labels is None:
+        raise ValueError(
+            "targets='labels', but the data yields no labels (only images): pass "
+            "targets='predictions' to explain the model's own predictions, or data of "
+            "(images, labels)."
+        )
+    if labels.ndim == 2 and labels.shape[-1] == classes:
+        raise ValueError(
+            f"The labels are one-hot or scores over the {classes} classes, shape "
+            f"{tuple(labels.shape)}; evaluate takes class indices (B,): pass labels.argmax(1)."
+        )
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be class indices (B,); got shape {tuple(labels.shape)}.")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        fractional = (
+            (labels != labels.round()).nonzero()[:, 0] if labels.is_floating_point() else []
+        )
+        i = int(fractional[0]) if len(fractional) else 0
+        raise ValueError(
+            f"labels must be integer class indices; got {labels.dtype} (image {start + i}: "
+            f"{labels[i].item()}). Pass a LongTensor of classes."
+        )
+    wrong = ((labels < 0) | (labels >= classes)).nonzero()[:, 0]
+    if len(wrong):
+        i = int(wrong[0])
+        raise ValueError(
+            f"Label {int(labels[i])} of image {start + i} is not a class of this model, which "
+            f"has {classes} (0..{classes - 1}); {len(wrong)} such label(s) in its batch. Check "
+            "the data's labels against the model's classes."
+        )
+    return labels.long()

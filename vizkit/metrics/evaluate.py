@@ -15,16 +15,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import (
-    DataLoader,
-    SequentialSampler,
-    TensorDataset,
-    default_collate,
-)
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
-from ..datasets.labelled import labelled_batches
+from ..datasets.labelled import checked_labels, labelled_batches, labels_in_memory
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count
@@ -126,22 +120,6 @@ def _cell(mean: Tensor, sem: Tensor) -> str:
     return f"{float(mean):.3f}" + ("" if math.isnan(float(sem)) else f" ± {float(sem):.3f}")
 
 
-def _labels_in_memory(data: object) -> Tensor | None:
-    """The data's labels (N,) when they are one tensor in memory and every one of them is
-    yielded as it is (a tuple of tensors, a TensorDataset, or a loader over one that reads it
-    all in order with the default collation); None otherwise."""
-    if isinstance(data, DataLoader):
-        whole = (isinstance(data.sampler, SequentialSampler) and not data.drop_last
-                 and data.collate_fn is default_collate)  # fmt: skip
-        if not whole:
-            return None
-        data = data.dataset
-    tensors = data if isinstance(data, tuple) else getattr(data, "tensors", None)
-    if isinstance(data, (tuple, TensorDataset)) and len(tensors) > 1:
-        return tensors[1] if isinstance(tensors[1], Tensor) else None
-    return None
-
-
 def _target_record(targets: object, out: str | Path | None) -> object:
     """What the log's header records of ``targets``, so that a resume with another target is
     refused: "labels" / "predictions", or a score target's label and a hash of its tensors (two
@@ -216,10 +194,10 @@ def evaluate(
     has_masks = first[2] is not None
     names = selected_metrics(metrics, has_masks, scored)
     steps = curve_steps(steps, unit_count(model.model, tuple(first[0].shape[-2:]), level), level)
-    if targets == "labels" and (labels := _labels_in_memory(data)) is not None:
+    if targets == "labels" and (labels := labels_in_memory(data)) is not None:
         with torch.no_grad():  # every label checked before any work, where all are at hand
             classes = model_logits(model(first[0][:1])).shape[-1]
-        _checked_labels(labels, classes, 0)
+        checked_labels(labels, classes, 0)
     world, rank = process_group()
     config = {
         "model": model_fingerprint(model.model), "methods": [n for n, _ in chosen],
@@ -280,7 +258,7 @@ def _batch_scores(
     if not is_score_target(targets):
         classes = ends.logits.argmax(-1)
         if targets == "labels":
-            classes = _checked_labels(labels, ends.logits.shape[-1], start).to(classes.device)
+            classes = checked_labels(labels, ends.logits.shape[-1], start).to(classes.device)
     masks = None if masks is None else masks.to(x.device)
     return score_methods(hm, x, classes, masks, methods, metrics, level, steps, ends)
 
@@ -311,43 +289,6 @@ def _check_batch(batch: tuple, start: int) -> None:
             f"The masks of images {start}.. are {tuple(masks.shape)}; they must be (B, H, W) = "
             f"({len(x)}, {x.shape[-2]}, {x.shape[-1]}), one pixel mask per image at its size."
         )
-
-
-def _checked_labels(labels: Tensor | None, classes: int, start: int) -> Tensor:
-    """(B,) ``labels`` as class indices of a model of ``classes`` classes, refused (naming the
-    image's place in the data and its value) unless they are whole numbers in range; the
-    batch's first image is the ``start``-th of the data."""
-    if labels is None:
-        raise ValueError(
-            "targets='labels', but the data yields no labels (only images): pass "
-            "targets='predictions' to explain the model's own predictions, or data of "
-            "(images, labels)."
-        )
-    if labels.ndim == 2 and labels.shape[-1] == classes:
-        raise ValueError(
-            f"The labels are one-hot or scores over the {classes} classes, shape "
-            f"{tuple(labels.shape)}; evaluate takes class indices (B,): pass labels.argmax(1)."
-        )
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be class indices (B,); got shape {tuple(labels.shape)}.")
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        fractional = (
-            (labels != labels.round()).nonzero()[:, 0] if labels.is_floating_point() else []
-        )
-        i = int(fractional[0]) if len(fractional) else 0
-        raise ValueError(
-            f"labels must be integer class indices; got {labels.dtype} (image {start + i}: "
-            f"{labels[i].item()}). Pass a LongTensor of classes."
-        )
-    wrong = ((labels < 0) | (labels >= classes)).nonzero()[:, 0]
-    if len(wrong):
-        i = int(wrong[0])
-        raise ValueError(
-            f"Label {int(labels[i])} of image {start + i} is not a class of this model, which "
-            f"has {classes} (0..{classes - 1}); {len(wrong)} such label(s) in its batch. Check "
-            "the data's labels against the model's classes."
-        )
-    return labels.long()
 
 
 class _Log:
