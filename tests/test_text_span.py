@@ -17,6 +17,7 @@ from conftest import model_state
 from guide_example import run_first_example
 
 from vizkit.datasets.captions import WordTokenizer
+from vizkit.models import zero_shot_predictions
 from vizkit.models.text_image import clip_shapes
 from vizkit.text import (
     decompose_images,
@@ -28,7 +29,6 @@ from vizkit.text import (
     span_texts,
     text_maps,
     text_span,
-    zero_shot_predictions,
 )
 
 transformers = pytest.importorskip("transformers")

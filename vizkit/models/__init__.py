@@ -23,6 +23,7 @@ from .zero_shot import ImageTower as ImageTower
 from .zero_shot import ZeroShotClassifier as ZeroShotClassifier
 from .zero_shot import image_tower as image_tower
 from .zero_shot import zero_shot as zero_shot
+from .zero_shot import zero_shot_predictions as zero_shot_predictions
 
 __all__ = [
     "ImageTower",
@@ -36,6 +37,7 @@ __all__ = [
     "param_count",
     "unmasked_mae",
     "zero_shot",
+    "zero_shot_predictions",
 ]
 
 

@@ -13,7 +13,7 @@ from ..hooks.family import Family, FamilyLayout, inner_layout, projected, regist
 from ..hooks.inputs import check_number
 from ..targets import embedding_of
 
-__all__ = ["ImageTower", "ZeroShotClassifier", "image_tower", "zero_shot"]
+__all__ = ["ImageTower", "ZeroShotClassifier", "image_tower", "zero_shot", "zero_shot_predictions"]
 
 
 class ZeroShotClassifier(nn.Module):
@@ -123,3 +123,13 @@ def image_tower(model: nn.Module) -> nn.Module:
     tower = ImageTower(model)
     tower.training = model.training  # the wrapper alone: ``.train()`` would set every module
     return tower
+
+
+def zero_shot_predictions(embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
+    """(n,) the index of the nearest of the K ``text_embeddings`` (K, D) to each embedding
+    (cosine; Radford et al. 2021, Sec. 3.1.2)."""
+    similarity = (
+        F.normalize(embeddings.float(), dim=-1)
+        @ F.normalize(text_embeddings.float().to(embeddings.device), dim=-1).T
+    )
+    return similarity.argmax(-1)

@@ -11,7 +11,6 @@ from .ablation import MeanAblation as MeanAblation
 from .ablation import label_shares as label_shares
 from .ablation import mean_ablated as mean_ablated
 from .ablation import mean_ablation as mean_ablation
-from .ablation import zero_shot_predictions as zero_shot_predictions
 from .decomposition import EmbeddingDecomposition as EmbeddingDecomposition
 from .decomposition import embedding_decomposition as embedding_decomposition
 from .segmentation import text_maps as text_maps
@@ -39,5 +38,4 @@ __all__ = [
     "span_texts",
     "text_maps",
     "text_span",
-    "zero_shot_predictions",
 ]

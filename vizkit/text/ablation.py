@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..analysis.result import Result
 from ..hooks import TokenLayout
+from ..models.zero_shot import zero_shot_predictions
 from .decomposition import EmbeddingDecomposition
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "label_shares",
     "mean_ablated",
     "mean_ablation",
-    "zero_shot_predictions",
 ]
 
 
@@ -38,16 +37,6 @@ def mean_ablated(decomposition: EmbeddingDecomposition, kept: Sequence[str]) -> 
     keep = torch.tensor([p in kept for p in decomposition.parts])[None, :, None]
     mixed = torch.where(keep, parts, parts.mean(0, keepdim=True))
     return mixed.sum(1) + decomposition.constant
-
-
-def zero_shot_predictions(embeddings: Tensor, text_embeddings: Tensor) -> Tensor:
-    """(n,) the index of the nearest of the K ``text_embeddings`` (K, D) to each embedding
-    (cosine; Radford et al. 2021, Sec. 3.1.2)."""
-    similarity = (
-        F.normalize(embeddings.float(), dim=-1)
-        @ F.normalize(text_embeddings.float().to(embeddings.device), dim=-1).T
-    )
-    return similarity.argmax(-1)
 
 
 @dataclass(repr=False)

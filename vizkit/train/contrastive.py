@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..hooks.inputs import check_count, check_number
-from ..text.ablation import zero_shot_predictions
+from ..models.zero_shot import zero_shot_predictions
 
 __all__ = ["ContrastiveConfig", "contrastive_loss", "train_contrastive", "zero_shot_accuracy"]
 
