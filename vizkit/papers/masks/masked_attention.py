@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...hooks.hook_point import HookPoint
-from ...layers.timm_attention import drop_block_options, query_key_norms
+from ..layers.timm_attention import drop_block_options, query_key_norms
 from .attention_masks import PAPER_EPS, ElementwiseMask, GaussianMixtureMask
 
 __all__ = ["ELMAttention", "GMMAttention", "MaskedAttention"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ...hooks.hook_point import HookPoint
-from ...layers.timm_attention import drop_block_options, query_key_norms
+from ..layers.timm_attention import drop_block_options, query_key_norms
 from .attention_refiner import AttentionRefiner
 
 __all__ = ["AttentionRelay", "RefinerAttention", "clear_relays"]
