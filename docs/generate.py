@@ -22,11 +22,11 @@ from pathlib import Path
 import timm
 import torch
 
-from vizkit.coverage import FAMILIES
 from vizkit.hooks import HookedModel
 from vizkit.hooks.family import family_layout
 from vizkit.hooks.names import collapsed_names
 from vizkit.hooks.taps import PATTERN_KINDS
+from vizkit.models.representatives import FAMILIES
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent

@@ -9,16 +9,16 @@ import timm
 import torch
 from torch import nn
 
-from vizkit import coverage
+from vizkit.models.representatives import FAMILIES, LIBRARIES
 
 
 def representatives() -> list:
     """pytest params ``(make, size)`` with the family (or ``library:name``) as id."""
     reps = [
         pytest.param(lambda r=r: timm.create_model(r.model, **r.kwargs), r.size, id=family)
-        for family, r in coverage.FAMILIES.items()
+        for family, r in FAMILIES.items()
     ]
-    for library, models in coverage.LIBRARIES.items():
+    for library, models in LIBRARIES.items():
         reps += [
             pytest.param(m.build, m.size, id=f"{library}:{name}") for name, m in models.items()
         ]

@@ -109,7 +109,7 @@ def test_vitmae_is_explained_on_every_patch_in_raster_order_and_the_raw_model_re
 
 def test_siglip2_without_its_images_wrapper_is_refused_with_a_fix_that_runs():
     pytest.importorskip("transformers")
-    from vizkit.coverage import LIBRARIES
+    from vizkit.models.representatives import LIBRARIES
 
     wrapped = LIBRARIES["transformers"]["Siglip2ForImageClassification (Siglip2Images)"].build()
     raw, x = wrapped.model.eval(), torch.randn(2, 3, 32, 32)

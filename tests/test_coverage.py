@@ -10,16 +10,9 @@ from pathlib import Path
 import pytest
 
 import vizkit as vk
-from vizkit.coverage import (
-    ANALYSES,
-    FAMILIES,
-    LIBRARIES,
-    coverage_markdown,
-    run_coverage,
-    run_library_coverage,
-    timm_families,
-)
+from vizkit.coverage import ANALYSES, coverage_markdown, run_coverage, run_library_coverage
 from vizkit.families import families
+from vizkit.models.representatives import FAMILIES, LIBRARIES, timm_families
 
 # the module's fixtures walk every family (about 280 s on 2 busy cores in setup): a guard
 # against a hang, above the suite's 300 s per test

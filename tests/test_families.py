@@ -17,8 +17,8 @@ from timm.models.eva import apply_rot_embed_cat
 from timm.utils import AttentionExtract
 
 import vizkit as vk
-from vizkit.coverage import FAMILIES
 from vizkit.hooks.windows import WindowGeometry, window_token_index
+from vizkit.models.representatives import FAMILIES
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

@@ -47,7 +47,7 @@ def test_a_derived_recipe_changes_only_seed_budget_and_name(sweeps):
 def test_the_written_sweep_is_valid_recipes_of_models_that_build(
     sweeps, sweep, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: [])  # as if the zoo had none of them
+    monkeypatch.setattr(sweeps.vk.zoo, "list_models", lambda: [])  # as if the zoo had none of them
     paths = sweeps.write(sweep, tmp_path)
     recipes = [load_recipe(p) for p in paths]
     names = [r["name"] for r in recipes]
@@ -67,14 +67,14 @@ def test_the_written_sweep_is_valid_recipes_of_models_that_build(
 def test_inside_a_group_every_configuration_gets_a_seed_before_any_gets_the_next(
     sweeps, monkeypatch
 ):
-    monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: [])
+    monkeypatch.setattr(sweeps.vk.zoo, "list_models", lambda: [])
     digits = [r for r in sweeps.sweep_recipes("gpu") if r["name"].startswith("sot_digits_")]
     seeds = [r["train"]["seed"] for r in digits]
     assert seeds == sorted(seeds) and seeds[:6] == [3] * 6
 
 
 def test_models_the_zoo_has_are_left_out(sweeps, monkeypatch):
-    monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: ["sot_digits_sum_e80_s3"])
+    monkeypatch.setattr(sweeps.vk.zoo, "list_models", lambda: ["sot_digits_sum_e80_s3"])
     names = [r["name"] for r in sweeps.sweep_recipes("gpu")]
     assert "sot_digits_sum_e80_s3" not in names and "sot_digits_sum_e80_s4" in names
     with pytest.raises(KeyError, match="No sweep 'tpu'"):
@@ -111,7 +111,7 @@ def _fake_run(recipe: dict, zoo: Path, **changed) -> None:
 @pytest.fixture
 def device_runs(sweeps, tmp_path, monkeypatch):
     """The first three recipes of the gpu sweep written here, their runs in a device's zoo."""
-    monkeypatch.setattr(sweeps.vk.zoo, "list", lambda: [])
+    monkeypatch.setattr(sweeps.vk.zoo, "list_models", lambda: [])
     paths = sweeps.write("gpu", tmp_path / "sweep")
     for extra in paths[3:]:
         extra.unlink()

@@ -287,7 +287,7 @@ def test_rotary_positions_counted_from_the_end_are_refused_not_misread():
     appended at the end would shift every patch's position without an error: the position
     check at entry sees the output move and refuses."""
     pytest.importorskip("transformers")
-    from vizkit.coverage import LIBRARIES
+    from vizkit.models.representatives import LIBRARIES
 
     model = LIBRARIES["transformers"]["DINOv3ViTModel + linear probe"].build().eval()
     with pytest.raises(ValueError, match="output moved"):

@@ -13,6 +13,7 @@ from test_sae import state
 
 import vizkit as vk
 from vizkit import coverage
+from vizkit.models import representatives
 from vizkit.sae.effects import ablation, edited_outputs
 from vizkit.widgets import FeatureBrowser
 
@@ -22,11 +23,11 @@ TIMM = ("vision_transformer", "deit", "eva", "cait", "swin_transformer", "xcit",
 def cases() -> list:
     params = [
         pytest.param(m.build, m.size, id=f"{library}:{name}")
-        for library, models in coverage.LIBRARIES.items()
+        for library, models in representatives.LIBRARIES.items()
         for name, m in models.items()
     ]
     for family in TIMM:
-        r = coverage.FAMILIES[family]
+        r = representatives.FAMILIES[family]
         params.append(pytest.param(lambda r=r: timm.create_model(r.model, **r.kwargs), r.size,
                                    id=family))  # fmt: skip
     return params
@@ -37,7 +38,7 @@ class Wrapper(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        vit = coverage.FAMILIES["vision_transformer"]
+        vit = representatives.FAMILIES["vision_transformer"]
         self.backbone = timm.create_model(vit.model, **vit.kwargs)
 
     def forward(self, x):

@@ -69,7 +69,7 @@ def test_transformer_attribution_follows_eq_13_14_on_a_two_block_vit():
 
 @pytest.mark.parametrize("key", ["torchvision", "transformers"])
 def test_transformer_attribution_on_other_libraries_vits(key):
-    from vizkit.coverage import LIBRARIES
+    from vizkit.models.representatives import LIBRARIES
 
     label = {
         "torchvision": "VisionTransformer (vit_b_16)",

@@ -70,7 +70,7 @@ def test_an_installed_wheel_runs_the_report_outside_the_checkout(wheel, tmp_path
     }
     where = subprocess.run(
         [python, "-c", "import vizkit, vizkit.zoo as z; print(vizkit.__file__); "
-         "print(z.models_dirs()); print(z.list())"],
+         "print(z.models_dirs()); print(z.list_models())"],
         cwd=work, env=env, check=True, capture_output=True, text=True,
     ).stdout.splitlines()  # fmt: skip
     assert where[0].startswith(site), where  # the installed package, not the checkout

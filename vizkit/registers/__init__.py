@@ -12,8 +12,8 @@ from .neurons import register_neurons as register_neurons
 from .planted import PLANTED_NEURON as PLANTED_NEURON
 from .planted import bright_patch_images as bright_patch_images
 from .planted import planted_register_vit as planted_register_vit
-from .test_time import TestTimeRegister as TestTimeRegister
-from .test_time import test_time_register as test_time_register
+from .register_token import TestTimeRegister as TestTimeRegister
+from .register_token import test_time_register as test_time_register
 
 __all__ = [
     "PLANTED_NEURON",

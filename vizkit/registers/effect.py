@@ -25,8 +25,8 @@ from ..hooks.scores import is_backbone, model_logits
 from ..hooks.selector import select_layer
 from ..metrics.faithfulness import CurveEnds, CurveScoring, perturbation_curve
 from ..targets import embedding_of, similar_to
+from .register_token import test_time_register
 from .sites import RegisterSites, register_sites
-from .test_time import test_time_register
 
 __all__ = ["RegisterEffect", "register_effect"]
 
