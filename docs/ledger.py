@@ -36,7 +36,7 @@ from pathlib import Path
 import plotly.offline
 
 import vizkit as vk
-from vizkit.verdicts import HELD, INCONCLUSIVE, NOT_HELD, VERDICTS, beyond_two_se, every_epoch
+from vizkit.ledger import HELD, INCONCLUSIVE, NOT_HELD, VERDICTS, beyond_two_se, every_epoch
 
 __all__ = [
     "CLAIMS",
@@ -265,7 +265,7 @@ def zoo_seeds(group: Group) -> list[int]:
     named without a seed is its one run)."""
     prefix = re.sub(r"_s\d+$", "", group.source)
     try:
-        return vk.zoo.accuracy_over_seeds(prefix)["seeds"]
+        return vk.ledger.accuracy_over_seeds(prefix)["seeds"]
     except KeyError:
         return list(group.seeds)
 

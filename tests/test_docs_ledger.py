@@ -321,7 +321,7 @@ def test_cost_counts_the_seeds_the_zoo_already_has(ledger):
                        reference="sot_sum")((0,))  # fmt: skip
     n = m.seeds_to_decide()
     have = {g.source: len(ledger.zoo_seeds(g)) for g in m.groups}
-    assert have["sot_sum_s0"] == len(vk.zoo.accuracy_over_seeds("sot_sum")["seeds"]) >= 3
+    assert have["sot_sum_s0"] == len(vk.ledger.accuracy_over_seeds("sot_sum")["seeds"]) >= 3
     expected = sum(max(0, n - k) for k in have.values())
     assert f"{n} seeds per configuration: {expected} more run" in m.cost()
 

@@ -307,11 +307,11 @@ BUILDERS = {
         shown(), {"ViT": vit_attention().received()[-1]}, count=2
     ),
     "accuracy_vs_kernels_figure": lambda: vk.papers.masks.accuracy_vs_kernels_figure(
-        {k: vk.zoo.accuracy_over_seeds(f"masks_gmm_k{k}") for k in (1, 3, 5)},
+        {k: vk.ledger.accuracy_over_seeds(f"masks_gmm_k{k}") for k in (1, 3, 5)},
         {1: 75.54, 3: 77.12, 5: 77.81},
     ),
     "accuracy_over_seeds_figure": lambda: vk.viz.accuracy_over_seeds_figure(
-        {"ELM": vk.zoo.accuracy_over_seeds("masks_elm")}, "Test accuracy over 3 seeds"
+        {"ELM": vk.ledger.accuracy_over_seeds("masks_elm")}, "Test accuracy over 3 seeds"
     ),
     "scale_trend": lambda: vk.viz.scale_trend(
         [

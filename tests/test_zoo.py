@@ -1,8 +1,6 @@
 """Zoo: recipe -> checkpoint + card -> load round trip; sha256 and pickle refusal."""
 
 import json
-import math
-import statistics
 
 import pytest
 import torch
@@ -149,70 +147,3 @@ def test_shortened_shipped_recipe_reproduces(tmp_path):
     ]
     assert abs(runs[0]["test_accuracy"] - runs[1]["test_accuracy"]) <= 0.01
     assert runs[0]["sha256"] == runs[1]["sha256"]  # same seed, same threads: same weights
-
-
-def test_accuracy_over_seeds(tmp_path, monkeypatch):
-    import json
-
-    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
-    for seed, accuracy in ((0, 0.5), (1, 0.7), (2, 0.9)):
-        name = f"sweep_a_s{seed}"
-        (tmp_path / f"{name}.json").write_text(
-            json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed}})
-        )
-        (tmp_path / f"{name}.safetensors").write_bytes(b"")
-    (tmp_path / "sweep_ab_s0.json").write_text("{}")  # another prefix, no checkpoint
-    summary = zoo.accuracy_over_seeds("sweep_a")
-    assert summary["seeds"] == [0, 1, 2] and summary["accuracies"] == [0.5, 0.7, 0.9]
-    assert summary["mean"] == pytest.approx(0.7) and summary["std"] == pytest.approx(0.2)
-    single = zoo.accuracy_over_seeds("sweep_a", seeds=[1])
-    assert single["accuracies"] == [0.7] and math.isnan(single["std"])
-    with pytest.raises(KeyError, match="No zoo models named nothing_s"):
-        zoo.accuracy_over_seeds("nothing")
-
-
-def test_seed_contrast_is_the_difference_of_means_against_twice_its_standard_error(
-    tmp_path, monkeypatch
-):
-    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
-    runs = {"a": (0.80, 0.82, 0.84), "b": (0.70, 0.71, 0.75), "c": (0.83, 0.81, 0.85)}
-    for prefix, accuracies in runs.items():
-        for seed, accuracy in enumerate(accuracies):
-            (tmp_path / f"{prefix}_s{seed}.json").write_text(
-                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed, "epochs": 6}})
-            )
-            (tmp_path / f"{prefix}_s{seed}.safetensors").write_bytes(b"")
-    a, b = (100 * statistics.mean(runs[k]) for k in "ab")
-    se = math.sqrt(sum(statistics.variance([100 * v for v in runs[k]]) / 3 for k in "ab"))
-    held = zoo.seed_contrast("a", "b")
-    assert held["value"] == pytest.approx(a - b) and held["two_se"] == pytest.approx(2 * se)
-    assert held["verdict"] == "held" and zoo.seed_contrast("b", "a")["verdict"] == "not held"
-    assert held["seeds"] == ([0, 1, 2], [0, 1, 2])
-    assert zoo.seed_contrast("a", "c")["verdict"] == "inconclusive"
-    one_seed = zoo.seed_contrast("a", "b", seeds=[0])
-    assert math.isnan(one_seed["two_se"]) and one_seed["verdict"] == "inconclusive"
-    (trend,) = zoo.contrast_over_budgets("a", "b", [""])
-    assert trend == {"budget": "6 epochs", **held}
-
-
-def test_shared_seeds_read_only_the_seeds_both_have(tmp_path, monkeypatch):
-    """As the ledger reads a pair: a with seeds 0-3 against b with 1-2 compares seeds 1-2."""
-    monkeypatch.setenv("VIZKIT_MODELS", str(tmp_path))
-    runs = {"a": {0: 0.5, 1: 0.80, 2: 0.84, 3: 0.99}, "b": {1: 0.70, 2: 0.75}, "c": {7: 0.9}}
-    for prefix, accuracies in runs.items():
-        for seed, accuracy in accuracies.items():
-            (tmp_path / f"{prefix}_s{seed}.json").write_text(
-                json.dumps({"test_accuracy": accuracy, "recipe": {"seed": seed, "epochs": 6}})
-            )
-            (tmp_path / f"{prefix}_s{seed}.safetensors").write_bytes(b"")
-    shared = zoo.seed_contrast("a", "b", seeds="shared")
-    assert shared["seeds"] == ([1, 2], [1, 2]) and shared["value"] == pytest.approx(9.5)
-    assert zoo.seed_contrast("a", "b")["seeds"] == ([0, 1, 2, 3], [1, 2])
-    (trend,) = zoo.contrast_over_budgets("a", "b", [""], seeds="shared")
-    assert trend == {"budget": "6 epochs", **shared}
-    twice = zoo.contrast_over_budgets("a", "b", ["", ""], seeds=(s for s in (1, 2)))
-    assert [t["seeds"] for t in twice] == [([1, 2], [1, 2])] * 2  # a generator serves both
-    with pytest.raises(KeyError, match=r"a \(seeds \[0, 1, 2, 3\]\) and c \(seeds \[7\]\)"):
-        zoo.seed_contrast("a", "c", seeds="shared")
-    with pytest.raises(ValueError, match="seeds must be None, 'shared' or seed numbers"):
-        zoo.seed_contrast("a", "b", seeds="common")

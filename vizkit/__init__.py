@@ -6,6 +6,7 @@ Every registered saliency method is exported here under its function's name (``v
 
 from . import analysis as analysis
 from . import datasets as datasets
+from . import ledger as ledger
 from . import methods as methods
 from . import metrics as metrics
 from . import models as models
@@ -78,6 +79,7 @@ __all__ = [
     "embedding_decomposition",
     "evaluate",
     "feature_evolution",
+    "ledger",
     "logit_lens",
     "methods",
     "metrics",

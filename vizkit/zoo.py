@@ -28,20 +28,16 @@ from torch import nn
 from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
 from .models.text_image import BUILDERS
-from .verdicts import beyond_two_se
 
 __all__ = [
     "PACKAGE_MODELS",
-    "accuracy_over_seeds",
     "card",
-    "contrast_over_budgets",
     "list_models",
     "load",
     "models_dir",
     "models_dirs",
     "path",
     "recipe_names",
-    "seed_contrast",
     "sha256",
 ]
 
@@ -141,81 +137,6 @@ def _read_card(file: Path, required: Iterable[str] = ()) -> dict:
             "cards: restore it or retrain the model."
         )
     return info
-
-
-def accuracy_over_seeds(prefix: str, seeds: Iterable[int] | None = None) -> dict:
-    """Test accuracy of the zoo models ``{prefix}_s{seed}`` (one recipe trained with several
-    seeds; ``seeds`` restricts them): ``{"seeds": [...], "accuracies": [...], "mean": m,
-    "std": s}`` (sample std).
-
-    Raises:
-        KeyError: no zoo model matches.
-    """
-    names = sorted(
-        n
-        for n in list_models()
-        if n.startswith(f"{prefix}_s")
-        and n[len(prefix) + 2 :].isdigit()
-        and (seeds is None or int(n[len(prefix) + 2 :]) in set(seeds))
-    )
-    if not names:
-        held = ", ".join(list_models())
-        raise KeyError(f"No zoo models named {prefix}_s<seed>; the zoo holds {held}.")
-    accuracies = [card(n)["test_accuracy"] for n in names]
-    mean = sum(accuracies) / len(accuracies)
-    spread = sum((a - mean) ** 2 for a in accuracies) / (len(accuracies) - 1) if names[1:] else 0
-    return {
-        "seeds": [card(n)["recipe"]["seed"] for n in names],
-        "accuracies": accuracies,
-        "mean": mean,
-        "std": spread**0.5 if names[1:] else float("nan"),  # undefined for one seed
-    }
-
-
-def seed_contrast(a: str, b: str, seeds: Iterable[int] | str | None = None) -> dict:
-    """Mean test accuracy of the zoo models ``{a}_s{seed}`` minus that of ``{b}_s{seed}``, in
-    points: ``{"value": d, "two_se": 2 SE, "verdict": v, "seeds": (seeds of a, seeds of b)}``,
-    with SE = sqrt(s_a^2 / n_a + s_b^2 / n_b) from the seed spreads and the claims ledger's
-    rule: "held" if d > 2 SE, "not held" if d < -2 SE, else "inconclusive" (also with one
-    seed, whose spread is unknown). ``seeds=None`` takes every seed the zoo has of each, which
-    may be more than a ledger row reads; ``seeds="shared"`` the seeds both have (as the ledger
-    reads a pair); or pass the seeds.
-
-    Raises:
-        KeyError: no zoo model matches ``a`` or ``b``, or ``"shared"`` finds no common seed.
-        ValueError: ``seeds`` is a string other than ``"shared"``.
-    """
-    if isinstance(seeds, str):
-        if seeds != "shared":
-            raise ValueError(f"seeds must be None, 'shared' or seed numbers; got {seeds!r}.")
-        have = [set(accuracy_over_seeds(prefix)["seeds"]) for prefix in (a, b)]
-        seeds = sorted(have[0] & have[1])
-        if not seeds:
-            raise KeyError(f"{a} (seeds {sorted(have[0])}) and {b} (seeds {sorted(have[1])}) "
-                           "share no seed.")  # fmt: skip
-    groups = [accuracy_over_seeds(prefix, seeds) for prefix in (a, b)]
-    value = 100 * (groups[0]["mean"] - groups[1]["mean"])
-    se = 100 * sum(g["std"] ** 2 / len(g["seeds"]) for g in groups) ** 0.5
-    verdict = beyond_two_se(value, se)
-    seeds_used = tuple(g["seeds"] for g in groups)
-    return {"value": value, "two_se": 2 * se, "verdict": verdict, "seeds": seeds_used}
-
-
-def contrast_over_budgets(
-    a: str, b: str, budgets: Iterable[str], seeds: Iterable[int] | str | None = None
-) -> list[dict]:
-    """`seed_contrast` of ``{a}{budget}`` against ``{b}{budget}`` for each card-name suffix in
-    ``budgets`` (smallest first, e.g. ``("", "_e80")``), each labelled ``"<epochs> epochs"``
-    from its first card's recipe: the points `vizkit.viz.scale_trend` draws. ``seeds`` as in
-    `seed_contrast`, at every budget (``"shared"``: the seeds both have at that budget)."""
-    if seeds is not None and not isinstance(seeds, str):
-        seeds = tuple(seeds)  # read at every budget, not used up by the first
-    points = []
-    for budget in budgets:
-        contrast = seed_contrast(f"{a}{budget}", f"{b}{budget}", seeds)
-        epochs = card(f"{a}{budget}_s{contrast['seeds'][0][0]}")["recipe"]["epochs"]
-        points.append({"budget": f"{epochs} epochs", **contrast})
-    return points
 
 
 def sha256(file: str | Path) -> str:

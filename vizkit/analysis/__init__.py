@@ -24,7 +24,6 @@ from .residual_norms import ResidualRatios as ResidualRatios
 from .residual_norms import layerscale as layerscale
 from .residual_norms import ratio_uniformity as ratio_uniformity
 from .residual_norms import residual_ratios as residual_ratios
-from .residual_norms import uniformity_contrast as uniformity_contrast
 from .saliency_result import SaliencyResult as SaliencyResult
 from .stages import Stages as Stages
 from .token_norms import TokenNorms as TokenNorms
@@ -57,7 +56,6 @@ __all__ = [
     "logit_lens",
     "normalized_entropy",
     "ratio_uniformity",
-    "uniformity_contrast",
     "residual_ratios",
     "self_attention_names",
     "stage_layers",

@@ -12,7 +12,6 @@ class-attention stage the stream is the class token only, (B, 1, C).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,6 @@ from ..hooks.contract import analysis_contract, as_hooked
 from ..hooks.family import residual_spec
 from ..hooks.inputs import check_choice, check_images
 from ..hooks.layout import require_per_image
-from ..verdicts import every_epoch
 from .result import Result
 
 __all__ = [
@@ -37,7 +35,6 @@ __all__ = [
     "prenorm_blocks",
     "ratio_uniformity",
     "residual_ratios",
-    "uniformity_contrast",
 ]
 
 REDUCTIONS = ("sample_fro", "per_token", "batch")
@@ -320,7 +317,8 @@ def _gamma_stats(gammas: list[Tensor | None]) -> GammaStats:
 
 def ratio_uniformity(entries: list[ResidualRatios], stage: str = "self-attention") -> dict:
     """How uniform the ratios are across the layers of one stage, per entry (e.g. per epoch of
-    a tracked history): CaiT's Fig. 4 claim is that LayerScale makes them more uniform.
+    a tracked history): CaiT's Fig. 4 claim is that LayerScale makes them more uniform
+    (`vizkit.ledger.uniformity_contrast` decides it from these).
 
     Returns:
         ``{"attn": {"cv": [...], "mean": [...]}, "mlp": {...}}``, one value per entry: the
@@ -338,27 +336,3 @@ def ratio_uniformity(entries: list[ResidualRatios], stage: str = "self-attention
             out[branch]["mean"].append(mean.item())
             out[branch]["cv"].append((values.std(unbiased=False) / mean).item())
     return out
-
-
-def uniformity_contrast(
-    with_layerscale: list[ResidualRatios], without: list[ResidualRatios], branch: str = "attn"
-) -> dict:
-    """CaiT's Fig. 4 claim (LayerScale makes the ratios more uniform across layers) for two
-    tracked histories of the same recipe, one entry per epoch each, as a point of
-    `vizkit.viz.scale_trend`: ``value`` is the coefficient of variation of ``branch``'s ratios
-    ("attn" or "mlp", self-attention layers) without LayerScale minus with it after the last
-    epoch (positive: as the paper says); ``verdict`` is "held" if it is lower with LayerScale at
-    every epoch, "not held" if higher at every epoch, else "inconclusive"; ``two_se`` is NaN
-    (one run each); ``cv_with`` and ``cv_without`` are the per-epoch CVs.
-    """
-    check_choice("branch", branch, ("attn", "mlp"))
-    if len(with_layerscale) != len(without) or not without:
-        raise ValueError(
-            f"Compare histories of the same epochs; got {len(with_layerscale)} and "
-            f"{len(without)} entries."
-        )
-    lower = ratio_uniformity(with_layerscale)[branch]["cv"]
-    higher = ratio_uniformity(without)[branch]["cv"]
-    verdict = every_epoch(lower, higher)
-    return {"value": higher[-1] - lower[-1], "two_se": math.nan, "verdict": verdict,
-            "cv_with": lower, "cv_without": higher}  # fmt: skip

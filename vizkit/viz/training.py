@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..verdicts import HELD, INCONCLUSIVE, NOT_HELD
+from ..ledger import HELD, INCONCLUSIVE, NOT_HELD
 from .style import finish, palette
 
 __all__ = [
@@ -67,7 +67,7 @@ def epoch_accuracy_curves(
 def accuracy_over_seeds_figure(results: Mapping[str, dict], title: str) -> go.Figure:
     """Test accuracy per configuration: each seed as a dot, the mean as a bar-wide tick with its
     sample std as error bar (``results`` maps a label to
-    `vizkit.zoo.accuracy_over_seeds(prefix)`). The axis spans the data, not 0-100 %: seeds a
+    `vizkit.ledger.accuracy_over_seeds(prefix)`). The axis spans the data, not 0-100 %: seeds a
     few tenths of a point apart near the ceiling stay apart."""
     labels = list(results)
     fig = go.Figure()

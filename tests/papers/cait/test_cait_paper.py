@@ -3,8 +3,6 @@ what the paper compares: model contract, residual strategies, late class token, 
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import timm
 import torch
@@ -174,37 +172,6 @@ def test_ratio_uniformity_is_the_coefficient_of_variation_over_one_stage():
     assert summary["mlp"]["cv"] == [0.0, 0.0]
     class_stage = vk.analysis.ratio_uniformity([entry], stage="class-attention")
     assert class_stage["attn"]["mean"] == [50.0]
-
-
-def _ratios(attn: list[float]) -> vk.ResidualRatios:
-    """A self-attention-only entry with the given attention ratios (FFN ratios all 1)."""
-    n, ones = len(attn), torch.ones(len(attn))
-    gammas = GammaStats(ones, ones, ones)
-    return vk.ResidualRatios(
-        layers=[f"blocks.{i}" for i in range(n)], stage=["self-attention"] * n,
-        attn=torch.tensor(attn), attn_unscaled=torch.tensor(attn), mlp=ones, mlp_unscaled=ones,
-        resid_norm=ones, resid_mid_norm=ones, gamma_attn=gammas, gamma_mlp=gammas,
-        has_layerscale=[False] * n, reduction="sample_fro",
-    )  # fmt: skip
-
-
-def test_uniformity_contrast_reads_the_last_epoch_and_decides_over_every_epoch():
-    flat, spread, wide = _ratios([1.0, 1.0, 1.0]), _ratios([1.0, 2.0, 3.0]), _ratios([1, 1, 7.0])
-    cv = {"spread": (2 / 3) ** 0.5 / 2, "wide": 8**0.5 / 3}  # population std / mean
-    point = vk.analysis.uniformity_contrast([flat, spread], [spread, wide])
-    assert point["verdict"] == "held"
-    assert point["value"] == pytest.approx(cv["wide"] - cv["spread"])
-    assert point["cv_with"] == pytest.approx([0.0, cv["spread"]])
-    assert math.isnan(point["two_se"])
-    assert vk.analysis.uniformity_contrast([wide], [flat])["verdict"] == "not held"
-    mixed = vk.analysis.uniformity_contrast([flat, wide], [spread, spread])
-    assert mixed["verdict"] == "inconclusive"
-    assert mixed["value"] == pytest.approx(cv["spread"] - cv["wide"])
-    assert vk.analysis.uniformity_contrast([flat], [spread], "mlp")["verdict"] == "inconclusive"
-    with pytest.raises(ValueError, match="same epochs"):
-        vk.analysis.uniformity_contrast([flat, flat], [spread])
-    with pytest.raises(ValueError, match="branch"):
-        vk.analysis.uniformity_contrast([flat], [spread], "ffn")
 
 
 def test_cait_figures(cait):

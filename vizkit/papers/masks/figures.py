@@ -224,7 +224,7 @@ def accuracy_vs_kernels_figure(
     ours: Mapping[int, dict], paper: Mapping[int, float] | None = None, title: str = ""
 ) -> go.Figure:
     """Fig. 6: test accuracy against the number of Gaussian kernels K (0: the vanilla model).
-    ``ours`` maps K to `vizkit.zoo.accuracy_over_seeds(prefix)` (mean, sample-std bars and
+    ``ours`` maps K to `vizkit.ledger.accuracy_over_seeds(prefix)` (mean, sample-std bars and
     each seed); ``paper`` (K -> accuracy, e.g. its CIFAR-100 curve) on the right axis."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     ks = sorted(ours)
