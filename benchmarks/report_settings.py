@@ -15,7 +15,8 @@ import warnings
 from timing import record
 
 import vizkit as vk
-from vizkit.report.sections import CURVE_STEPS, IG_STEPS
+from vizkit.report.sections.saliency import CURVE_STEPS
+from vizkit.report.sections.saliency_methods import IG_STEPS
 
 METHODS = ["rollout", "class_attention", "gradcam", "random"]
 
@@ -32,7 +33,7 @@ def integrated_gradients(steps: int):
 def order(table, metric: str) -> str:
     """The methods from best to worst by ``metric`` (NaN rows, methods that do not apply, out)."""
     j = table.metrics.index(metric)
-    values = table.values[:, j]
+    values = table.mean[:, j]
     better_high = vk.metrics.METRICS[metric].higher
     ranked = sorted(
         (i for i in range(len(table.methods)) if not values[i].isnan()),
@@ -68,7 +69,7 @@ def main() -> None:
     rows = []
     for metric in tables["defaults"].metrics:
         j = tables["defaults"].metrics.index(metric)
-        change = (tables["report"].values[:, j] - tables["defaults"].values[:, j]).abs()
+        change = (tables["report"].mean[:, j] - tables["defaults"].mean[:, j]).abs()
         ranks = [order(tables[name], metric) for name in settings]
         rows.append([metric, f"{float(change.nanmean()):.4f}",
                      f"{float(change[~change.isnan()].max()):.4f}", *ranks])  # fmt: skip

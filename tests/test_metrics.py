@@ -13,7 +13,7 @@ from conftest import build
 import vizkit as vk
 from vizkit.datasets import load_sample
 from vizkit.metrics import faithfulness
-from vizkit.metrics.compare import SaliencyTable
+from vizkit.metrics.table import SaliencyTable
 
 
 @pytest.fixture(scope="module")
@@ -170,13 +170,13 @@ def test_compare_saliency_table(shapes):
         model, x, methods=["rollout", "gradcam", "random"], masks=masks, target=labels
     )
     assert table.methods == ["rollout", "gradcam", "random"]
-    assert table.values.shape == (3, 5) and not table.values.isnan().any()
+    assert table.mean.shape == (3, 5) and not table.mean.isnan().any()
     assert "| rollout |" in table.to_markdown()
     assert table.best("deletion_auc") in table.methods
     cnn, _ = vk.zoo.load("resnet_tiny_shapes")
     with pytest.warns(UserWarning, match="rollout skipped"):
         table = vk.compare_saliency(cnn, x, methods=["rollout", "gradcam"])
-    assert table.values[0].isnan().all() and "rollout" in table.notes
+    assert table.mean[0].isnan().all() and "rollout" in table.notes
     with pytest.raises(KeyError, match="known: [a-z_, ]*rollout"):
         vk.compare_saliency(model, x, methods=["lime"])
 
@@ -214,7 +214,7 @@ def test_saliency_table_ranks_methods_by_the_metrics_each_has():
     )  # deletion (lower better), insertion, pointing game
     table = SaliencyTable(
         ["a", "b", "c", "skipped"], ["deletion_auc", "insertion_auc", "pointing_game"],
-        values, [1.0] * 4, {"skipped": "no attention"},
+        values[..., None], [1.0] * 4, {"skipped": "no attention"},
     )  # fmt: skip
     # a: deletion 2, insertion 2.5 (tie with b), pointing 1 -> 5.5/3; b: 1, 2.5 -> 1.75;
     # c: 3, 1, 2 -> 2
@@ -232,7 +232,7 @@ def test_compare_saliency_runs_every_registered_method(shapes):
         warnings.simplefilter("ignore")  # the methods that do not apply are noted
         table = vk.compare_saliency(model, x[:2], methods="all", target=labels[:2], steps=2)
     assert table.methods[-1] == "random" and set(table.methods) == set(vk.methods.METHODS)
-    skipped = {m for i, m in enumerate(table.methods) if table.values[i].isnan().all()}
+    skipped = {m for i, m in enumerate(table.methods) if table.mean[i].isnan().all()}
     assert skipped <= set(table.notes) and "attnlrp" not in skipped
     assert set(table.ranking()) == set(table.methods) - skipped
     default = vk.compare_saliency(model, x[:2], methods="default", steps=2)

@@ -22,7 +22,7 @@ from vizkit.metrics import (
     pointing_game,
     top_iou,
 )
-from vizkit.metrics.compare import SaliencyTable
+from vizkit.metrics.table import SaliencyTable
 from vizkit.metrics.localization import pixel_maps
 
 B, SIZE, GRID = 2, 32, 4  # 32x32 images, 8x8 patches: a 4x4 grid of 16 units
@@ -406,13 +406,13 @@ def test_compare_skips_a_method_with_non_finite_maps(inputs):
     model, x, masks = inputs
     with pytest.warns(UserWarning, match=re.escape("nan skipped: The saliency maps hold NaN")):
         table = compare_saliency(model, x, ["random", ("nan", nan_method)], masks=masks)
-    assert not table.values[0].isnan().any() and table.values[1].isnan().all()
+    assert not table.mean[0].isnan().any() and table.mean[1].isnan().all()
     assert "samples [1]" in table.notes["nan"] and "nan" not in table.results
     assert table.best("pointing_game") == "random"
 
 
 def test_best_refuses_unknown_or_unscored_metrics():
-    nan = torch.full((1, 2), float("nan"))
+    nan = torch.full((1, 2, 1), float("nan"))
     table = SaliencyTable(["a"], ["deletion_auc", "insertion_auc"], nan, [float("nan")], {})
     with _raises(ValueError, "metric must be one of 'deletion_auc', 'insertion_auc'"):
         table.best("mask_iou")
@@ -447,7 +447,7 @@ def test_data_parallel_models_are_unwrapped(inputs):
     assert torch.equal(random_saliency(wrapped, x).maps, random_saliency(model, x).maps)
     table = compare_saliency(wrapped, x, ["rollout", "random"], masks=masks, steps=4)
     expected = compare_saliency(model, x, ["rollout", "random"], masks=masks, steps=4)
-    np.testing.assert_allclose(table.values.numpy(), expected.values.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(table.mean.numpy(), expected.mean.numpy(), rtol=1e-5)
     assert vk.random_saliency is random_saliency
 
 
@@ -469,7 +469,7 @@ def test_compare_leaves_constant_maps_out_of_the_means():
         table = vk.compare_saliency(model, x, [("flat", partly_flat)], masks=masks, steps=4)
     scores = table.per_image[0]  # (metrics, B)
     assert scores[:, 1].isnan().all() and not scores[:, [0, 2]].isnan().any()
-    torch.testing.assert_close(table.values[0], scores[:, [0, 2]].mean(-1))
+    torch.testing.assert_close(table.mean[0], scores[:, [0, 2]].mean(-1))
 
 
 def test_energy_in_mask_scores_constant_maps_and_ranking_scores_refuse_them():

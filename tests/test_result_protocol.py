@@ -111,10 +111,14 @@ EXAMPLES = {
     "CaitFamilyRow": (lambda: cait.cait_family_table(["cait_xxs24_224"])[0], False),
     "LayerScale": (lambda: vk.analysis.layerscale(build("cait")[0]), False),
     "TalkingHeadsMixing": (lambda: cait.talking_heads(build("cait")[0]), False),
-    "EvaluationTable": (
+    "SaliencyTable over data": (
         lambda: vk.evaluate(
             *_evaluation_inputs(), methods=["random"], metrics=["sparseness"], progress=False
         ),
+        False,
+    ),
+    "Predictions": (
+        lambda: vk.metrics.predictions(torch.randn(3, 5), torch.tensor([0, 4, 2]), list("abcde")),
         False,
     ),
     "SanityResult": (
@@ -158,7 +162,7 @@ EXAMPLES = {
 
 
 def test_every_result_class_has_an_example():
-    assert set(Result.registry) - {"TokenLayout"} == set(EXAMPLES)
+    assert set(Result.registry) - {"TokenLayout"} == {_class(name) for name in EXAMPLES}
 
 
 @pytest.fixture(params=list(EXAMPLES), scope="module")
@@ -167,11 +171,16 @@ def example(request):
     return request.param, make(), from_input
 
 
+def _class(example: str) -> str:
+    """The result class an example of ``EXAMPLES`` is of: its name up to a space."""
+    return example.split(" ")[0]
+
+
 def test_round_trip_through_json_gives_an_equal_result(example):
     name, result, _ = example
     data = json.dumps(result.to_dict(), allow_nan=False)  # strict JSON: NaN as strings
     back = Result.from_dict(json.loads(data))
-    assert type(back).__name__ == name
+    assert type(back).__name__ == _class(name)
     assert json.dumps(back.to_dict()) == data  # every field, tensors with dtype and shape
     assert type(back).from_dict(json.loads(data)).to_dict() == back.to_dict()
 
@@ -198,7 +207,7 @@ def test_results_state_options_layout_and_input_size(example):
 def test_repr_is_one_short_line(example):
     name, result, _ = example
     text = repr(result)
-    assert text.startswith(name + "(") and "\n" not in text and len(text) < 600, text
+    assert text.startswith(_class(name) + "(") and "\n" not in text and len(text) < 600, text
     assert "tensor(" not in text  # tensors by shape and dtype, not values
 
 
@@ -206,7 +215,7 @@ def test_tabular_results_render_html(example):
     name, result, _ = example
     page = result._repr_html_()
     tabular = {"CKAResult", "FeatureEvolution", "ResidualRatios", "CurveResult", "SaliencyTable",
-               "BranchPredictions", "CaitFamilyRow", "EvaluationTable"}  # fmt: skip
+               "BranchPredictions", "CaitFamilyRow", "SaliencyTable over data"}  # fmt: skip
     assert (page is not None and "<table" in page) == (name in tabular), name
 
 
@@ -223,9 +232,9 @@ def test_from_dict_refuses_another_class_and_unknown_types():
 def test_non_finite_values_and_option_types_survive_strict_json():
     with pytest.warns(UserWarning, match="rollout skipped"):
         table = vk.compare_saliency(*build("cait"), methods=("rollout", "random"), steps=4)
-    assert table.values.isnan().any()  # rollout is skipped for CaiT's talking heads
+    assert table.mean.isnan().any()  # rollout is skipped for CaiT's talking heads
     back = Result.from_dict(json.loads(json.dumps(table.to_dict(), allow_nan=False)))
-    assert torch.equal(back.values.isnan(), table.values.isnan())
+    assert torch.equal(back.mean.isnan(), table.mean.isnan())
     assert all(
         math.isnan(s) for s, r in zip(back.seconds, table.seconds, strict=True) if math.isnan(r)
     )

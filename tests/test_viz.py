@@ -206,20 +206,21 @@ def test_predictions_name_classes_by_index_and_flag_near_chance(vit_and_images):
     shown = viz.display_images(images, model)
     sure = torch.full((4, 1000), -10.0)
     sure[torch.arange(4), torch.tensor([3, 999, 7, 500])] = 10.0
-    fig = viz.predictions_figure(shown, sure.softmax(-1), None, [f"shape {k}" for k in range(10)])
+    names = [f"shape {k}" for k in range(10)]
+    fig = viz.predictions_figure(shown, vk.metrics.predictions(sure, None, names))
     titles = [a.text for a in fig.layout.annotations]
     assert titles[:2] == ["3 1.00", "999 1.00"]  # 10 names for 1000 classes: by index
     assert "10 class names for 1000 classes: classes shown by index" in fig.layout.title.text
     mixed = sure.clone()
     mixed[1:3] = 0.0  # images 1 and 2: a uniform softmax over 1000 classes
-    fig = viz.predictions_figure(shown, mixed.softmax(-1), torch.tensor([3, 1, 2, 500]))
+    fig = viz.predictions_figure(shown, vk.metrics.predictions(mixed, torch.tensor([3, 1, 2, 500])))
     titles = [a.text for a in fig.layout.annotations]
     assert "near chance" not in titles[0] + titles[3] and "green" in titles[0]
     for title in titles[1:3]:
         assert "near chance" in title and "(1/K 0.001)" in title and "true " in title
     assert "near chance on 2 of 4 images" in fig.layout.title.text
     with pytest.raises(ValueError, match=r"classes of the model, in 0\.\.9; got 0\.\.12"):
-        viz.predictions_figure(shown, mixed[:, :10].softmax(-1), torch.tensor([0, 12, 1, 2]))
+        vk.metrics.predictions(mixed[:, :10], torch.tensor([0, 12, 1, 2]))
 
 
 def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points():
@@ -256,13 +257,13 @@ def test_scale_trend_draws_each_budget_with_its_verdict_and_refuses_bad_points()
 def test_a_method_keeps_its_colour_in_every_figure():
     """Grad-CAM is one colour in the bars, the curves and the sanity curves, whichever methods
     each figure holds and in whichever order."""
-    from vizkit.metrics.evaluate import EvaluationTable
     from vizkit.metrics.faithfulness import CurveResult
     from vizkit.viz.style import method_color
 
     bars = vk.viz.evaluation_bars(
-        EvaluationTable(
-            ["integrated_gradients", "gradcam", "random"], ["sparseness"], torch.rand(3, 1, 4)
+        vk.metrics.SaliencyTable(
+            ["integrated_gradients", "gradcam", "random"], ["sparseness"], torch.rand(3, 1, 4),
+            [1.0] * 3,
         )  # fmt: skip
     )
     fractions = torch.linspace(0, 1, 3)

@@ -256,8 +256,8 @@ def test_saliency_comparer_shows_each_images_scores(shapes_vit):
         model, images[2:3], ["rollout", "random"], masks=masks[2:3], steps=comparer.steps
     )
     rollout_title = next(t for t in titles if "rollout" in t)
-    assert f"point {expected.values[0, 2]:.2f}" in rollout_title
-    assert f"del {expected.values[0, 0]:.2f}" in rollout_title
+    assert f"point {expected.mean[0, 2]:.2f}" in rollout_title
+    assert f"del {expected.mean[0, 0]:.2f}" in rollout_title
 
 
 def test_cka_explorer_switches_results():

@@ -1,16 +1,16 @@
 """Faithfulness (deletion/insertion) and localization (against object masks) of saliency maps,
 and whether a prediction is far enough from chance for them to mean anything."""
 
+from .chance import Predictions as Predictions
 from .chance import near_chance as near_chance
 from .chance import prediction_certainty as prediction_certainty
-from .compare import SaliencyTable as SaliencyTable
+from .chance import predictions as predictions
 from .compare import compare_saliency as compare_saliency
 from .complexity import complexity as complexity
 from .complexity import sparseness as sparseness
 from .confidence import average_drop as average_drop
 from .confidence import increase_in_confidence as increase_in_confidence
 from .correlation import faithfulness_correlation as faithfulness_correlation
-from .evaluate import EvaluationTable as EvaluationTable
 from .evaluate import evaluate as evaluate
 from .faithfulness import CurveResult as CurveResult
 from .faithfulness import deletion as deletion
@@ -29,13 +29,13 @@ from .robustness import max_sensitivity as max_sensitivity
 from .sanity import SanityResult as SanityResult
 from .sanity import data_randomization as data_randomization
 from .sanity import sanity_check as sanity_check
+from .table import SaliencyTable as SaliencyTable
 
 __all__ = [
     "METRICS",
     "Metric",
     "ScoredBatch",
     "metric",
-    "EvaluationTable",
     "evaluate",
     "average_drop",
     "complexity",
@@ -56,6 +56,8 @@ __all__ = [
     "near_chance",
     "pointing_game",
     "prediction_certainty",
+    "predictions",
+    "Predictions",
     "sanity_check",
     "SanityResult",
     "top_iou",

@@ -10,14 +10,25 @@ to say so instead of ranking that noise.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..analysis.result import Result
 from ..hooks.inputs import check_number
 from ..hooks.scores import Target, target_indices
 
-__all__ = ["NEAR_UNIFORM", "TINY_PROBABILITY", "near_chance", "prediction_certainty"]
+__all__ = [
+    "NEAR_UNIFORM",
+    "TINY_PROBABILITY",
+    "Predictions",
+    "certainty",
+    "near_chance",
+    "prediction_certainty",
+    "predictions",
+]
 
 NEAR_UNIFORM = 0.9  # normalized entropy at or above which a softmax counts as near-uniform
 TINY_PROBABILITY = 0.01  # probability of the class explained below which it counts as tiny
@@ -63,3 +74,67 @@ def near_chance(
     probability = check_number("probability", probability, 0, 1, high_open=True)
     normalized, chosen = prediction_certainty(logits, target)
     return (normalized >= entropy) | (chosen < probability)
+
+
+def certainty(logits: Tensor, target: Target = None) -> dict[str, Tensor]:
+    """What a table records of each prediction (on the CPU): ``near_chance`` (B,) bool
+    (`near_chance` at its defaults), ``target_probability`` and ``prediction_entropy`` (B,)
+    (`prediction_certainty`) for logits (B, K) and the class explained."""
+    entropy, probability = prediction_certainty(logits, target)
+    return {
+        "near_chance": near_chance(logits, target).cpu(),
+        "target_probability": probability.cpu(),
+        "prediction_entropy": entropy.cpu(),
+    }
+
+
+@dataclass(repr=False)
+class Predictions(Result):
+    """What a model predicts for B images, and whether each prediction is near chance.
+
+    Attributes:
+        probabilities: (B, K) softmax outputs.
+        near_chance: (B,) bool (`near_chance` of the top class, at its defaults).
+        entropy: (B,) the softmax's entropy over its maximum log K (`prediction_certainty`).
+        labels: (B,) the images' classes among the K, or None.
+        classes: the class names given (None: none); used only where there are K of them.
+    """
+
+    probabilities: Tensor
+    near_chance: Tensor
+    entropy: Tensor
+    labels: Tensor | None = None
+    classes: list[str] | None = None
+
+    @property
+    def top(self) -> tuple[Tensor, Tensor]:
+        """(B,) each image's top probability and (B,) its class."""
+        return self.probabilities.max(1)
+
+    @property
+    def names(self) -> list[str] | None:
+        """The K class names, or None where ``classes`` are not K names."""
+        count = self.probabilities.shape[1]
+        return self.classes if self.classes is not None and len(self.classes) == count else None
+
+
+def predictions(
+    logits: Tensor, labels: Tensor | None = None, classes: Sequence[str] | None = None
+) -> Predictions:
+    """The `Predictions` of logits (B, K), with the images' labels (B,) among the K classes
+    (not another data set's) and the classes' names, for `vizkit.viz.predictions_figure`."""
+    logits = logits.detach().float().cpu()
+    count = logits.shape[1]
+    if labels is not None:
+        labels = labels.detach().cpu()
+        if len(labels) != len(logits):
+            raise ValueError(f"{len(labels)} labels for {len(logits)} predictions.")
+        if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < count:
+            raise ValueError(
+                f"labels must be classes of the model, in 0..{count - 1}; got "
+                f"{int(labels.min())}..{int(labels.max())}. Pass labels=None when the images' "
+                "labels belong to another data set."
+            )
+    entropy, _ = prediction_certainty(logits)
+    classes = None if classes is None else [str(name) for name in classes]
+    return Predictions(logits.softmax(-1), near_chance(logits), entropy, labels, classes)

@@ -5,11 +5,9 @@ at any point resumes where it stopped: nothing computed is lost, nothing is coun
 from __future__ import annotations
 
 import hashlib
-import html
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -17,7 +15,6 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..analysis.result import Result
 from ..datasets.labelled import checked_labels, labelled_batches, labels_in_memory
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
@@ -33,91 +30,14 @@ from ..journal import Journal
 from ..prefetch import read_ahead
 from ..processes import process_group
 from ..runs import model_fingerprint
+from .chance import certainty
 from .compare import resolve_methods
 from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
-from .registry import METRICS, headed, selected_metrics
-from .scoring import MethodScores, curve_ends, score_methods
+from .registry import selected_metrics
+from .scoring import MethodScores, curve_ends, keyed_notes, score_methods
+from .table import SaliencyTable
 
-__all__ = ["EvaluationTable", "evaluate"]
-
-
-@dataclass(repr=False)
-class EvaluationTable(Result):
-    """Each method's scores over a data set.
-
-    Attributes:
-        methods, metrics: row and column names (`vizkit.metrics.METRICS` says which way is
-            better).
-        per_image: (methods, metrics, N) every image's score; NaN where a method or metric did
-            not apply (see ``notes``) or the image's map was constant.
-        notes: "method", "method/metric" or "method/constant maps" -> why scores are missing.
-        options: the evaluation's settings (batch size, targets, file).
-    """
-
-    methods: list[str]
-    metrics: list[str]
-    per_image: Tensor
-    notes: dict[str, str] = field(default_factory=dict)
-    options: dict = field(default_factory=dict)
-
-    @property
-    def mean(self) -> Tensor:
-        """(methods, metrics) the mean over the images that have a score."""
-        return self.per_image.nanmean(-1)
-
-    @property
-    def sem(self) -> Tensor:
-        """(methods, metrics) the standard error of that mean (NaN below two scores)."""
-        count = (~self.per_image.isnan()).sum(-1)
-        spread = (self.per_image - self.mean[..., None]).nan_to_num().pow(2).sum(-1)
-        std = (spread / (count - 1).clamp_min(1)).sqrt()
-        return torch.where(count > 1, std / count.clamp_min(1).sqrt(), float("nan"))
-
-    def best(self, metric: str) -> str:
-        """The method with the best mean ``metric`` (one of ``metrics``)."""
-        column = self.mean[:, self.metrics.index(check_choice("metric", metric, self.metrics))]
-        if bool(column.isnan().all()):
-            raise ValueError(f"No method has a {metric} score (see table.notes for why).")
-        column = column if METRICS[metric].higher else -column
-        return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
-
-    def scored_images(self) -> str:
-        """How many images the means average: "16 images", or "12 of 16 images" where some
-        have no score at all (a method or metric refused their batch, constant maps)."""
-        images = self.per_image.shape[-1]
-        scored = int((~self.per_image.isnan()).flatten(0, 1).any(0).sum())
-        return f"{images} images" if scored == images else f"{scored} of {images} images"
-
-    def to_markdown(self) -> str:
-        """Mean ± standard error per method and metric, arrows saying which way is better."""
-        arrows = [headed(m) for m in self.metrics]
-        lines = ["| method | " + " | ".join(arrows) + " |", "|---" * (len(arrows) + 1) + "|"]
-        for i, method in enumerate(self.methods):
-            cells = [_cell(self.mean[i, j], self.sem[i, j]) for j in range(len(self.metrics))]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.to_markdown()
-
-    def _repr_html_(self) -> str:
-        arrows = [headed(m) for m in self.metrics]
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in ["method", *arrows])
-        rows = ""
-        for i, method in enumerate(self.methods):
-            cells = "".join(
-                f"<td>{_cell(self.mean[i, j], self.sem[i, j])}</td>"
-                for j in range(len(self.metrics))
-            )
-            rows += f"<tr><td>{html.escape(method)}</td>{cells}</tr>"
-        caption = f"<caption>mean ± standard error over {self.scored_images()}</caption>"
-        return f"<table class='scores'>{caption}<tr>{head}</tr>{rows}</table>"
-
-
-def _cell(mean: Tensor, sem: Tensor) -> str:
-    if math.isnan(float(mean)):
-        return "—"
-    return f"{float(mean):.3f}" + ("" if math.isnan(float(sem)) else f" ± {float(sem):.3f}")
+__all__ = ["evaluate"]
 
 
 def _target_record(targets: object, out: str | Path | None) -> object:
@@ -155,7 +75,7 @@ def evaluate(
     progress: bool = True,
     level: str = "patch",
     steps: int | None = None,
-) -> EvaluationTable:
+) -> SaliencyTable:
     """Score ``methods`` by ``metrics`` on every image of ``data``: `compare_saliency`'s
     scoring (`vizkit.metrics.scoring`) on each batch, journaled.
 
@@ -181,7 +101,9 @@ def evaluate(
         level, steps: the deletion/insertion curves' unit and steps, as in `compare_saliency`.
 
     Returns:
-        `EvaluationTable`: per-image scores, means and standard errors.
+        `SaliencyTable`: per-image scores, means and standard errors, ranks, seconds (summed
+        over the batches, those of a resumed run included) and, for classes, the images whose
+        prediction is near chance.
     """
     batch_size = check_count("batch_size", batch_size)
     scored = _check_targets(model, targets)
@@ -221,56 +143,81 @@ def evaluate(
             todo = [(n, fn) for n, fn in chosen if log.entry(index, n, images) is None]
             if not todo:
                 continue
-            run = _batch_scores(model, batch, todo, names, targets, start, level, steps)
+            chance, run = _batch_scores(model, batch, todo, names, targets, start, level, steps)
             for name, method in run:
-                log.add(_entry(index, name, method, names, images))
+                log.add(_entry(index, name, method, names, images, chance))
                 bar.update(world)  # a resumed bar starts at the done count
     entries = _gathered(list(log.done.values()), world)
     entries = sorted(entries, key=lambda e: e["batch"])
+    methods = [n for n, _ in chosen]
     per_image = torch.stack([
         torch.tensor([sum((e["scores"][metric] for e in entries if e["method"] == name), [])
                       for metric in names], dtype=torch.float64)
-        for name, _ in chosen
+        for name in methods
     ]).float()  # fmt: skip
+    seconds = [math.fsum(e.get("seconds", math.nan) for e in entries if e["method"] == name)
+               for name in methods]  # fmt: skip
     for entry in entries:
-        for kind, note in entry["notes"].items():
-            key = entry["method"] if kind == "method" else f"{entry['method']}/{kind}"
+        for key, note in keyed_notes(entry["method"], entry["notes"]).items():
             notes[key] = f"{notes[key]}; {note}" if key in notes else note
-    return EvaluationTable(
-        [n for n, _ in chosen], names, per_image, notes,
+    return SaliencyTable(
+        methods, names, per_image, seconds, notes,
         options={"batch_size": batch_size, "targets": target_label(targets),
                  "out": None if out is None else str(out), "level": level, "steps": steps},
+        **_certainty([e for e in entries if e["method"] == methods[0]]),
     )  # fmt: skip
+
+
+def _certainty(entries: list[dict]) -> dict[str, Tensor]:
+    """The data's `certainty` from one method's entries in batch order: each records its
+    batch's (none where a score target is explained, or in a journal written before entries
+    held it)."""
+    if not entries or any("certainty" not in e for e in entries):
+        return {}
+    keys = entries[0]["certainty"]
+    return {
+        k: torch.tensor(
+            sum((e["certainty"][k] for e in entries), []),
+            dtype=torch.bool if k == "near_chance" else torch.float32,
+        )
+        for k in keys
+    }
 
 
 def _batch_scores(
     hm: HookedModel, batch: tuple, methods: list[tuple[str, Callable]], metrics: list[str],
     targets: str | Callable, start: int, level: str, steps: int,
-) -> Iterator[tuple[str, MethodScores]]:  # fmt: skip
-    """Each method's scores of one batch (its first image the ``start``-th of the data), the
-    curves' ends computed once: `score_methods` on the batch's labels, the model's
-    predictions or a score target."""
+) -> tuple[dict, Iterator[tuple[str, MethodScores]]]:  # fmt: skip
+    """The batch's `certainty` of the classes explained (empty for a score target) and each
+    method's scores of the batch (its first image the ``start``-th of the data), the curves'
+    ends computed once: `score_methods` on the batch's labels, the model's predictions or a
+    score target."""
     x, labels, masks = batch
     x = x.to(next(iter(hm.model.parameters()), x).device)
     scoring = CurveScoring.of(targets if is_score_target(targets) else None)
     ends = curve_ends(hm, x, metrics, scoring, batch_images(None, x, hm.model))
-    classes = targets
+    classes, chance = targets, {}
     if not is_score_target(targets):
         classes = ends.logits.argmax(-1)
         if targets == "labels":
             classes = checked_labels(labels, ends.logits.shape[-1], start).to(classes.device)
+        chance = {k: v.tolist() for k, v in certainty(ends.logits, classes).items()}
     masks = None if masks is None else masks.to(x.device)
-    return score_methods(hm, x, classes, masks, methods, metrics, level, steps, ends)
+    return chance, score_methods(hm, x, classes, masks, methods, metrics, level, steps, ends)
 
 
-def _entry(index: int, name: str, method: MethodScores, metrics: list[str], images: str) -> dict:
-    """The log entry of batch ``index`` and method ``name``: every image's score per metric
-    and why any is missing."""
+def _entry(
+    index: int, name: str, method: MethodScores, metrics: list[str], images: str, chance: dict
+) -> dict:
+    """The log entry of batch ``index`` and method ``name``: every image's score per metric,
+    why any is missing, the seconds it took and the batch's `certainty` (if any)."""
     notes = dict(method.notes)
     if "constant maps" in notes:
         notes["constant maps"] = f"batch {index}: {notes['constant maps']}"
     scores = {m: method.scores[j].tolist() for j, m in enumerate(metrics)}
-    return {"batch": index, "method": name, "scores": scores, "notes": notes, "images": images}
+    entry = {"batch": index, "method": name, "scores": scores, "notes": notes, "images": images,
+             "seconds": method.seconds}  # fmt: skip
+    return entry | ({"certainty": chance} if chance else {})
 
 
 def _check_batch(batch: tuple, start: int) -> None:

@@ -20,7 +20,7 @@ from ..hooks.scores import is_score_target, select_images
 from .faithfulness import CurveEnds, CurveScoring
 from .registry import METRICS, ScoredBatch
 
-__all__ = ["MethodScores", "curve_ends", "curve_images", "score_methods"]
+__all__ = ["MethodScores", "curve_ends", "curve_images", "keyed_notes", "score_methods"]
 
 Method = Callable[[HookedModel, Tensor, object], SaliencyResult]
 
@@ -41,6 +41,14 @@ class MethodScores:
     result: SaliencyResult | None
     notes: dict[str, str] = field(default_factory=dict)
     seconds: float = math.nan
+
+
+def keyed_notes(method: str, notes: dict[str, str]) -> dict[str, str]:
+    """A method's notes (`MethodScores.notes`) as a table keys them: "method" where the method
+    refused the images, "method/constant maps" and "method/metric" for the rest."""
+    return {
+        method if kind == "method" else f"{method}/{kind}": note for kind, note in notes.items()
+    }
 
 
 def curve_ends(

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics.evaluate import EvaluationTable
+from ..metrics.table import SaliencyTable
 from ..metrics.faithfulness import CurveResult
 from ..metrics.registry import headed
 from .style import finish, method_color
@@ -28,7 +28,7 @@ _CURVES = {
 }
 
 
-def evaluation_bars(table: EvaluationTable, per_row: int = PER_ROW) -> go.Figure:
+def evaluation_bars(table: SaliencyTable, per_row: int = PER_ROW) -> go.Figure:
     """One panel per metric, ``per_row`` to a row: each method's mean with its standard
     error, a colour per method across panels; each panel's title says which way is better and
     which method is best."""

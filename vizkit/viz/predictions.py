@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..metrics.chance import near_chance, prediction_certainty
+from ..metrics.chance import Predictions
 from .overlay import photo
 from .style import finish
 
@@ -18,32 +16,23 @@ __all__ = ["predictions_figure"]
 _CAUTION = "#b2182b"
 
 
-def predictions_figure(
-    images: np.ndarray,
-    probabilities: Tensor,
-    labels: Tensor | None = None,
-    classes: Sequence[str] | None = None,
-    columns: int = 8,
-) -> go.Figure:
+def predictions_figure(images: np.ndarray, predictions: Predictions, columns: int = 8) -> go.Figure:
     """Each image with its top class and probability (green: correct, red: wrong, with labels).
-    An image whose prediction is near chance (`vizkit.metrics.near_chance`: a near-uniform
+    An image whose prediction is near chance (`Predictions.near_chance`: a near-uniform
     softmax, or a top class with a tiny probability) names no class: its title says "near
     chance" and the figure's title counts such images.
 
     Args:
-        images: display images (B, H, W, 3) uint8; probabilities: (B, K) softmax outputs.
-        labels: (B,) the images' classes among the model's K (not another data set's).
-        classes: the names of the K classes; names of another count are not used (classes
-            are shown by index, and the title says so).
+        images: display images (B, H, W, 3) uint8.
+        predictions: the model's on those images (`vizkit.metrics.predictions(logits, labels,
+            classes)`); classes are shown by index where its names are not one per class.
     """
-    if len(images) != len(probabilities):
-        raise ValueError(f"{len(images)} images but {len(probabilities)} predictions.")
-    p = probabilities.detach().float().cpu()
-    count = p.shape[1]
-    _check_labels(labels, count)
-    names = list(classes) if classes is not None and len(classes) == count else None
-    chance = near_chance(p.clamp_min(1e-30).log()).tolist()
-    top_p, top = p.max(1)
+    p = predictions.probabilities
+    if len(images) != len(p):
+        raise ValueError(f"{len(images)} images but {len(p)} predictions.")
+    count, names, labels = p.shape[1], predictions.names, predictions.labels
+    chance = predictions.near_chance.tolist()
+    top_p, top = predictions.top
     titles = [
         _title(names, int(top[i]), float(top_p[i]), count, chance[i], _label(labels, i))
         for i in range(len(images))
@@ -56,19 +45,8 @@ def predictions_figure(
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False)
     fig.update_annotations(font_size=11)
-    title = "Predictions (top class and its probability)" + _summary(p, chance, classes, count)
+    title = "Predictions (top class and its probability)" + _summary(predictions)
     return finish(fig, title, 160 + 150 * rows)
-
-
-def _check_labels(labels: Tensor | None, count: int) -> None:
-    if labels is None:
-        return
-    if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < count:
-        raise ValueError(
-            f"labels must be classes of the model, in 0..{count - 1}; got "
-            f"{int(labels.min())}..{int(labels.max())}. Pass labels=None when the images' "
-            "labels belong to another data set."
-        )
 
 
 def _label(labels: Tensor | None, image: int) -> int | None:
@@ -95,16 +73,18 @@ def _title(
     return f"<span style='color:{'green' if ok else 'red'}'>{text}</span>" + ("" if ok else truth)
 
 
-def _summary(p: Tensor, chance: list[bool], classes: Sequence[str] | None, count: int) -> str:
+def _summary(predictions: Predictions) -> str:
     """Second title lines: how many predictions are near chance, and why names are not used."""
     lines = []
-    if any(chance):
-        entropy, top = prediction_certainty(p.clamp_min(1e-30).log())
-        flagged = [i for i, c in enumerate(chance) if c]
+    chance, classes = predictions.near_chance, predictions.classes
+    count = predictions.probabilities.shape[1]
+    if bool(chance.any()):
+        top = predictions.top[0][chance]
         lines.append(
-            f"<span style='color:{_CAUTION}'>⚠ near chance on {len(flagged)} of {len(chance)} "
-            f"images (top p ≤ {float(top[flagged].max()):.2g}, softmax entropy ≥ "
-            f"{float(entropy[flagged].min()):.2f} of its max): no class is predicted</span>"
+            f"<span style='color:{_CAUTION}'>⚠ near chance on {int(chance.sum())} of "
+            f"{len(chance)} images (top p ≤ {float(top.max()):.2g}, softmax entropy ≥ "
+            f"{float(predictions.entropy[chance].min()):.2f} of its max): no class is "
+            "predicted</span>"
         )
     if classes is not None and len(classes) != count:
         lines.append(f"{len(classes)} class names for {count} classes: classes shown by index")

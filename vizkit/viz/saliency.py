@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from ..analysis import SaliencyResult
-from ..metrics.compare import SaliencyTable
+from ..metrics.table import SaliencyTable
 from ..metrics.registry import METRICS
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
@@ -136,8 +136,6 @@ def _overlay_row(images: list[np.ndarray], maps: list, titles: list[str]) -> go.
 
 def _scores(table: SaliencyTable, method: str, image: int, per_line: int = 2) -> str:
     """The image's scores of ``method``, ``per_line`` to a line."""
-    if table.per_image is None:
-        return ""
     values = table.per_image[table.methods.index(method), :, image].tolist()
     cells = [
         f"{METRICS[m].short} {v:.2f}"
