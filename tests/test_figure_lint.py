@@ -133,6 +133,7 @@ def history(name: str) -> list[dict]:
 
 VIT = "vit_tiny_shapes"
 DEEP = ("vit_deep_shapes", "vit_deep_layerscale_shapes")  # without and with LayerScale
+PATCHED = ("resid", "positions", "heads", "attn", "mlp")  # all four panels of patching_maps
 
 
 def shown(name: str = "vit_tiny_shapes"):
@@ -185,6 +186,11 @@ def gradcam():
 def probabilities(name: str = "vit_tiny_shapes"):
     with torch.no_grad():
         return zoo(name)[0](sample()[0]).softmax(-1)
+
+
+def predicted(name: str = "vit_tiny_shapes"):
+    with torch.no_grad():
+        return vk.metrics.predictions(zoo(name)[0](sample()[0]), sample()[1], classes())
 
 
 def fig7():
@@ -246,9 +252,7 @@ BUILDERS = {
     ],  # fmt: skip
     "cka_heatmap": lambda: vk.viz.cka_heatmap(evolution().cka),
     "feature_evolution_curves": lambda: vk.viz.feature_evolution_curves({"ViT": evolution()}),
-    "predictions_figure": lambda: vk.viz.predictions_figure(
-        shown(), probabilities(), sample()[1], classes()
-    ),
+    "predictions_figure": lambda: vk.viz.predictions_figure(shown(), predicted()),
     "saliency_overlay": lambda: vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
     "sanity_maps": lambda: vk.viz.sanity_maps(sanity_results()[0], shown()),
     "sanity_curves": lambda: vk.viz.sanity_curves(sanity_results()),
@@ -264,8 +268,8 @@ BUILDERS = {
     ),
     "patching_maps": lambda: vk.viz.patching_maps(
         vk.activation_patching(
-            model("vit_tiny_shapes"), sample()[0], sample()[0].flip(0), progress=False
-        )  # fmt: skip
+            model(VIT), sample()[0], sample()[0].flip(0), sites=PATCHED, progress=False
+        )
     ),
     "curve_comparison": lambda: vk.viz.curve_comparison(
         {
@@ -522,7 +526,7 @@ def test_the_lint_catches_what_it_names(broken, fault):
     assert any("abbreviated" in f for f in faults(curves.update_yaxes(type="log")))
     numbered = go.Figure(layout={"title": {"text": "Grad-CAM, explains class 7"}})
     assert any("class number" in f for f in faults(numbered))
-    small = vk.viz.predictions_figure(shown(), probabilities(), sample()[1], classes())
+    small = vk.viz.predictions_figure(shown(), predicted())
     assert faults(small) == []
     assert any("10 px text" in f for f in faults(small.update_annotations(font_size=10)))
     row = vk.viz.query_attention(vit_attention(), shown(), query=(2, 3))

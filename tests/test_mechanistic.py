@@ -457,3 +457,104 @@ def test_half_precision_is_refused_by_the_additive_views_with_a_fix_that_runs():
     with pytest.raises(ValueError, match="Splitting attention outputs by head"):
         vk.ablation(half, half_x, component="heads", target=1, progress=False)
     assert vk.direct_logit_attribution(half.float(), half_x.float(), target=1).heads is not None
+
+
+def _drawn_patching(sites, blocks=4, heads=4, grid=(8, 8), prefix=1):
+    """A PatchingResult of seeded shares (clean score 1, corrupted 0: each score is its share)
+    over ``sites``, shaped as a ViT's of ``blocks`` blocks, ``heads`` heads and a ``grid`` of
+    patches after ``prefix`` tokens: a figure's layout without a model's runs."""
+    from vizkit.analysis.patching import PatchingResult
+    from vizkit.hooks.layout import TokenLayout
+
+    generator = torch.Generator().manual_seed(0)
+    tokens = prefix + grid[0] * grid[1]
+    shapes = {"resid": (blocks, tokens), "positions": (tokens,), "attn": (blocks,),
+              "mlp": (blocks,), "heads": (blocks, heads)}  # fmt: skip
+    shares = {s: torch.randn(2, *shapes[s], generator=generator) / 3 for s in sites}
+    return PatchingResult(
+        blocks=[f"blocks.{b}" for b in range(blocks)], clean_score=torch.ones(2),
+        corrupted_score=torch.zeros(2), targets=torch.zeros(2, dtype=torch.long), versus=None,
+        scores=shares, layout=TokenLayout(prefix, grid, class_token=True), **shares,
+    )  # fmt: skip
+
+
+PATCHING_LAYOUTS = {  # each site set patching_maps draws, on small and ViT-B-sized models
+    "all four panels": ({"sites": ("resid", "positions", "heads", "attn", "mlp")}),
+    "all four, 12 blocks of 12 heads, 14x14": {
+        "sites": ("resid", "positions", "heads", "attn", "mlp"), "blocks": 12, "heads": 12,
+        "grid": (14, 14)},
+    "registers, 12 blocks of 3 heads": {
+        "sites": ("resid", "heads", "mlp"), "blocks": 12, "heads": 3, "prefix": 5},
+    "positions and heads": {"sites": ("positions", "heads")},
+    "positions": {"sites": ("positions",)},
+    "heads and bars": {"sites": ("heads", "attn", "mlp")},
+    "bars": {"sites": ("attn",)},
+}  # fmt: skip
+
+TEXT_BOXES = """
+const groups = new Map(), texts = [];
+for (const t of arguments[0].querySelectorAll('.main-svg text')) {
+  const r = t.getBoundingClientRect(), tick = t.closest('g[class$="tick"]');
+  if (!t.textContent.trim() || !r.width) continue;
+  const layer = tick && tick.parentNode;  // one axis's ticks: plotly spaces them itself
+  if (layer && !groups.has(layer)) groups.set(layer, groups.size);
+  texts.push([t.textContent, layer ? groups.get(layer) : -1, r.left, r.top, r.right, r.bottom]);
+}
+const plots = [...arguments[0].querySelectorAll('.nsewdrag')].map(d => {
+  const r = d.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; });
+const f = arguments[0].querySelector('.main-svg').getBoundingClientRect();
+return [texts, plots, [f.left, f.top, f.right, f.bottom]];
+"""
+
+
+def _layout_faults(texts, plots, frame) -> list[str]:
+    """Text drawn past the figure's edge, over another text (but one axis's ticks) or over a
+    plot area, in a browser's boxes (left, top, right, bottom)."""
+
+    def overlap(a, b, slack=1.0):
+        return (
+            min(a[2], b[2]) - max(a[0], b[0]) > slack and min(a[3], b[3]) - max(a[1], b[1]) > slack
+        )
+
+    found = []
+    for i, (text, group, *box) in enumerate(texts):
+        if (
+            box[0] < frame[0] - 1
+            or box[2] > frame[2] + 1
+            or box[1] < frame[1] - 1
+            or box[3] > frame[3] + 1
+        ):
+            found.append(f"{text!r} cut off at the figure's edge")
+        for other, other_group, *other_box in texts[i + 1 :]:
+            if (group < 0 or group != other_group) and overlap(box, other_box):
+                found.append(f"{text!r} over {other!r}")
+        if group < 0 and any(overlap(box, plot) for plot in plots):
+            found.append(f"{text!r} over a plot")
+    return found
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [900, 1400])
+def test_patching_maps_keep_titles_labels_and_bars_clear_in_a_browser(width, tmp_path):
+    """At 900 and 1400 px, with all four panels (resid, positions, heads, bars) and with fewer:
+    no title, label, colour bar or legend text runs past the figure or over another text or a
+    plot (the 900 px figure once cut its first subplot title off and ran it into the second)."""
+    from lab import chromium
+
+    page = tmp_path / "patching.html"
+    figures = [vk.viz.patching_maps(_drawn_patching(**kw)) for kw in PATCHING_LAYOUTS.values()]
+    page.write_text("<html><body>" + "".join(
+        f.to_html(full_html=False, include_plotlyjs=i == 0) for i, f in enumerate(figures)
+    ) + "</body></html>")  # fmt: skip
+    with chromium(width, 1000) as browser:
+        browser.get(page.as_uri())
+        found = {}
+        for name, plot in zip(
+            PATCHING_LAYOUTS, browser.find_elements("css selector", ".js-plotly-plot"), strict=True
+        ):
+            browser.execute_script("arguments[0].scrollIntoView()", plot)
+            problems = _layout_faults(*browser.execute_script(TEXT_BOXES, plot))
+            if problems:
+                found[name] = problems
+        browser.save_screenshot(str(tmp_path / f"patching_{width}.png"))
+    assert found == {}

@@ -10,7 +10,6 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
-from torch import Tensor
 
 from ..analysis.logit_attribution import LogitAttribution
 from ..analysis.logit_lens import LogitLens
@@ -21,6 +20,7 @@ from .style import SALIENCY_SCALE, finish, map_axes, square_cells, step_slider
 __all__ = ["logit_attribution_figure", "logit_lens_maps", "patching_maps"]
 
 DIVERGING = "RdBu"  # signed contributions: red lowers, blue raises the score; white is 0
+PART_COLOURS = {"embed": "#7f7f7f", "attn": "#1f77b4", "mlp": "#ff7f0e"}  # bars of each part
 
 
 def _images(index: int | None, batch: int) -> tuple[slice, str]:
@@ -68,7 +68,8 @@ def logit_attribution_figure(
         subplot_titles=["each part of the stream", "each head (its share of attn)"][: 1 + heads],
         horizontal_spacing=0.12,
     )  # fmt: skip
-    colours = ["#7f7f7f"] + ["#1f77b4" if "attn" in p else "#ff7f0e" for p in result.parts[1:]]
+    colours = [PART_COLOURS["embed"]] + [
+        PART_COLOURS["attn" if "attn" in p else "mlp"] for p in result.parts[1:]]  # fmt: skip
     fig.add_trace(
         go.Bar(x=result.parts, y=values, marker_color=colours, showlegend=False,
                hovertemplate="%{x}: %{y:.3f}<extra></extra>"),
@@ -145,66 +146,117 @@ def logit_lens_maps(
 
 def patching_maps(result: PatchingResult, image: int | None = None) -> go.Figure:
     """The restored share of the clean score per patched site: the stream entering each block
-    per position (layers x positions), the embedded tokens (the first block's, per position),
-    each head (layers x heads), each block's attention and MLP output (bars); one image or the
-    mean over the batch."""
+    per position (layers x positions) and the embedded tokens (the first block's, per position)
+    as full-width rows stacked on one position axis, under them each head (layers x heads) and
+    each block's attention and MLP output (bars); one image or the mean over the batch. Rows are
+    sized in pixels, so titles keep clear of each other at any width."""
     chosen, over = _images(image, len(result.clean_score))
     high = result.clean_score[chosen].mean()
     low = result.corrupted_score[chosen].mean()
 
-    def restored(site: str) -> Tensor | None:  # the share of the mean scores (a mean of
+    def restored(site: str) -> np.ndarray | None:  # the share of the mean scores (a mean of
         if getattr(result, site) is None:  # per-image shares is ruled by the smallest gaps)
             return None
         share = (result.scores[site][chosen].mean(0) - low) / (high - low)
-        return share[None, None] if site == "positions" else share[None]  # one block's row
+        return (share[None] if site == "positions" else share).cpu().numpy()  # 2-D maps
 
-    panels = [(name, restored(name)) for name in ("resid", "positions", "heads")]
-    panels = [(n, v) for n, v in panels if v is not None]
+    tokens = [(n, v) for n in ("resid", "positions") if (v := restored(n)) is not None]
+    heads = restored("heads")
     bars = [(n, restored(n)) for n in ("attn", "mlp") if getattr(result, n) is not None]
-    titles = {
-        "resid": "stream entering each block, per position",
-        "positions": "embedded tokens, per position",
-        "heads": "each head's output",
-    }
-    cols = len(panels) + bool(bars)
-    if not cols:
+    if not (tokens or heads is not None or bars):
         raise ValueError("The result holds no patched site.")
-    fig = make_subplots(rows=1, cols=cols, horizontal_spacing=0.1,
-                        subplot_titles=[titles[n] for n, _ in panels]
-                        + ["each block's output"] * bool(bars))  # fmt: skip
-    for col, (name, values) in enumerate(panels, start=1):
-        grid = values[0].cpu().numpy()
-        tokens = name != "heads"
-        prefix = result.layout.num_prefix_tokens if result.layout and tokens else 0
-        x = ([f"prefix {p}" for p in range(prefix)]
-             + [f"patch {p}" for p in range(grid.shape[1] - prefix)]) if tokens else [
-            f"head {h}" for h in range(grid.shape[1])]  # fmt: skip
-        rows = result.blocks[:1] if name == "positions" else result.blocks
+    cols = (heads is not None) + bool(bars)  # the bottom row: heads and bars side by side
+    titles = {
+        "resid": "resid: the stream entering each block, per position",
+        "positions": f"positions: the embedded tokens (entering {result.blocks[0]})",
+        "heads": "heads: each head's output",
+        "bars": f"{', '.join(n for n, _ in bars)}: each block's output",
+    }
+    shown = [n for n, _ in tokens] + ["heads"] * (heads is not None) + ["bars"] * bool(bars)
+    fig = make_subplots(
+        rows=len(tokens) + bool(cols), cols=max(cols, 1), horizontal_spacing=0.14,
+        specs=[[{"colspan": max(cols, 1)}] + [None] * (cols - 1) for _ in tokens]
+        + [[{}] * cols] * bool(cols),
+        subplot_titles=[titles[n] for n in shown],
+    )  # fmt: skip
+    prefix = result.layout.num_prefix_tokens if result.layout else 0
+    for row, (_, grid) in enumerate(tokens, start=1):
+        x = [f"prefix {p}" for p in range(prefix)] + [
+            f"patch {p}" for p in range(grid.shape[1] - prefix)]  # fmt: skip
+        rows = result.blocks[: len(grid)]
         fig.add_trace(
             go.Heatmap(z=grid, x=x, y=rows, coloraxis="coloraxis",
                        hovertemplate="%{y}, %{x}: %{z:.3f}<extra></extra>"),
-            row=1, col=col,
+            row=row, col=1,
         )  # fmt: skip
-        fig.update_yaxes(autorange="reversed", row=1, col=col)
-        fig.update_xaxes(showticklabels=name == "heads", row=1, col=col)
-        if name == "heads":  # square cells (a layer x position strip stays wide)
-            fig.update_yaxes(scaleanchor=f"x{col if col > 1 else ''}", constrain="domain",
-                             row=1, col=col)  # fmt: skip
-            fig.update_xaxes(constrain="domain", row=1, col=col)
+        fig.update_yaxes(autorange="reversed", row=row, col=1)
+        fig.update_xaxes(showticklabels=False, row=row, col=1)
+        if row > 1:  # one position axis: zooming one row zooms both
+            fig.update_xaxes(matches="x", row=row, col=1)
+    if tokens:
+        n = tokens[0][1].shape[1]
+        grid = result.layout.grid if result.layout else None
+        fig.update_xaxes(
+            title_text=(f"position: {prefix} prefix token{'s' * (prefix != 1)}, then "
+                        f"{grid[0]}×{grid[1]} patches row by row (hover names each)")
+            if grid else f"position ({n} tokens; hover names each)",
+            title_standoff=4, row=len(tokens), col=1,
+        )  # fmt: skip
+    bottom = len(tokens) + 1
+    if heads is not None:
+        names = [f"head {h}" for h in range(heads.shape[1])]
+        fig.add_trace(
+            go.Heatmap(z=heads, x=names, y=result.blocks, coloraxis="coloraxis",
+                       hovertemplate="%{y}, %{x}: %{z:.3f}<extra></extra>"),
+            row=bottom, col=1,
+        )  # fmt: skip
+        axis = fig.get_subplot(bottom, 1).xaxis.plotly_name.replace("axis", "")
+        fig.update_yaxes(autorange="reversed", scaleanchor=axis, constrain="domain",
+                         row=bottom, col=1)  # square cells  # fmt: skip
+        fig.update_xaxes(constrain="domain", title_text="head", title_standoff=4,
+                         tickvals=names, ticktext=[str(h) for h in range(len(names))],
+                         row=bottom, col=1)  # fmt: skip
     for name, values in bars:
         fig.add_trace(
-            go.Bar(x=result.blocks, y=values[0].cpu().numpy(), name=name,
+            go.Bar(x=result.blocks, y=values, name=name, marker_color=PART_COLOURS[name],
                    hovertemplate=f"{name} %{{x}}: %{{y:.3f}}<extra></extra>"),
-            row=1, col=cols,
+            row=bottom, col=cols,
         )  # fmt: skip
     if bars:
-        fig.update_yaxes(title_text="restored share", row=1, col=cols)
-    fig.update_layout(coloraxis={"colorscale": DIVERGING, "cmid": 0,
-                                 "colorbar": {"title": "restored<br>share"}},
-                      barmode="group", legend={"orientation": "h", "y": -0.2})  # fmt: skip
+        fig.update_yaxes(title_text="restored share", row=bottom, col=cols)
+    if cols:
+        fig.update_xaxes(automargin=True, row=bottom)
+    # rows in pixels, top to bottom: each under its title, the position axis title under the
+    # last token row
+    heights = [min(max(22 * len(v), 80), 300) if n == "resid" else 34 for n, v in tokens]
+    heights += [max(220, min(22 * len(result.blocks), 320))] * bool(cols)
+    above = [0] + [40] * (len(heights) - 1)  # a subplot title over each row but the first
+    if tokens and cols:
+        above[len(tokens)] += 30  # the position axis title
+    legend = 70 if bars else 0  # the legend at the bottom right, the colour bar above it
+    plot = max(sum(heights) + sum(above), 150 + legend)  # room for the colour bar
+    top = 0
+    for row, (height, gap) in enumerate(zip(heights, above, strict=True), start=1):
+        top += gap
+        for col in range(1, (cols if row == bottom else 1) + 1):
+            fig.get_subplot(row, col).yaxis.domain = (1 - (top + height) / plot, 1 - top / plot)
+        top += height
+    for note, name in zip(fig.layout.annotations, shown, strict=True):
+        row = bottom if name in ("heads", "bars") else 1 + [n for n, _ in tokens].index(name)
+        note.y = fig.get_subplot(row, 1).yaxis.domain[1]
+    fig.update_layout(
+        coloraxis={"colorscale": DIVERGING, "cmid": 0, "colorbar": {
+            "title": "restored<br>share", "y": 1, "yanchor": "top", "len": 1 - legend / plot}},
+        barmode="group",
+        legend={"x": 1.02, "xanchor": "left", "y": 0, "yanchor": "bottom"},
+    )  # fmt: skip
     title = (
         f"Activation patching, {over}: share of the clean score restored"
         f"<br><sup>(patched − corrupted) / (clean − corrupted) of the mean scores; clean − "
         f"corrupted = {float(high - low):.3f}; 1: that activation alone restores it</sup>"
     )
-    return finish(fig, title, 480)
+    finish(fig, title)
+    margin = fig.layout.margin
+    below = 60 if cols else 50  # the bottom row's tick labels and axis titles
+    fig.update_layout(height=margin.t + plot + below, margin_b=below)
+    return fig
