@@ -231,12 +231,14 @@ def test_a_backbones_report_explains_its_embedding_not_a_class(tmp_path):
 
 @pytest.mark.parametrize("backbone", [False, True])
 def test_the_reports_methods_in_slices_give_the_whole_batchs_maps(backbone):
-    """AttnLRP runs `BACKWARD_IMAGES` images per backward pass (its memory), with the maps,
-    classes and relevance of one pass over the batch; also for a score target (a backbone)."""
+    """AttnLRP runs as many images per backward pass as its byte budget holds (its memory),
+    with the maps, classes and relevance of one pass over the batch; also for a score target
+    (a backbone)."""
     import timm
 
     import vizkit as vk
-    from vizkit.report import sections
+    from vizkit.hooks.passes import images_per_pass, one_image_bytes
+    from vizkit.report.sections.saliency_methods import attnlrp_in_passes
 
     torch.manual_seed(0)
     model = timm.create_model(
@@ -245,15 +247,31 @@ def test_the_reports_methods_in_slices_give_the_whole_batchs_maps(backbone):
     x = torch.randn(5, 3, 32, 32)  # 2 + 2 + 1 images
     hm = vk.HookedModel(model)
     target = vk.targets.embedding_norm() if backbone else torch.tensor([0, 1, 2, 3, 4])
-    chunked = sections._in_slices(vk.attnlrp)(hm, x, target)
+    two_images = 2 * one_image_bytes(model, x, gradients=True)
+    chunked = attnlrp_in_passes(hm, x, target, max_bytes=two_images)
     whole = vk.attnlrp(hm, x, target)
-    assert sections.BACKWARD_IMAGES < len(x)
+    assert images_per_pass(model, x, two_images, True, "attnlrp") == 2 < len(x)
     torch.testing.assert_close(chunked.maps, whole.maps, rtol=1e-5, atol=1e-9)
     torch.testing.assert_close(chunked.extras, whole.extras, rtol=1e-5, atol=1e-9)
     assert (chunked.targets is None) == backbone
     if not backbone:
         assert torch.equal(chunked.targets, whole.targets)
     assert chunked.options == whole.options and chunked.method == "attnlrp"
+
+
+def test_the_reports_passes_hold_at_least_one_image(monkeypatch):
+    """The report's byte budget, or one image's pass where that is larger (a model larger than
+    the budget is explained an image at a time, not refused)."""
+    import timm
+
+    from vizkit.hooks.passes import one_image_bytes
+    from vizkit.report.sections import saliency_methods
+
+    model = timm.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=1).eval()
+    x = torch.randn(2, 3, 32, 32)
+    assert saliency_methods.pass_bytes(model, x) == saliency_methods.PASS_BYTES
+    monkeypatch.setattr(saliency_methods, "PASS_BYTES", 1)
+    assert saliency_methods.pass_bytes(model, x) == one_image_bytes(model, x, gradients=True)
 
 
 def test_the_features_section_shows_the_autoencoder_given(tmp_path, capsys):

@@ -11,7 +11,6 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..hooks.inputs import as_names
-
 from .inputs import DEFAULT_MODEL, ReportInputs, load_inputs
 from .page import write_page
 from .sections import SECTIONS, NotApplicable, Section
