@@ -22,8 +22,8 @@ from vizkit.metrics import (
     pointing_game,
     top_iou,
 )
-from vizkit.metrics.table import SaliencyTable
 from vizkit.metrics.localization import pixel_maps
+from vizkit.metrics.table import SaliencyTable
 
 B, SIZE, GRID = 2, 32, 4  # 32x32 images, 8x8 patches: a 4x4 grid of 16 units
 

@@ -262,7 +262,9 @@ def test_a_method_keeps_its_colour_in_every_figure():
 
     bars = vk.viz.evaluation_bars(
         vk.metrics.SaliencyTable(
-            ["integrated_gradients", "gradcam", "random"], ["sparseness"], torch.rand(3, 1, 4),
+            ["integrated_gradients", "gradcam", "random"],
+            ["sparseness"],
+            torch.rand(3, 1, 4),
             [1.0] * 3,
         )  # fmt: skip
     )
@@ -385,3 +387,17 @@ def test_fit_annotations_shrinks_a_crowded_row_and_wraps_a_caption():
     wide = make_subplots(rows=1, cols=4, subplot_titles=titles)
     fit_annotations(wide, 1400)
     assert [h.font.size for h in wide.layout.annotations] == [16] * 4  # room enough: unchanged
+
+
+def test_evaluation_bars_rank_no_curve_where_every_prediction_is_near_chance():
+    """A random-init model's table: the curves' panels say they are not ranked, the masks'
+    panel names its best method, and the title says why."""
+    table = vk.metrics.SaliencyTable(
+        ["gradcam", "random"], ["deletion_auc", "pointing_game"],
+        torch.tensor([[[0.1, 0.2], [1.0, 1.0]], [[0.3, 0.2], [0.0, 1.0]]]), [1.0, 1.0],
+        near_chance=torch.ones(2, dtype=torch.bool), target_probability=torch.full((2,), 1e-3),
+        prediction_entropy=torch.ones(2),
+    )  # fmt: skip
+    titles = [a.text for a in vk.viz.evaluation_bars(table).layout.annotations]
+    assert "not ranked: near chance" in titles[0] and "best: gradcam" in titles[1]
+    assert "near chance on every image" in vk.viz.evaluation_bars(table).layout.title.text

@@ -81,14 +81,14 @@ class SaliencyTable(Result):
                 f"{metric!r} is not a registered metric in this session, so which way is better "
                 "is unknown: register it (vk.metrics.metric) to rank by it."
             )
-        if not self._ranked(metric):
+        if not self.ranked(metric):
             raise ValueError(
                 f"{metric} is not ranked: {self.caution()} The scores are in table.per_image."
             )
         column = column if METRICS[metric].higher else -column
         return self.methods[int(torch.nan_to_num(column, nan=-math.inf).argmax())]
 
-    def _ranked(self, metric: str) -> bool:
+    def ranked(self, metric: str) -> bool:
         """Whether ``metric`` is ranked: registered (which way is better is known), and not
         one that reads the model on perturbed images (`Metric.perturbs`) where every
         prediction is near chance."""
@@ -108,7 +108,7 @@ class SaliencyTable(Result):
     def mean_ranks(self) -> list[float]:
         """Each method's rank (1 = best) by its mean score, averaged over the metrics it has a
         score in; NaN for a method with none."""
-        usable = [j for j, metric in enumerate(self.metrics) if self._ranked(metric)]
+        usable = [j for j, metric in enumerate(self.metrics) if self.ranked(metric)]
         ranks = torch.full((len(self.methods), len(usable)), math.nan, dtype=torch.float64)
         mean = self.mean.double()
         for column, j in enumerate(usable):

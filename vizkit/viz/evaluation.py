@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics.table import SaliencyTable
 from ..metrics.faithfulness import CurveResult
 from ..metrics.registry import headed
+from ..metrics.table import SaliencyTable
 from .style import finish, method_color
 
 __all__ = ["curve_comparison", "evaluation_bars"]
@@ -31,11 +31,10 @@ _CURVES = {
 def evaluation_bars(table: SaliencyTable, per_row: int = PER_ROW) -> go.Figure:
     """One panel per metric, ``per_row`` to a row: each method's mean with its standard
     error, a colour per method across panels; each panel's title says which way is better and
-    which method is best."""
+    which method is best (none where every prediction is near chance and the metric perturbs
+    the images: `SaliencyTable.caution`, which the title then states)."""
     rows = math.ceil(len(table.metrics) / per_row)
-    titles = []
-    for metric in table.metrics:
-        titles.append(f"{headed(metric)}<br>best: {table.best(metric)}")
+    titles = [f"{headed(metric)}<br>{_best(table, metric)}" for metric in table.metrics]
     fig = make_subplots(rows=rows, cols=min(per_row, len(table.metrics)),
                         subplot_titles=titles, vertical_spacing=0.5 / rows)  # fmt: skip
     for j in range(len(table.metrics)):
@@ -53,7 +52,19 @@ def evaluation_bars(table: SaliencyTable, per_row: int = PER_ROW) -> go.Figure:
             fig.update_yaxes(title_text="mean ± SE", row=row + 1, col=1)
     images = table.per_image.shape[-1]
     title = f"Saliency methods over {images} images: mean and standard error per metric"
+    caution = table.caution()
+    if caution:
+        title += (
+            f"<br><span style='color:#b2182b'>⚠ {caution.split(' (')[0]}: curves not ranked</span>"
+        )
     return finish(fig, title, 330 * rows + 90)
+
+
+def _best(table: SaliencyTable, metric: str) -> str:
+    """ "best: method", or why the metric ranks nothing (`SaliencyTable.ranked`)."""
+    if not table.ranked(metric):
+        return "not ranked: near chance"
+    return f"best: {table.best(metric)}"
 
 
 def curve_comparison(curves: Mapping[str, CurveResult | Sequence[CurveResult]]) -> go.Figure:

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from ..analysis import SaliencyResult
-from ..metrics.table import SaliencyTable
 from ..metrics.registry import METRICS
+from ..metrics.table import SaliencyTable
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
 from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
 
