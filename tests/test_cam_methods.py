@@ -187,26 +187,103 @@ def test_the_registry_feeds_exports_and_compare():
     assert table.methods == ["gradcam_pp", "eigencam", "random"]
 
 
+def ablation_and_first_block(model, x, **kwargs):
+    """`vk.ablationcam` of ``model`` (blocks in ``model.blocks`` or ``model.vit.blocks``) and
+    the images its first block ran on in it."""
+    calls = []
+    blocks = model.blocks if hasattr(model, "blocks") else model.vit.blocks
+    handle = blocks[0].register_forward_hook(lambda m, i, o: calls.append(len(o)))
+    try:
+        return vk.ablationcam(model, x, **kwargs), sum(calls)
+    finally:
+        handle.remove()
+
+
+def last_block_input(model) -> str:
+    return f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
+
+
 def test_ablationcam_runs_the_ablated_copies_from_the_layers_block_on(vit, monkeypatch):
     """At a block's input of a family whose head reads the last block, the ablated copies run
-    from that block on (the blocks before it run only for the clean pass) and give what the
-    whole model gives; elsewhere the whole model runs."""
-    from vizkit.methods import ablationcam as module
+    from that block on (the blocks before it run only for the clean runs) and give what the
+    whole model gives, which runs where the clean run does not prove that path."""
+    from vizkit.analysis import resume
 
     model, x, labels = vit
     x, labels = x[:2], labels[:2]
-    last = f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
-    calls, budget = [], pass_budget(model, x, 16, gradients=False)
-    handle = model.blocks[0].register_forward_hook(lambda m, i, o: calls.append(len(o)))
-    try:
-        resumed = vk.ablationcam(model, x, target=labels, layer=last, max_bytes=budget)
-    finally:
-        handle.remove()
+    options = {"target": labels, "layer": last_block_input(model),
+               "max_bytes": pass_budget(model, x, 16, gradients=False)}  # fmt: skip
+    resumed, calls = ablation_and_first_block(model, x, **options)
     channels = model.embed_dim
-    assert sum(calls) < channels  # the copies skipped the first block
-    monkeypatch.setattr(module, "resumed_forward", lambda *args: None)
-    whole = vk.ablationcam(model, x, target=labels, layer=last, max_bytes=budget)
+    assert calls < channels  # the copies skipped the first block
+    monkeypatch.setattr(resume, "_reproduces", lambda *args: "refused by the test")
+    whole, calls = ablation_and_first_block(model, x, **options)
+    assert calls >= 2 * channels  # each image's copies ran the whole model
     torch.testing.assert_close(resumed.maps, whole.maps, rtol=1e-4, atol=1e-6)
+
+
+def test_ablationcam_of_one_image_is_its_map_in_a_batch(monkeypatch):
+    """A batch of one image is proved beside its companion (-x[0]) and runs from the layer on,
+    as a batch of two and one of identical images do; with the proof refused the whole model
+    runs. Each gives an image the map it has in the batch of two (each image's score y taken
+    from the batch's clean run); a score target with a reference per image scores each image's
+    copies with its own."""
+    from vizkit.analysis import resume
+
+    model, x = build("vit")
+    with torch.no_grad():
+        logits = model(x)
+    noise = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
+    reference = logits + logits.std() * noise  # cosine about 0.7: a score that moves
+    options = {"layer": last_block_input(model), "max_bytes": pass_budget(model, x, 16, False)}
+    channels = model.embed_dim
+    both, calls = ablation_and_first_block(
+        model, x, target=vk.targets.similar_to(reference), **options
+    )
+    assert calls < channels  # from the layer on
+    for proof, ran in ((None, lambda calls: calls < channels),
+                       ("refused by the test", lambda calls: calls >= channels)):  # fmt: skip
+        if proof:
+            monkeypatch.setattr(resume, "_reproduces", lambda *args, why=proof: why)
+        for b in range(len(x)):
+            one, calls = ablation_and_first_block(
+                model, x[b : b + 1], target=vk.targets.similar_to(reference[b]), **options
+            )
+            assert ran(calls)
+            torch.testing.assert_close(one.maps[0], both.maps[b], rtol=1e-4, atol=1e-6)
+    monkeypatch.undo()
+    for target in (None, 7):  # class targets: the logit of row b
+        both = vk.ablationcam(model, x, target=target, **options)
+        twice, calls = ablation_and_first_block(model, x[[1, 1]], target=target, **options)
+        assert calls < channels
+        torch.testing.assert_close(twice.maps, both.maps[[1, 1]], rtol=1e-4, atol=1e-6)
+
+
+class DictOutput(torch.nn.Module):
+    """A ViT whose output is a dict ``{"logits": (B, K)}``."""
+
+    def __init__(self, vit: torch.nn.Module):
+        super().__init__()
+        self.vit = vit
+
+    def forward(self, x):
+        return {"logits": self.vit(x)}
+
+
+def test_a_score_target_on_an_output_object_is_given_the_object():
+    """The resumed path gives the logits tensor: a class target reads it from there; a score
+    target, which may read any part of the model's output, gets the whole model's."""
+    model, x = build("vit")
+    wrapped = DictOutput(model).eval()
+    options = {"layer": f"vit.{last_block_input(model)}",
+               "max_bytes": pass_budget(model, x, 16, False)}  # fmt: skip
+    by_class, calls = ablation_and_first_block(wrapped, x, target=3, **options)
+    assert calls < model.embed_dim  # from the layer on
+    scored, calls = ablation_and_first_block(
+        wrapped, x, target=lambda out: out["logits"][:, 3], **options
+    )
+    assert calls >= 2 * model.embed_dim  # the whole model
+    torch.testing.assert_close(scored.maps, by_class.maps, rtol=1e-4, atol=1e-6)
 
 
 def test_ablationcam_zeroes_the_channel_of_a_channels_last_feature_map():

@@ -137,6 +137,13 @@ def test_a_path_the_run_cannot_prove_is_refused(build, layer, why):
     assert state(model)[:2] == before[:2]
 
 
+def test_a_read_that_is_no_tensor_is_refused():
+    """What a caller's score reads of the output (Ablation-CAM's score target: all of it) must
+    be what the path gives, a tensor."""
+    run = layer_run(vit(), IMAGES, "blocks.1.hook_resid_post", lambda out: {"logits": out})
+    assert run.resumed is None and "readout does not give the model's output" in run.why
+
+
 def test_one_image_cannot_prove_it():
     run = layer_run(vit(), IMAGES[:1], "blocks.1.hook_resid_post")
     assert run.resumed is None and run.why == UNDECIDED

@@ -46,7 +46,13 @@ class ResumedForward:
         self.model, self.blocks, self.readout = model, blocks, readout
 
     def __call__(self, stream: Tensor) -> Tensor:
-        with held(self.model), torch.no_grad():  # eval mode, as the clean run it was proved on
+        with held(self.model):  # eval mode, as the clean run it was proved on
+            return self.forward(stream)
+
+    def forward(self, stream: Tensor) -> Tensor:
+        """The same for a caller that holds the model already (`held`, as every analysis
+        does): many calls, no walk over its modules each."""
+        with torch.no_grad():
             for block in self.blocks:
                 stream = block(stream)
             return self.readout(stream)
@@ -71,7 +77,7 @@ def layer_run(
 ) -> LayerRun:  # fmt: skip
     """One forward of images x (B, C, H, W) without gradients: the model's output, the
     activation ``layer`` and the `ResumedForward` from it, where this run proves it gives
-    ``read`` of the output (default `output_tensor`)."""
+    ``read`` of the output (default `output_tensor`; a ``read`` that is no tensor: no path)."""
     with torch.no_grad(), block_calls(model, layer) as calls:
         output, cache = model.run_with_cache(x, layer)
     return proved_run(model, x, layer, calls, output, cache[layer], read)
@@ -186,7 +192,7 @@ def _reproduces(
         return f"the blocks after the layer do not run on the stream alone ({error})"
     with torch.no_grad():
         want = read(hm.model(x[pair]))
-    if not isinstance(got, Tensor) or got.shape != want.shape:
+    if not (isinstance(got, Tensor) and isinstance(want, Tensor) and got.shape == want.shape):
         return "the family's readout does not give the model's output"
     scale = want.abs().max().clamp_min(1e-12)
     error = float((got.float() - want.float()).abs().max() / scale)
