@@ -2,13 +2,13 @@
 
 Table 1, the CAM family on a timm ViT (default vit_tiny_patch16_224 at 112 px, random weights,
 batch 2; the layer both read: the last block's input): vizkit's `vk.<method>` and
-pytorch-grad-cam's class of the same name (its reshape of the tokens written out, Score-CAM's and
-Ablation-CAM's batch set to vizkit's 64). Table 2, LeGrad on torchvision's ViT (3 blocks of
-width 192 at 112 px): `vk.legrad` and torch-cam's `LeGrad` with the same readout. Table 3,
-relevance propagation on the same torchvision ViT: `vk.attnlrp` (AttnLRP and CP-LRP) against LXT
-2.1's patches with the same rules (tests/lxt_oracle.py), beside Grad-CAM (vizkit's and
-pytorch-grad-cam's, the last block's input), the plain input gradient and
-`vk.transformer_attribution`.
+pytorch-grad-cam's class of the same name (its reshape of the tokens written out; Score-CAM's and
+Ablation-CAM's passes of 64 copies: pytorch-grad-cam's batch_size, vizkit's max_bytes of 64
+images' forward). Table 2, LeGrad on torchvision's ViT (3 blocks of width 192 at 112 px):
+`vk.legrad` and torch-cam's `LeGrad` with the same readout. Table 3, relevance propagation on
+the same torchvision ViT: `vk.attnlrp` (AttnLRP and CP-LRP) against LXT 2.1's patches with the
+same rules (tests/lxt_oracle.py), beside Grad-CAM (vizkit's and pytorch-grad-cam's, the last
+block's input), the plain input gradient and `vk.transformer_attribution`.
 
 Each round runs the methods in turn, order rotated; one untimed warm-up each, then one timed call
 per round (the perturbation methods take seconds). Reported: the median over rounds.
@@ -34,6 +34,7 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from timing import add_device_options, device_name, print_table, rotated_rounds
 
 import vizkit as vk
+from vizkit.hooks.passes import one_image_bytes
 
 PEERS = {
     "gradcam": GradCAM,
@@ -74,6 +75,7 @@ def cams(args) -> None:
         patches = tokens[:, layout.num_prefix_tokens :]
         return patches.reshape(len(tokens), *layout.grid, -1).permute(0, 3, 1, 2)
 
+    chunk_bytes = CHUNK * one_image_bytes(model, x, gradients=False)
     layer, ours_layer = model.blocks[-2], f"blocks.{len(model.blocks) - 1}.hook_resid_pre"
     runs = {"plain": lambda: model(x)}
     for name, peer in PEERS.items():
@@ -83,7 +85,7 @@ def cams(args) -> None:
         cam = peer(model, target_layers=[layer], **options)
         if name in ("scorecam", "ablationcam"):
             cam.batch_size = CHUNK
-        extra = {"batch_size": CHUNK} if name in ("scorecam", "ablationcam") else {}
+        extra = {"max_bytes": chunk_bytes} if name in ("scorecam", "ablationcam") else {}
         method = getattr(vk, name)
         kwargs = {} if name == "eigencam" else {"target": list(range(args.batch))}
         runs[f"vizkit {name}"] = lambda m=method, kw=kwargs, e=extra: m(

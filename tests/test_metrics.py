@@ -226,6 +226,33 @@ def test_saliency_table_ranks_methods_by_the_metrics_each_has():
     assert table.ranking() == ["a", "c"]  # only the pointing game, which b lacks
 
 
+def test_evaluation_bars_say_which_images_are_near_chance_and_what_is_not_ranked():
+    """Some images near chance: the title names them and every panel is ranked; all of them:
+    the curves' panels are not ranked and the title says so; an unregistered metric: its panel
+    says why it is not ranked."""
+    values = torch.tensor([[0.2, 0.6, 1.0], [0.1, 0.5, 0.0]])[..., None].expand(2, 3, 2)
+
+    def bars(near_chance, metrics=("deletion_auc", "insertion_auc", "pointing_game")):
+        table = SaliencyTable(["a", "b"], list(metrics), values, [1.0] * 2, {})
+        table.near_chance = torch.tensor(near_chance)
+        table.target_probability = table.prediction_entropy = torch.tensor([0.5, 0.5])
+        figure = vk.viz.evaluation_bars(table)
+        return figure.layout.title.text, [a.text for a in figure.layout.annotations]
+
+    title, panels = bars([True, False])
+    assert "near chance on images [0]" in title
+    assert "not ranked" not in title and all("best: " in p for p in panels)
+    title, panels = bars([True, True])
+    assert "near chance on every image: curves not ranked" in title
+    assert [p.split("<br>")[1] for p in panels] == [
+        "not ranked: near chance",
+        "not ranked: near chance",
+        "best: a",
+    ]
+    _, panels = bars([False, False], ("deletion_auc", "insertion_auc", "my_metric"))
+    assert panels[2].endswith("not ranked: unregistered")
+
+
 def test_compare_saliency_runs_every_registered_method(shapes):
     model, x, labels, masks = shapes
     with warnings.catch_warnings():

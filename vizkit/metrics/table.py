@@ -125,21 +125,26 @@ class SaliencyTable(Result):
         unit = "image" if images == 1 else "images"
         return f"{images} {unit}" if scored == images else f"{scored} of {images} {unit}"
 
-    def caution(self, image: int | None = None) -> str:
-        """A warning naming the images whose prediction is near chance (of ``image`` only,
-        when given); "" when there are none."""
-        if self.near_chance is None:
-            return ""
-        chosen = range(len(self.near_chance)) if image is None else [image]
-        flagged = [i for i in chosen if bool(self.near_chance[i])]
+    def near_chance_images(self, image: int | None = None) -> str:
+        """Which images' predictions are near chance (of ``image`` only, when given): "Predictions
+        near chance on every image", "... on images 0, 3", "Prediction near chance on image 2";
+        "" when there are none."""
+        flagged = self._flagged(image)
         if not flagged:
             return ""
         if image is not None:
-            which = f"Prediction near chance on image {image}"
-        elif len(flagged) == len(self.near_chance):
-            which = "Predictions near chance on every image"
-        else:
-            which = f"Predictions near chance on images {_listed(flagged)}"
+            return f"Prediction near chance on image {image}"
+        if len(flagged) == len(self.near_chance):
+            return "Predictions near chance on every image"
+        return f"Predictions near chance on images {_listed(flagged)}"
+
+    def caution(self, image: int | None = None) -> str:
+        """A warning naming the images whose prediction is near chance (of ``image`` only,
+        when given) and what that means for the scores; "" when there are none."""
+        flagged = self._flagged(image)
+        if not flagged:
+            return ""
+        which = self.near_chance_images(image)
         probability = _span(self.target_probability[flagged], 3)
         entropy = _span(self.prediction_entropy[flagged], 2)
         return (
@@ -147,6 +152,13 @@ class SaliencyTable(Result):
             f"{entropy} of the maximum): deletion and insertion scores measure noise here, "
             "not the methods."
         )
+
+    def _flagged(self, image: int | None) -> list[int]:
+        """The images (of ``image`` only, when given) whose prediction is near chance."""
+        if self.near_chance is None:
+            return []
+        chosen = range(len(self.near_chance)) if image is None else [image]
+        return [i for i in chosen if bool(self.near_chance[i])]
 
     def settings(self) -> str:
         """What the cells and seconds are: means over how many images, the curves' baselines,

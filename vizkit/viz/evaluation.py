@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..metrics.faithfulness import CurveResult
-from ..metrics.registry import headed
+from ..metrics.registry import METRICS, headed
 from ..metrics.table import SaliencyTable
 from .style import finish, method_color
 
@@ -52,16 +52,18 @@ def evaluation_bars(table: SaliencyTable, per_row: int = PER_ROW) -> go.Figure:
             fig.update_yaxes(title_text="mean ± SE", row=row + 1, col=1)
     images = table.per_image.shape[-1]
     title = f"Saliency methods over {images} images: mean and standard error per metric"
-    caution = table.caution()
-    if caution:
-        title += (
-            f"<br><span style='color:#b2182b'>⚠ {caution.split(' (')[0]}: curves not ranked</span>"
-        )
+    which = table.near_chance_images()
+    if which:
+        unranked = any(not table.ranked(m) for m in table.metrics if m in METRICS)
+        said = f"{which}: curves not ranked" if unranked else which
+        title += f"<br><span style='color:#b2182b'>⚠ {said}</span>"
     return finish(fig, title, 330 * rows + 90)
 
 
 def _best(table: SaliencyTable, metric: str) -> str:
     """ "best: method", or why the metric ranks nothing (`SaliencyTable.ranked`)."""
+    if metric not in METRICS:
+        return "not ranked: unregistered"
     if not table.ranked(metric):
         return "not ranked: near chance"
     return f"best: {table.best(metric)}"
