@@ -5,6 +5,7 @@ Every registered saliency method is exported here under its function's name (``v
 """
 
 from . import analysis as analysis
+from . import circuits as circuits
 from . import datasets as datasets
 from . import ledger as ledger
 from . import methods as methods
@@ -37,6 +38,7 @@ from .analysis import logit_lens as logit_lens
 from .analysis import residual_ratios as residual_ratios
 from .analysis import token_norms as token_norms
 from .analysis import token_pca as token_pca
+from .circuits import attribution_patching as attribution_patching
 from .hooks import ActivationCache as ActivationCache
 from .hooks import HookedModel as HookedModel
 from .hooks import HookPoint as HookPoint
@@ -69,7 +71,9 @@ __all__ = [
     "activation_patching",
     "analysis",
     "attention",
+    "attribution_patching",
     "cache_activations",
+    "circuits",
     "cka",
     "cka_matrix",
     "compare_saliency",

@@ -34,6 +34,7 @@ __all__ = [
     "head_outputs",
     "norm_scale",
     "norm_with_scale",
+    "output_projection",
     "part_names",
     "pattern_name",
     "post_block_scales",
@@ -465,7 +466,7 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
     try:
         edited_forward(hm, x, {pattern: zero_heads, out: read}, heads + 1)
     except ValueError as refused:  # a map computed beside the output
-        projection = _output_projection(hm, x, block, heads)
+        projection = output_projection(hm, x, block, heads)
         if projection is None:
             raise ValueError(
                 f"{refused} No output projection to split the heads at either."
@@ -486,7 +487,7 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
     return torch.cat([only - none, none])
 
 
-def _output_projection(hm: HookedModel, x: Tensor, block: str, heads: int) -> nn.Module | None:
+def output_projection(hm: HookedModel, x: Tensor, block: str, heads: int) -> nn.Module | None:
     """The Linear of ``block`` that maps the heads' concatenated outputs to the stream (the
     output projection: transformers' ``o_proj``): the last Linear called before the block's
     attention output is added, whose input is not also another Linear's input (the queries',

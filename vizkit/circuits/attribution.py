@@ -1,0 +1,305 @@
+"""Attribution patching: the first-order effect on a score of patching each node, and each edge,
+from a clean run to a corrupted one, from one backward of the clean run.
+
+A node u's effect is (a_u(corrupted) - a_u(clean)) . dM/da_u at the clean run (Nanda 2023,
+"Attribution Patching"); an edge's, from node u to the input of a downstream node d, is
+(a_u(corrupted) - a_u(clean)) . dM/d(input of d) (Syed, Rager and Conmy 2023, "Attribution
+Patching Outperforms Automated Circuit Discovery", Eq. 2), the input of d being the stream it
+reads, of which u's output is one term. EAP-IG (Hanna, Pezzelle and Belinkov 2024, "Have Faith
+in Faithfulness", Sec. 3) averages the gradients over m runs whose embedded tokens go from the
+corrupted to the clean ones, z' + k/m (z - z'), k = 1..m; EAP is its m = 1.
+
+The gradients are read through vizkit's hooks on the user's model as it is: the stream entering
+each block, each branch's output, and each head's slice of the output projection's input. The
+gradient at a downstream input is the backward of its branch alone (its output's gradient
+pulled back to the stream it read), and a node's gradient is checked to be the sum of the
+gradients at the inputs it feeds, which holds exactly where the stream is a sum of the blocks'
+outputs; a model where it does not is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..analysis.component_edits import RunScore
+from ..analysis.residual_stream import check_close, require_full_precision, residual_blocks
+from ..analysis.result import Result
+from ..hooks import HookedModel, Target, TokenLayout
+from ..hooks.contract import analysis_contract
+from ..hooks.gradient_graph import frozen_parameters
+from ..hooks.inputs import check_choice, check_count, check_images
+from .graph import ComponentGraph
+from .heads import HeadInputs, head_inputs
+
+__all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching"]
+
+ATTRIBUTIONS = ("eap", "eap-ig")
+
+
+@dataclass(repr=False)
+class AttributionResult(Result):
+    """First-order effects on the score of patching corrupted activations into the clean run.
+
+    Attributes:
+        upstream, downstream: the graph's node and input names (`ComponentGraph`).
+        nodes: (B, U) each node's effect, patched everywhere it is read.
+        edges: (B, U, D) the effect of patching node u's output into input d alone; NaN where
+            u does not feed d. A node's effect is the sum of its edges'.
+        resid: (B, L, N) the effect of patching the stream entering each block at one token.
+        clean_score, corrupted_score: (B,) the score on each input.
+        targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``);
+            None for a score target (`vizkit.targets`).
+    """
+
+    upstream: list[str]
+    downstream: list[str]
+    nodes: Tensor
+    edges: Tensor
+    resid: Tensor
+    clean_score: Tensor
+    corrupted_score: Tensor
+    targets: Tensor | None
+    versus: Tensor | None
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    def node(self, name: str) -> Tensor:
+        """(B,) the effect of the node ``name`` (one of ``upstream``)."""
+        return self.nodes[:, self.upstream.index(check_choice("node", name, self.upstream))]
+
+
+@dataclass
+class _Points:
+    """A run's activations at the graph's points, each (B, N, C) (z: (B, N, H d)), per block."""
+
+    resid: list[Tensor]
+    attn: list[Tensor]
+    mlp: list[Tensor]
+    z: list[Tensor] | None
+
+    def minus(self, other: _Points) -> _Points:
+        def sub(a, b):
+            return None if a is None else [x - y for x, y in zip(a, b, strict=True)]
+
+        return _Points(*(sub(getattr(self, k), getattr(other, k)) for k in vars(self)))
+
+
+@analysis_contract
+def attribution_patching(
+    model: nn.Module | HookedModel,
+    clean: Tensor,
+    corrupted: Tensor,
+    target: Target = None,
+    versus: Target = None,
+    method: str = "eap",
+    steps: int = 5,
+    heads: bool = True,
+    progress: bool = True,
+) -> AttributionResult:
+    """Node and edge effects of patching ``corrupted`` activations into the ``clean`` run.
+
+    Args:
+        clean, corrupted: (B, C, H, W) pairs of images.
+        target: the class scored, default the clean prediction; versus: a class whose logit is
+            subtracted (a logit difference). Or a score target (`vizkit.targets`), e.g. a
+            backbone's ``embedding_norm()``.
+        method: "eap" (the gradient at the clean run) or "eap-ig" (averaged over ``steps``
+            runs from the corrupted to the clean embedded tokens).
+        heads: one node per attention head (its slice of the output projection's input);
+            False: each block's attention as one node.
+        progress: a progress bar over EAP-IG's steps.
+
+    Returns:
+        `AttributionResult`; its effects estimate patched score less clean score.
+    """
+    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
+            f"{tuple(corrupted.shape)}."
+        )
+    check_choice("method", method, ATTRIBUTIONS)
+    steps = 1 if method == "eap" else check_count("steps", steps)
+    require_full_precision(clean, "Attribution patching")
+    blocks = residual_blocks(model)
+    found = head_inputs(model, clean, blocks) if heads else None
+    graph = ComponentGraph(tuple(blocks), None if found is None else found.heads)
+    clean_points, clean_out = _read(model, clean, blocks, found)
+    corrupted_points, corrupted_out = _read(model, corrupted, blocks, found)
+    score = RunScore.of(clean_out, target, versus)
+    rows = torch.arange(len(clean), device=clean.device)
+    diff = corrupted_points.minus(clean_points)
+    start, end = corrupted_points.resid[0], clean_points.resid[0]
+    total = None
+    for k in tqdm(range(1, steps + 1), desc=method, disable=not progress or steps == 1,
+                  leave=False):  # fmt: skip
+        embedded = start + (end - start) * (k / steps)
+        effects = _effects(model, clean, embedded, diff, graph, found, lambda o: score(o, rows))
+        total = effects if total is None else [t + e for t, e in zip(total, effects, strict=True)]
+    nodes, edges, resid = (t / steps for t in total)
+    return AttributionResult(
+        graph.upstream, graph.downstream, nodes, edges, resid, score(clean_out, rows),
+        score(corrupted_out, rows), score.targets, score.versus,
+        options={"method": method, "steps": steps, "heads": heads},
+        layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
+    )  # fmt: skip
+
+
+def _names(blocks: list[str]) -> dict[str, list[str]]:
+    return {
+        "resid": [f"{b}.hook_resid_pre" for b in blocks],
+        "mid": [f"{b}.hook_resid_mid" for b in blocks],
+        "attn": [f"{b}.hook_attn_out" for b in blocks],
+        "mlp": [f"{b}.hook_mlp_out" for b in blocks],
+    }
+
+
+def _read(
+    hm: HookedModel, x: Tensor, blocks: list[str], found: HeadInputs | None
+) -> tuple[_Points, object]:
+    """The activations of one run on x without gradients, and the model's output."""
+    names = _names(blocks)
+    wanted = [*names["resid"], *names["attn"], *names["mlp"]]
+    z: list[Tensor] = []
+    handles = [] if found is None else [
+        p.register_forward_pre_hook(lambda m, args: z.append(args[0].detach().clone()))
+        for p in found.projections
+    ]  # fmt: skip
+    try:
+        with torch.no_grad():
+            output, cache = hm.run_with_cache(x, wanted)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if found is not None and len(z) != len(blocks):
+        raise ValueError(
+            f"The output projections ran {len(z)} times for {len(blocks)} blocks; each must run "
+            "once per forward for its heads to be read. Use heads=False."
+        )
+    points = _Points(*([cache[n] for n in names[k]] for k in ("resid", "attn", "mlp")),
+                     z if found is not None else None)  # fmt: skip
+    return points, output
+
+
+def _effects(
+    hm: HookedModel, x: Tensor, embedded: Tensor, diff: _Points, graph: ComponentGraph,
+    found: HeadInputs | None, score: Callable[[object], Tensor],
+) -> list[Tensor]:  # fmt: skip
+    """One forward of x with the stream entering the first block set to ``embedded`` (B, N, C)
+    and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N)], the
+    differences ``diff`` times the gradients."""
+    blocks = list(graph.blocks)
+    names = _names(blocks)
+    kept: dict[str, Tensor] = {}
+    z: list[Tensor] = []
+    leaf = embedded.detach().clone().requires_grad_(True)
+
+    def keep(t: Tensor, *, name: str) -> Tensor:
+        kept[name] = leaf if name == names["resid"][0] else t.view_as(t)
+        return kept[name]
+
+    def keep_z(module: nn.Module, args: tuple) -> tuple:
+        z.append(args[0].view_as(args[0]))
+        return (z[-1], *args[1:])
+
+    last = f"{blocks[-1]}.hook_resid_post"
+    wanted = [*names["resid"], *names["mid"], *names["attn"], *names["mlp"], last]
+    handles = [] if found is None else [p.register_forward_pre_hook(keep_z)
+                                        for p in found.projections]  # fmt: skip
+    try:
+        with torch.enable_grad(), frozen_parameters(hm.model):
+            with hm.hooks(fwd=dict.fromkeys(wanted, keep)):
+                value = score(hm.model(x))
+            return _backward(value, kept, names, last, diff, graph, z if found else None)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _backward(
+    value: Tensor, kept: dict[str, Tensor], names: dict[str, list[str]], last: str,
+    diff: _Points, graph: ComponentGraph, z: list[Tensor] | None,
+) -> list[Tensor]:  # fmt: skip
+    """The effects from the score ``value`` (B,) of a run whose activations are ``kept``."""
+    resid, mid = [kept[n] for n in names["resid"]], [kept[n] for n in names["mid"]]
+    attn, mlp = [kept[n] for n in names["attn"]], [kept[n] for n in names["mlp"]]
+    grads = torch.autograd.grad(value.sum(), [*resid, *attn, *mlp, kept[last]],
+                                retain_graph=True)  # fmt: skip
+    layers = len(resid)
+    g_resid, g_attn = grads[:layers], grads[layers : 2 * layers]
+    g_mlp, g_final = grads[2 * layers : 3 * layers], grads[-1]
+    inputs = []  # the gradient at each downstream input: its branch's backward alone
+    for layer in range(layers):
+        inputs.append(_pullback(attn[layer], resid[layer], g_attn[layer]))
+        inputs.append(_pullback(mlp[layer], mid[layer], g_mlp[layer]))
+    inputs = torch.stack([*inputs, g_final])  # (D, B, N, C)
+    _check_sums(inputs, g_resid, g_attn, g_mlp)
+    nodes, edges = _node_and_edge_effects(diff, graph, inputs, g_attn, attn, z)
+    resid_effects = torch.stack([(d * g).sum(-1) for d, g in zip(diff.resid, g_resid, strict=True)],
+                                1)  # fmt: skip
+    return [nodes, edges, resid_effects]
+
+
+def _pullback(output: Tensor, source: Tensor, gradient: Tensor) -> Tensor:
+    """The gradient ``gradient`` at ``output`` pulled back to ``source`` (a vector-Jacobian
+    product), zero where the output does not depend on it."""
+    (pulled,) = torch.autograd.grad(output, source, gradient, retain_graph=True,
+                                    allow_unused=True)  # fmt: skip
+    return torch.zeros_like(source) if pulled is None else pulled
+
+
+def _check_sums(
+    inputs: Tensor, g_resid: tuple[Tensor, ...], g_attn: tuple[Tensor, ...],
+    g_mlp: tuple[Tensor, ...],
+) -> None:  # fmt: skip
+    """A node's gradient is the sum of the gradients at the inputs that read it (the stream is
+    a sum of the blocks' outputs): refuse the model where it is not."""
+    after = inputs.flip(0).cumsum(0).flip(0)  # after[k]: the sum over inputs k, k + 1, ...
+    for layer in range(len(g_resid)):
+        for gradient, first in ((g_resid[layer], 2 * layer), (g_attn[layer], 2 * layer + 1),
+                                (g_mlp[layer], 2 * layer + 2)):  # fmt: skip
+            check_close("A node's gradient", after[first], gradient,
+                         "the sum of the gradients at the inputs it feeds",
+                         "the stream is not the sum of the blocks' attention and MLP outputs "
+                         "(a post-norm or gated block), so its edges are not defined")  # fmt: skip
+
+
+def _node_and_edge_effects(
+    diff: _Points, graph: ComponentGraph, inputs: Tensor, g_attn: tuple[Tensor, ...],
+    attn: list[Tensor], z: list[Tensor] | None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """nodes (B, U) and edges (B, U, D): each node's difference times the gradient at itself
+    and at each input it feeds (NaN where it feeds none)."""
+    batch, count = inputs.shape[1], len(graph.downstream)
+    edges = inputs.new_full((batch, len(graph.upstream), count), torch.nan)
+    nodes = inputs.new_zeros((batch, len(graph.upstream)))
+    row = 0
+
+    def stream_node(delta: Tensor, first: int) -> None:  # a node whose output is in the stream
+        nonlocal row
+        edges[:, row, first:] = torch.einsum("bnc,dbnc->bd", delta, inputs[first:])
+        nodes[:, row] = edges[:, row, first:].sum(1)
+        row += 1
+
+    stream_node(diff.resid[0], 0)
+    for layer in range(len(graph.blocks)):
+        first = 2 * layer + 1
+        if z is None:
+            stream_node(diff.attn[layer], first)
+        else:
+            heads = graph.heads[layer]
+            dz = diff.z[layer].unflatten(-1, (heads, -1)).flatten(1, -3)  # (B, n, H, d)
+            pulled = torch.stack([_pullback(attn[layer], z[layer], g) for g in inputs[first:]])
+            pulled = pulled.unflatten(-1, (heads, -1)).flatten(2, -3)  # (D', B, n, H, d)
+            edges[:, row : row + heads, first:] = torch.einsum("bnhe,dbnhe->bhd", dz, pulled)
+            own = _pullback(attn[layer], z[layer], g_attn[layer]).unflatten(-1, (heads, -1))
+            nodes[:, row : row + heads] = (dz * own.flatten(1, -3)).sum((1, 3))
+            row += heads
+        stream_node(diff.mlp[layer], first + 1)
+    return nodes, edges
