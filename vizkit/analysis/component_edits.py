@@ -22,10 +22,12 @@ IMAGES_PER_FORWARD = 64  # default: edited images run together
 
 @dataclass(frozen=True)
 class Edit:
-    """One edited run: the activation ``name`` (B, ...) replaced by ``fn`` of it."""
+    """One edited run: the activation ``name`` (B, ...) replaced by ``fn`` of it, and the
+    edits in ``more`` (other activations of the same run)."""
 
     name: str
     fn: Callable[[Tensor], Tensor]
+    more: tuple[Edit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,16 @@ def _chunk_scores(
     """(len(chunk), B, ...) scores of one forward of len(chunk) copies of x, copy k edited by
     ``chunk[k]``."""
     copies = len(chunk)
-    by_name: dict[str, list[int]] = {}
+    by_name: dict[str, list[tuple[int, Callable[[Tensor], Tensor]]]] = {}
     for k, edit in enumerate(chunk):
-        by_name.setdefault(edit.name, []).append(k)
+        for part in (edit, *edit.more):
+            by_name.setdefault(part.name, []).append((k, part.fn))
 
     def replace_copies(name: str) -> Callable:
         def replace(t: Tensor, *, name: str = name) -> Tensor:
             view = t.view(copies, -1, *t.shape[1:]).clone()
-            for k in by_name[name]:
-                view[k] = chunk[k].fn(view[k])
+            for k, fn in by_name[name]:
+                view[k] = fn(view[k])
             return view.reshape(t.shape)
 
         return replace

@@ -50,7 +50,8 @@ class AttributionResult(Result):
         nodes: (B, U) each node's effect, patched everywhere it is read.
         edges: (B, U, D) the effect of patching node u's output into input d alone; NaN where
             u does not feed d. A node's effect is the sum of its edges'.
-        resid: (B, L, N) the effect of patching the stream entering each block at one token.
+        resid: (B, L, N) the effect of patching the stream entering each block at one token
+            (None from `exact_patching`).
         clean_score, corrupted_score: (B,) the score on each input.
         targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``);
             None for a score target (`vizkit.targets`).
@@ -60,7 +61,7 @@ class AttributionResult(Result):
     downstream: list[str]
     nodes: Tensor
     edges: Tensor
-    resid: Tensor
+    resid: Tensor | None
     clean_score: Tensor
     corrupted_score: Tensor
     targets: Tensor | None
