@@ -6,9 +6,26 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import model_state, torchvision_vit
+from guide_example import run_first_example
 
 import vizkit as vk
-from vizkit.circuits import ComponentGraph, agreement, attribution_patching, exact_patching
+from vizkit.circuits import (
+    ComponentGraph,
+    acdc,
+    agreement,
+    attribution_patching,
+    circuit,
+    corrupt,
+    corruption_effect,
+    exact_patching,
+    faithfulness,
+)
+from vizkit.circuits.planted import (
+    planted_circuit_vit,
+    planted_edges,
+    planted_images,
+    recovery_auc,
+)
 
 
 def _vit(depth: int = 3):
@@ -194,3 +211,139 @@ def test_a_backbone_score_and_refusals():
     assert "heads=False" in str(refused.value)
     by_block = attribution_patching(fused, x, x.flip(0), heads=False, progress=False)
     assert by_block.upstream[1].endswith(" attn") and torch.isfinite(by_block.nodes).all()
+
+
+def test_a_circuit_runs_the_model_with_the_edges_outside_it_reading_the_reference():
+    """Every edge kept: the model; none: the corrupted run; all but one: exact patching of that
+    edge; two edges removed, written out by hand: block 0's attention reads the corrupted
+    embedding, and the output reads block 0's MLP output of the corrupted run in place of the
+    one this run made (which differs from the clean run's: its input changed)."""
+    model, clean, corrupted = _vit(depth=2)
+    scored = attribution_patching(model, clean, corrupted, heads=False, progress=False)
+    exact = exact_patching(model, clean, corrupted, heads=False, progress=False)
+    every = circuit(scored, 1.0)
+    assert len(every) == 15 and len(circuit(scored, 3)) == 3 and circuit(scored, 0).nodes() == []
+    torch.testing.assert_close(every.run(model, clean, corrupted), exact.clean_score)
+    none = circuit(scored, 0)
+    torch.testing.assert_close(none.run(model, clean, corrupted, target=exact.targets),
+                               exact.corrupted_score, rtol=1e-4, atol=1e-5)  # fmt: skip
+    u, d = scored.upstream.index("blocks.0 mlp"), scored.downstream.index("blocks.1 attn in")
+    every.edges[u, d] = False
+    torch.testing.assert_close(every.run(model, clean, corrupted) - exact.clean_score,
+                               exact.edges[:, u, d], rtol=1e-4, atol=1e-5)  # fmt: skip
+    every.edges[u, d] = True
+    every.edges[0, 0] = every.edges[2, -1] = False  # embed -> blocks.0 attn in, its mlp -> output
+    e_clean, e_ref = _embedded(model, clean), _embedded(model, corrupted)
+    block0, block1 = model.blocks
+
+    def block0_mlp(mid):
+        return block0.ls2(block0.mlp(block0.norm2(mid)))
+
+    with torch.no_grad():
+        mid = e_clean + block0.ls1(block0.attn(block0.norm1(e_ref)))  # its attention reads e_ref
+        reference_mid = e_ref + block0.ls1(block0.attn(block0.norm1(e_ref)))
+        final = block1(mid + block0_mlp(mid)) + block0_mlp(reference_mid) - block0_mlp(mid)
+        expected = model.forward_head(model.norm(final)).gather(1, exact.targets[:, None])[:, 0]
+    torch.testing.assert_close(every.run(model, clean, corrupted), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_faithfulness_curve_and_refusals():
+    model, clean, corrupted = _vit(depth=2)
+    scored = attribution_patching(model, clean, corrupted, heads=False, method="eap-ig",
+                                  progress=False)  # fmt: skip
+    curve = faithfulness(model, scored, clean, corrupted, progress=False)
+    assert curve.sizes.tolist() == [0, 1, 2, 4, 8, 15]
+    assert curve.faithfulness[0] == 0 and abs(float(curve.faithfulness[-1]) - 1) < 1e-5
+    torch.testing.assert_close(curve.scores[2], circuit(scored, 2).run(model, clean, corrupted))
+    assert 0 < curve.cmd and curve.share[-1] == 1
+    by_heads = attribution_patching(model, clean, corrupted, progress=False)
+    with pytest.raises(ValueError, match="heads=False"):
+        circuit(by_heads, 3)
+    with pytest.raises(ValueError, match="15 edges"):
+        circuit(scored, 16)
+    with pytest.raises(ValueError, match="same mean score"):
+        faithfulness(model, scored, clean, clean, progress=False)
+
+
+def test_corruptions_and_their_effect():
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(corrupt(x), x[[1, 2, 0]])
+    noisy = corrupt(x, "noise", noise=0.5, seed=3)
+    assert torch.equal(noisy, corrupt(x, "noise", noise=0.5, seed=3))
+    assert 0.4 < float((noisy - x).std() / x.std()) < 0.6
+    masks = torch.zeros(3, 32, 32, dtype=torch.bool)
+    masks[:, 8:16, 8:16] = True
+    erased = corrupt(x, "erase", masks=masks)
+    assert torch.equal(erased[:, :, ~masks[0]], x[:, :, ~masks[0]])
+    torch.testing.assert_close(erased[:, :, 8, 8], x[:, :, ~masks[0]].mean(-1))
+    with pytest.raises(ValueError, match="needs masks"):
+        corrupt(x, "erase")
+    with pytest.raises(ValueError, match="2\\+"):
+        corrupt(x[:1])
+    model, clean, corrupted = _vit(depth=2)
+    effect = corruption_effect(model, clean, corrupted)
+    assert not effect.unchanged.any() and "on average" in effect.summary()
+    same = corruption_effect(model, clean, clean + 1e-6)
+    assert same.unchanged.all() and "unchanged on 3 of 3" in same.summary()
+    with pytest.warns(UserWarning, match="leave the score where it was"):
+        attribution_patching(model, clean, clean + 1e-6, progress=False)
+
+
+def test_counterfactual_shapes_differ_only_where_the_object_is():
+    clean, removed, labels, masks = vk.datasets.counterfactual_shapes(6, seed=1)
+    sample = vk.datasets.Shapes("test", n=6, seed=1)
+    assert torch.equal(labels, sample.labels) and torch.equal(masks, sample.masks)
+    assert torch.equal(clean[0], sample[0][0])
+    differs = (clean != removed).any(1)
+    assert bool((differs <= masks).all()) and bool(differs.any((1, 2)).all())
+    _, swapped, _, _ = vk.datasets.counterfactual_shapes(6, seed=1, replace="next")
+    objects = (labels.numpy() + 1) % 10
+    _, next_labels, next_masks = vk.datasets.render_shapes(6, seed=1, split="test", objects=objects)
+    assert torch.equal(torch.from_numpy(next_labels), (labels + 1) % 10)
+    assert bool(((clean != swapped).any(1) <= (masks | torch.from_numpy(next_masks))).all())
+    with pytest.raises(ValueError, match="objects must be 6 classes"):
+        vk.datasets.render_shapes(6, seed=1, split="test", objects=[10] * 6)
+
+
+def test_the_planted_circuit_is_recovered():
+    """Every method tells the planted edges from the decoys' (ROC AUC 1: the decoys' effects
+    are zero by construction) and ACDC keeps exactly the planted edges."""
+    model = planted_circuit_vit()
+    x, labels, flipped = planted_images(8)
+    with torch.no_grad():
+        assert torch.equal(model(x).argmax(1), labels)
+    for options in ({"heads": False}, {}, {"method": "eap-ig"}):
+        scored = attribution_patching(model, x, flipped, target=labels, progress=False, **options)
+        truth = planted_edges(scored.upstream, scored.downstream)
+        assert recovery_auc(scored.edges.mean(0), truth) == 1.0
+    exact = exact_patching(model, x, flipped, target=labels, progress=False)
+    assert recovery_auc(exact.edges.mean(0), planted_edges(exact.upstream, exact.downstream)) == 1
+    found = acdc(model, x, flipped, progress=False)
+    assert torch.equal(found.edges, planted_edges(found.upstream, found.downstream))
+    assert found.options["runs"] == 15 + 3 and found.nodes() == ["embed", "blocks.0 attn",
+                                                                 "blocks.1 mlp"]  # fmt: skip
+
+
+def test_acdc_removes_what_changes_nothing_and_everything_past_any_threshold():
+    model, clean, corrupted = _vit(depth=2)
+    kept = acdc(model, clean, corrupted, threshold=0.0, progress=False)
+    embed, output = kept.upstream.index("embed"), kept.downstream.index("output")
+    assert not kept.edges[embed, output]  # the class token is the same in both: no effect
+    assert kept.scores[embed, output] == 0 and len(kept) > 5
+    none = acdc(model, clean, corrupted, threshold=float("inf"), progress=False)
+    assert len(none) == 0
+    with torch.no_grad():
+        expected = torch.nn.functional.kl_div(
+            model(corrupted).log_softmax(-1), model(clean).log_softmax(-1), log_target=True,
+            reduction="batchmean",
+        )  # fmt: skip
+    assert abs(none.options["loss"] - float(expected)) < 1e-4 * max(1.0, float(expected))
+    by_score = acdc(model, clean, corrupted, threshold=0.0, metric="score", progress=False)
+    assert by_score.options["metric"] == "score" and by_score.edges.any()
+    with pytest.raises(ValueError, match="threshold"):
+        acdc(model, clean, corrupted, threshold=-1, progress=False)
+
+
+def test_the_guide_example_prints_what_the_guide_says():
+    printed, said = run_first_example("circuits.md")
+    assert printed == said

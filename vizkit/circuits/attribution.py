@@ -33,6 +33,7 @@ from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_choice, check_count, check_images
+from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
 from .heads import HeadInputs, head_inputs
 
@@ -135,6 +136,8 @@ def attribution_patching(
     corrupted_points, corrupted_out = _read(model, corrupted, blocks, found)
     score = RunScore.of(clean_out, target, versus)
     rows = torch.arange(len(clean), device=clean.device)
+    high, low = score(clean_out, rows), score(corrupted_out, rows)
+    warn_if_unchanged(clean_out, score, high, low)
     diff = corrupted_points.minus(clean_points)
     start, end = corrupted_points.resid[0], clean_points.resid[0]
     total = None
@@ -145,8 +148,8 @@ def attribution_patching(
         total = effects if total is None else [t + e for t, e in zip(total, effects, strict=True)]
     nodes, edges, resid = (t / steps for t in total)
     return AttributionResult(
-        graph.upstream, graph.downstream, nodes, edges, resid, score(clean_out, rows),
-        score(corrupted_out, rows), score.targets, score.versus,
+        graph.upstream, graph.downstream, nodes, edges, resid, high, low, score.targets,
+        score.versus,
         options={"method": method, "steps": steps, "heads": heads},
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip

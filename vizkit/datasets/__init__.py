@@ -11,6 +11,7 @@ from .model_input import Preprocessing as Preprocessing
 from .model_input import model_preprocessing as model_preprocessing
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
+from .shapes import counterfactual_shapes as counterfactual_shapes
 from .shapes import load_sample as load_sample
 from .shapes import render_shapes as render_shapes
 from .user_images import LoadedImages as LoadedImages
@@ -25,6 +26,7 @@ __all__ = [
     "LoadedImages",
     "Preprocessing",
     "Shapes",
+    "counterfactual_shapes",
     "digit_images",
     "load_images",
     "load_sample",

@@ -27,6 +27,7 @@ __all__ = [
     "SHAPES_MEAN",
     "SHAPES_STD",
     "Shapes",
+    "counterfactual_shapes",
     "load_sample",
     "render_shapes",
     "write_sample",
@@ -88,13 +89,18 @@ def _segments_mask(rng, n, grid, count, width) -> np.ndarray:
 
 
 def render_shapes(
-    n: int, size: int = 32, seed: int = 0, split: str = "train"
+    n: int, size: int = 32, seed: int = 0, split: str = "train", objects: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Generate ``n`` images.
 
+    Args:
+        objects: (n,) the class of the object drawn in each image in place of its own (same
+            position, scale, rotation and colour; -1: none, the background left), every other
+            pixel as without it: counterfactual scenes. None: each image's own class.
+
     Returns:
-        images (n, H, W, 3) uint8, labels (n,) int64 (balanced: each class n/10 times, shuffled),
-        masks (n, H, W) bool: the pixels of the target object.
+        images (n, H, W, 3) uint8, labels (n,) int64 (balanced: each class n/10 times, shuffled;
+        with ``objects``: those), masks (n, H, W) bool: the pixels of the target object.
     """
     if split not in _SPLIT_IDS:
         raise ValueError(f"split must be one of {list(_SPLIT_IDS)}; got {split!r}.")
@@ -104,6 +110,13 @@ def render_shapes(
     coords = (np.arange(size, dtype=np.float32) + 0.5) / size * 2 - 1  # pixel centres in [-1, 1]
     gy, gx = np.meshgrid(coords, coords, indexing="ij")  # (H, W)
     labels = rng.permutation(np.arange(n) % len(SHAPE_CLASSES))
+    if objects is not None:  # drawn after the permutation: every later draw stays the same
+        labels = np.asarray(objects, dtype=np.int64)
+        if labels.shape != (n,) or not ((labels >= -1) & (labels < len(SHAPE_CLASSES))).all():
+            raise ValueError(
+                f"objects must be {n} classes in -1..{len(SHAPE_CLASSES) - 1} (-1: none); got "
+                f"shape {labels.shape}, values {np.unique(labels)[:5].tolist()}."
+            )
 
     # background: two coloured gratings + pixel noise, muted
     image = np.empty((n, size, size, 3), dtype=np.float32)
@@ -189,6 +202,31 @@ def _rendered(n: int, size: int, seed: int, split: str) -> tuple[np.ndarray, ...
     for array in arrays:
         array.setflags(write=False)
     return arrays
+
+
+def counterfactual_shapes(
+    n: int, size: int = 32, seed: int = 0, split: str = "test", replace: str = "none"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Pairs of one scene rendered twice: as `Shapes` draws it, and with its object removed
+    (``replace="none"``: the background and distractors where it was) or with the next class's
+    object in its place (``"next"``: class (c + 1) mod 10, same position, scale, rotation and
+    colour). Every other pixel is the same in both.
+
+    Returns:
+        clean, counterfactual (n, 3, H, W) float32 normalized with SHAPES_MEAN/STD, labels (n,)
+        of the clean images, masks (n, H, W) bool of their objects.
+    """
+    if replace not in ("none", "next"):
+        raise ValueError(f"replace must be 'none' or 'next'; got {replace!r}.")
+    images, labels, masks = render_shapes(n, size, seed, split)
+    objects = np.full_like(labels, -1) if replace == "none" else (labels + 1) % len(SHAPE_CLASSES)
+    other = render_shapes(n, size, seed, split, objects=objects)[0]
+
+    def normalized(array: np.ndarray) -> Tensor:
+        images = torch.from_numpy(array).permute(0, 3, 1, 2).float() / 255
+        return normalize(images, SHAPES_MEAN, SHAPES_STD)
+
+    return normalized(images), normalized(other), torch.from_numpy(labels), torch.from_numpy(masks)
 
 
 def write_sample(file: str | Path = SAMPLE_FILE, n: int = SAMPLE_SIZE) -> None:
