@@ -247,6 +247,24 @@ def test_a_circuit_runs_the_model_with_the_edges_outside_it_reading_the_referenc
     torch.testing.assert_close(every.run(model, clean, corrupted), expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_circuit_of_heads_reads_each_head_through_the_projection():
+    """With a node per head: every edge kept is the model, none the corrupted run, all but one
+    the exact patching of that edge (whose heads are split by zeroing their maps)."""
+    model, clean, corrupted = _vit(depth=2)
+    scored = attribution_patching(model, clean, corrupted, progress=False)
+    exact = exact_patching(model, clean, corrupted, progress=False)
+    every = circuit(scored, 1.0)
+    torch.testing.assert_close(every.run(model, clean, corrupted), exact.clean_score)
+    none = circuit(scored, 0).run(model, clean, corrupted, target=exact.targets)
+    torch.testing.assert_close(none, exact.corrupted_score, rtol=1e-4, atol=1e-5)
+    for u, d in (("blocks.0 head 1", "blocks.1 attn in"), ("blocks.1 head 2", "output")):
+        u, d = scored.upstream.index(u), scored.downstream.index(d)
+        every.edges[u, d] = False
+        torch.testing.assert_close(every.run(model, clean, corrupted) - exact.clean_score,
+                                   exact.edges[:, u, d], rtol=1e-4, atol=1e-5)  # fmt: skip
+        every.edges[u, d] = True
+
+
 def test_faithfulness_curve_and_refusals():
     model, clean, corrupted = _vit(depth=2)
     scored = attribution_patching(model, clean, corrupted, heads=False, method="eap-ig",
@@ -256,9 +274,6 @@ def test_faithfulness_curve_and_refusals():
     assert curve.faithfulness[0] == 0 and abs(float(curve.faithfulness[-1]) - 1) < 1e-5
     torch.testing.assert_close(curve.scores[2], circuit(scored, 2).run(model, clean, corrupted))
     assert 0 < curve.cmd and curve.share[-1] == 1
-    by_heads = attribution_patching(model, clean, corrupted, progress=False)
-    with pytest.raises(ValueError, match="heads=False"):
-        circuit(by_heads, 3)
     with pytest.raises(ValueError, match="15 edges"):
         circuit(scored, 16)
     with pytest.raises(ValueError, match="same mean score"):
@@ -318,19 +333,22 @@ def test_the_planted_circuit_is_recovered():
         assert recovery_auc(scored.edges.mean(0), truth) == 1.0
     exact = exact_patching(model, x, flipped, target=labels, progress=False)
     assert recovery_auc(exact.edges.mean(0), planted_edges(exact.upstream, exact.downstream)) == 1
-    found = acdc(model, x, flipped, progress=False)
+    found = acdc(model, x, flipped, heads=False, progress=False)
     assert torch.equal(found.edges, planted_edges(found.upstream, found.downstream))
     assert found.options["runs"] == 15 + 3 and found.nodes() == ["embed", "blocks.0 attn",
                                                                  "blocks.1 mlp"]  # fmt: skip
+    by_heads = acdc(model, x, flipped, progress=False)
+    assert torch.equal(by_heads.edges, planted_edges(by_heads.upstream, by_heads.downstream))
+    assert by_heads.nodes() == ["embed", "blocks.0 head 0", "blocks.1 mlp"]
 
 
 def test_acdc_removes_what_changes_nothing_and_everything_past_any_threshold():
     model, clean, corrupted = _vit(depth=2)
-    kept = acdc(model, clean, corrupted, threshold=0.0, progress=False)
+    kept = acdc(model, clean, corrupted, threshold=0.0, heads=False, progress=False)
     embed, output = kept.upstream.index("embed"), kept.downstream.index("output")
     assert not kept.edges[embed, output]  # the class token is the same in both: no effect
     assert kept.scores[embed, output] == 0 and len(kept) > 5
-    none = acdc(model, clean, corrupted, threshold=float("inf"), progress=False)
+    none = acdc(model, clean, corrupted, threshold=float("inf"), progress=False)  # by heads
     assert len(none) == 0
     with torch.no_grad():
         expected = torch.nn.functional.kl_div(

@@ -41,15 +41,17 @@ def acdc(
     metric: str = "kl",
     target: Target = None,
     versus: Target = None,
+    heads: bool = True,
     progress: bool = True,
 ) -> Circuit:
-    """The circuit ACDC finds on the graph of whole blocks, edges outside it reading the
-    ``corrupted`` run (B images, one per clean image, or one for all).
+    """The circuit ACDC finds, edges outside it reading the ``corrupted`` run (B images, one
+    per clean image, or one for all).
 
     Args:
         threshold: the most one removal may worsen the metric.
         metric: "kl" (of the class distributions; a classifier) or "score" (target and
             versus as `attribution_patching`, or a score target).
+        heads: a node per attention head (False: each block's attention as one node).
 
     Returns:
         `Circuit`; its ``scores`` (U, D): how much removing each edge worsened the metric
@@ -58,7 +60,7 @@ def acdc(
     check_choice("metric", metric, ACDC_METRICS)
     if not threshold >= 0:
         raise ValueError(f"threshold must be at least 0; got {threshold}.")
-    runs = CircuitRuns(model, clean, corrupted)
+    runs = CircuitRuns(model, clean, corrupted, heads)
     loss = _loss(runs.clean_output, metric, target, versus, len(runs.x))
     feeds = runs.graph.edges()
     kept = feeds.clone()

@@ -36,6 +36,7 @@ from ..hooks.inputs import check_choice, check_count, check_images
 from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
 from .heads import HeadInputs, head_inputs
+from .points import Points, point_names, read_points
 
 __all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching"]
 
@@ -74,22 +75,6 @@ class AttributionResult(Result):
     def node(self, name: str) -> Tensor:
         """(B,) the effect of the node ``name`` (one of ``upstream``)."""
         return self.nodes[:, self.upstream.index(check_choice("node", name, self.upstream))]
-
-
-@dataclass
-class _Points:
-    """A run's activations at the graph's points, each (B, N, C) (z: (B, N, H d)), per block."""
-
-    resid: list[Tensor]
-    attn: list[Tensor]
-    mlp: list[Tensor]
-    z: list[Tensor] | None
-
-    def minus(self, other: _Points) -> _Points:
-        def sub(a, b):
-            return None if a is None else [x - y for x, y in zip(a, b, strict=True)]
-
-        return _Points(*(sub(getattr(self, k), getattr(other, k)) for k in vars(self)))
 
 
 @analysis_contract
@@ -132,8 +117,8 @@ def attribution_patching(
     blocks = residual_blocks(model)
     found = head_inputs(model, clean, blocks) if heads else None
     graph = ComponentGraph(tuple(blocks), None if found is None else found.heads)
-    clean_points, clean_out = _read(model, clean, blocks, found)
-    corrupted_points, corrupted_out = _read(model, corrupted, blocks, found)
+    clean_points, clean_out = read_points(model, clean, blocks, found)
+    corrupted_points, corrupted_out = read_points(model, corrupted, blocks, found)
     score = RunScore.of(clean_out, target, versus)
     rows = torch.arange(len(clean), device=clean.device)
     high, low = score(clean_out, rows), score(corrupted_out, rows)
@@ -155,51 +140,15 @@ def attribution_patching(
     )  # fmt: skip
 
 
-def _names(blocks: list[str]) -> dict[str, list[str]]:
-    return {
-        "resid": [f"{b}.hook_resid_pre" for b in blocks],
-        "mid": [f"{b}.hook_resid_mid" for b in blocks],
-        "attn": [f"{b}.hook_attn_out" for b in blocks],
-        "mlp": [f"{b}.hook_mlp_out" for b in blocks],
-    }
-
-
-def _read(
-    hm: HookedModel, x: Tensor, blocks: list[str], found: HeadInputs | None
-) -> tuple[_Points, object]:
-    """The activations of one run on x without gradients, and the model's output."""
-    names = _names(blocks)
-    wanted = [*names["resid"], *names["attn"], *names["mlp"]]
-    z: list[Tensor] = []
-    handles = [] if found is None else [
-        p.register_forward_pre_hook(lambda m, args: z.append(args[0].detach().clone()))
-        for p in found.projections
-    ]  # fmt: skip
-    try:
-        with torch.no_grad():
-            output, cache = hm.run_with_cache(x, wanted)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if found is not None and len(z) != len(blocks):
-        raise ValueError(
-            f"The output projections ran {len(z)} times for {len(blocks)} blocks; each must run "
-            "once per forward for its heads to be read. Use heads=False."
-        )
-    points = _Points(*([cache[n] for n in names[k]] for k in ("resid", "attn", "mlp")),
-                     z if found is not None else None)  # fmt: skip
-    return points, output
-
-
 def _effects(
-    hm: HookedModel, x: Tensor, embedded: Tensor, diff: _Points, graph: ComponentGraph,
+    hm: HookedModel, x: Tensor, embedded: Tensor, diff: Points, graph: ComponentGraph,
     found: HeadInputs | None, score: Callable[[object], Tensor],
 ) -> list[Tensor]:  # fmt: skip
     """One forward of x with the stream entering the first block set to ``embedded`` (B, N, C)
     and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N)], the
     differences ``diff`` times the gradients."""
     blocks = list(graph.blocks)
-    names = _names(blocks)
+    names = point_names(blocks)
     kept: dict[str, Tensor] = {}
     z: list[Tensor] = []
     leaf = embedded.detach().clone().requires_grad_(True)
@@ -228,7 +177,7 @@ def _effects(
 
 def _backward(
     value: Tensor, kept: dict[str, Tensor], names: dict[str, list[str]], last: str,
-    diff: _Points, graph: ComponentGraph, z: list[Tensor] | None,
+    diff: Points, graph: ComponentGraph, z: list[Tensor] | None,
 ) -> list[Tensor]:  # fmt: skip
     """The effects from the score ``value`` (B,) of a run whose activations are ``kept``."""
     resid, mid = [kept[n] for n in names["resid"]], [kept[n] for n in names["mid"]]
@@ -275,7 +224,7 @@ def _check_sums(
 
 
 def _node_and_edge_effects(
-    diff: _Points, graph: ComponentGraph, inputs: Tensor, g_attn: tuple[Tensor, ...],
+    diff: Points, graph: ComponentGraph, inputs: Tensor, g_attn: tuple[Tensor, ...],
     attn: list[Tensor], z: list[Tensor] | None,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """nodes (B, U) and edges (B, U, D): each node's difference times the gradient at itself

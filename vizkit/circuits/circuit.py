@@ -10,9 +10,8 @@ Interpretability Benchmark", Sec. 3): (M(C) - M(none)) / (M(model) - M(none)), s
 over the images; the curve over circuit sizes gives CPR (its area, higher is better) and CMD
 (the area between it and 1, lower is better).
 
-Circuits are of edges between whole attention and MLP blocks (``heads=False`` in
-`attribution_patching`): a run reads each node's output in the run, which the hooks give for
-a block's attention and MLP but not for one head.
+A head's output in the run is read through its block's `vizkit.circuits.heads.ProjectionMap`
+(what the heads' slice of the projection input writes), measured and checked per call.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ __all__ = ["Circuit", "FaithfulnessCurve", "circuit", "faithfulness"]
 
 @dataclass(repr=False)
 class Circuit(Result):
-    """The edges kept of a graph of whole blocks.
+    """The edges kept of a component graph (by heads or by blocks).
 
     Attributes:
         upstream, downstream: the graph's node and input names (`ComponentGraph`).
@@ -64,13 +63,14 @@ class Circuit(Result):
         """(B,) the score on images x (B, C, H, W) with every edge outside the circuit reading
         its node's output on ``reference`` (B images, one per image of x, or one image for all)
         instead; target and versus as `attribution_patching` (default: x's predictions)."""
-        return _circuit_scores(model, x, reference, [self.edges], target, versus)[0]
+        return _circuit_scores(model, x, reference, [self.edges], target, versus, _by_heads(self))[
+            0
+        ]
 
 
 def circuit(result: AttributionResult, size: int | float) -> Circuit:
     """The circuit of the ``size`` edges (an int) or share of edges (a float in (0, 1]) with
-    the largest mean effect by magnitude in ``result`` (of a graph of whole blocks)."""
-    _require_blocks(result.upstream)
+    the largest mean effect by magnitude in ``result``."""
     scores = result.edges.mean(0)
     valid = ~scores.isnan()
     count = int(valid.sum())
@@ -123,7 +123,7 @@ def faithfulness(
     progress: bool = True,
 ) -> FaithfulnessCurve:
     """The faithfulness of the top edges of ``result`` (an `attribution_patching` of these
-    images with ``heads=False``) at each size (default 1, 2, 4, ...; no edge and every edge
+    images) at each size (default 1, 2, 4, ...; no edge and every edge
     always), each edge outside the circuit reading the ``corrupted`` run's outputs; the score
     is the result's (its classes) unless ``target`` is given."""
     if target is None and result.targets is not None:  # the classes the edges were scored by
@@ -132,7 +132,8 @@ def faithfulness(
     chosen = (2**i for i in range(count.bit_length())) if sizes is None else sizes
     sizes = sorted({0, count, *(int(s) for s in chosen if 0 <= int(s) <= count)})
     circuits = [circuit(result, size).edges for size in sizes]
-    scores = _circuit_scores(model, clean, corrupted, circuits, target, versus, progress)
+    scores = _circuit_scores(model, clean, corrupted, circuits, target, versus,
+                             _by_heads(result), progress)  # fmt: skip
     high, low = scores[-1], scores[0]
     gap = float(high.mean() - low.mean())
     if gap == 0:
@@ -154,21 +155,16 @@ def faithfulness(
 @torch.no_grad()
 def _circuit_scores(
     hm: HookedModel, x: Tensor, reference: Tensor, circuits: list[Tensor], target: Target,
-    versus: Target, progress: bool = False,
+    versus: Target, heads: bool, progress: bool = False,
 ) -> Tensor:  # fmt: skip
     """(K, B) the score of x under each circuit ((U, D) bool edges kept)."""
-    runs = CircuitRuns(hm, x, reference)
+    runs = CircuitRuns(hm, x, reference, heads)
     score = RunScore.of(runs.clean_output, target, versus)
     rows = torch.arange(len(runs.x), device=runs.x.device)
     circuits = tqdm(circuits, desc="circuits", disable=not progress, leave=False)
     return torch.stack([score(runs.output(kept), rows) for kept in circuits])
 
 
-def _require_blocks(upstream: list[str]) -> None:
-    if any(" head " in name for name in upstream):
-        raise ValueError(
-            "Circuits are of edges between whole attention and MLP blocks: a circuit's run "
-            "reads each node's output in the run, which vizkit's hooks give for a block's "
-            "attention but not for one head. Score the edges with "
-            "attribution_patching(..., heads=False)."
-        )
+def _by_heads(found: Circuit | AttributionResult) -> bool:
+    """Whether the graph has a node per head."""
+    return any(" head " in name for name in found.upstream)

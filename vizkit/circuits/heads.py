@@ -15,16 +15,17 @@ from torch.utils._pytree import tree_flatten
 from ..analysis.residual_stream import edited_forward, output_projection, pattern_name
 from ..hooks import HookedModel
 
-__all__ = ["HeadInputs", "head_inputs"]
+__all__ = ["HeadInputs", "ProjectionMap", "head_inputs", "projection_maps"]
 
 TOLERANCE = 1e-4  # relative to the output's largest magnitude
 
 
 @dataclass(frozen=True)
 class HeadInputs:
-    """Per block, its output projection (the Linear whose input holds the heads' outputs side
-    by side) and its number of heads."""
+    """Per block (``blocks``), its output projection (the Linear whose input holds the heads'
+    outputs side by side) and its number of heads."""
 
+    blocks: tuple[str, ...]
     projections: tuple[nn.Module, ...]
     heads: tuple[int, ...]
 
@@ -55,7 +56,7 @@ def head_inputs(hm: HookedModel, x: Tensor, blocks: list[str]) -> HeadInputs:
         projections.append(projection)
         counts.append(heads)
     _check_head_order(hm, x[:1], patterns, projections, counts)
-    return HeadInputs(tuple(projections), tuple(counts))
+    return HeadInputs(tuple(blocks), tuple(projections), tuple(counts))
 
 
 def _check_head_order(
@@ -91,6 +92,73 @@ def _check_head_order(
         raise ValueError(_without_heads(
             "the attention", "takes its heads' outputs in another order than side by side at "
             "the output projection's input"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProjectionMap:
+    """A block's attention output as an affine function of its heads' outputs at each token:
+    attn_out[:, n] = z[:, n] @ weight.T + bias[n], weight (C, H d), bias (N, C); so head h
+    writes z_h @ weight[:, its slice].T."""
+
+    weight: Tensor
+    bias: Tensor
+
+    def of_heads(self, z: Tensor, keep: Tensor) -> Tensor:
+        """(..., N, C) what the heads ``keep`` ((H,) bool) of z (..., N, H d) write together."""
+        mask = keep.to(z.device, z.dtype).repeat_interleave(z.shape[-1] // len(keep))
+        return (z * mask) @ self.weight.T
+
+
+def projection_maps(
+    hm: HookedModel, x: Tensor, found: HeadInputs, z: list[Tensor], attn: list[Tensor]
+) -> list[ProjectionMap]:
+    """Each block's `ProjectionMap`, measured on one image of x (B, C, H, W) by setting its
+    projection's input to basis vectors, a token each (copies of the image), and checked on
+    the run whose heads' outputs ``z`` and attention outputs ``attn`` (per block) are given.
+
+    Raises:
+        ValueError: the map is not one affine map per token (the output is not linear in the
+            heads, or a token's output reads other tokens' heads)."""
+    tokens, width = z[0].shape[-2], z[0].shape[-1]
+    if any(t.ndim != 3 or t.shape[-2:] != (tokens, width) for t in z):
+        raise ValueError(_without_heads("a block", "gives its projection other than (B, N, H d)"))
+    copies = -(-width // tokens) + 1  # the basis over the tokens of copies, then a zero copy
+    basis = torch.zeros(copies * tokens, width, dtype=z[0].dtype, device=x.device)
+    basis[:width] = torch.eye(width, dtype=z[0].dtype, device=x.device)
+    probe = basis.view(copies, tokens, width)
+    outputs: dict[str, Tensor] = {}
+
+    def set_basis(module: nn.Module, args: tuple) -> tuple:
+        return (probe.to(args[0].dtype), *args[1:])
+
+    def keep(name: str):
+        def read(t: Tensor) -> Tensor:  # (copies, 1, N, C)
+            outputs[name] = t[:, 0].clone()
+            return t
+
+        return read
+
+    names = [f"{block}.hook_attn_out" for block in found.blocks]
+    handles = [p.register_forward_pre_hook(set_basis) for p in found.projections]
+    try:
+        edited_forward(hm, x[:1], {n: keep(n) for n in names}, copies)
+    finally:
+        for handle in handles:
+            handle.remove()
+    maps = []
+    for name, own_z, own_attn in zip(names, z, attn, strict=True):
+        out = outputs[name].flatten(0, 1)  # (copies N, C)
+        bias = outputs[name][-1]  # (N, C)
+        columns = out[:width] - bias.repeat(copies - 1, 1)[:width]
+        made = ProjectionMap(columns.T.contiguous(), bias)
+        rebuilt = own_z @ made.weight.T + bias
+        scale = own_attn.abs().max().clamp_min(1e-12)
+        if not float((rebuilt - own_attn).abs().max() / scale) <= TOLERANCE:
+            raise ValueError(_without_heads(
+                name.removesuffix(".hook_attn_out"), "is not one affine map of its heads' "
+                "outputs at each token"))  # fmt: skip
+        maps.append(made)
+    return maps
 
 
 def _outputs(output: object) -> Tensor:

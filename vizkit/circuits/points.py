@@ -1,0 +1,67 @@
+"""A run's activations at the component graph's points: the stream entering each block, each
+attention and MLP output, and each head's output before the projection (z)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..hooks import HookedModel
+from .heads import HeadInputs
+
+__all__ = ["Points", "point_names", "read_points"]
+
+
+@dataclass
+class Points:
+    """A run's activations at the graph's points, each (B, N, C) (z: (B, N, H d)), per block."""
+
+    resid: list[Tensor]
+    attn: list[Tensor]
+    mlp: list[Tensor]
+    z: list[Tensor] | None
+
+    def minus(self, other: Points) -> Points:
+        def sub(a, b):
+            return None if a is None else [x - y for x, y in zip(a, b, strict=True)]
+
+        return Points(*(sub(getattr(self, k), getattr(other, k)) for k in vars(self)))
+
+
+def point_names(blocks: list[str]) -> dict[str, list[str]]:
+    """The hooks of each kind of point, per block ("mid": the stream entering the MLP)."""
+    return {
+        "resid": [f"{b}.hook_resid_pre" for b in blocks],
+        "mid": [f"{b}.hook_resid_mid" for b in blocks],
+        "attn": [f"{b}.hook_attn_out" for b in blocks],
+        "mlp": [f"{b}.hook_mlp_out" for b in blocks],
+    }
+
+
+def read_points(
+    hm: HookedModel, x: Tensor, blocks: list[str], found: HeadInputs | None
+) -> tuple[Points, object]:
+    """The activations of one run on x without gradients, and the model's output."""
+    names = point_names(blocks)
+    wanted = [*names["resid"], *names["attn"], *names["mlp"]]
+    z: list[Tensor] = []
+    handles = [] if found is None else [
+        p.register_forward_pre_hook(lambda m, args: z.append(args[0].detach().clone()))
+        for p in found.projections
+    ]  # fmt: skip
+    try:
+        with torch.no_grad():
+            output, cache = hm.run_with_cache(x, wanted)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if found is not None and len(z) != len(blocks):
+        raise ValueError(
+            f"The output projections ran {len(z)} times for {len(blocks)} blocks; each must run "
+            "once per forward for its heads to be read. Use heads=False."
+        )
+    kinds = ("resid", "attn", "mlp")
+    points = Points(*([cache[n] for n in names[k]] for k in kinds), z if found else None)
+    return points, output
