@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import model_state, torchvision_vit
+from conftest import build, model_state, torchvision_vit
 from guide_example import run_first_example
 
 import vizkit as vk
@@ -209,6 +209,9 @@ def test_a_backbone_score_and_refusals():
     with pytest.raises(ValueError, match="Use heads=False") as refused:
         attribution_patching(fused, x, x.flip(0), progress=False)
     assert "heads=False" in str(refused.value)
+    cait, images = build("cait")
+    with pytest.raises(ValueError, match="not one sum of the blocks' outputs"):
+        attribution_patching(cait, images, images.flip(0), heads=False, progress=False)
     by_block = attribution_patching(fused, x, x.flip(0), heads=False, progress=False)
     assert by_block.upstream[1].endswith(" attn") and torch.isfinite(by_block.nodes).all()
 

@@ -62,6 +62,13 @@ def read_points(
             f"The output projections ran {len(z)} times for {len(blocks)} blocks; each must run "
             "once per forward for its heads to be read. Use heads=False."
         )
+    shapes = {tuple(cache[n].shape) for n in wanted}
+    if len(shapes) != 1:
+        raise ValueError(
+            f"The blocks' streams differ in shape ({sorted(shapes)[:3]}): the model changes its "
+            "tokens or width between blocks (patch merging, a class-attention stage), so its "
+            "stream is not one sum of the blocks' outputs, which the component graph needs."
+        )
     kinds = ("resid", "attn", "mlp")
     points = Points(*([cache[n] for n in names[k]] for k in kinds), z if found else None)
     return points, output
