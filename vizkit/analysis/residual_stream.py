@@ -35,6 +35,7 @@ __all__ = [
     "norm_scale",
     "norm_with_scale",
     "output_projection",
+    "output_projections",
     "part_names",
     "pattern_name",
     "post_block_scales",
@@ -488,31 +489,50 @@ def _split_heads(hm: HookedModel, x: Tensor, block: str) -> Tensor:
 
 
 def output_projection(hm: HookedModel, x: Tensor, block: str, heads: int) -> nn.Module | None:
-    """The Linear of ``block`` that maps the heads' concatenated outputs to the stream (the
-    output projection: transformers' ``o_proj``): the last Linear called before the block's
-    attention output is added, whose input is not also another Linear's input (the queries',
-    keys' and values' projections share theirs) and is a multiple of ``heads`` wide. None
-    where there is none (a fused kernel, torch's MultiheadAttention)."""
-    calls: list[tuple[nn.Module, Tensor]] = []
-    added = {"attn": False}
+    """The output projection of ``block`` (`output_projections` of one block)."""
+    return output_projections(hm, x, [block], [heads])[0]
 
-    def called(module, args, output):
-        if not added["attn"]:
-            calls.append((module, args[0]))
+
+def output_projections(
+    hm: HookedModel, x: Tensor, blocks: list[str], heads: list[int]
+) -> list[nn.Module | None]:
+    """Per block, the Linear that maps its heads' concatenated outputs to the stream (the
+    output projection: transformers' ``o_proj``): the last Linear of the block called before
+    its attention output is added, whose input is not also another Linear's input (the
+    queries', keys' and values' projections share theirs) and is a multiple of its ``heads``
+    wide. None where there is none (a fused kernel, torch's MultiheadAttention). One forward
+    of the first image of x."""
+    calls: dict[str, list[tuple[nn.Module, Tensor]]] = {b: [] for b in blocks}
+    added: set[str] = set()
+
+    def called(block: str):
+        def hook(module, args, output):
+            if block not in added:
+                calls[block].append((module, args[0]))
+
+        return hook
 
     def attention_added(t: Tensor, *, name: str) -> None:
-        added["attn"] = True
+        added.add(name.removesuffix(".hook_attn_out"))
 
-    module = hm.model.get_submodule(block)
     handles = [
-        m.register_forward_hook(called) for m in module.modules() if isinstance(m, nn.Linear)
+        m.register_forward_hook(called(block))
+        for block in blocks
+        for m in hm.model.get_submodule(block).modules()
+        if isinstance(m, nn.Linear)
     ]
     try:
-        with torch.no_grad(), hm.hooks(fwd={f"{block}.hook_attn_out": attention_added}):
+        fwd = {f"{block}.hook_attn_out": attention_added for block in blocks}
+        with torch.no_grad(), hm.hooks(fwd=fwd):
             hm.model(x[:1])
     finally:
         for handle in handles:
             handle.remove()
+    return [_projection(calls[block], count) for block, count in zip(blocks, heads, strict=True)]
+
+
+def _projection(calls: list[tuple[nn.Module, Tensor]], heads: int) -> nn.Module | None:
+    """The last of a block's Linear ``calls`` (module, input) whose input no other shares."""
     for i in range(len(calls) - 1, -1, -1):
         linear, given = calls[i]
         shared = any(other is not linear and o.shape == given.shape and torch.equal(o, given)

@@ -35,7 +35,7 @@ from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_choice, check_count, check_images
 from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
-from .heads import HeadInputs, head_inputs
+from .heads import head_inputs, projection_maps
 from .points import Points, point_names, read_points
 
 __all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching"]
@@ -124,12 +124,15 @@ def attribution_patching(
     high, low = score(clean_out, rows), score(corrupted_out, rows)
     warn_if_unchanged(clean_out, score, high, low)
     diff = corrupted_points.minus(clean_points)
+    if found is not None:  # each head's difference as written to the stream, (B, N, H, C)
+        maps = projection_maps(model, clean, found, clean_points.z, clean_points.attn)
+        diff.z = [m.each_head(z, h) for m, z, h in zip(maps, diff.z, found.heads, strict=True)]
     start, end = corrupted_points.resid[0], clean_points.resid[0]
     total = None
     for k in tqdm(range(1, steps + 1), desc=method, disable=not progress or steps == 1,
                   leave=False):  # fmt: skip
         embedded = start + (end - start) * (k / steps)
-        effects = _effects(model, clean, embedded, diff, graph, found, lambda o: score(o, rows))
+        effects = _effects(model, clean, embedded, diff, graph, lambda o: score(o, rows))
         total = effects if total is None else [t + e for t, e in zip(total, effects, strict=True)]
     nodes, edges, resid = (t / steps for t in total)
     return AttributionResult(
@@ -142,42 +145,31 @@ def attribution_patching(
 
 def _effects(
     hm: HookedModel, x: Tensor, embedded: Tensor, diff: Points, graph: ComponentGraph,
-    found: HeadInputs | None, score: Callable[[object], Tensor],
+    score: Callable[[object], Tensor],
 ) -> list[Tensor]:  # fmt: skip
     """One forward of x with the stream entering the first block set to ``embedded`` (B, N, C)
     and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N)], the
-    differences ``diff`` times the gradients."""
-    blocks = list(graph.blocks)
-    names = point_names(blocks)
+    differences ``diff`` (its ``z``: each head's, as written to the stream) times the
+    gradients."""
+    names = point_names(list(graph.blocks))
     kept: dict[str, Tensor] = {}
-    z: list[Tensor] = []
     leaf = embedded.detach().clone().requires_grad_(True)
 
     def keep(t: Tensor, *, name: str) -> Tensor:
         kept[name] = leaf if name == names["resid"][0] else t.view_as(t)
         return kept[name]
 
-    def keep_z(module: nn.Module, args: tuple) -> tuple:
-        z.append(args[0].view_as(args[0]))
-        return (z[-1], *args[1:])
-
-    last = f"{blocks[-1]}.hook_resid_post"
+    last = f"{graph.blocks[-1]}.hook_resid_post"
     wanted = [*names["resid"], *names["mid"], *names["attn"], *names["mlp"], last]
-    handles = [] if found is None else [p.register_forward_pre_hook(keep_z)
-                                        for p in found.projections]  # fmt: skip
-    try:
-        with torch.enable_grad(), frozen_parameters(hm.model):
-            with hm.hooks(fwd=dict.fromkeys(wanted, keep)):
-                value = score(hm.model(x))
-            return _backward(value, kept, names, last, diff, graph, z if found else None)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.enable_grad(), frozen_parameters(hm.model):
+        with hm.hooks(fwd=dict.fromkeys(wanted, keep)):
+            value = score(hm.model(x))
+        return _backward(value, kept, names, last, diff, graph)
 
 
 def _backward(
     value: Tensor, kept: dict[str, Tensor], names: dict[str, list[str]], last: str,
-    diff: Points, graph: ComponentGraph, z: list[Tensor] | None,
+    diff: Points, graph: ComponentGraph,
 ) -> list[Tensor]:  # fmt: skip
     """The effects from the score ``value`` (B,) of a run whose activations are ``kept``."""
     resid, mid = [kept[n] for n in names["resid"]], [kept[n] for n in names["mid"]]
@@ -193,7 +185,7 @@ def _backward(
         inputs.append(_pullback(mlp[layer], mid[layer], g_mlp[layer]))
     inputs = torch.stack([*inputs, g_final])  # (D, B, N, C)
     _check_sums(inputs, g_resid, g_attn, g_mlp)
-    nodes, edges = _node_and_edge_effects(diff, graph, inputs, g_attn, attn, z)
+    nodes, edges = _node_and_edge_effects(diff, graph, inputs)
     resid_effects = torch.stack([(d * g).sum(-1) for d, g in zip(diff.resid, g_resid, strict=True)],
                                 1)  # fmt: skip
     return [nodes, edges, resid_effects]
@@ -224,35 +216,25 @@ def _check_sums(
 
 
 def _node_and_edge_effects(
-    diff: Points, graph: ComponentGraph, inputs: Tensor, g_attn: tuple[Tensor, ...],
-    attn: list[Tensor], z: list[Tensor] | None,
+    diff: Points, graph: ComponentGraph, inputs: Tensor
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """nodes (B, U) and edges (B, U, D): each node's difference times the gradient at itself
-    and at each input it feeds (NaN where it feeds none)."""
+    """nodes (B, U) and edges (B, U, D): each node's difference times the gradient at each
+    input it feeds (NaN where it feeds none); a node's effect is the sum of its edges' (its
+    gradient is the sum of theirs, `_check_sums`)."""
     batch, count = inputs.shape[1], len(graph.downstream)
     edges = inputs.new_full((batch, len(graph.upstream), count), torch.nan)
-    nodes = inputs.new_zeros((batch, len(graph.upstream)))
     row = 0
 
-    def stream_node(delta: Tensor, first: int) -> None:  # a node whose output is in the stream
+    def write(delta: Tensor, first: int) -> None:  # (B, N, C), or (B, N, H, C) for H heads
         nonlocal row
-        edges[:, row, first:] = torch.einsum("bnc,dbnc->bd", delta, inputs[first:])
-        nodes[:, row] = edges[:, row, first:].sum(1)
-        row += 1
+        heads = 1 if delta.ndim == 3 else delta.shape[2]
+        per_head = delta[:, :, None] if delta.ndim == 3 else delta
+        edges[:, row : row + heads, first:] = torch.einsum("bnhc,dbnc->bhd", per_head,
+                                                           inputs[first:])  # fmt: skip
+        row += heads
 
-    stream_node(diff.resid[0], 0)
+    write(diff.resid[0], 0)
     for layer in range(len(graph.blocks)):
-        first = 2 * layer + 1
-        if z is None:
-            stream_node(diff.attn[layer], first)
-        else:
-            heads = graph.heads[layer]
-            dz = diff.z[layer].unflatten(-1, (heads, -1)).flatten(1, -3)  # (B, n, H, d)
-            pulled = torch.stack([_pullback(attn[layer], z[layer], g) for g in inputs[first:]])
-            pulled = pulled.unflatten(-1, (heads, -1)).flatten(2, -3)  # (D', B, n, H, d)
-            edges[:, row : row + heads, first:] = torch.einsum("bnhe,dbnhe->bhd", dz, pulled)
-            own = _pullback(attn[layer], z[layer], g_attn[layer]).unflatten(-1, (heads, -1))
-            nodes[:, row : row + heads] = (dz * own.flatten(1, -3)).sum((1, 3))
-            row += heads
-        stream_node(diff.mlp[layer], first + 1)
-    return nodes, edges
+        write(diff.attn[layer] if diff.z is None else diff.z[layer], 2 * layer + 1)
+        write(diff.mlp[layer], 2 * layer + 2)
+    return edges.nansum(-1), edges

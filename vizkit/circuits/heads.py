@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten
 
-from ..analysis.residual_stream import edited_forward, output_projection, pattern_name
+from ..analysis.residual_stream import edited_forward, output_projections, pattern_name
 from ..hooks import HookedModel
 
 __all__ = ["HeadInputs", "ProjectionMap", "head_inputs", "projection_maps"]
@@ -40,21 +40,18 @@ def head_inputs(hm: HookedModel, x: Tensor, blocks: list[str]) -> HeadInputs:
         ValueError: a block without one editable attention map or an output projection (a
             fused kernel: torch's MultiheadAttention), or whose heads are not its projection
             input's slices in order; use heads=False (each block's attention as one node)."""
-    patterns, projections, counts = [], [], []
-    for block in blocks:
-        pattern = pattern_name(hm, block)
+    patterns = [pattern_name(hm, block) for block in blocks]
+    for block, pattern in zip(blocks, patterns, strict=True):
         if pattern is None:
             raise ValueError(_without_heads(block, "has no single attention map (hook_pattern)"))
-        with torch.no_grad():
-            _, cache = hm.run_with_cache(x[:1], pattern, pattern_path="unfused")
-        heads = cache[pattern].shape[1]
-        projection = output_projection(hm, x[:1], block, heads)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x[:1], patterns, pattern_path="unfused")
+    counts = [cache[pattern].shape[1] for pattern in patterns]
+    projections = output_projections(hm, x[:1], blocks, counts)
+    for block, projection in zip(blocks, projections, strict=True):
         if projection is None:
             raise ValueError(_without_heads(block, "has no output projection vizkit can read "
                                                    "(a fused attention kernel)"))  # fmt: skip
-        patterns.append(pattern)
-        projections.append(projection)
-        counts.append(heads)
     _check_head_order(hm, x[:1], patterns, projections, counts)
     return HeadInputs(tuple(blocks), tuple(projections), tuple(counts))
 
@@ -102,6 +99,11 @@ class ProjectionMap:
 
     weight: Tensor
     bias: Tensor
+
+    def each_head(self, z: Tensor, heads: int) -> Tensor:
+        """(B, N, H, C) what each of the ``heads`` heads of z (B, N, H d) writes."""
+        weight = self.weight.view(self.weight.shape[0], heads, -1)  # (C, H, d)
+        return torch.einsum("bnhe,che->bnhc", z.unflatten(-1, (heads, -1)), weight)
 
     def of_heads(self, z: Tensor, keep: Tensor) -> Tensor:
         """(..., N, C) what the heads ``keep`` ((H,) bool) of z (..., N, H d) write together."""
