@@ -82,8 +82,8 @@ def finish(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
         if note.font.size is not None and note.font.size < MIN_FONT_SIZE:
             note.font.size = MIN_FONT_SIZE
     top = 95 if "<br>" in title else 70
-    if any("<br>" in (a.text or "") for a in notes):
-        top += 25  # two-line subplot titles sit between the title and the plots
+    if any("<br>" in (a.text or "") for a in notes):  # two-line subplot titles sit between
+        top += 55 if "<br>" in title else 25  # the title (centred in the margin) and the plots
     right = 20
     if any(a.textangle == 90 for a in notes):  # row titles right of the plots: the colour
         right = 110  # bars move out of their way
