@@ -368,3 +368,19 @@ def test_acdc_removes_what_changes_nothing_and_everything_past_any_threshold():
 def test_the_guide_example_prints_what_the_guide_says():
     printed, said = run_first_example("circuits.md")
     assert printed == said
+
+
+def test_the_circuit_figure_draws_the_edges_it_says():
+    model = planted_circuit_vit()
+    x, labels, flipped = planted_images(8)
+    scored = attribution_patching(model, x, flipped, target=labels, progress=False)
+    figure = vk.viz.circuit_figure(scored, edges=5)
+    lines = [t for t in figure.data if t.mode == "lines"]
+    assert len(lines) == 5 and "the 5 largest of 21 edges" in figure.layout.title.text
+    assert "blocks.0 head 0 → blocks.1 mlp in" in {t.text.split(":")[0] for t in lines}
+    nodes = next(t for t in figure.data if t.mode == "markers" and len(t.x) == 7)
+    assert list(nodes.x) == [0, 1, 1, 2, 3, 3, 4] and max(nodes.marker.size) == 34
+    found = acdc(model, x, flipped, progress=False)
+    drawn = vk.viz.circuit_figure(found)
+    assert len([t for t in drawn.data if t.mode == "lines"]) == 3
+    assert "ACDC, threshold 0.01" in drawn.layout.title.text

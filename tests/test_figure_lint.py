@@ -271,6 +271,24 @@ BUILDERS = {
             model(VIT), sample()[0], sample()[0].flip(0), sites=PATCHED, progress=False
         )
     ),
+    "circuit_figure": lambda: [
+        vk.viz.circuit_figure(
+            vk.attribution_patching(
+                model("vit_tiny_shapes"),
+                sample()[0],
+                sample()[0].flip(0),
+                target=sample()[1],
+                progress=False,
+            )  # fmt: skip
+        ),
+        vk.viz.circuit_figure(
+            vk.circuits.acdc(
+                vk.circuits.planted_circuit_vit(),
+                *vk.circuits.planted_images(4)[::2],
+                progress=False,
+            )
+        ),  # fmt: skip
+    ],
     "curve_comparison": lambda: vk.viz.curve_comparison(
         {
             name: vk.metrics.road(model("vit_tiny_shapes"), sample()[0], maps, sample()[1])

@@ -52,6 +52,10 @@ class Circuit(Result):
     def __len__(self) -> int:
         return int(self.edges.sum())
 
+    def node_effects(self) -> Tensor:
+        """(U,) each node's summed score over its edges in the circuit."""
+        return torch.where(self.edges, self.scores.nan_to_num(), 0.0).sum(1)
+
     def nodes(self) -> list[str]:
         """The upstream nodes with an edge kept, in graph order."""
         return [name for name, kept in zip(self.upstream, self.edges.any(1), strict=True) if kept]

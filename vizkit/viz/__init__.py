@@ -3,6 +3,7 @@
 from .attention import attention_grid as attention_grid
 from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
+from .circuits import circuit_figure as circuit_figure
 from .evaluation import curve_comparison as curve_comparison
 from .evaluation import evaluation_bars as evaluation_bars
 from .latents import latent_maps_figure as latent_maps_figure
@@ -34,6 +35,7 @@ __all__ = [
     "accuracy_over_seeds_figure",
     "attention_grid",
     "attention_stats_figure",
+    "circuit_figure",
     "cka_heatmap",
     "curve_comparison",
     "display_images",

@@ -1,0 +1,114 @@
+"""A circuit drawn as a graph: the embedding, each block's heads (or attention) and MLP, and the
+output as columns in stream order; nodes sized by their effect, edges by theirs."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..circuits import AttributionResult, Circuit, circuit
+from .style import finish
+
+__all__ = ["circuit_figure"]
+
+POSITIVE, NEGATIVE, NONE = "#2166ac", "#b2182b", "#999999"  # raises the score, lowers it, 0
+LARGEST_MARKER, LARGEST_LINE = 34, 9  # pixels, for the largest effect drawn
+
+
+def circuit_figure(found: AttributionResult | Circuit, edges: int = 30) -> go.Figure:
+    """The graph of ``found``: an `AttributionResult` (its ``edges`` largest mean edge effects by
+    magnitude drawn, nodes sized by their mean effect) or a `Circuit` (its edges, nodes sized by
+    the sum of their edges' scores). Edges bow upwards from a node (circle) to the input it
+    feeds (triangle); blue raises the score, red lowers it; hover for names and values."""
+    if isinstance(found, AttributionResult):
+        count = int((~found.edges[0].isnan()).sum())
+        top = circuit(found, min(edges, count))
+        scores, kept, nodes = top.scores, top.edges, found.nodes.mean(0)
+        what = f"the {len(top)} largest of {count} edges"
+    else:
+        scores, kept, nodes = found.scores, found.edges, found.node_effects()
+        what = f"{len(found)} edges"
+    measured = "sized by mean effect on the score: blue raises it, red lowers it"
+    if found.options.get("method") == "acdc":  # its scores: how much a removal worsened it
+        metric = {"kl": "KL divergence", "score": "score's distance"}[found.options["metric"]]
+        measured = (f"ACDC, threshold {found.options['threshold']:g}: sized by how much "
+                    f"removing each raised the {metric} from the model")  # fmt: skip
+    places, inputs, ticks = _layout(found.upstream, found.downstream)
+    fig = go.Figure()
+    scale = float(scores[kept].abs().max()) if bool(kept.any()) else 1.0
+    for u, d in kept.nonzero().tolist():
+        value = float(scores[u, d])
+        xs, ys = _arc(places[u], inputs[d])
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", showlegend=False,
+            line={"width": max(1.0, LARGEST_LINE * abs(value) / scale),
+                  "color": _colour(value)},
+            opacity=0.6, hoverinfo="text",
+            text=f"{found.upstream[u]} → {found.downstream[d]}: {value:+.3g}",
+        ))  # fmt: skip
+    size = nodes.abs().max().clamp_min(1e-12)
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in places], y=[p[1] for p in places], mode="markers", showlegend=False,
+        marker={"size": (6 + (LARGEST_MARKER - 6) * nodes.abs() / size).tolist(),
+                "color": [_colour(v) for v in nodes.tolist()],
+                "line": {"width": 1, "color": "#333"}},
+        hovertemplate="%{text}<extra></extra>",
+        text=[f"{name}: {float(v):+.3g}" for name, v in zip(found.upstream, nodes, strict=True)],
+    ))  # fmt: skip
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in inputs], y=[p[1] for p in inputs], mode="markers", showlegend=False,
+        marker={"size": 7, "symbol": "triangle-right", "color": "#333"}, hoverinfo="text",
+        text=list(found.downstream),
+    ))  # fmt: skip
+    fig.update_xaxes(tickvals=list(ticks), ticktext=list(ticks.values()), tickangle=-45,
+                     showgrid=False, zeroline=False, title_text="stream order")  # fmt: skip
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False,
+                     title_text="a block's heads")  # fmt: skip
+    title = f"Circuit: {what}<br><sup>{measured}</sup>"
+    return finish(fig, title, 480)
+
+
+def _colour(value: float) -> str:
+    return POSITIVE if value > 0 else NEGATIVE if value < 0 else NONE
+
+
+def _arc(start: tuple[float, float], end: tuple[float, float]) -> tuple[list, list]:
+    """Points of a quadratic curve from ``start`` to ``end`` bowed up by a share of its length,
+    so edges between the same rows do not lie on one another."""
+    (x0, y0), (x1, y1) = start, end
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + 0.12 * (x1 - x0)
+    steps = [i / 16 for i in range(17)]
+    xs = [(1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1 for t in steps]
+    ys = [(1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1 for t in steps]
+    return xs, ys
+
+
+def _layout(
+    upstream: list[str], downstream: list[str]
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], dict[float, str]]:
+    """Where each node and each input is drawn, and the columns' labels: column 0 the
+    embedding, then each block's attention (heads stacked) and MLP, then the output; an input
+    sits just left of the column it feeds."""
+    places: list[tuple[float, float]] = []
+    ticks: dict[float, str] = {0.0: "embed"}
+    heads: dict[str, list[int]] = {}
+    layers: dict[str, int] = {}  # block path -> its place in the stream
+    for u, name in enumerate(upstream):
+        if name == "embed":
+            places.append((0.0, 0.0))
+            continue
+        block, kind = name.split(" ", 1)
+        layer = layers.setdefault(block, len(layers))
+        column = float(2 * layer + (2 if kind == "mlp" else 1))
+        ticks[column] = f"{'mlp' if kind == 'mlp' else 'attn'} {layer}"
+        if kind.startswith("head"):
+            heads.setdefault(block, []).append(u)
+        places.append((column, 0.0))
+    for rows in heads.values():  # a block's heads stacked around the middle
+        for i, u in enumerate(rows):
+            places[u] = (places[u][0], i - (len(rows) - 1) / 2)
+    inputs = []
+    for d, name in enumerate(downstream):
+        column = float(d + 1) if name != "output" else float(len(downstream))
+        inputs.append((column - (0.3 if name != "output" else 0.0), 0.0))
+    ticks[float(len(downstream))] = "output"
+    return places, inputs, ticks
