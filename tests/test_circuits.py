@@ -277,6 +277,9 @@ def test_faithfulness_curve_and_refusals():
     assert curve.faithfulness[0] == 0 and abs(float(curve.faithfulness[-1]) - 1) < 1e-5
     torch.testing.assert_close(curve.scores[2], circuit(scored, 2).run(model, clean, corrupted))
     assert 0 < curve.cmd and curve.share[-1] == 1
+    drawn = vk.viz.faithfulness_figure({"EAP-IG": curve}).data[0]
+    assert list(drawn.y) == curve.faithfulness.tolist() and list(drawn.x)[-1] == 100
+    assert drawn.name == f"EAP-IG (CPR {curve.cpr:.2f}, CMD {curve.cmd:.2f})"
     with pytest.raises(ValueError, match="15 edges"):
         circuit(scored, 16)
     with pytest.raises(ValueError, match="same mean score"):
@@ -319,6 +322,11 @@ def test_counterfactual_shapes_differ_only_where_the_object_is():
     _, next_labels, next_masks = vk.datasets.render_shapes(6, seed=1, split="test", objects=objects)
     assert torch.equal(torch.from_numpy(next_labels), (labels + 1) % 10)
     assert bool(((clean != swapped).any(1) <= (masks | torch.from_numpy(next_masks))).all())
+    _, ringed, _, _ = vk.datasets.counterfactual_shapes(6, seed=1, replace=3)
+    rings = vk.datasets.render_shapes(6, seed=1, split="test", objects=[3] * 6)[2]
+    assert bool(((clean != ringed).any(1) <= (masks | torch.from_numpy(rings))).all())
+    with pytest.raises(ValueError, match="a class in 0..9"):
+        vk.datasets.counterfactual_shapes(6, replace=10)
     with pytest.raises(ValueError, match="objects must be 6 classes"):
         vk.datasets.render_shapes(6, seed=1, split="test", objects=[10] * 6)
 

@@ -289,6 +289,20 @@ BUILDERS = {
             )
         ),  # fmt: skip
     ],
+    "faithfulness_figure": lambda: vk.viz.faithfulness_figure(
+        {
+            "EAP-IG": vk.circuits.faithfulness(
+                vk.circuits.planted_circuit_vit(),
+                vk.attribution_patching(
+                    vk.circuits.planted_circuit_vit(),
+                    *vk.circuits.planted_images(4)[::2],
+                    progress=False,
+                ),
+                *vk.circuits.planted_images(4)[::2],
+                progress=False,
+            )
+        }
+    ),  # fmt: skip
     "curve_comparison": lambda: vk.viz.curve_comparison(
         {
             name: vk.metrics.road(model("vit_tiny_shapes"), sample()[0], maps, sample()[1])

@@ -205,21 +205,30 @@ def _rendered(n: int, size: int, seed: int, split: str) -> tuple[np.ndarray, ...
 
 
 def counterfactual_shapes(
-    n: int, size: int = 32, seed: int = 0, split: str = "test", replace: str = "none"
+    n: int, size: int = 32, seed: int = 0, split: str = "test", replace: str | int = "none"
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Pairs of one scene rendered twice: as `Shapes` draws it, and with its object removed
-    (``replace="none"``: the background and distractors where it was) or with the next class's
-    object in its place (``"next"``: class (c + 1) mod 10, same position, scale, rotation and
-    colour). Every other pixel is the same in both.
+    (``replace="none"``: the background and distractors where it was) or another object in its
+    place, same position, scale, rotation and colour (``"next"``: class (c + 1) mod 10; a class
+    index: that class). Every other pixel is the same in both.
 
     Returns:
         clean, counterfactual (n, 3, H, W) float32 normalized with SHAPES_MEAN/STD, labels (n,)
         of the clean images, masks (n, H, W) bool of their objects.
     """
-    if replace not in ("none", "next"):
-        raise ValueError(f"replace must be 'none' or 'next'; got {replace!r}.")
+    classes = range(len(SHAPE_CLASSES))
+    if replace not in ("none", "next") and not (isinstance(replace, int) and replace in classes):
+        raise ValueError(
+            f"replace must be 'none', 'next' or a class in 0..{len(SHAPE_CLASSES) - 1}; got "
+            f"{replace!r}."
+        )
     images, labels, masks = render_shapes(n, size, seed, split)
-    objects = np.full_like(labels, -1) if replace == "none" else (labels + 1) % len(SHAPE_CLASSES)
+    if replace == "none":
+        objects = np.full_like(labels, -1)
+    elif replace == "next":
+        objects = (labels + 1) % len(SHAPE_CLASSES)
+    else:
+        objects = np.full_like(labels, replace)
     other = render_shapes(n, size, seed, split, objects=objects)[0]
 
     def normalized(array: np.ndarray) -> Tensor:

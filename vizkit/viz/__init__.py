@@ -4,6 +4,7 @@ from .attention import attention_grid as attention_grid
 from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
 from .circuits import circuit_figure as circuit_figure
+from .circuits import faithfulness_figure as faithfulness_figure
 from .evaluation import curve_comparison as curve_comparison
 from .evaluation import evaluation_bars as evaluation_bars
 from .latents import latent_maps_figure as latent_maps_figure
@@ -40,6 +41,7 @@ __all__ = [
     "curve_comparison",
     "display_images",
     "evaluation_bars",
+    "faithfulness_figure",
     "latent_maps_figure",
     "logit_attribution_figure",
     "logit_lens_maps",

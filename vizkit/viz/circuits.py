@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..circuits import AttributionResult, Circuit, circuit
+from ..circuits import AttributionResult, Circuit, FaithfulnessCurve, circuit
 from .style import finish
 
-__all__ = ["circuit_figure"]
+__all__ = ["circuit_figure", "faithfulness_figure"]
 
 POSITIVE, NEGATIVE, NONE = "#2166ac", "#b2182b", "#999999"  # raises the score, lowers it, 0
 LARGEST_MARKER, LARGEST_LINE = 34, 9  # pixels, for the largest effect drawn
@@ -112,3 +112,20 @@ def _layout(
         inputs.append((column - (0.3 if name != "output" else 0.0), 0.0))
     ticks[float(len(downstream))] = "output"
     return places, inputs, ticks
+
+
+def faithfulness_figure(curves: dict[str, FaithfulnessCurve]) -> go.Figure:
+    """Faithfulness against the share of edges kept, one curve per name (a scoring method),
+    with each curve's CPR (area under it) and CMD (area between it and 1) in its legend."""
+    fig = go.Figure()
+    for name, curve in curves.items():
+        fig.add_trace(go.Scatter(
+            x=(100 * curve.share).tolist(), y=curve.faithfulness.tolist(), mode="lines+markers",
+            name=f"{name} (CPR {curve.cpr:.2f}, CMD {curve.cmd:.2f})",
+            text=[f"{int(s)} edges" for s in curve.sizes],
+            hovertemplate="%{text}: %{y:.3f}<extra></extra>",
+        ))  # fmt: skip
+    fig.add_hline(y=1, line={"dash": "dot", "color": "#999999"})
+    fig.update_xaxes(title_text="edges kept (% of the graph's)")
+    fig.update_yaxes(title_text="faithfulness (share of the score recovered)")
+    return finish(fig, "Circuits of growing size: how much of the model's score they recover", 420)
