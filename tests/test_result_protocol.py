@@ -161,6 +161,39 @@ EXAMPLES = {
 }
 
 
+def _planted_attribution():
+    model = vk.circuits.planted_circuit_vit()
+    x, labels, flipped = vk.circuits.planted_images(4)
+    scored = vk.attribution_patching(model, x, flipped, target=labels, progress=False)
+    return model, x, flipped, scored
+
+
+def _planted_faithfulness():
+    model, x, flipped, scored = _planted_attribution()
+    return vk.circuits.faithfulness(model, scored, x, flipped, progress=False)
+
+
+def _planted_agreement():
+    model, x, flipped, scored = _planted_attribution()
+    exact = vk.circuits.exact_patching(model, x, flipped, target=scored.targets, progress=False)
+    return vk.circuits.agreement(scored, exact)
+
+
+def _vit_pair():
+    model, x = build("vit")
+    return model, x, x.flip(0)
+
+
+CIRCUIT_EXAMPLES = {
+    "AttributionResult": (lambda: vk.attribution_patching(*_vit_pair(), progress=False), True),
+    "Circuit": (lambda: vk.circuits.circuit(_planted_attribution()[3], 3), False),
+    "FaithfulnessCurve": (_planted_faithfulness, False),
+    "Agreement": (_planted_agreement, False),
+    "CorruptionEffect": (lambda: vk.circuits.corruption_effect(*_vit_pair()), False),
+}
+EXAMPLES.update(CIRCUIT_EXAMPLES)
+
+
 def test_every_result_class_has_an_example():
     assert set(Result.registry) - {"TokenLayout"} == {_class(name) for name in EXAMPLES}
 
