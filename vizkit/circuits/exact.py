@@ -20,7 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from ..analysis.component_edits import Edit, RunScore, edited_scores
-from ..analysis.residual_stream import block_activations, head_outputs, residual_blocks
+from ..analysis.residual_stream import (
+    block_activations,
+    head_outputs,
+    residual_blocks,
+    split_stream,
+)
 from ..analysis.result import Result
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
@@ -55,6 +60,7 @@ def exact_patching(
         )
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)
+    split_stream(clean_acts, blocks)  # refuses a stream that is not one sum of the blocks'
     corrupted_acts, corrupted_out = block_activations(model, corrupted)
     score = RunScore.of(clean_out, target, versus)
     outputs = _node_outputs(model, blocks, heads, (clean, clean_acts), (corrupted, corrupted_acts))

@@ -34,7 +34,9 @@ def head_inputs(hm: HookedModel, x: Tensor, blocks: list[str]) -> HeadInputs:
     """The output projections of ``blocks`` on images x (B, C, H, W), checked to take the
     heads' outputs side by side in head order: with one head's slice of every projection's
     input zeroed, the model gives the same logits as with that head's attention map zeroed in
-    every block (one image, H copies, two forwards).
+    every block (one image, H copies, two forwards). Where the maps cannot be edited on the
+    output's path (transformers compute them beside the output), the slices are taken in head
+    order unchecked, as `vizkit.analysis.residual_stream.head_outputs` splits heads there.
 
     Raises:
         ValueError: a block without one editable attention map or an output projection (a
@@ -76,7 +78,10 @@ def _check_head_order(
         mask = keep.view(copies, *[1] * (z.ndim - 2), heads, 1)
         return ((parts * mask).reshape(z.shape), *args[1:])
 
-    by_map = edited_forward(hm, x, dict.fromkeys(patterns, zero_map), copies)
+    try:
+        by_map = edited_forward(hm, x, dict.fromkeys(patterns, zero_map), copies)
+    except ValueError:  # the maps are computed beside the output (transformers' attention):
+        return  # the slices are taken in head order, as `head_outputs` takes them there
     handles = [p.register_forward_pre_hook(zero_slice) for p in dict.fromkeys(projections)]
     try:
         by_slice = edited_forward(hm, x, {}, copies)
