@@ -443,3 +443,58 @@ def test_a_users_wrapper_is_read_through_its_own_forward():
     wrapped = attribution_patching(Doubled(model).eval(), clean, corrupted, progress=False)
     assert wrapped.upstream[1] == "backbone.blocks.0 head 0"
     torch.testing.assert_close(wrapped.edges, 2 * bare.edges, equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def shapes_sae(tmp_path_factory):
+    """The shipped Shapes ViT and a small autoencoder on its block 2 output."""
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x = vk.datasets.load_sample()[0][:32]
+    store = vk.cache_activations(model, x, tmp_path_factory.mktemp("store") / "s", layers=[-2],
+                                 tokens="all", progress=False)  # fmt: skip
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=5 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    return model, sae
+
+
+def _block_output_and_gradient(model, x, labels):
+    """Block 2's output (B, N, C) on x and the gradient of the labels' logits at it, read with
+    a plain forward hook."""
+    seen = {}
+
+    def keep(module, args, output):
+        output.retain_grad()
+        seen["a"] = output
+
+    handle = model.blocks[2].register_forward_hook(keep)
+    try:
+        model(x).gather(1, labels[:, None]).sum().backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    return seen["a"].detach(), seen["a"].grad
+
+
+def test_feature_nodes_are_the_first_order_terms_written_out(shapes_sae):
+    """Marks et al. 2025: latent i's effect is (z_i(corrupted) - z_i(clean)) (W_dec[i] / s) .
+    dM/da over its tokens, the error term's (e(corrupted) - e(clean)) . dM/da; together the
+    whole activation's."""
+    model, sae = shapes_sae
+    clean, removed, labels, _ = vk.datasets.counterfactual_shapes(4, replace="none")
+    found = vk.circuits.feature_attribution(model, clean, removed, sae, target=labels,
+                                            progress=False)  # fmt: skip
+    a_clean, gradient = _block_output_and_gradient(model, clean, labels)
+    a_removed, _ = _block_output_and_gradient(model, removed, labels)
+    with torch.no_grad():
+        through = gradient @ sae.W_dec.T / sae.input_scale  # dM/dz
+        expected = ((sae.encode(a_removed) - sae.encode(a_clean)) * through).sum(1)
+        whole = ((a_removed - a_clean) * gradient).sum((1, 2))
+    torch.testing.assert_close(found.latents[0], expected, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(found.total[:, 0], whole, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(found.latents[0].sum(1) + found.error[:, 0], found.total[:, 0],
+                               rtol=1e-4, atol=1e-5)  # fmt: skip
+    assert found.layers == ["blocks.2.hook_resid_post"] and len(found.top(0, 3)) == 3
+    assert all(p.grad is None for p in model.parameters())
+    other, _ = _vit(depth=2)[:2]
+    with pytest.raises(ValueError, match="trained on blocks.2.hook_resid_post of another model"):
+        vk.circuits.feature_attribution(other, clean, removed, sae, progress=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import tempfile
 
 import pytest
 import timm
@@ -184,7 +185,18 @@ def _vit_pair():
     return model, x, x.flip(0)
 
 
+def _feature_attribution():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x = vk.datasets.load_sample()[0][:8]
+    store = vk.cache_activations(model, x, tempfile.mkdtemp() + "/s", layers=[-2],
+                                 tokens="all", progress=False)  # fmt: skip
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=2 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    return vk.circuits.feature_attribution(model, x[:2], x[:2].flip(0), sae, progress=False)
+
+
 CIRCUIT_EXAMPLES = {
+    "FeatureAttribution": (_feature_attribution, False),
     "AttributionResult": (lambda: vk.attribution_patching(*_vit_pair(), progress=False), True),
     "Circuit": (lambda: vk.circuits.circuit(_planted_attribution()[3], 3), False),
     "FaithfulnessCurve": (_planted_faithfulness, False),

@@ -6,7 +6,8 @@ corrupted run into the clean one, EAP and EAP-IG. Exact patching (`exact`): the 
 one run each, and how well the two agree. Circuits (`circuit`): the top edges kept and the rest
 patched, and their faithfulness as they grow; ACDC (`acdc`) finds one edge by edge, exactly.
 Corruptions (`corruptions`): what the clean run is compared with, and whether it changes the
-score. A planted-circuit ViT (`planted`) to check them against the truth.
+score. Feature circuits' nodes (`features`): sparse autoencoder latents and error terms. A
+planted-circuit ViT (`planted`) to check them against the truth.
 """
 
 from .acdc import ACDC_METRICS, acdc
@@ -14,6 +15,7 @@ from .attribution import ATTRIBUTIONS, AttributionResult, attribution_patching
 from .circuit import Circuit, FaithfulnessCurve, circuit, faithfulness
 from .corruptions import CORRUPTIONS, CorruptionEffect, corrupt, corruption_effect
 from .exact import Agreement, agreement, exact_patching
+from .features import FeatureAttribution, feature_attribution
 from .graph import ComponentGraph
 from .planted import planted_circuit_vit, planted_edges, planted_images, recovery_auc
 
@@ -26,6 +28,7 @@ __all__ = [
     "Circuit",
     "ComponentGraph",
     "CorruptionEffect",
+    "FeatureAttribution",
     "FaithfulnessCurve",
     "acdc",
     "agreement",
@@ -35,6 +38,7 @@ __all__ = [
     "corruption_effect",
     "exact_patching",
     "faithfulness",
+    "feature_attribution",
     "planted_circuit_vit",
     "planted_edges",
     "planted_images",
