@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import as_names, check_choice, check_count, check_images
+from ..hooks.inputs import as_names, check_choice, check_count, check_image_pairs, check_images
 from ..hooks.scores import is_score_target, model_logits, target_indices
 from .component_edits import Edit, RunScore, edited_scores
 from .residual_stream import block_activations, residual_blocks
@@ -146,12 +146,7 @@ def activation_patching(
         batch_size: images per forward (the patched runs go together, copies of the batch).
         progress: a progress bar over the patched runs.
     """
-    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
-            f"{tuple(corrupted.shape)}."
-        )
+    clean, corrupted = check_image_pairs(model.model, clean, corrupted)
     sites = tuple(check_choice("sites", s, tuple(SITES)) for s in as_names("sites", sites))
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)

@@ -32,13 +32,13 @@ from ..analysis.result import Result
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.gradient_graph import frozen_parameters
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
 from .heads import head_inputs, projection_maps
 from .points import Points, point_names, read_points
 
-__all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching"]
+__all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching", "eap_steps"]
 
 ATTRIBUTIONS = ("eap", "eap-ig")
 
@@ -105,14 +105,8 @@ def attribution_patching(
     Returns:
         `AttributionResult`; its effects estimate patched score less clean score.
     """
-    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
-            f"{tuple(corrupted.shape)}."
-        )
-    check_choice("method", method, ATTRIBUTIONS)
-    steps = 1 if method == "eap" else check_count("steps", steps)
+    clean, corrupted = check_image_pairs(model.model, clean, corrupted)
+    steps = eap_steps(method, steps)
     require_full_precision(clean, "Attribution patching")
     blocks = residual_blocks(model)
     found = head_inputs(model, clean, blocks) if heads else None
@@ -141,6 +135,12 @@ def attribution_patching(
         options={"method": method, "steps": steps, "heads": heads},
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip
+
+
+def eap_steps(method: str, steps: int) -> int:
+    """The gradient runs ``method`` ("eap" or "eap-ig") averages: 1, or ``steps``."""
+    check_choice("method", method, ATTRIBUTIONS)
+    return 1 if method == "eap" else check_count("steps", steps)
 
 
 def _effects(

@@ -29,7 +29,7 @@ from ..analysis.residual_stream import (
 from ..analysis.result import Result
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .attribution import AttributionResult
 from .graph import ComponentGraph
 
@@ -52,12 +52,7 @@ def exact_patching(
     corrupted output into the clean run, one run each (U + E runs of the batch, ``batch_size``
     images per forward). Arguments as `attribution_patching`; the result's ``resid`` is None.
     """
-    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
-            f"{tuple(corrupted.shape)}."
-        )
+    clean, corrupted = check_image_pairs(model.model, clean, corrupted)
     blocks = residual_blocks(model)
     clean_acts, clean_out = block_activations(model, clean)
     split_stream(clean_acts, blocks)  # refuses a stream that is not one sum of the blocks'

@@ -25,10 +25,10 @@ from ..analysis.result import Result
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.gradient_graph import frozen_parameters
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import check_count, check_image_pairs
 from ..sae.autoencoder import SparseAutoencoder
 from ..sae.spliced import replaced_tokens
-from .attribution import ATTRIBUTIONS
+from .attribution import eap_steps
 from .corruptions import warn_if_unchanged
 
 __all__ = ["FeatureAttribution", "feature_attribution"]
@@ -80,14 +80,8 @@ def feature_attribution(
     """The effect of each latent of ``saes`` (trained on this model's layers) and of each
     one's error term, from one backward of the clean run (EAP-IG: ``steps``); arguments as
     `vizkit.circuits.attribution_patching`."""
-    clean, corrupted = check_images(model.model, clean), check_images(model.model, corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
-            f"{tuple(corrupted.shape)}."
-        )
-    check_choice("method", method, ATTRIBUTIONS)
-    steps = 1 if method == "eap" else check_count("steps", steps)
+    clean, corrupted = check_image_pairs(model.model, clean, corrupted)
+    steps = eap_steps(method, steps)
     require_full_precision(clean, "Feature attribution")
     saes = [saes] if isinstance(saes, SparseAutoencoder) else list(saes)
     size = tuple(clean.shape[-2:])

@@ -24,6 +24,7 @@ __all__ = [
     "check_count",
     "check_device",
     "check_image_batch",
+    "check_image_pairs",
     "check_images",
     "check_indices",
     "check_maps",
@@ -63,6 +64,18 @@ def model_device(model: nn.Module) -> torch.device:
     """Where ``model`` computes: its first parameter's device (the CPU for a parameterless
     module)."""
     return _device(model) or torch.device("cpu")
+
+
+def check_image_pairs(model: nn.Module, clean: Tensor, corrupted: Tensor) -> tuple[Tensor, Tensor]:
+    """``clean`` and ``corrupted`` (B, C, H, W) as `check_images` gives them, refused unless
+    they are pairs of the same shape (patching compares image b with its pair b)."""
+    clean, corrupted = check_images(model, clean), check_images(model, corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean and corrupted must be pairs of the same shape; got {tuple(clean.shape)} and "
+            f"{tuple(corrupted.shape)}."
+        )
+    return clean, corrupted
 
 
 def check_images(model: nn.Module, x: Tensor, first: int | None = None) -> Tensor:
