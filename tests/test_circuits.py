@@ -107,10 +107,13 @@ def test_edges_and_nodes_equal_the_first_order_terms_written_out():
     _, gradients, head_terms, deltas = _written_out(model, clean, corrupted)
     feeds = ComponentGraph(("a", "b", "c"), (3,) * 3).edges()
     expected = torch.full_like(result.edges, torch.nan)
+    per_token = torch.zeros_like(result.tokens)
     for u, delta in enumerate(deltas):
         first = int(feeds[u].nonzero()[0])
         expected[:, u, first:] = torch.einsum("bnc,dbnc->bd", delta, gradients[first:])
+        per_token[:, u] = torch.einsum("bnc,dbnc->bn", delta, gradients[first:])
     torch.testing.assert_close(result.edges, expected, rtol=1e-4, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(result.tokens, per_token, rtol=1e-4, atol=1e-6)
     is_head = torch.tensor(["head" in name for name in result.upstream])
     torch.testing.assert_close(result.nodes[:, is_head], head_terms, rtol=1e-4, atol=1e-6)
     # a node's effect is its edges' sum; the graph's edges are where u writes before d reads
@@ -386,15 +389,21 @@ def test_the_circuit_figure_draws_the_edges_it_says():
     x, labels, flipped = planted_images(8)
     scored = attribution_patching(model, x, flipped, target=labels, progress=False)
     figure = vk.viz.circuit_figure(scored, edges=5)
-    lines = [t for t in figure.data if t.mode == "lines"]
-    assert len(lines) == 5 and "the 5 largest of 21 edges" in figure.layout.title.text
-    assert "blocks.0 head 0 → blocks.1 mlp in" in {t.text.split(":")[0] for t in lines}
+    drawn = _edges_drawn(figure)
+    assert len(drawn) == 5 and "the 5 largest of 21 edges" in figure.layout.title.text
+    assert "blocks.0 head 0 → blocks.1 mlp in" in drawn
     nodes = next(t for t in figure.data if t.mode == "markers" and len(t.x) == 7)
     assert list(nodes.x) == [0, 1, 1, 2, 3, 3, 4] and max(nodes.marker.size) == 34
     found = acdc(model, x, flipped, progress=False)
     drawn = vk.viz.circuit_figure(found)
-    assert len([t for t in drawn.data if t.mode == "lines"]) == 3
+    assert len(_edges_drawn(drawn)) == 3
     assert "ACDC, threshold 0.01" in drawn.layout.title.text
+
+
+def _edges_drawn(figure) -> set[str]:
+    """The "upstream → input" names of the edges a circuit figure draws (its lines' hovers)."""
+    lines = [t for t in figure.data if t.mode == "lines"]
+    return {text.split(":")[0] for t in lines for text in t.text if text}
 
 
 @pytest.mark.parametrize(

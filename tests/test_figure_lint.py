@@ -430,7 +430,17 @@ EXPLORERS = {
         zoo("vit_tiny_shapes")[0], shapes_sae(), vk.datasets.load_sample()[0], classes=classes()
     ),
     "HeadExplorer": lambda: head_explorer(),
+    "CircuitExplorer": lambda: circuit_explorer(),
 }  # fmt: skip
+
+
+def circuit_explorer() -> vk.widgets.CircuitExplorer:
+    """The Shapes ViT's circuit telling circles from rings (each circle, a ring in its place)."""
+    clean, ring, labels, _ = vk.datasets.counterfactual_shapes(40, replace=3)
+    circles = labels == 0
+    return vk.widgets.CircuitExplorer(zoo("vit_tiny_shapes")[0], clean[circles][:4],
+                                      ring[circles][:4], target=0, versus=3,
+                                      classes=classes())  # fmt: skip
 
 
 @cache

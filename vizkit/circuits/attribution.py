@@ -54,6 +54,8 @@ class AttributionResult(Result):
             u does not feed d. A node's effect is the sum of its edges'.
         resid: (B, L, N) the effect of patching the stream entering each block at one token
             (None from `exact_patching`).
+        tokens: (B, U, N) each node's effect at each token, summing to ``nodes`` (None from
+            `exact_patching`).
         clean_score, corrupted_score: (B,) the score on each input.
         targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``);
             None for a score target (`vizkit.targets`).
@@ -68,6 +70,7 @@ class AttributionResult(Result):
     corrupted_score: Tensor
     targets: Tensor | None
     versus: Tensor | None
+    tokens: Tensor | None = None
     options: dict = field(default_factory=dict)
     layout: TokenLayout | None = None
     image_size: tuple[int, int] | None = None
@@ -128,10 +131,10 @@ def attribution_patching(
         embedded = start + (end - start) * (k / steps)
         effects = _effects(model, clean, embedded, diff, graph, lambda o: score(o, rows))
         total = effects if total is None else [t + e for t, e in zip(total, effects, strict=True)]
-    nodes, edges, resid = (t / steps for t in total)
+    nodes, edges, resid, tokens = (t / steps for t in total)
     return AttributionResult(
         graph.upstream, graph.downstream, nodes, edges, resid, high, low, score.targets,
-        score.versus,
+        score.versus, tokens,
         options={"method": method, "steps": steps, "heads": heads},
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip
@@ -148,7 +151,8 @@ def _effects(
     score: Callable[[object], Tensor],
 ) -> list[Tensor]:  # fmt: skip
     """One forward of x with the stream entering the first block set to ``embedded`` (B, N, C)
-    and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N)], the
+    and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N), tokens
+    (B, U, N)], the
     differences ``diff`` (its ``z``: each head's, as written to the stream) times the
     gradients."""
     names = point_names(list(graph.blocks))
@@ -184,11 +188,12 @@ def _backward(
         inputs.append(_pullback(attn[layer], resid[layer], g_attn[layer]))
         inputs.append(_pullback(mlp[layer], mid[layer], g_mlp[layer]))
     inputs = torch.stack([*inputs, g_final])  # (D, B, N, C)
-    _check_sums(inputs, g_resid, g_attn, g_mlp)
-    nodes, edges = _node_and_edge_effects(diff, graph, inputs)
+    after = inputs.flip(0).cumsum(0).flip(0)  # after[k]: the sum over inputs k, k + 1, ...
+    _check_sums(after, g_resid, g_attn, g_mlp)
+    edges, tokens = _node_and_edge_effects(diff, graph, inputs, after)
     resid_effects = torch.stack([(d * g).sum(-1) for d, g in zip(diff.resid, g_resid, strict=True)],
                                 1)  # fmt: skip
-    return [nodes, edges, resid_effects]
+    return [edges.nansum(-1), edges, resid_effects, tokens]
 
 
 def _pullback(output: Tensor, source: Tensor, gradient: Tensor) -> Tensor:
@@ -200,12 +205,12 @@ def _pullback(output: Tensor, source: Tensor, gradient: Tensor) -> Tensor:
 
 
 def _check_sums(
-    inputs: Tensor, g_resid: tuple[Tensor, ...], g_attn: tuple[Tensor, ...],
+    after: Tensor, g_resid: tuple[Tensor, ...], g_attn: tuple[Tensor, ...],
     g_mlp: tuple[Tensor, ...],
 ) -> None:  # fmt: skip
     """A node's gradient is the sum of the gradients at the inputs that read it (the stream is
-    a sum of the blocks' outputs): refuse the model where it is not."""
-    after = inputs.flip(0).cumsum(0).flip(0)  # after[k]: the sum over inputs k, k + 1, ...
+    a sum of the blocks' outputs; ``after`` (D, B, N, C): the sums of the gradients at the
+    inputs from each on): refuse the model where it is not."""
     for layer in range(len(g_resid)):
         for gradient, first in ((g_resid[layer], 2 * layer), (g_attn[layer], 2 * layer + 1),
                                 (g_mlp[layer], 2 * layer + 2)):  # fmt: skip
@@ -216,13 +221,15 @@ def _check_sums(
 
 
 def _node_and_edge_effects(
-    diff: Points, graph: ComponentGraph, inputs: Tensor
+    diff: Points, graph: ComponentGraph, inputs: Tensor, after: Tensor
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """nodes (B, U) and edges (B, U, D): each node's difference times the gradient at each
-    input it feeds (NaN where it feeds none); a node's effect is the sum of its edges' (its
-    gradient is the sum of theirs, `_check_sums`)."""
+    """edges (B, U, D) and tokens (B, U, N): each node's difference times the gradient at
+    each input it feeds (NaN where it feeds none), and times the sum of those gradients at
+    each token; a node's effect is the sum of its edges' (its gradient is the sum of theirs,
+    `_check_sums`)."""
     batch, count = inputs.shape[1], len(graph.downstream)
     edges = inputs.new_full((batch, len(graph.upstream), count), torch.nan)
+    tokens = inputs.new_zeros(batch, len(graph.upstream), inputs.shape[2])
     row = 0
 
     def write(delta: Tensor, first: int) -> None:  # (B, N, C), or (B, N, H, C) for H heads
@@ -231,10 +238,11 @@ def _node_and_edge_effects(
         per_head = delta[:, :, None] if delta.ndim == 3 else delta
         edges[:, row : row + heads, first:] = torch.einsum("bnhc,dbnc->bhd", per_head,
                                                            inputs[first:])  # fmt: skip
+        tokens[:, row : row + heads] = torch.einsum("bnhc,bnc->bhn", per_head, after[first])
         row += heads
 
     write(diff.resid[0], 0)
     for layer in range(len(graph.blocks)):
         write(diff.attn[layer] if diff.z is None else diff.z[layer], 2 * layer + 1)
         write(diff.mlp[layer], 2 * layer + 2)
-    return edges.nansum(-1), edges
+    return edges, tokens

@@ -3,15 +3,20 @@ output as columns in stream order; nodes sized by their effect, edges by theirs.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
+from torch import Tensor
 
 from ..circuits import AttributionResult, Circuit, FaithfulnessCurve, circuit
 from .style import finish
 
-__all__ = ["circuit_figure", "faithfulness_figure"]
+__all__ = ["circuit_figure", "faithfulness_figure", "graph_axes", "graph_traces"]
 
 POSITIVE, NEGATIVE, NONE = "#2166ac", "#b2182b", "#999999"  # raises the score, lowers it, 0
+FADED = "#e0e0e0"  # a node outside the circuit drawn
 LARGEST_MARKER, LARGEST_LINE = 34, 9  # pixels, for the largest effect drawn
+WIDTH_LEVELS = 6  # the widths edges are drawn in
 
 
 def circuit_figure(found: AttributionResult | Circuit, edges: int = 30) -> go.Figure:
@@ -32,39 +37,66 @@ def circuit_figure(found: AttributionResult | Circuit, edges: int = 30) -> go.Fi
         metric = {"kl": "KL divergence", "score": "score's distance"}[found.options["metric"]]
         measured = (f"ACDC, threshold {found.options['threshold']:g}: sized by how much "
                     f"removing each raised the {metric} from the model")  # fmt: skip
-    places, inputs, ticks = _layout(found.upstream, found.downstream)
-    fig = go.Figure()
-    scale = float(scores[kept].abs().max()) if bool(kept.any()) else 1.0
-    for u, d in kept.nonzero().tolist():
-        value = float(scores[u, d])
-        xs, ys = _arc(places[u], inputs[d])
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", showlegend=False,
-            line={"width": max(1.0, LARGEST_LINE * abs(value) / scale),
-                  "color": _colour(value)},
-            opacity=0.6, hoverinfo="text",
-            text=f"{found.upstream[u]} → {found.downstream[d]}: {value:+.3g}",
-        ))  # fmt: skip
-    size = nodes.abs().max().clamp_min(1e-12)
-    fig.add_trace(go.Scatter(
-        x=[p[0] for p in places], y=[p[1] for p in places], mode="markers", showlegend=False,
-        marker={"size": (6 + (LARGEST_MARKER - 6) * nodes.abs() / size).tolist(),
-                "color": [_colour(v) for v in nodes.tolist()],
-                "line": {"width": 1, "color": "#333"}},
-        hovertemplate="%{text}<extra></extra>",
-        text=[f"{name}: {float(v):+.3g}" for name, v in zip(found.upstream, nodes, strict=True)],
-    ))  # fmt: skip
-    fig.add_trace(go.Scatter(
-        x=[p[0] for p in inputs], y=[p[1] for p in inputs], mode="markers", showlegend=False,
-        marker={"size": 7, "symbol": "triangle-right", "color": "#333"}, hoverinfo="text",
-        text=list(found.downstream),
-    ))  # fmt: skip
-    fig.update_xaxes(tickvals=list(ticks), ticktext=list(ticks.values()), tickangle=-45,
-                     showgrid=False, zeroline=False, title_text="stream order")  # fmt: skip
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False,
-                     title_text="a block's heads")  # fmt: skip
+    traces, ticks = graph_traces(found.upstream, found.downstream, scores, kept, nodes)
+    fig = go.Figure(traces)
+    graph_axes(fig, ticks)
     title = f"Circuit: {what}<br><sup>{measured}</sup>"
     return finish(fig, title, 480)
+
+
+def graph_traces(
+    upstream: list[str], downstream: list[str], scores: Tensor, kept: Tensor, nodes: Tensor,
+    faded: Tensor | None = None,
+) -> tuple[list[go.Scatter], dict[float, str]]:  # fmt: skip
+    """The traces of a component graph and its columns' labels: the ``kept`` ((U, D) bool)
+    edges as arcs whose width follows |``scores``| (U, D), in `WIDTH_LEVELS` widths per colour
+    (a trace each, so thousands of edges stay a dozen traces); each input a triangle; each node
+    a circle whose area follows its effect ``nodes`` (U,), pale where ``faded`` ((U,) bool).
+    The nodes' trace (named "nodes") is the last, its points in node order."""
+    places, inputs, ticks = _layout(upstream, downstream)
+    pairs = kept.nonzero().tolist()
+    scale = max((abs(float(scores[u, d])) for u, d in pairs), default=0.0) or 1.0
+    groups: dict[tuple[int, str], tuple[list, list, list]] = {}
+    for u, d in pairs:
+        value = float(scores[u, d])
+        level = min(WIDTH_LEVELS, max(1, math.ceil(WIDTH_LEVELS * abs(value) / scale)))
+        xs, ys, text = groups.setdefault((level, _colour(value)), ([], [], []))
+        arc_x, arc_y = _arc(places[u], inputs[d])
+        xs += [*arc_x, None]
+        ys += [*arc_y, None]
+        text += [f"{upstream[u]} → {downstream[d]}: {value:+.3g}"] * len(arc_x) + [None]
+    traces = [
+        go.Scatter(x=xs, y=ys, mode="lines", showlegend=False, opacity=0.6, hoverinfo="text",
+                   line={"width": max(1.0, LARGEST_LINE * level / WIDTH_LEVELS), "color": colour},
+                   text=text)
+        for (level, colour), (xs, ys, text) in sorted(groups.items())
+    ]  # fmt: skip
+    traces.append(go.Scatter(
+        x=[p[0] for p in inputs], y=[p[1] for p in inputs], mode="markers", showlegend=False,
+        marker={"size": 7, "symbol": "triangle-right", "color": "#333"}, hoverinfo="text",
+        text=list(downstream),
+    ))  # fmt: skip
+    area = (nodes.abs() / nodes.abs().max().clamp_min(1e-12)).sqrt()  # of the largest's
+    pale = [False] * len(upstream) if faded is None else faded.tolist()
+    traces.append(go.Scatter(
+        x=[p[0] for p in places], y=[p[1] for p in places], mode="markers", showlegend=False,
+        name="nodes", marker={"size": (6 + (LARGEST_MARKER - 6) * area).tolist(),
+                "color": [FADED if off else _colour(v) for v, off in zip(nodes.tolist(), pale,
+                                                                         strict=True)],
+                "line": {"width": 1, "color": "#333"}},
+        hovertemplate="%{text}<extra></extra>",
+        text=[f"{name}: {float(v):+.3g}" for name, v in zip(upstream, nodes, strict=True)],
+    ))  # fmt: skip
+    return traces, ticks
+
+
+def graph_axes(fig: go.Figure, ticks: dict[float, str], **where: int) -> None:
+    """The axes of a graph drawn by `graph_traces` (``where``: row and col of a subplot)."""
+    fig.update_xaxes(tickvals=list(ticks), ticktext=list(ticks.values()), tickangle=-45,
+                     showgrid=False, zeroline=False, title_text="stream order",
+                     **where)  # fmt: skip
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False,
+                     title_text="a block's heads", **where)  # fmt: skip
 
 
 def _colour(value: float) -> str:

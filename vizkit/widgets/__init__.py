@@ -2,6 +2,7 @@
 its current view as a static figure (`static()`)."""
 
 from .attention_explorer import AttentionExplorer as AttentionExplorer
+from .circuit_explorer import CircuitExplorer as CircuitExplorer
 from .cka_explorer import CKAExplorer as CKAExplorer
 from .feature_browser import FeatureBrowser as FeatureBrowser
 from .head_explorer import HeadExplorer as HeadExplorer
@@ -13,6 +14,7 @@ from .saliency_comparer import SaliencyComparer as SaliencyComparer
 __all__ = [
     "AttentionExplorer",
     "CKAExplorer",
+    "CircuitExplorer",
     "FeatureBrowser",
     "HeadExplorer",
     "HistoryExplorer",

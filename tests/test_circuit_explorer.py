@@ -1,0 +1,69 @@
+"""CircuitExplorer in the kernel: what it draws is the attribution result's circuit, its
+faithfulness and its nodes' per-patch effects, after every control (the page is compared with
+the kernel in tests/test_explorers_in_lab.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import vizkit as vk
+from vizkit.circuits import circuit
+from vizkit.widgets.circuit_explorer import CLICK_HINT
+
+
+@pytest.fixture(scope="module")
+def explorer():
+    model, card = vk.zoo.load("vit_tiny_shapes")
+    clean, ring, labels, _ = vk.datasets.counterfactual_shapes(40, replace=3)
+    circles = labels == 0
+    return vk.widgets.CircuitExplorer(model, clean[circles][:4], ring[circles][:4], target=0,
+                                      versus=3, classes=card["classes"])  # fmt: skip
+
+
+def _edges_drawn(figure) -> set[str]:
+    lines = [t for t in figure.data if t.type == "scatter" and t.mode == "lines"
+             and t.xaxis in (None, "x")]  # fmt: skip
+    return {text.split(":")[0] for t in lines for text in t.text if text}
+
+
+def _circuit_names(result, size: int) -> set[str]:
+    kept = circuit(result, size).edges
+    return {f"{result.upstream[u]} → {result.downstream[d]}" for u, d in kept.nonzero().tolist()}
+
+
+def test_the_graph_and_the_marker_follow_the_size(explorer):
+    result, curve = explorer.result, explorer.curve
+    at = curve.sizes.tolist().index(explorer.size.value)
+    assert explorer.size.value > 0 and float(curve.faithfulness[at]) >= 0.8  # the first shown
+    for size in (explorer.size.options[1], explorer.size.options[-1]):
+        explorer.size.value = size
+        assert _edges_drawn(explorer.figure) == _circuit_names(result, size)
+        marker = next(t for t in explorer.figure.data if t.type == "scatter"
+                      and t.xaxis == "x2" and len(t.x) == 1)  # fmt: skip
+        at = curve.sizes.tolist().index(size)
+        assert marker.y[0] == pytest.approx(float(curve.faithfulness[at]))
+        assert f"{size} edges recover {float(curve.faithfulness[at]):.2f}" in (
+            explorer.figure.layout.title.text.replace("<br>", " "))  # fmt: skip
+    assert "circle vs ring" in explorer.figure.layout.title.text
+
+
+def test_a_click_chooses_a_node_and_the_map_is_its_effect_at_each_patch(explorer):
+    nodes = explorer.figure.data[explorer._nodes_trace]
+    assert nodes.name == "nodes" and len(nodes.x) == len(explorer.result.upstream)
+    assert explorer.node.value != 0  # the embedding (the whole corruption) is not the default
+    explorer._clicked(nodes, SimpleNamespace(point_inds=[2]), None)
+    explorer.image.value = 1
+    assert explorer.node.value == 2
+    assert explorer.figure.data[explorer._nodes_trace].marker.line.width[2] == 3
+    heat = next(t for t in explorer.figure.data if t.type == "heatmap")
+    result = explorer.result
+    _, patches = result.layout.split(result.tokens[1:2, 2], dim=1)
+    torch.testing.assert_close(torch.tensor(heat.z, dtype=torch.float32),
+                               result.layout.to_grid(patches)[0].float())  # fmt: skip
+    assert heat.zmin == -heat.zmax  # centred on no effect
+    assert f"changes image 1's score by {float(result.nodes[1, 2]):+.3g}" in (
+        explorer.figure.layout.title.text.replace("<br>", " "))  # fmt: skip
+    assert CLICK_HINT not in explorer.static().layout.title.text
