@@ -81,11 +81,18 @@ span = vk.text_span(clip, noise, ["a circle", "a red star", "a small ring", "a d
                     tokenizer=tokenizer, basis=3, progress=False)
 texts = vk.targets.encode_texts(clip, ["a circle", "a star", "a ring"], tokenizer)
 explorers["heads"] = w.HeadExplorer(clip, span, noise, texts, ["circle", "star", "ring"], top=4)""",
+    "circuits": """\
+clean, ring, shapes, _ = vk.datasets.counterfactual_shapes(40, replace=3)
+x, corrupted = clean[shapes == 0][:4], ring[shapes == 0][:4]
+explorers["circuits"] = w.CircuitExplorer(model, x, corrupted, target=0, versus=3,
+                                          classes=card["classes"])""",
 }
 
 # name -> the steps, each (what, control, value): "view" clicks a toggle button of that text,
 # "key" presses an arrow key on the slider named control, "choose" picks an option of the
-# dropdown or list named control, "click" clicks a point of the plot
+# dropdown or list named control, "click" clicks a point of the plot, "point" clicks point
+# ``value`` of the trace named control; a fourth item: what the kernel's explorer (``e``) then
+# holds, a Python expression that must be true
 SCRIPTS = {
     "attention": [
         ("view", "view", "rollout"),
@@ -142,7 +149,26 @@ SCRIPTS = {
         ("key", "image", "RIGHT"),
         ("choose", "block", 0),
     ],
+    "circuits": [
+        ("key", "edges kept", "RIGHT"),
+        ("point", "nodes", 2, "e.node.value == 2"),
+        ("key", "image", "RIGHT"),
+        ("choose", "node", 5),
+        ("key", "edges kept", "LEFT"),
+        ("key", "edges kept", "LEFT"),
+    ],
 }
+
+# the page position of point arguments[2] of the trace named arguments[1] in plot arguments[0],
+# relative to the plot's centre
+POINT = """
+const [gd, name, p] = arguments, L = gd._fullLayout;
+const trace = gd._fullData.find(t => t.name === name);
+const xa = L[trace.xaxis.replace('x', 'xaxis')], ya = L[trace.yaxis.replace('y', 'yaxis')];
+const box = gd.getBoundingClientRect();
+return [xa._offset + xa.l2p(trace.x[p]) - box.width / 2,
+        ya._offset + ya.l2p(trace.y[p]) - box.height / 2];
+"""
 
 # plotly.js' own view of a plot div: subplot domains, colour ranges, traces, size
 SUMMARY = """
@@ -312,7 +338,7 @@ def act(browser, key: str, step: tuple) -> None:
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
 
-    what, name, value = step
+    what, name, value = step[:3]
     if what == "view":
         (button,) = [b for b in control(browser, key, name).find_elements(
             By.CSS_SELECTOR, ".widget-toggle-button") if b.text.strip() == value]  # fmt: skip
@@ -334,6 +360,12 @@ def act(browser, key: str, step: tuple) -> None:
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cover)
         x, y = -cover.size["width"] // 4, -cover.size["height"] // 4
         ActionChains(browser).move_to_element_with_offset(cover, x, y).pause(0.5).click().perform()
+    elif what == "point":
+        plot = explorer_box(browser, key).find_element(By.CSS_SELECTOR, ".js-plotly-plot")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
+        x, y = browser.execute_script(POINT, plot, name, value)
+        ActionChains(browser).move_to_element_with_offset(plot, round(x), round(y)).pause(
+            0.5).click().perform()  # fmt: skip
 
 
 def kernel_idle(browser) -> bool:
@@ -374,6 +406,9 @@ def test_every_explorer_draws_the_kernels_figure_after_every_step(tmp_path):
                 act(browser, key, step)
                 wait_for(lambda: kernel_idle(browser), 120, f"{name} to finish {step}")
                 check_step(browser, name, key, start, f"{name} step {number} {step}")
+                if len(step) > 3:
+                    held = f'e = explorers["{name}"]; print(json.dumps(bool({step[3]})))'
+                    assert in_kernel(browser, held), f"{name} step {number}: not {step[3]}"
             for window in (900, 1150, 1400):  # the file browser open: 450, 700, 950 px outputs
                 browser.set_window_size(window, 1600)  # tall: the whole explorer in view
                 wait_for(partial(page_fits, browser, key), 30, f"{name} to redraw at {window} px")

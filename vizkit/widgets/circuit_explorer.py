@@ -42,6 +42,7 @@ class CircuitExplorer(Explorer):
         target, versus, method, heads: as `vizkit.circuits.attribution_patching`.
         sizes: the circuit sizes (edges) to measure; default 1, 2, 4, ... and every edge.
         classes: class names for the title; mean, std: to show the images.
+        progress: progress bars while the attribution and faithfulness run.
     """
 
     CONTROL_HINTS = (CLICK_HINT,)
@@ -59,12 +60,15 @@ class CircuitExplorer(Explorer):
         classes: Sequence[str] | None = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
+        progress: bool = True,
     ) -> None:
         super().__init__()
         clean, corrupted = check_image_pairs(model, clean, corrupted)
         self.result = attribution_patching(model, clean, corrupted, target, versus,
-                                           method=method, heads=heads)  # fmt: skip
-        self.curve = faithfulness(model, self.result, clean, corrupted, sizes=sizes)
+                                           method=method, heads=heads,
+                                           progress=progress)  # fmt: skip
+        self.curve = faithfulness(model, self.result, clean, corrupted, sizes=sizes,
+                                  progress=progress)  # fmt: skip
         self.classes = classes
         self.display = display_images(clean, model, mean, std)
         kept = [int(s) for s in self.curve.sizes]
