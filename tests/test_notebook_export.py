@@ -27,6 +27,7 @@ EXPLORERS = {
     "00_quickstart": ["AttentionExplorer", "HistoryExplorer"],
     "01_cait": ["LayerScaleExplorer"],  # shown before any figure: its copy embeds plotly.js
     "feature_browser": ["FeatureBrowser"],
+    "circuit_explorer": ["CircuitExplorer"],
 }
 # a notebook written here: 06_features's browser on a small autoencoder (the shipped notebook
 # trains a larger one for a minute; nbval runs it)
@@ -42,6 +43,14 @@ WRITTEN = {
         "vk.viz.display_images(images[:4], model), [0, 1], store.name)",
         'vk.widgets.FeatureBrowser(model, sae, images, classes=card["classes"], top=4)',
     ],
+    # 08_circuits's explorer alone, on four pairs
+    "circuit_explorer": [
+        "import vizkit as vk\nvk.viz.use_exportable_figures()\n"
+        'model, card = vk.zoo.load("vit_tiny_shapes")',
+        "clean, ring, shapes, _ = vk.datasets.counterfactual_shapes(40, replace=3)\n"
+        "vk.widgets.CircuitExplorer(model, clean[shapes == 0][:4], ring[shapes == 0][:4], "
+        'target=0, versus=3, classes=card["classes"], progress=False)',
+    ],
 }
 FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a patch")
     "00_quickstart": re.escape("Attention of the class token at layer 3, head mean"),
@@ -49,8 +58,11 @@ FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a 
     # the latent shown first is the densest one the autoencoder learned
     "feature_browser": r"Latent \d+ of blocks\.3\.hook_resid_post: fires on [\d.]+% of stored "
     r"tokens; its top images \(image: its largest activation there\)",
+    # then the chosen node's effect on image 0, in a second line
+    "circuit_explorer": r"Circuit of circle vs ring: \d+ edges recover [\d.]+ of the score"
+    r"(?:<br>|\\u003cbr\\u003e).*",
 }
-FIGURES = {"00_quickstart": 3, "01_cait": 3, "feature_browser": 1}  # plotly figures, at least
+FIGURES = {"00_quickstart": 3, "01_cait": 3, "feature_browser": 1, "circuit_explorer": 0}
 
 
 def wrapped(pattern: str) -> str:
