@@ -8,6 +8,10 @@ clean batch and of the corrupted one (the target logit's gradient to the input).
 `vk.attribution_patching` with heads (EAP), without (EAP by blocks), and EAP-IG with --steps.
 Each round runs every entry once, order rotated; the median over rounds is reported.
 Exact patching's cost is a count (one run of the batch per node and edge), printed below.
+Memory: what autograd saves for backward (`vizkit.hooks.saved_bytes`) in one forward and
+backward of the clean batch against one attribution patching call (EAP-IG's steps run one
+after another, each saving what EAP saves); on CUDA the table's last column is each entry's
+peak GPU memory beyond what was allocated before it.
 Usage: python benchmarks/circuits.py [--batch 8] [--size 224] [--steps 5] [--repeats 3]
        [--device cpu] [--record]
 """
@@ -21,6 +25,7 @@ from timing import add_device_options, device_name, print_table, rotated_rounds
 
 import vizkit as vk
 from vizkit.circuits import ComponentGraph
+from vizkit.hooks import saved_bytes
 
 
 def main() -> None:
@@ -39,8 +44,8 @@ def main() -> None:
     with torch.no_grad():
         classes = model(clean).argmax(1)
 
-    def forward_backward():
-        for x in (clean, corrupted):
+    def forward_backward(batches=(clean, corrupted)):
+        for x in batches:
             x = x.clone().requires_grad_(True)
             torch.autograd.grad(model(x).gather(1, classes[:, None]).sum(), x)
 
@@ -68,6 +73,12 @@ def main() -> None:
     nodes, edges = len(graph.upstream), int(graph.edges().sum())
     print(f"exact patching of this graph: {nodes} nodes + {edges} edges = {nodes + edges} runs "
           f"of the batch (attribution: 1 backward; EAP-IG: {args.steps})")  # fmt: skip
+    once = saved_bytes(lambda: forward_backward((clean,)))
+    saved = {name: saved_bytes(runs[name]) for name in ("eap heads", "eap blocks")}
+    print(
+        f"saved for backward: fwd+bwd of the clean batch {once / 1e6:,.0f} MB; "
+        + ", ".join(f"{k} {v / 1e6:,.0f} MB ({v / once:.2f}x)" for k, v in saved.items())
+    )
 
 
 if __name__ == "__main__":
