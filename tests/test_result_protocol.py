@@ -15,6 +15,9 @@ from conftest import build
 
 import vizkit as vk
 from vizkit.analysis.result import Result
+from vizkit.circuits.feature_circuit import feature_circuit, feature_faithfulness
+from vizkit.circuits.feature_edges import feature_edges
+from vizkit.circuits.feature_patching import exact_feature_patching, feature_agreement
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
@@ -195,6 +198,46 @@ def _feature_attribution():
     return vk.circuits.feature_attribution(model, x[:2], x[:2].flip(0), sae, progress=False)
 
 
+@functools.cache
+def _feature_nodes():
+    """The Shapes ViT, two image pairs, autoencoders on blocks 1 and 2, and their nodes."""
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x = vk.datasets.load_sample()[0][:8]
+    saes = []
+    for layer in (-3, -2):
+        store = vk.cache_activations(model, x, tempfile.mkdtemp() + "/s", layers=[layer],
+                                     tokens="all", progress=False)  # fmt: skip
+        saes.append(vk.train_sae(store, expansion=2, k=8, tokens=2 * len(store),
+                                 batch_size=256, progress=False))  # fmt: skip
+    clean, corrupted = x[:2], x[:2].flip(0)
+    nodes = vk.circuits.feature_attribution(model, clean, corrupted, saes, progress=False)
+    return model, clean, corrupted, saes, nodes
+
+
+def _feature_edges():
+    model, clean, corrupted, saes, _ = _feature_nodes()
+    return feature_edges(model, clean, corrupted, saes, k=3, progress=False)
+
+
+def _feature_circuit():
+    return feature_circuit(_feature_nodes()[-1], 4)
+
+
+def _feature_faithfulness():
+    model, clean, corrupted, saes, nodes = _feature_nodes()
+    return feature_faithfulness(model, nodes, clean, corrupted, saes, progress=False)
+
+
+def _exact_feature_patching():
+    model, clean, corrupted, saes, _ = _feature_nodes()
+    return exact_feature_patching(model, clean, corrupted, saes, latents=[[0, 1], None],
+                                  progress=False)  # fmt: skip
+
+
+def _feature_agreement():
+    return feature_agreement(_feature_nodes()[-1], _exact_feature_patching())
+
+
 CIRCUIT_EXAMPLES = {
     "FeatureAttribution": (_feature_attribution, False),
     "AttributionResult": (lambda: vk.attribution_patching(*_vit_pair(), progress=False), True),
@@ -202,6 +245,11 @@ CIRCUIT_EXAMPLES = {
     "FaithfulnessCurve": (_planted_faithfulness, False),
     "Agreement": (_planted_agreement, False),
     "CorruptionEffect": (lambda: vk.circuits.corruption_effect(*_vit_pair()), False),
+    "FeatureEdges": (_feature_edges, False),
+    "FeatureCircuit": (_feature_circuit, False),
+    "FaithfulnessCurve of latents": (_feature_faithfulness, False),
+    "FeatureAttribution exact": (_exact_feature_patching, False),
+    "Agreement of latents": (_feature_agreement, False),
 }
 EXAMPLES.update(CIRCUIT_EXAMPLES)
 

@@ -6,7 +6,9 @@ corrupted run into the clean one, EAP and EAP-IG. Exact patching (`exact`): the 
 one run each, and how well the two agree. Circuits (`circuit`): the top edges kept and the rest
 patched, and their faithfulness as they grow; ACDC (`acdc`) finds one edge by edge, exactly.
 Corruptions (`corruptions`): what the clean run is compared with, and whether it changes the
-score. Feature circuits' nodes (`features`): sparse autoencoder latents and error terms. A
+score. Feature circuits: sparse autoencoder latents and error terms as nodes (`features`), the
+edges between consecutive autoencoders' nodes (`feature_edges`), their exact patching
+(`feature_patching`), and a circuit of latents with its faithfulness (`feature_circuit`). A
 planted-circuit ViT (`planted`) to check them against the truth.
 """
 
@@ -15,6 +17,9 @@ from .attribution import ATTRIBUTIONS, AttributionResult, attribution_patching
 from .circuit import Circuit, FaithfulnessCurve, circuit, faithfulness
 from .corruptions import CORRUPTIONS, CorruptionEffect, corrupt, corruption_effect
 from .exact import Agreement, agreement, exact_patching
+from .feature_circuit import FeatureCircuit, feature_circuit, feature_faithfulness
+from .feature_edges import FeatureEdges, feature_edges
+from .feature_patching import exact_feature_patching, feature_agreement
 from .features import FeatureAttribution, feature_attribution
 from .graph import ComponentGraph
 from .planted import planted_circuit_vit, planted_edges, planted_images, recovery_auc
@@ -29,6 +34,8 @@ __all__ = [
     "ComponentGraph",
     "CorruptionEffect",
     "FeatureAttribution",
+    "FeatureCircuit",
+    "FeatureEdges",
     "FaithfulnessCurve",
     "acdc",
     "agreement",
@@ -36,9 +43,14 @@ __all__ = [
     "circuit",
     "corrupt",
     "corruption_effect",
+    "exact_feature_patching",
     "exact_patching",
     "faithfulness",
+    "feature_agreement",
     "feature_attribution",
+    "feature_circuit",
+    "feature_edges",
+    "feature_faithfulness",
     "planted_circuit_vit",
     "planted_edges",
     "planted_images",

@@ -96,7 +96,7 @@ def feature_attribution(
     rows = torch.arange(len(clean), device=clean.device)
     high, low = score(clean_out, rows), score(corrupted_out, rows)
     warn_if_unchanged(clean_out, score, high, low)
-    differences = [_split(sae, clean_acts[n][:, p], corrupted_acts[n][:, p])
+    differences = [latent_differences(sae, clean_acts[n][:, p], corrupted_acts[n][:, p])
                    for sae, n, p in zip(saes, layers, positions, strict=True)]  # fmt: skip
     start, end = corrupted_acts[first], clean_acts[first]
     sums = None
@@ -105,7 +105,7 @@ def feature_attribution(
         gradients = _gradients(model, clean, start + (end - start) * (k / steps), first, layers,
                                lambda out: score(out, rows))  # fmt: skip
         parts = zip(saes, gradients, positions, differences, strict=True)
-        effects = [_effects(sae, g[:, p], d) for sae, g, p, d in parts]
+        effects = [latent_effects(sae, g[:, p], d) for sae, g, p, d in parts]
         sums = (
             effects
             if sums is None
@@ -121,7 +121,9 @@ def feature_attribution(
     )  # fmt: skip
 
 
-def _split(sae: SparseAutoencoder, clean: Tensor, corrupted: Tensor) -> tuple[Tensor, ...]:
+def latent_differences(
+    sae: SparseAutoencoder, clean: Tensor, corrupted: Tensor
+) -> tuple[Tensor, ...]:
     """(latents' difference (B, T, K), error's difference (B, T, C), activation's difference)
     of the tokens (B, T, C) of the clean and corrupted runs at the autoencoder's layer."""
     with torch.no_grad():
@@ -134,7 +136,9 @@ def _split(sae: SparseAutoencoder, clean: Tensor, corrupted: Tensor) -> tuple[Te
 
 
 @torch.no_grad()
-def _effects(sae: SparseAutoencoder, gradient: Tensor, difference: tuple[Tensor, ...]) -> list:
+def latent_effects(
+    sae: SparseAutoencoder, gradient: Tensor, difference: tuple[Tensor, ...]
+) -> list:
     """[latents (B, K), error (B,), total (B,)]: the differences times the gradient (B, T, C)
     at the tokens, a latent's written through its decoder row."""
     dz, de, da = difference
@@ -148,6 +152,17 @@ def _gradients(
 ) -> list[Tensor]:
     """The gradient of ``score`` at each of ``layers`` (B, N, C), on a run of x with the stream
     entering the first block (``first``) set to ``embedded``."""
+    with torch.enable_grad(), frozen_parameters(hm.model):
+        value, kept = traced_run(hm, x, embedded, first, layers, score)
+        return list(torch.autograd.grad(value.sum(), [kept[n] for n in layers]))
+
+
+def traced_run(
+    hm: HookedModel, x: Tensor, embedded: Tensor, first: str, layers: list[str], score
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The score (B,) of a run of x with the stream entering the first block (``first``) set to
+    ``embedded`` (B, N, C), and the activations at ``layers`` (B, N, C) the run went on with,
+    recorded by autograd from ``embedded`` on (call with grad enabled)."""
     leaf = embedded.detach().clone().requires_grad_(True)
     kept: dict[str, Tensor] = {}
 
@@ -155,7 +170,6 @@ def _gradients(
         kept[name] = leaf if name == first else t.view_as(t)
         return kept[name]
 
-    with torch.enable_grad(), frozen_parameters(hm.model):
-        with hm.hooks(fwd=dict.fromkeys(dict.fromkeys([first, *layers]), keep)):
-            value = score(hm.model(x))
-        return list(torch.autograd.grad(value.sum(), [kept[n] for n in layers]))
+    with hm.hooks(fwd=dict.fromkeys(dict.fromkeys([first, *layers]), keep)):
+        value = score(hm.model(x))
+    return value, kept
