@@ -208,6 +208,7 @@ def test_a_backbone_score_and_refusals():
     with pytest.raises(ValueError, match="method"):
         attribution_patching(model, clean, corrupted, method="acdc", progress=False)
     fused = torchvision_vit()
+    fused.encoder.layers[0].self_attention.add_zero_attn = True  # a zero key: heads unreadable
     x = torch.randn(2, 3, 32, 32)
     with pytest.raises(ValueError, match="Use heads=False") as refused:
         attribution_patching(fused, x, x.flip(0), progress=False)
@@ -410,8 +411,8 @@ def _edges_drawn(figure) -> set[str]:
     "library, name, heads",
     [
         ("transformers", "ViTForImageClassification", True),
-        ("open_clip", "CLIP visual tower (zero-shot)", False),  # fused: heads refused
-        ("torchvision", "VisionTransformer (vit_b_16)", False),
+        ("open_clip", "CLIP visual tower (zero-shot)", True),  # fused: heads by weights x values
+        ("torchvision", "VisionTransformer (vit_b_16)", True),
     ],
 )
 def test_other_libraries(library, name, heads):

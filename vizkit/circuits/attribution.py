@@ -101,8 +101,9 @@ def attribution_patching(
             backbone's ``embedding_norm()``.
         method: "eap" (the gradient at the clean run) or "eap-ig" (averaged over ``steps``
             runs from the corrupted to the clean embedded tokens).
-        heads: one node per attention head (its slice of the output projection's input);
-            False: each block's attention as one node.
+        heads: one node per attention head (its output before the output projection, read
+            at the projection's input, or for torch's MultiheadAttention from its weights and
+            values: `vizkit.circuits.heads`); False: each block's attention as one node.
         progress: a progress bar over EAP-IG's steps.
 
     Returns:

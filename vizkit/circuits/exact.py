@@ -4,7 +4,9 @@ per node and per edge, so that the approximation's quality is a number on the us
 Sec. 4: the correlation of attribution and exact effects).
 
 A node is patched where it writes: its corrupted output replaces its clean one in the stream
-(a head's output W_O^h z_h split off the attention output as `vizkit.analysis` splits it). An
+(a head's output W_O^h z_h split off the attention output as `vizkit.analysis` splits it; for
+torch's fused MultiheadAttention, whose maps cannot be edited, its heads' outputs read off its
+weights and values through their map to the attention output, `vizkit.circuits.heads`). An
 edge (u, d) changes only what input d reads: u's difference is added to the stream d reads and
 taken away again from what d's branch adds (to an attention input: added to the stream entering
 the block and taken from the attention's output; to an MLP input: added to the attention's
@@ -32,6 +34,8 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .attribution import AttributionResult
 from .graph import ComponentGraph
+from .heads import HeadInputs, multihead_inputs, projection_maps
+from .points import read_heads
 
 __all__ = ["Agreement", "agreement", "exact_patching"]
 
@@ -94,18 +98,59 @@ def _node_outputs(
     def diff(name: str) -> Tensor:
         return corrupted_acts[name] - clean_acts[name]
 
-    attn = [f"{b}.hook_attn_out" for b in blocks]
     if heads:
-        split = [head_outputs(hm, x, blocks, [acts[n] for n in attn])
-                 for x, acts in ((clean, clean_acts), (corrupted, corrupted_acts))]  # fmt: skip
-        per_head = [(theirs - mine)[:-1] for mine, theirs in zip(*split, strict=True)]
+        per_head = _head_differences(hm, blocks, *runs)
     else:
-        per_head = [diff(n)[None] for n in attn]
+        per_head = [diff(f"{b}.hook_attn_out")[None] for b in blocks]
     return {
         "embed": diff(f"{blocks[0]}.hook_resid_pre"),
         "attn": per_head,
         "mlp": [diff(f"{b}.hook_mlp_out") for b in blocks],
     }
+
+
+def _head_differences(
+    hm: HookedModel, blocks: list[str], *runs: tuple[Tensor, dict[str, Tensor]]
+) -> list[Tensor]:
+    """Per block (H, B, N, C) what each head writes in the corrupted run less the clean one:
+    through the `ProjectionMap` of its heads' outputs where the attention is torch's fused
+    MultiheadAttention (its maps are read-only), else by editing the maps (`head_outputs`,
+    independent of how attribution reads the heads)."""
+    fused = multihead_inputs(hm, runs[0][0], blocks)
+    split = dict(zip(fused.blocks, _mapped_differences(hm, fused, *runs), strict=True))
+    others = [b for b in blocks if b not in split]
+    if others:
+        split.update(zip(others, _edited_differences(hm, others, *runs), strict=True))
+    return [split[b] for b in blocks]
+
+
+def _mapped_differences(
+    hm: HookedModel, found: HeadInputs, *runs: tuple[Tensor, dict[str, Tensor]]
+) -> list[Tensor]:
+    """Per block of ``found`` (H, B, N, C): each head's change of its heads' outputs z through
+    the block's map to its attention output, the map checked on both runs."""
+    if not found.blocks:
+        return []
+    z = [read_heads(hm, x, found) for x, _ in runs]
+    attn = [[acts[f"{b}.hook_attn_out"] for b in found.blocks] for _, acts in runs]
+    maps = projection_maps(hm, runs[0][0], found, z[0], attn[0])
+    differences = []
+    for block, made, count, mine, theirs, output in zip(
+        found.blocks, maps, found.heads, *z, attn[1], strict=True
+    ):
+        made.check(block, theirs, output)
+        differences.append(made.each_head(theirs - mine, count).permute(2, 0, 1, 3))
+    return differences
+
+
+def _edited_differences(
+    hm: HookedModel, blocks: list[str], *runs: tuple[Tensor, dict[str, Tensor]]
+) -> list[Tensor]:
+    """Per block (H, B, N, C): each head's output, split by editing the maps, corrupted less
+    clean."""
+    attn = [f"{b}.hook_attn_out" for b in blocks]
+    split = [head_outputs(hm, x, blocks, [acts[n] for n in attn]) for x, acts in runs]
+    return [(theirs - mine)[:-1] for mine, theirs in zip(*split, strict=True)]
 
 
 def _written(blocks: list[str], outputs: dict[str, list]) -> list[tuple[str, Tensor]]:

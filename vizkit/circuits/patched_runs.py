@@ -12,6 +12,7 @@ against what u gives in this run, whichever of u's own inputs are patched.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -59,22 +60,15 @@ class CircuitRuns:
             )
         patched = feeds & ~kept.cpu()  # (U, D): edges reading the reference
         z: list[Tensor] = []
-        handles = [] if self.found is None else [
-            p.register_forward_pre_hook(lambda m, args: z.append(args[0]))
-            for p in self.found.projections
-        ]  # fmt: skip
-        try:
-            with self.hm.hooks(fwd=_patching_hooks(self, patched, z)):
-                return self.hm.model(self.x)
-        finally:
-            for handle in handles:
-                handle.remove()
+        reading = nullcontext() if self.found is None else self.found.reading(z.append)
+        with reading, self.hm.hooks(fwd=_patching_hooks(self, patched, z)):
+            return self.hm.model(self.x)
 
 
 def _patching_hooks(runs: CircuitRuns, patched: Tensor, z: list[Tensor]) -> dict[str, Callable]:
     """Forward hooks that make each input d read, for every node u with patched[u, d], u's
     reference output in place of its output in the run (heads' outputs: their share of the
-    projection input ``z`` of the run, filled as each block's projection runs)."""
+    run's heads' outputs ``z``, filled as each block's attention runs)."""
     blocks, reference, graph = runs.blocks, runs.reference, runs.graph
     rows = _node_rows(graph)
     current: dict[int, Tensor] = {}

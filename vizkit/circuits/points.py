@@ -3,15 +3,16 @@ attention and MLP output, and each head's output before the projection (z)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..hooks import HookedModel
-from .heads import HeadInputs
+from .heads import HeadInputs, check_read
 
-__all__ = ["Points", "point_names", "read_points"]
+__all__ = ["Points", "point_names", "read_heads", "read_points"]
 
 
 @dataclass
@@ -47,21 +48,11 @@ def read_points(
     names = point_names(blocks)
     wanted = [*names["resid"], *names["attn"], *names["mlp"]]
     z: list[Tensor] = []
-    handles = [] if found is None else [
-        p.register_forward_pre_hook(lambda m, args: z.append(args[0].detach().clone()))
-        for p in found.projections
-    ]  # fmt: skip
-    try:
-        with torch.no_grad():
-            output, cache = hm.run_with_cache(x, wanted)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if found is not None and len(z) != len(blocks):
-        raise ValueError(
-            f"The output projections ran {len(z)} times for {len(blocks)} blocks; each must run "
-            "once per forward for its heads to be read. Use heads=False."
-        )
+    reading = nullcontext() if found is None else found.reading(lambda t: z.append(t.clone()))
+    with reading, torch.no_grad():
+        output, cache = hm.run_with_cache(x, wanted)
+    if found is not None:
+        check_read(z, found)
     shapes = {tuple(cache[n].shape) for n in wanted}
     if len(shapes) != 1:
         raise ValueError(
@@ -72,3 +63,12 @@ def read_points(
     kinds = ("resid", "attn", "mlp")
     points = Points(*([cache[n] for n in names[k]] for k in kinds), z if found else None)
     return points, output
+
+
+def read_heads(hm: HookedModel, x: Tensor, found: HeadInputs) -> list[Tensor]:
+    """The heads' outputs z (B, N, H d) of each of ``found``'s blocks in one run on x."""
+    z: list[Tensor] = []
+    with found.reading(lambda t: z.append(t.clone())), torch.no_grad():
+        hm.model(x)
+    check_read(z, found)
+    return z
