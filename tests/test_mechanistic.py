@@ -228,6 +228,30 @@ def test_patching_equals_explicit_loops():
     assert result.resid.shape == (3, 2, 17) and result.heads.shape == (3, 2, 4)
 
 
+def test_patched_runs_fill_passes_by_bytes(monkeypatch):
+    """Without batch_size, each forward holds as many copies of the batch as the byte budget
+    allows (one image's forward measured), and the scores equal those of one copy per pass."""
+    from vizkit.analysis import component_edits
+    from vizkit.hooks.passes import one_image_bytes
+
+    model, clean = _two_block_vit()
+    corrupted = clean.flip(0) + 0.5 * torch.randn_like(clean)
+    sites = ("resid", "mlp")  # (heads are split in a forward of copies of their own)
+    one = vk.activation_patching(model, clean, corrupted, target=1, sites=sites,
+                                 batch_size=len(clean), progress=False)  # fmt: skip
+    per_image = one_image_bytes(model, clean, gradients=False)
+    monkeypatch.setattr(component_edits, "EDITED_BYTES", 7 * per_image)
+    seen = []
+    handle = model.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(len(args[0])))
+    try:
+        sized = vk.activation_patching(model, clean, corrupted, target=1, sites=sites,
+                                       progress=False)  # fmt: skip
+    finally:
+        handle.remove()
+    assert max(seen) == 2 * len(clean)  # 7 images' budget: two copies of the 3 images
+    torch.testing.assert_close(sized.resid, one.resid, rtol=0, atol=1e-3)  # shares of the gap
+
+
 def test_ablation_equals_explicit_loops():
     model, x = _two_block_vit()
     labels = torch.tensor([0, 1, 2])

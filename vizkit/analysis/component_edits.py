@@ -12,12 +12,13 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, Target
+from ..hooks.passes import images_per_pass
 from ..hooks.scores import call_target, is_score_target, model_logits, target_indices
 from .logit_attribution import require_distinct
 
 __all__ = ["Edit", "RunScore", "edited_scores"]
 
-IMAGES_PER_FORWARD = 64  # default: edited images run together
+EDITED_BYTES = 2**30  # default: what one forward of edited copies may hold (1 GiB)
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,11 @@ def edited_scores(
 ) -> Tensor:  # fmt: skip
     """(E, B, ...) ``score`` (the raw output of n images and the image (n,) each row is of ->
     (n, ...)) of the model on images x (B, C, H, W) under each of ``edits``, ``batch_size``
-    images per forward (None: 64; at least one copy of x)."""
-    per_forward = max(1, (batch_size or IMAGES_PER_FORWARD) // len(x))
+    images per forward (None: as many as `EDITED_BYTES` hold, measured on one image's
+    forward, `vizkit.hooks.passes.images_per_pass`; at least one copy of x)."""
+    if batch_size is None:
+        batch_size = images_per_pass(hm.model, x, EDITED_BYTES, gradients=False, method=desc)
+    per_forward = max(1, batch_size // len(x))
     scores = []
     with tqdm(total=len(edits), desc=desc, unit="run", disable=not progress, leave=False) as bar:
         for start in range(0, len(edits), per_forward):

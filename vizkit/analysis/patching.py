@@ -143,7 +143,8 @@ def activation_patching(
         region: (B, H, W) bool pixel masks (an object) or (B, gh, gw) masks of the patch grid:
             also patch the stream entering each block at every patch the region touches, at
             once (the result's ``region``).
-        batch_size: images per forward (the patched runs go together, copies of the batch).
+        batch_size: images per forward (the patched runs go together, copies of the batch);
+            None: as many as 1 GiB holds (measured on one image's forward).
         progress: a progress bar over the patched runs.
     """
     clean, corrupted = check_image_pairs(model.model, clean, corrupted)

@@ -54,7 +54,8 @@ def exact_patching(
 ) -> AttributionResult:
     """The effect on the score of patching each node's (and with ``edges``, each edge's)
     corrupted output into the clean run, one run each (U + E runs of the batch, ``batch_size``
-    images per forward). Arguments as `attribution_patching`; the result's ``resid`` is None.
+    images per forward; None: as many as 1 GiB holds). Arguments as `attribution_patching`;
+    the result's ``resid`` is None.
     """
     clean, corrupted = check_image_pairs(model.model, clean, corrupted)
     blocks = residual_blocks(model)

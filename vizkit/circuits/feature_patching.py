@@ -41,7 +41,7 @@ def exact_feature_patching(
     """The patched score less the clean score, patching one latent at a time (per autoencoder
     those of ``latents``, None: all; the others NaN), each error term and each whole activation
     at the autoencoder's tokens. Arguments as `feature_attribution`; one edited copy of the batch
-    per patch, ``batch_size`` images per forward (None: 64)."""
+    per patch, ``batch_size`` images per forward (None: as many as 1 GiB holds)."""
     clean, corrupted = check_image_pairs(model.model, clean, corrupted)
     saes = [saes] if isinstance(saes, SparseAutoencoder) else list(saes)
     size = tuple(clean.shape[-2:])
