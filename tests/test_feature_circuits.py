@@ -146,8 +146,6 @@ def test_exact_patching_of_a_latent_is_the_run_written_out(two_saes, pairs):
     approximate = vk.circuits.feature_attribution(model, clean, removed, sae, target=labels,
                                                   progress=False)  # fmt: skip
     agree = feature_agreement(approximate, exact, k=10)
-    print(f"latent agreement r={agree.correlation:.3f} top-10={agree.top_k:.2f}")
-    print(f"{len(moved)} latents patched")
     assert agree.count == len(moved) and agree.correlation > 0.5
     assert exact.latents[0].isnan().sum() == 4 * (sae.latents - len(moved))
     assert exact.error.shape == exact.total.shape == (4, 1)
@@ -171,7 +169,6 @@ def test_faithfulness_runs_from_the_corrupted_to_the_clean_score(two_saes, pairs
     patched = feature_faithfulness(model, nodes, clean, removed, saes, errors=False,
                                    sizes=[1], progress=False)  # fmt: skip
     torch.testing.assert_close(patched.scores[0], nodes.corrupted_score, rtol=0, atol=1e-3)
-    print("faithfulness", [round(float(f), 3) for f in curve.faithfulness], curve.cpr, curve.cmd)
     circuit = feature_circuit(nodes, 5)
     assert len(circuit) == 5 and circuit.errors
     four = list(curve.sizes).index(4)
