@@ -67,3 +67,14 @@ def test_a_click_chooses_a_node_and_the_map_is_its_effect_at_each_patch(explorer
     assert f"changes image 1's score by {float(result.nodes[1, 2]):+.3g}" in (
         explorer.figure.layout.title.text.replace("<br>", " "))  # fmt: skip
     assert CLICK_HINT not in explorer.static().layout.title.text
+
+
+def test_a_score_target_is_named_by_its_label():
+    torch.manual_seed(0)
+    model = vk.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2,
+                            num_classes=5, embed_dim=48, num_heads=3).eval()  # fmt: skip
+    x, y = torch.randn(2, 2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    shown = vk.widgets.CircuitExplorer(model, x, y, target=vk.targets.embedding_norm(),
+                                       progress=False)  # fmt: skip
+    assert shown.figure.layout.title.text.startswith("Circuit of the embedding norm:")
+    assert shown.result.targets is None

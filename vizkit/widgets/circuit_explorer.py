@@ -70,6 +70,7 @@ class CircuitExplorer(Explorer):
         self.curve = faithfulness(model, self.result, clean, corrupted, sizes=sizes,
                                   progress=progress)  # fmt: skip
         self.classes = classes
+        self._score_label = getattr(target, "label", None)  # a score target's (`vizkit.targets`)
         self.display = display_images(clean, model, mean, std)
         kept = [int(s) for s in self.curve.sizes]
         enough = [s for s, f in zip(kept, self.curve.faithfulness.tolist(), strict=True)
@@ -158,7 +159,7 @@ class CircuitExplorer(Explorer):
         """What the score is: a class's logit (less another's), or the score target's."""
         targets, versus = self.result.targets, self.result.versus
         if targets is None:
-            return "the score"
+            return f"the {self._score_label}" if self._score_label else "the score"
 
         def name(c: int) -> str:
             return self.classes[c] if self.classes else f"class {c}"
