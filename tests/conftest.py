@@ -92,6 +92,33 @@ def model_state(model: nn.Module) -> dict:
     }
 
 
+def full_state(model: nn.Module) -> dict:
+    """`model_state`, and the weights' values and requires_grad flags."""
+    return {**model_state(model), "weights": {k: v.clone() for k, v in model.state_dict().items()},
+            "requires_grad": [p.requires_grad for p in model.parameters()]}  # fmt: skip
+
+
+def assert_full_state(model: nn.Module, before: dict) -> None:
+    """The model's `full_state` is ``before``."""
+    after = full_state(model)
+    weights = after.pop("weights")
+    assert after == {k: v for k, v in before.items() if k != "weights"}
+    assert weights.keys() == before["weights"].keys()
+    assert all(torch.equal(weights[k], before["weights"][k]) for k in weights)
+
+
+def embedded_tokens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(B, N, C) the stream entering a timm ViT's first block on x."""
+    seen = {}
+    handle = model.blocks[0].register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0]))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        handle.remove()
+    return seen["x"]
+
+
 def pytest_configure(config):
     """Under pytest-xdist (`make unit`: one worker per core) each worker computes with its share
     of the cores: torch's default, a thread per core in every worker, oversubscribes them."""

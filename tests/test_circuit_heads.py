@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import model_state
+from conftest import assert_full_state, full_state
 from torch import nn
 
 import vizkit as vk
@@ -185,17 +185,8 @@ def _half_circuit(model, clean, corrupted, target):
                    0.5)  # fmt: skip
 
 
-def _state(model: nn.Module) -> dict:
-    return {**model_state(model), "weights": {k: v.clone() for k, v in model.state_dict().items()},
-            "requires_grad": [p.requires_grad for p in model.parameters()]}  # fmt: skip
-
-
 def _assert_same(model: nn.Module, before: dict) -> None:
-    after = _state(model)
-    weights = after.pop("weights")
-    assert after == {k: v for k, v in before.items() if k != "weights"}
-    assert weights.keys() == before["weights"].keys()
-    assert all(torch.equal(weights[k], before["weights"][k]) for k in weights)
+    assert_full_state(model, before)
     attention = next(iter(_attentions(model).values()))
     tokens = torch.randn(1, 3, attention.embed_dim)
     assert attention(tokens, tokens, tokens, need_weights=False)[1] is None
@@ -208,7 +199,7 @@ def test_the_model_is_left_as_it_was_also_after_a_failure(kind):
     model, clean, corrupted, target = MODELS[kind]()
     kept = _half_circuit(model, clean, corrupted, target)
     model.train()  # the analyses run it in eval mode and give it back as it came
-    before = _state(model)
+    before = full_state(model)
     last = model.get_submodule(list(_attentions(model))[-1])
     for call in _calls(model, clean, corrupted, target, kept):
         with _forwards(last) as seen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build, model_state, torchvision_vit
+from conftest import build, embedded_tokens, model_state, torchvision_vit
 from guide_example import run_first_example
 
 import vizkit as vk
@@ -63,21 +63,12 @@ def _by_hand(model, embedded, inputs):
     return model.forward_head(model.norm(stream + inputs[-1])), zs, mlps
 
 
-def _embedded(model, x):
-    seen = {}
-    handle = model.blocks[0].register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0]))
-    with torch.no_grad():
-        model(x)
-    handle.remove()
-    return seen["x"]
-
-
 def _written_out(model, clean, corrupted):
     """By hand: the embedded clean tokens, the gradients (D, B, N, C) of the clean target
     logit at each downstream input, the heads' outputs' gradients, and each node's difference
     (corrupted less clean) in the stream in graph order, a head's W_O^h z_h written out from
     the projection's weight slice."""
-    e_clean, e_corrupted = _embedded(model, clean), _embedded(model, corrupted)
+    e_clean, e_corrupted = embedded_tokens(model, clean), embedded_tokens(model, corrupted)
     inputs = [
         torch.zeros_like(e_clean, requires_grad=True) for _ in range(2 * len(model.blocks) + 1)
     ]
@@ -243,7 +234,7 @@ def test_a_circuit_runs_the_model_with_the_edges_outside_it_reading_the_referenc
                                exact.edges[:, u, d], rtol=1e-4, atol=1e-5)  # fmt: skip
     every.edges[u, d] = True
     every.edges[0, 0] = every.edges[2, -1] = False  # embed -> blocks.0 attn in, its mlp -> output
-    e_clean, e_ref = _embedded(model, clean), _embedded(model, corrupted)
+    e_clean, e_ref = embedded_tokens(model, clean), embedded_tokens(model, corrupted)
     block0, block1 = model.blocks
 
     def block0_mlp(mid):

@@ -188,6 +188,10 @@ def _vit_pair():
     return model, x, x.flip(0)
 
 
+def _attribution_with_qkv():
+    return vk.attribution_patching(*_vit_pair(), qkv=True, progress=False)
+
+
 def _feature_attribution():
     model, _ = vk.zoo.load("vit_tiny_shapes")
     x = vk.datasets.load_sample()[0][:8]
@@ -241,6 +245,7 @@ def _feature_agreement():
 CIRCUIT_EXAMPLES = {
     "FeatureAttribution": (_feature_attribution, False),
     "AttributionResult": (lambda: vk.attribution_patching(*_vit_pair(), progress=False), True),
+    "AttributionResult with qkv": (_attribution_with_qkv, True),
     "Circuit": (lambda: vk.circuits.circuit(_planted_attribution()[3], 3), False),
     "FaithfulnessCurve": (_planted_faithfulness, False),
     "Agreement": (_planted_agreement, False),

@@ -14,7 +14,10 @@ each block, each branch's output, and each head's slice of the output projection
 gradient at a downstream input is the backward of its branch alone (its output's gradient
 pulled back to the stream it read), and a node's gradient is checked to be the sum of the
 gradients at the inputs it feeds, which holds exactly where the stream is a sum of the blocks'
-outputs; a model where it does not is refused.
+outputs; a model where it does not is refused. Optionally the attention input is split further
+into each head's query, key and value inputs (`vizkit.circuits.qkv`): the gradient at the
+tensors that hold them, one head's slice of one of them at a time, pulled back to the stream
+entering the block; their sum is checked to be the attention input's gradient.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
 from .heads import head_inputs, projection_maps
 from .points import Points, point_names, read_points
+from .qkv import QKVReader, qkv_readers
 
 __all__ = ["ATTRIBUTIONS", "AttributionResult", "attribution_patching", "eap_steps"]
 
@@ -56,6 +60,10 @@ class AttributionResult(Result):
             (None from `exact_patching`).
         tokens: (B, U, N) each node's effect at each token, summing to ``nodes`` (None from
             `exact_patching`).
+        qkv: (B, U, L, 3, H) the effect of patching node u's output into the query (0), key (1)
+            or value (2) input of head h of block l alone; NaN where u does not write before
+            block l reads. Its sum over (3, H) is the edge into block l's attention input.
+            None unless asked for (``qkv=True`` of `attribution_patching`).
         clean_score, corrupted_score: (B,) the score on each input.
         targets, versus: (B,) the classes of the score (``targets`` logit less ``versus``);
             None for a score target (`vizkit.targets`).
@@ -71,6 +79,7 @@ class AttributionResult(Result):
     targets: Tensor | None
     versus: Tensor | None
     tokens: Tensor | None = None
+    qkv: Tensor | None = None
     options: dict = field(default_factory=dict)
     layout: TokenLayout | None = None
     image_size: tuple[int, int] | None = None
@@ -90,6 +99,7 @@ def attribution_patching(
     method: str = "eap",
     steps: int = 5,
     heads: bool = True,
+    qkv: bool = False,
     progress: bool = True,
 ) -> AttributionResult:
     """Node and edge effects of patching ``corrupted`` activations into the ``clean`` run.
@@ -104,6 +114,9 @@ def attribution_patching(
         heads: one node per attention head (its output before the output projection, read
             at the projection's input, or for torch's MultiheadAttention from its weights and
             values: `vizkit.circuits.heads`); False: each block's attention as one node.
+        qkv: also the edges into each head's query, key and value input (``qkv`` of the
+            result; timm's and transformers' attention, `vizkit.circuits.qkv`): 3 H more
+            vector-Jacobian products per block and gradient run.
         progress: a progress bar over EAP-IG's steps.
 
     Returns:
@@ -113,6 +126,7 @@ def attribution_patching(
     steps = eap_steps(method, steps)
     require_full_precision(clean, "Attribution patching")
     blocks = residual_blocks(model)
+    readers = qkv_readers(model, blocks) if qkv else None
     found = head_inputs(model, clean, blocks) if heads else None
     graph = ComponentGraph(tuple(blocks), None if found is None else found.heads)
     clean_points, clean_out = read_points(model, clean, blocks, found)
@@ -130,12 +144,12 @@ def attribution_patching(
     for k in tqdm(range(1, steps + 1), desc=method, disable=not progress or steps == 1,
                   leave=False):  # fmt: skip
         embedded = start + (end - start) * (k / steps)
-        effects = _effects(model, clean, embedded, diff, graph, lambda o: score(o, rows))
+        effects = _effects(model, clean, embedded, diff, graph, lambda o: score(o, rows), readers)
         total = effects if total is None else [t + e for t, e in zip(total, effects, strict=True)]
-    nodes, edges, resid, tokens = (t / steps for t in total)
+    nodes, edges, resid, tokens, *by_qkv = (t / steps for t in total)
     return AttributionResult(
         graph.upstream, graph.downstream, nodes, edges, resid, high, low, score.targets,
-        score.versus, tokens,
+        score.versus, tokens, by_qkv[0] if by_qkv else None,
         options={"method": method, "steps": steps, "heads": heads},
         layout=model.token_layout(tuple(clean.shape[-2:])), image_size=tuple(clean.shape[-2:]),
     )  # fmt: skip
@@ -149,13 +163,12 @@ def eap_steps(method: str, steps: int) -> int:
 
 def _effects(
     hm: HookedModel, x: Tensor, embedded: Tensor, diff: Points, graph: ComponentGraph,
-    score: Callable[[object], Tensor],
+    score: Callable[[object], Tensor], readers: list[QKVReader] | None,
 ) -> list[Tensor]:  # fmt: skip
     """One forward of x with the stream entering the first block set to ``embedded`` (B, N, C)
     and one backward of ``score``: [nodes (B, U), edges (B, U, D), resid (B, L, N), tokens
-    (B, U, N)], the
-    differences ``diff`` (its ``z``: each head's, as written to the stream) times the
-    gradients."""
+    (B, U, N)], and with ``readers`` qkv (B, U, L, 3, H), the differences ``diff`` (its ``z``:
+    each head's, as written to the stream) times the gradients."""
     names = point_names(list(graph.blocks))
     kept: dict[str, Tensor] = {}
     leaf = embedded.detach().clone().requires_grad_(True)
@@ -166,24 +179,27 @@ def _effects(
 
     last = f"{graph.blocks[-1]}.hook_resid_post"
     wanted = [*names["resid"], *names["mid"], *names["attn"], *names["mlp"], last]
+    held = [] if readers is None else [n for reader in readers for n in reader.names]
     with torch.enable_grad(), frozen_parameters(hm.model):
-        with hm.hooks(fwd=dict.fromkeys(wanted, keep)):
+        with hm.hooks(fwd=dict.fromkeys([*wanted, *held], keep)):
             value = score(hm.model(x))
-        return _backward(value, kept, names, last, diff, graph)
+        return _backward(value, kept, names, last, diff, graph, readers)
 
 
 def _backward(
     value: Tensor, kept: dict[str, Tensor], names: dict[str, list[str]], last: str,
-    diff: Points, graph: ComponentGraph,
+    diff: Points, graph: ComponentGraph, readers: list[QKVReader] | None,
 ) -> list[Tensor]:  # fmt: skip
     """The effects from the score ``value`` (B,) of a run whose activations are ``kept``."""
     resid, mid = [kept[n] for n in names["resid"]], [kept[n] for n in names["mid"]]
     attn, mlp = [kept[n] for n in names["attn"]], [kept[n] for n in names["mlp"]]
-    grads = torch.autograd.grad(value.sum(), [*resid, *attn, *mlp, kept[last]],
+    held = [] if readers is None else [[kept[n] for n in reader.names] for reader in readers]
+    qkv = [tensor for tensors in held for tensor in tensors]
+    grads = torch.autograd.grad(value.sum(), [*resid, *attn, *mlp, kept[last], *qkv],
                                 retain_graph=True)  # fmt: skip
     layers = len(resid)
     g_resid, g_attn = grads[:layers], grads[layers : 2 * layers]
-    g_mlp, g_final = grads[2 * layers : 3 * layers], grads[-1]
+    g_mlp, g_final = grads[2 * layers : 3 * layers], grads[3 * layers]
     inputs = []  # the gradient at each downstream input: its branch's backward alone
     for layer in range(layers):
         inputs.append(_pullback(attn[layer], resid[layer], g_attn[layer]))
@@ -194,7 +210,11 @@ def _backward(
     edges, tokens = _node_and_edge_effects(diff, graph, inputs, after)
     resid_effects = torch.stack([(d * g).sum(-1) for d, g in zip(diff.resid, g_resid, strict=True)],
                                 1)  # fmt: skip
-    return [edges.nansum(-1), edges, resid_effects, tokens]
+    effects = [edges.nansum(-1), edges, resid_effects, tokens]
+    if readers is not None:
+        g_held = _grouped(grads[3 * layers + 1 :], [len(tensors) for tensors in held])
+        effects.append(_qkv_edges(readers, held, g_held, resid, inputs, diff, graph))
+    return effects
 
 
 def _pullback(output: Tensor, source: Tensor, gradient: Tensor) -> Tensor:
@@ -247,3 +267,59 @@ def _node_and_edge_effects(
         write(diff.attn[layer] if diff.z is None else diff.z[layer], 2 * layer + 1)
         write(diff.mlp[layer], 2 * layer + 2)
     return edges, tokens
+
+
+def _grouped(items: tuple[Tensor, ...], sizes: list[int]) -> list[tuple[Tensor, ...]]:
+    """``items`` cut into consecutive groups of ``sizes``."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [items[start : start + size] for start, size in zip(starts, sizes, strict=True)]
+
+
+def _qkv_edges(
+    readers: list[QKVReader], held: list[list[Tensor]], gradients: list[tuple[Tensor, ...]],
+    resid: list[Tensor], inputs: Tensor, diff: Points, graph: ComponentGraph,
+) -> Tensor:  # fmt: skip
+    """(B, U, L, 3, H) each node's difference times the gradient at the stream entering block
+    l as read by head h's query, key or value (NaN where the node writes after block l reads);
+    per block, the tensors ``held`` that hold them and the score's ``gradients`` at those."""
+    groups = _stream_writes(diff)
+    shape = (len(inputs[0]), len(graph.upstream), len(readers), 3, readers[0].heads)
+    qkv = inputs.new_full(shape, torch.nan)
+    for layer, (reader, tensors, grads) in enumerate(zip(readers, held, gradients, strict=True)):
+        reads = _head_reads(reader, tensors, grads, resid[layer])  # (B, N, C, 3 H)
+        check_close(f"{graph.blocks[layer]}'s gradient through its heads' queries, keys and "
+                    "values", reads.sum(-1), inputs[2 * layer],
+                    "the gradient at its attention input",
+                    "its attention reads the stream beside them (a gate, or a projection that "
+                    "ran other than once), so qkv=True cannot split its input into them; use "
+                    "qkv=False")  # fmt: skip
+        row = 0
+        for place, delta in groups:
+            if place > 2 * layer:  # this node and those after it write after block l reads
+                break
+            count = delta.shape[2]  # a product per token: no copy of delta (B, N, K, C)
+            qkv[:, row : row + count, layer] = (delta @ reads).sum(1).unflatten(-1, (3, -1))
+            row += count
+    return qkv
+
+
+def _head_reads(
+    reader: QKVReader, tensors: list[Tensor], gradients: tuple[Tensor, ...], stream: Tensor
+) -> Tensor:  # fmt: skip
+    """(B, N, C, 3 H) the gradient at ``stream`` (the stream entering the block) through each
+    head's query, key and value alone, query heads first: one head's slice of the gradients at
+    the ``tensors`` that hold them, pulled back (3 H vector-Jacobian products)."""
+    pulled = [_pullback(tensors[index], stream, masked)
+              for index, masked in reader.head_gradients(gradients)]  # fmt: skip
+    return torch.stack(pulled, -1)
+
+
+def _stream_writes(diff: Points) -> list[tuple[int, Tensor]]:
+    """The upstream nodes in graph order, grouped as they write: each group's position in the
+    stream (`ComponentGraph.writes_at`) and its nodes' differences there (B, N, K, C), K = 1 or
+    a block's heads (``diff.z``: each head's, (B, N, H, C) per block)."""
+    groups = [(0, diff.resid[0][:, :, None])]
+    for layer in range(len(diff.attn)):
+        attention = diff.attn[layer][:, :, None] if diff.z is None else diff.z[layer]
+        groups += [(2 * layer + 1, attention), (2 * layer + 2, diff.mlp[layer][:, :, None])]
+    return groups
