@@ -5,7 +5,8 @@ steps times that), and exact patching's runs counted.
 Model: ViT-S/16 (vit_small_patch16_224, random weights) at --size px, --batch clean and as many
 corrupted images (seeded noise). Baseline ("fwd+bwd x2"): a forward and a backward of the
 clean batch and of the corrupted one (the target logit's gradient to the input). Entries:
-`vk.attribution_patching` with heads (EAP), without (EAP by blocks), and EAP-IG with --steps.
+`vk.attribution_patching` with heads (EAP), with each head's query, key and value edges
+(qkv=True), without heads (EAP by blocks), and EAP-IG with --steps.
 Each round runs every entry once, order rotated; the median over rounds is reported.
 Exact patching's cost is a count (one run of the batch per node and edge), printed below.
 Memory: what autograd saves for backward (`vizkit.hooks.saved_bytes`) in one forward and
@@ -56,6 +57,7 @@ def main() -> None:
     runs = {
         "fwd+bwd x2": forward_backward,
         "eap heads": attribution(),
+        "eap heads qkv": attribution(qkv=True),
         "eap blocks": attribution(heads=False),
         f"eap-ig {args.steps} steps": attribution(method="eap-ig", steps=args.steps),
     }
