@@ -108,7 +108,8 @@ def feature_faithfulness(
     """The faithfulness of the top latents of ``result`` (a `feature_attribution` of these
     images and ``saes``) at each size (default 1, 2, 4, ...; none and all always), every other
     latent at ``reference``'s value; the score is the result's unless ``target`` is given. One
-    edited copy of the batch per size, ``batch_size`` images per forward (None: as many as 1 GiB holds)."""
+    edited copy of the batch per size, ``batch_size`` images per forward (None: as many as
+    1 GiB holds)."""
     if target is None and result.targets is not None:
         target, versus = result.targets, result.versus
     count = sum(m.shape[1] for m in result.latents)
