@@ -119,6 +119,18 @@ def embedded_tokens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return seen["x"]
 
 
+@pytest.fixture(scope="module")
+def shapes_sae(tmp_path_factory):
+    """The shipped Shapes ViT and a small autoencoder on its block 2 output."""
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    x = vk.datasets.load_sample()[0][:32]
+    store = vk.cache_activations(model, x, tmp_path_factory.mktemp("store") / "s", layers=[-2],
+                                 tokens="all", progress=False)  # fmt: skip
+    sae = vk.train_sae(store, expansion=2, k=8, tokens=5 * len(store), batch_size=256,
+                       progress=False)  # fmt: skip
+    return model, sae
+
+
 def pytest_configure(config):
     """Under pytest-xdist (`make unit`: one worker per core) each worker computes with its share
     of the cores: torch's default, a thread per core in every worker, oversubscribes them."""

@@ -446,18 +446,6 @@ def test_a_users_wrapper_is_read_through_its_own_forward():
     torch.testing.assert_close(wrapped.edges, 2 * bare.edges, equal_nan=True)
 
 
-@pytest.fixture(scope="module")
-def shapes_sae(tmp_path_factory):
-    """The shipped Shapes ViT and a small autoencoder on its block 2 output."""
-    model, _ = vk.zoo.load("vit_tiny_shapes")
-    x = vk.datasets.load_sample()[0][:32]
-    store = vk.cache_activations(model, x, tmp_path_factory.mktemp("store") / "s", layers=[-2],
-                                 tokens="all", progress=False)  # fmt: skip
-    sae = vk.train_sae(store, expansion=2, k=8, tokens=5 * len(store), batch_size=256,
-                       progress=False)  # fmt: skip
-    return model, sae
-
-
 def _block_output_and_gradient(model, x, labels):
     """Block 2's output (B, N, C) on x and the gradient of the labels' logits at it, read with
     a plain forward hook."""

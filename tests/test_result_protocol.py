@@ -18,6 +18,7 @@ from vizkit.analysis.result import Result
 from vizkit.circuits.feature_circuit import feature_circuit, feature_faithfulness
 from vizkit.circuits.feature_edges import feature_edges
 from vizkit.circuits.feature_patching import exact_feature_patching, feature_agreement
+from vizkit.concepts import dissect, shapes_concepts
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
@@ -257,6 +258,15 @@ CIRCUIT_EXAMPLES = {
     "Agreement of latents": (_feature_agreement, False),
 }
 EXAMPLES.update(CIRCUIT_EXAMPLES)
+
+
+def _dissection():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images, concepts = shapes_concepts(20)
+    return dissect(model, images, concepts, "blocks.3.hook_resid_post", progress=False)
+
+
+EXAMPLES["Dissection"] = (_dissection, True)
 
 
 def test_every_result_class_has_an_example():

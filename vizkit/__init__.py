@@ -6,6 +6,7 @@ Every registered saliency method is exported here under its function's name (``v
 
 from . import analysis as analysis
 from . import circuits as circuits
+from . import concepts as concepts
 from . import datasets as datasets
 from . import ledger as ledger
 from . import methods as methods
@@ -74,6 +75,7 @@ __all__ = [
     "attribution_patching",
     "cache_activations",
     "circuits",
+    "concepts",
     "cka",
     "cka_matrix",
     "compare_saliency",

@@ -1,0 +1,337 @@
+"""Network Dissection (Bau, Zhou, Khosla, Oliva and Torralba 2017, "Network Dissection:
+Quantifying Interpretability of Deep Visual Representations", Sec. 2.2-2.3) of a ViT's units:
+the channels of a token stream, or the latents of a sparse autoencoder on one.
+
+Unit k's map A_k(x) over the patch tokens of image x is upsampled bilinearly to the image's
+size, as Bau et al. do; its threshold T_k is the top ``quantile`` of A_k over every pixel of
+every probe image, P(a_k > T_k) = quantile; its mask is M_k(x) = A_k(x)_up > T_k, and its IoU
+with concept c of masks L_c(x) is sum_x |M_k(x) & L_c(x)| / sum_x |M_k(x) | L_c(x)| (Eq. 1).
+A unit is labelled with its concept of highest IoU, and detects it where that IoU > 0.04.
+
+Two passes over the probe set. The first keeps, per unit, the largest values of its upsampled
+maps, merged batch by batch with ``torch.topk``: the top quantile is read from them exactly as
+``torch.quantile`` reads it from all of them, and they are quantile x pixels + 2 values per
+unit, however large the batches. The second counts, per unit and concept, the pixels of the
+masks' intersections and the masks' areas. Each batch's upsampled maps (B, U, H, W) are made a
+chunk of units at a time, each chunk at most `CHUNK_BYTES`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, SequentialSampler
+from tqdm.auto import tqdm
+
+from ..analysis.result import Result
+from ..datasets.labelled import labelled_batches
+from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import analysis_contract, eval_mode
+from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_number, model_device
+from ..sae.autoencoder import SparseAutoencoder
+from ..sae.spliced import replaced_tokens
+
+__all__ = ["CHUNK_BYTES", "Concepts", "Dissection", "dissect"]
+
+CHUNK_BYTES = 256 * 2**20  # the most one chunk of upsampled unit maps holds
+
+
+@dataclass
+class Concepts:
+    """Binary concept masks aligned with a probe set of images.
+
+    Attributes:
+        names: the K concepts' names.
+        masks: (B, K, H, W) bool, concept k's pixels in image b.
+    """
+
+    names: list[str]
+    masks: Tensor
+
+    def __post_init__(self) -> None:
+        names, masks = self.names, self.masks
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"Concept names must be a list of strings; got {names!r}.")
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"Concept names must be one or more distinct names; got {names}.")
+        if not isinstance(masks, Tensor) or masks.dtype != torch.bool:
+            got = masks.dtype if isinstance(masks, Tensor) else type(masks).__name__
+            raise TypeError(f"Concept masks must be a bool tensor (B, K, H, W); got {got}.")
+        if masks.ndim != 4 or masks.shape[1] != len(names) or len(masks) == 0:
+            raise ValueError(
+                f"Concept masks must be (B, K, H, W) with B >= 1 and K = {len(names)} (one per "
+                f"name); got shape {tuple(masks.shape)}."
+            )
+        self.names = list(names)
+
+
+@dataclass(repr=False)
+class Dissection(Result):
+    """Each unit's IoU with each concept (Bau et al. 2017, Eq. 1), its label and whether it is
+    a detector.
+
+    Attributes:
+        units: the U units' names ("<hook name> <channel>" or "latent <i>").
+        concepts: the K concepts' names.
+        iou: (U, K) IoU of each unit's thresholded masks with each concept's masks.
+        thresholds: (U,) each unit's activation threshold T_k.
+        labels: each unit's concept of highest IoU (the first of equals).
+        best_iou: (U,) that IoU.
+        detectors: (U,) bool, best IoU above ``options["threshold"]``.
+    """
+
+    units: list[str]
+    concepts: list[str]
+    iou: Tensor
+    thresholds: Tensor
+    labels: list[str]
+    best_iou: Tensor
+    detectors: Tensor
+    options: dict = field(default_factory=dict)
+    layout: TokenLayout | None = None
+    image_size: tuple[int, int] | None = None
+
+    def table(self, k: int | None = None) -> list[tuple[str, str, float]]:
+        """(unit, label, IoU) of the ``k`` units of highest IoU (all: None), highest first."""
+        order = self.best_iou.argsort(descending=True, stable=True)
+        if k is not None:
+            order = order[: check_count("k", k)]
+        return [(self.units[i], self.labels[i], float(self.best_iou[i])) for i in order.tolist()]
+
+    def detector_counts(self) -> dict[str, int]:
+        """How many units detect each concept (are detectors labelled with it)."""
+        counts = dict.fromkeys(self.concepts, 0)
+        for label, detector in zip(self.labels, self.detectors.tolist(), strict=True):
+            counts[label] += detector
+        return counts
+
+
+@dataclass(frozen=True)
+class _Units:
+    """What is dissected: the units' names, the layer they are read at, ``maps``: images
+    (B, C, H, W) -> the units' maps over the patch grid (B, U, gh, gw), and where they are."""
+
+    names: list[str]
+    layer: str
+    source: str
+    maps: Callable[[Tensor], Tensor]
+    device: torch.device
+
+
+@analysis_contract
+def dissect(
+    model: nn.Module | HookedModel,
+    images: object,
+    concepts: Concepts,
+    units: str | SparseAutoencoder,
+    quantile: float = 0.005,
+    threshold: float = 0.04,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> Dissection:
+    """Network Dissection of ``units`` of ``model`` against ``concepts`` on ``images``.
+
+    Args:
+        images: (B, C, H, W) normalized for the model, or a Dataset or a DataLoader (not
+            shuffling) of images or (image, ...) tuples, in the order of ``concepts``.
+        concepts: `Concepts`, one mask per image and concept, of the images' size.
+        units: a hook name whose activation is a token stream (B, N, C), each channel a unit
+            (e.g. "blocks.2.mlp.act.hook_out", "blocks.2.hook_resid_post"); or a
+            `vizkit.sae.SparseAutoencoder` trained on this model, each latent a unit.
+        quantile: the share of each unit's pixels above its threshold, in (0, 1).
+        threshold: the IoU above which a unit detects its label.
+        batch_size: images per forward.
+        progress: progress bars over the two passes.
+
+    Returns:
+        `Dissection`. A unit's map is its activation at each patch token, upsampled bilinearly
+        to the image's size.
+    """
+    quantile = check_number("quantile", quantile, 0, 1, low_open=True, high_open=True)
+    threshold = check_number("threshold", threshold, 0, 1)
+    batch_size = check_count("batch_size", batch_size)
+    if not isinstance(concepts, Concepts):
+        raise TypeError(
+            f"concepts must be a Concepts (names, masks); got {type(concepts).__name__}."
+        )
+    data = _probe_data(images, len(concepts.masks), batch_size)
+    image_size = tuple(concepts.masks.shape[-2:])
+    first = next(_aligned(data(), concepts.masks, image_size))[0][:1]
+    found = _units(model, units, first)
+    batches = None if isinstance(images, DataLoader) else -(-len(concepts.masks) // batch_size)
+    bars = {"disable": not progress, "unit": "batch", "leave": False, "total": batches}
+    thresholds = _thresholds(found, data, concepts.masks, quantile, bars)
+    iou = _iou(found, data, concepts.masks, thresholds, bars)
+    best_iou, best = iou.max(1)
+    return Dissection(
+        found.names, concepts.names, iou, thresholds, [concepts.names[i] for i in best.tolist()],
+        best_iou, best_iou > threshold,
+        options={"quantile": quantile, "threshold": threshold, "units": found.source,
+                 "layer": found.layer},
+        layout=model.token_layout(image_size, found.layer), image_size=image_size,
+    )  # fmt: skip
+
+
+def _probe_data(images: object, count: int, batch_size: int) -> Callable[[], Iterator]:
+    """A function giving the batches (images, labels, masks) of ``images`` in order each time
+    it is called; refuses a shuffling loader and a probe set of another size than ``count``."""
+    if isinstance(images, DataLoader) and not isinstance(images.sampler, SequentialSampler):
+        raise ValueError(
+            "The DataLoader does not read its dataset in order (it shuffles or samples), so its "
+            "images cannot be matched with the concept masks; pass shuffle=False."
+        )
+    data = (images,) if isinstance(images, Tensor) else images
+    size = labelled_batches(data, batch_size, "dissect")[1]
+    if size is not None and size != count:
+        raise ValueError(
+            f"The probe set holds {size} images but the concepts hold masks of {count}; give "
+            "one mask per image and concept, in the images' order."
+        )
+    return lambda: labelled_batches(data, batch_size, "dissect")[0]
+
+
+def _aligned(
+    batches: Iterator, masks: Tensor, image_size: tuple[int, int]
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Each batch's images (B, C, H, W) with their concept masks (B, K, H, W); refuses images
+    of another size than the masks' and a probe set of another count."""
+    start = 0
+    for x, _, _ in batches:
+        if tuple(x.shape[-2:]) != image_size:
+            raise ValueError(
+                f"The images are {tuple(x.shape[-2:])} but the concept masks "
+                f"{image_size}; give masks of the images' size."
+            )
+        if start + len(x) > len(masks):
+            raise ValueError(f"The probe set holds more images than the {len(masks)} masks.")
+        yield x, masks[start : start + len(x)]
+        start += len(x)
+    if start != len(masks):
+        raise ValueError(f"The probe set holds {start} images but the concepts {len(masks)}.")
+
+
+def _units(hm: HookedModel, units: object, first: Tensor) -> _Units:
+    """The units of ``units`` (a hook name or an autoencoder), checked on one image."""
+    image_size = tuple(first.shape[-2:])
+    if isinstance(units, SparseAutoencoder):
+        return _latent_units(hm, units, image_size)
+    if not isinstance(units, str):
+        raise TypeError(
+            f"units must be a hook name or a SparseAutoencoder; got {type(units).__name__}."
+        )
+    name = hm.tap(units).name  # refuses an unknown name, listing the closest
+    layout = hm.token_layout(image_size, name)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(first, [name])
+    shape = tuple(cache[name].shape)
+    if layout is None or len(shape) != 3 or shape[1] != layout.num_tokens:
+        expected = "" if layout is None else f" with {layout.num_tokens} tokens"
+        raise ValueError(
+            f"{name} is {shape}, not a token stream (B, N, C){expected}: dissect a block "
+            "output (<block>.hook_resid_post), a branch output or an MLP hidden layer."
+        )
+    return _Units([f"{name} {c}" for c in range(shape[2])], name, "channels",
+                  lambda x: _patch_maps(hm, x, name, layout), model_device(hm.model))  # fmt: skip
+
+
+def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> _Units:
+    """Each latent of ``sae`` a unit: ``sae.encode`` of its layer's patch tokens. Refuses an
+    autoencoder of another model, or one trained on no patch token."""
+    positions = replaced_tokens(hm, sae, image_size)
+    layer = sae.source["layer"]
+    layout = hm.token_layout(image_size, layer)
+    if not bool((positions >= layout.num_prefix_tokens).any()):
+        raise ValueError(
+            f"This autoencoder was trained on the prefix tokens of {layer} only (tokens="
+            f"{sae.source.get('tokens')!r}), not on its patches; train one on a store of its "
+            "patches (tokens='patches' or 'all')."
+        )
+
+    def maps(x: Tensor) -> Tensor:
+        tokens = _patch_maps(hm, x, layer, layout).flatten(2).transpose(1, 2)  # (B, Np, C)
+        with eval_mode(sae):
+            latents = sae.encode(tokens.to(sae.W_dec.device))  # (B, Np, latents)
+        return layout.to_grid(latents.transpose(1, 2)).to(x.device)
+
+    names = [f"latent {i}" for i in range(sae.latents)]
+    return _Units(names, layer, "sae", maps, model_device(hm.model))
+
+
+def _patch_maps(hm: HookedModel, x: Tensor, name: str, layout: TokenLayout) -> Tensor:
+    """(B, C, gh, gw) float32: the activation ``name`` (B, N, C) of ``x`` at each patch."""
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, [name])
+    patches = layout.split(cache[name], dim=1)[1]  # (B, Np, C)
+    return layout.to_grid(patches.transpose(1, 2).float())
+
+
+def _upsampled(units: _Units, x: Tensor) -> Iterator[tuple[slice, Tensor]]:
+    """Chunks of the units' maps of ``x``, upsampled bilinearly to its size (Bau et al. 2017,
+    Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most `CHUNK_BYTES`."""
+    with torch.no_grad():
+        maps = units.maps(x)  # (B, U, gh, gw)
+        pixels = x.shape[0] * x.shape[-2] * x.shape[-1]
+        step = max(1, CHUNK_BYTES // (4 * pixels))
+        for start in range(0, maps.shape[1], step):
+            chunk = slice(start, start + step)
+            yield chunk, F.interpolate(maps[:, chunk], size=tuple(x.shape[-2:]), mode="bilinear",
+                                       align_corners=False)  # fmt: skip
+
+
+def _thresholds(
+    units: _Units, data: Callable[[], Iterator], masks: Tensor, quantile: float, bars: dict
+) -> Tensor:
+    """(U,) each unit's top ``quantile`` over every upsampled pixel of the probe set, read as
+    ``torch.quantile(values, 1 - quantile)`` reads it (linear interpolation) from the values
+    from its lower rank up, kept by ``torch.topk`` batch by batch."""
+    total = masks.shape[0] * masks.shape[2] * masks.shape[3]
+    rank = (1 - quantile) * (total - 1)  # ascending rank of the threshold
+    below = math.floor(rank)
+    kept = total - below  # the values of ascending rank >= below
+    held = len(units.names) * kept * 4
+    if held > DEFAULT_MAX_BYTES:
+        raise ValueError(
+            f"The top {quantile} of {len(units.names)} units over {total} pixels are "
+            f"{held / 2**30:.1f} GiB; dissect fewer images or a smaller quantile."
+        )
+    device = units.device
+    top = torch.empty(len(units.names), 0, device=device)
+    image_size = tuple(masks.shape[-2:])
+    for x, _ in tqdm(_aligned(data(), masks, image_size), desc="dissect: thresholds", **bars):
+        parts = []
+        for chunk, up in _upsampled(units, x.to(device)):
+            merged = torch.cat([top[chunk], up.transpose(0, 1).flatten(1)], 1)
+            parts.append(merged.topk(min(kept, merged.shape[1]), dim=1).values)
+        top = torch.cat(parts)
+    low = top[:, kept - 1]  # descending: ascending rank ``below``
+    high = top[:, max(kept - 2, 0)]  # ascending rank ``below + 1`` (the last: itself)
+    return torch.lerp(low, high, rank - below).cpu()
+
+
+def _iou(
+    units: _Units, data: Callable[[], Iterator], masks: Tensor, thresholds: Tensor, bars: dict
+) -> Tensor:
+    """(U, K) each unit's IoU with each concept: pixels of the intersections of its masks
+    (upsampled map > threshold) with the concept's over the probe set, over those of their
+    unions (0 where both are empty)."""
+    device = units.device
+    count, concepts = len(units.names), masks.shape[1]
+    inter = torch.zeros(count, concepts, dtype=torch.float64)
+    unit_area = torch.zeros(count, dtype=torch.float64)
+    concept_area = torch.zeros(concepts, dtype=torch.float64)
+    image_size = tuple(masks.shape[-2:])
+    for x, truth in tqdm(_aligned(data(), masks, image_size), desc="dissect: IoU", **bars):
+        truth = truth.to(device).flatten(2).float()  # (B, K, HW)
+        concept_area += truth.sum(2).cpu().double().sum(0)
+        for chunk, up in _upsampled(units, x.to(device)):
+            fired = (up > thresholds[chunk, None, None].to(device)).flatten(2).float()
+            # per image each count is at most H W: exact in float32; summed on the host in float64
+            inter[chunk] += (fired @ truth.transpose(1, 2)).cpu().double().sum(0)
+            unit_area[chunk] += fired.sum(2).cpu().double().sum(0)
+    union = unit_area[:, None] + concept_area[None] - inter
+    return torch.where(union > 0, inter / union.clamp_min(1), 0.0).float()
