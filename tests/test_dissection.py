@@ -194,3 +194,10 @@ def test_dissection_round_trips_to_dict():
     back = Result.from_dict(json.loads(json.dumps(result.to_dict(), allow_nan=False)))
     assert isinstance(back, Dissection) and back.to_dict() == result.to_dict()
     assert back.table(3) == result.table(3) and back.image_size == (SIZE, SIZE)
+
+
+def test_the_guide_example_prints_what_the_guide_says():
+    from guide_example import run_first_example
+
+    printed, said = run_first_example("concepts.md")
+    assert printed == said
