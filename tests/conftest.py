@@ -131,6 +131,25 @@ def shapes_sae(tmp_path_factory):
     return model, sae
 
 
+def patch_mean_vit(size: int, patch: int, means: int, zeros: int = 0) -> nn.Module:
+    """A one-block timm ViT on size x size images whose patch embedding's channel c < ``means``
+    is the mean of image channel c over the patch, the next ``zeros`` channels 0 everywhere,
+    the others random; no position embedding (planted units)."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", img_size=size, patch_size=patch, depth=1,
+                              embed_dim=16, num_heads=2, num_classes=3)  # fmt: skip
+    with torch.no_grad():
+        model.pos_embed.zero_()
+        proj = model.patch_embed.proj
+        proj.weight[: means + zeros] = 0
+        proj.bias[: means + zeros] = 0
+        for channel in range(means):
+            proj.weight[channel, channel] = 1 / patch**2
+    return model.eval()
+
+
 def pytest_configure(config):
     """Under pytest-xdist (`make unit`: one worker per core) each worker computes with its share
     of the cores: torch's default, a thread per core in every worker, oversubscribes them."""

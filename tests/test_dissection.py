@@ -8,9 +8,9 @@ import copy
 import json
 
 import pytest
-import timm
 import torch
 import torch.nn.functional as F
+from conftest import patch_mean_vit
 from torch.utils.data import DataLoader, TensorDataset
 
 import vizkit as vk
@@ -23,18 +23,9 @@ STREAM = "blocks.0.hook_resid_pre"  # the patch embedding: what the planted unit
 
 
 def _planted_vit() -> torch.nn.Module:
-    """A one-block ViT whose patch embedding's channel 0 is the mean of image channel 0 over
-    the patch, channel 1 is 0 everywhere, and the others random; no position embedding."""
-    torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", img_size=SIZE, patch_size=PATCH, depth=1,
-                              embed_dim=16, num_heads=2, num_classes=3)  # fmt: skip
-    with torch.no_grad():
-        model.pos_embed.zero_()
-        proj = model.patch_embed.proj
-        proj.weight[:2] = 0
-        proj.weight[0, 0] = 1 / PATCH**2
-        proj.bias[:2] = 0
-    return model.eval()
+    """Channel 0 of the patch embedding: the mean of image channel 0 over the patch; channel 1:
+    0 everywhere."""
+    return patch_mean_vit(SIZE, PATCH, means=1, zeros=1)
 
 
 def _planted_images(count: int = 12) -> tuple[torch.Tensor, Concepts]:

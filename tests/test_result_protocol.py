@@ -18,7 +18,7 @@ from vizkit.analysis.result import Result
 from vizkit.circuits.feature_circuit import feature_circuit, feature_faithfulness
 from vizkit.circuits.feature_edges import feature_edges
 from vizkit.circuits.feature_patching import exact_feature_patching, feature_agreement
-from vizkit.concepts import dissect, shapes_concepts
+from vizkit.concepts import clip_dissect, dissect, shapes_concepts
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
@@ -267,6 +267,19 @@ def _dissection():
 
 
 EXAMPLES["Dissection"] = (_dissection, True)
+
+
+def _clip_dissection():
+    model, card = vk.zoo.load("vit_tiny_shapes")
+    images = vk.datasets.load_sample()[0][:20]
+    image_text = torch.rand(
+        len(images), len(card["classes"]), generator=torch.Generator().manual_seed(0)
+    )
+    return clip_dissect(model, images, card["classes"], "blocks.3.hook_resid_post",
+                        image_text=image_text, progress=False)  # fmt: skip
+
+
+EXAMPLES["CLIPDissection"] = (_clip_dissection, True)
 
 
 def test_every_result_class_has_an_example():

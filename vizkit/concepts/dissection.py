@@ -112,9 +112,10 @@ class Dissection(Result):
 
 
 @dataclass(frozen=True)
-class _Units:
+class Units:
     """What is dissected: the units' names, the layer they are read at, ``maps``: images
-    (B, C, H, W) -> the units' maps over the patch grid (B, U, gh, gw), and where they are."""
+    (B, C, H, W) -> the units' maps over the patch grid (B, U, gh, gw), and where they are.
+    Shared with CLIP-Dissect (`vizkit.concepts.clip_dissect`)."""
 
     names: list[str]
     layer: str
@@ -162,7 +163,7 @@ def dissect(
     data = _probe_data(images, len(concepts.masks), batch_size)
     image_size = tuple(concepts.masks.shape[-2:])
     first = next(_aligned(data(), concepts.masks, image_size))[0][:1]
-    found = _units(model, units, first)
+    found = read_units(model, units, first)
     batches = None if isinstance(images, DataLoader) else -(-len(concepts.masks) // batch_size)
     bars = {"disable": not progress, "unit": "batch", "leave": False, "total": batches}
     thresholds = _thresholds(found, data, concepts.masks, quantile, bars)
@@ -215,7 +216,7 @@ def _aligned(
         raise ValueError(f"The probe set holds {start} images but the concepts {len(masks)}.")
 
 
-def _units(hm: HookedModel, units: object, first: Tensor) -> _Units:
+def read_units(hm: HookedModel, units: object, first: Tensor) -> Units:
     """The units of ``units`` (a hook name or an autoencoder), checked on one image."""
     image_size = tuple(first.shape[-2:])
     if isinstance(units, SparseAutoencoder):
@@ -235,11 +236,11 @@ def _units(hm: HookedModel, units: object, first: Tensor) -> _Units:
             f"{name} is {shape}, not a token stream (B, N, C){expected}: dissect a block "
             "output (<block>.hook_resid_post), a branch output or an MLP hidden layer."
         )
-    return _Units([f"{name} {c}" for c in range(shape[2])], name, "channels",
+    return Units([f"{name} {c}" for c in range(shape[2])], name, "channels",
                   lambda x: _patch_maps(hm, x, name, layout), model_device(hm.model))  # fmt: skip
 
 
-def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> _Units:
+def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> Units:
     """Each latent of ``sae`` a unit: ``sae.encode`` of its layer's patch tokens. Refuses an
     autoencoder of another model, or one trained on no patch token."""
     positions = replaced_tokens(hm, sae, image_size)
@@ -259,7 +260,7 @@ def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int
         return layout.to_grid(latents.transpose(1, 2)).to(x.device)
 
     names = [f"latent {i}" for i in range(sae.latents)]
-    return _Units(names, layer, "sae", maps, model_device(hm.model))
+    return Units(names, layer, "sae", maps, model_device(hm.model))
 
 
 def _patch_maps(hm: HookedModel, x: Tensor, name: str, layout: TokenLayout) -> Tensor:
@@ -270,7 +271,7 @@ def _patch_maps(hm: HookedModel, x: Tensor, name: str, layout: TokenLayout) -> T
     return layout.to_grid(patches.transpose(1, 2).float())
 
 
-def _upsampled(units: _Units, x: Tensor) -> Iterator[tuple[slice, Tensor]]:
+def _upsampled(units: Units, x: Tensor) -> Iterator[tuple[slice, Tensor]]:
     """Chunks of the units' maps of ``x``, upsampled bilinearly to its size (Bau et al. 2017,
     Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most `CHUNK_BYTES`."""
     with torch.no_grad():
@@ -284,7 +285,7 @@ def _upsampled(units: _Units, x: Tensor) -> Iterator[tuple[slice, Tensor]]:
 
 
 def _thresholds(
-    units: _Units, data: Callable[[], Iterator], masks: Tensor, quantile: float, bars: dict
+    units: Units, data: Callable[[], Iterator], masks: Tensor, quantile: float, bars: dict
 ) -> Tensor:
     """(U,) each unit's top ``quantile`` over every upsampled pixel of the probe set, read as
     ``torch.quantile(values, 1 - quantile)`` reads it (linear interpolation) from the values
@@ -314,7 +315,7 @@ def _thresholds(
 
 
 def _iou(
-    units: _Units, data: Callable[[], Iterator], masks: Tensor, thresholds: Tensor, bars: dict
+    units: Units, data: Callable[[], Iterator], masks: Tensor, thresholds: Tensor, bars: dict
 ) -> Tensor:
     """(U, K) each unit's IoU with each concept: pixels of the intersections of its masks
     (upsampled map > threshold) with the concept's over the probe set, over those of their
