@@ -37,7 +37,7 @@ from .graph import ComponentGraph
 from .heads import HeadInputs, multihead_inputs, projection_maps
 from .points import read_heads
 
-__all__ = ["Agreement", "agreement", "exact_patching"]
+__all__ = ["Agreement", "agreement", "agreement_of", "exact_patching"]
 
 
 @analysis_contract
@@ -211,8 +211,14 @@ def agreement(
             "both with the same heads= on the same model."
         )
     a, e = (getattr(r, of).mean(0).flatten() for r in (approximate, exact))
-    both = ~(a.isnan() | e.isnan())
-    a, e = a[both].double(), e[both].double()
+    return agreement_of(of, a, e, k)
+
+
+def agreement_of(of: str, approximate: Tensor, exact: Tensor, k: int) -> Agreement:
+    """The `Agreement` of mean effects ``approximate`` and ``exact`` (n,), NaN where one has
+    none (left out)."""
+    both = ~(approximate.isnan() | exact.isnan())
+    a, e = approximate[both].double(), exact[both].double()
     k = min(k, len(e))
     top_a = set(a.abs().topk(k).indices.tolist())
     top_e = set(e.abs().topk(k).indices.tolist())

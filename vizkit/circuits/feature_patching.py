@@ -20,7 +20,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_image_pairs
 from ..sae.autoencoder import SparseAutoencoder
 from ..sae.spliced import replaced_tokens, splice_hook
-from .exact import Agreement
+from .exact import Agreement, agreement_of
 from .features import FeatureAttribution, latent_differences
 
 __all__ = ["exact_feature_patching", "feature_agreement"]
@@ -91,13 +91,7 @@ def feature_agreement(
             "The two results are of different autoencoders; compute both with the same saes."
         )
     a, e = (torch.cat([m.mean(0) for m in r.latents]) for r in (approximate, exact))
-    both = ~(a.isnan() | e.isnan())
-    a, e = a[both].double(), e[both].double()
-    k = min(k, len(e))
-    top_a = set(a.abs().topk(k).indices.tolist())
-    top_e = set(e.abs().topk(k).indices.tolist())
-    r = float(torch.corrcoef(torch.stack([a, e]))[0, 1])
-    return Agreement("latents", len(e), r, k, len(top_a & top_e) / k)
+    return agreement_of("latents", a, e, k)
 
 
 def _chosen(

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..families.torch.multihead_attention import with_weights
+from ..text.head_values import value_projection
 
 __all__ = ["MultiheadInput", "unreadable"]
 
@@ -90,10 +91,4 @@ class MultiheadInput:
 
 def _values(attention: nn.MultiheadAttention, value: Tensor) -> Tensor:
     """(B, N, H d) the values the module computes from its ``value`` input (B, N, C)."""
-    width = attention.embed_dim
-    if attention._qkv_same_embed_dim:
-        weight = attention.in_proj_weight[2 * width :]
-    else:
-        weight = attention.v_proj_weight
-    bias = None if attention.in_proj_bias is None else attention.in_proj_bias[2 * width :]
-    return F.linear(value, weight, bias)
+    return F.linear(value, *value_projection(attention))

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..analysis.linear_head import LinearHead
 
-__all__ = ["HeadValues", "reading_values"]
+__all__ = ["HeadValues", "reading_values", "value_projection"]
 
 
 @dataclass
@@ -108,14 +108,20 @@ def _reader(module: nn.Module, block: str, read: dict):
     return None
 
 
-def _multihead_values(module: nn.MultiheadAttention, value: Tensor) -> HeadValues:
-    """The values (B, N, H, d) of torch's attention for its ``value`` input (B, N, C)."""
+def value_projection(module: nn.MultiheadAttention) -> tuple[Tensor, Tensor | None]:
+    """The weight (H d, C) and bias (H d,) or None that give torch's attention its values."""
     width = module.embed_dim
     if module._qkv_same_embed_dim:
         weight = module.in_proj_weight[2 * width :]
     else:
         weight = module.v_proj_weight
     bias = None if module.in_proj_bias is None else module.in_proj_bias[2 * width :]
+    return weight, bias
+
+
+def _multihead_values(module: nn.MultiheadAttention, value: Tensor) -> HeadValues:
+    """The values (B, N, H, d) of torch's attention for its ``value`` input (B, N, C)."""
+    weight, bias = value_projection(module)
     values = F.linear(value.float(), weight.detach().float(),
                       None if bias is None else bias.detach().float())  # fmt: skip
     out = module.out_proj
