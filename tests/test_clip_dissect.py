@@ -149,6 +149,20 @@ def test_the_clip_model_may_be_the_dissected_model():
     assert set(result.labels) <= set(texts) and not _hooks_and_grads(clip)
 
 
+def test_units_read_from_a_store_are_named_as_from_the_model(tmp_path):
+    model = _planted_vit()
+    images, image_text, _ = _planted_probe()
+    store = vk.cache_activations(model, images, tmp_path / "s", layers=[STREAM],
+                                 tokens="patches", progress=False)  # fmt: skip
+    ran = clip_dissect(model, images, TEXTS, STREAM, image_text=image_text, progress=False)
+    read = clip_dissect(model, None, TEXTS, STREAM, image_text=image_text, batch_size=7,
+                        progress=False, store=store)  # fmt: skip
+    torch.testing.assert_close(read.similarity, ran.similarity)
+    assert read.labels == ran.labels and read.options["store"] == str(store.folder)
+    with pytest.raises(ValueError, match="needs the images"):
+        clip_dissect(model, None, TEXTS, STREAM, model, WordTokenizer(["red"]), store=store)
+
+
 def test_refusals_leave_the_model_as_it_was():
     model = _planted_vit().train()
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -114,7 +114,7 @@ def test_shapes_vit_last_block_has_shape_detectors():
     assert sum(shape_detectors.values()) >= 20, counts
     assert sum(n > 0 for n in shape_detectors.values()) >= 4, counts
     assert result.options == {"quantile": 0.005, "threshold": 0.04, "units": "channels",
-                              "layer": "blocks.3.hook_resid_post"}  # fmt: skip
+                              "layer": "blocks.3.hook_resid_post", "store": None}  # fmt: skip
 
 
 def test_shapes_concepts_are_the_generators_masks():
@@ -144,6 +144,65 @@ def test_autoencoder_latents_as_units(shapes_sae):
         other.head.bias += 1
     with pytest.raises(ValueError, match="another model"):
         dissect(other, images, concepts, sae, progress=False)
+
+
+def test_units_read_from_a_store_equal_the_units_read_by_the_model(tmp_path, shapes_sae):
+    """Channels and latents read from an activation store (no pass over the model) give the
+    dissection of the model's own forward: the same thresholds and IoU."""
+    model, sae = shapes_sae
+    images, concepts = shapes_concepts(24)
+    layer = sae.source["layer"]
+    store = vk.cache_activations(model, images, tmp_path / "all", layers=[layer], tokens="all",
+                                 progress=False)  # fmt: skip
+    calls = []
+    for units in (layer, sae):
+        ran = dissect(model, images, concepts, units, batch_size=10, progress=False)
+        calls.clear()
+        handle = model.register_forward_hook(lambda *_: calls.append(1))
+        try:
+            read = dissect(model, None, concepts, units, batch_size=7, progress=False,
+                           store=store)  # fmt: skip
+            checked = dissect(model, images, concepts, units, progress=False, store=store)
+        finally:
+            handle.remove()
+        assert not calls  # the store stands for the forwards
+        torch.testing.assert_close(read.thresholds, ran.thresholds, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(read.iou, ran.iou, rtol=0, atol=1e-6)
+        assert checked.labels == read.labels and read.options["store"] == str(store.folder)
+
+
+def test_stores_that_cannot_stand_for_the_units_are_refused(tmp_path, shapes_sae):
+    model, sae = shapes_sae
+    images, concepts = shapes_concepts(8)
+    layer = sae.source["layer"]
+    write = lambda name, **kw: vk.cache_activations(  # noqa: E731
+        model, images, tmp_path / name, progress=False, **kw
+    )
+    classes = write("class", layers=[layer], tokens="class")
+    with pytest.raises(ValueError, match="not every patch of each image.*tokens='patches'"):
+        dissect(model, None, concepts, layer, progress=False, store=classes)
+    some = write("some", layers=[layer], tokens=5)
+    with pytest.raises(ValueError, match="not every patch"):
+        dissect(model, None, concepts, sae, progress=False, store=some)
+    other_layer = write("other", layers=["blocks.0.hook_resid_post"], tokens="patches")
+    with pytest.raises(ValueError, match="not blocks.*cache_activations"):
+        dissect(model, None, concepts, layer, progress=False, store=other_layer)
+    store = write("all", layers=[layer], tokens="patches")
+    with pytest.raises(ValueError, match="differ from the ones the store"):
+        dissect(model, images.flip(0), concepts, layer, progress=False, store=store)
+    more = Concepts(concepts.names, torch.cat([concepts.masks, concepts.masks]))
+    with pytest.raises(ValueError, match="holds 8 images but the concepts hold masks of 16"):
+        dissect(model, None, more, layer, progress=False, store=store)
+    smaller = Concepts(concepts.names, concepts.masks[..., :16, :16])
+    with pytest.raises(ValueError, match=r"written from \(32, 32\) images"):
+        dissect(model, None, smaller, layer, progress=False, store=store)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.head.bias += 1
+    with pytest.raises(ValueError, match="not made with this model"):
+        dissect(other, None, concepts, layer, progress=False, store=store)
+    with pytest.raises(ValueError, match="needs its images"):
+        dissect(model, None, concepts, layer, progress=False)
 
 
 def test_refusals_leave_the_model_as_it_was():

@@ -151,3 +151,26 @@ def test_edits_run_from_the_layer_and_equal_the_whole_model(browsed):
     torch.testing.assert_close(outputs.clean(chosen), want, rtol=0,
                                atol=1e-5 * float(want.abs().max()))  # fmt: skip
     assert state(model)[:2] == before[:2]
+
+
+def test_names_from_a_dissection_label_the_list_and_the_title(browsed):
+    model, images, sae, _, _ = browsed
+    test_images, concepts = vk.concepts.shapes_concepts(64)
+    found = vk.concepts.dissect(model, test_images, concepts, sae, quantile=0.02, progress=False)
+    named = vk.concepts.unit_names(found)
+    assert named, "no latent detects a concept"
+    browser = FeatureBrowser(model, sae, images, classes=vk.datasets.SHAPE_CLASSES, top=4,
+                             names=found)  # fmt: skip
+    labels = dict((value, label) for label, value in browser.latent.options)
+    for latent, label in labels.items():
+        name = found.labels[latent]
+        expected = f"{latent} {name}: fires" if latent in named else f"{latent}: fires"
+        assert label.startswith(expected), label
+    latent = next(latent for latent in labels if latent in named)
+    browser.latent.value = latent
+    assert f"'{named[latent]}'" in browser.figure.layout.title.text
+    assert named[latent].startswith(found.labels[latent] + " (IoU ")
+    channels = vk.concepts.dissect(model, test_images, concepts, "blocks.3.hook_resid_post",
+                                   progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="other units"):
+        FeatureBrowser(model, sae, images, names=channels)

@@ -299,3 +299,10 @@ def test_the_features_section_shows_the_autoencoder_given(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["report", "--sae", str(tmp_path), "--out", str(tmp_path / "r4")])
     assert "holds no sparse autoencoder (no sae.json)" in capsys.readouterr().err
+    concepts = build_report(n=6, out=tmp_path / "r5", sections=["concepts"], progress=False,
+                            sae=tmp_path / "sae").read_text()  # fmt: skip
+    assert "<h2>Concepts (sparse autoencoder)</h2>" in concepts and figures_in(concepts) == 1
+    assert "<th>latent</th><th>label</th><th>IoU</th>" in concepts
+    assert "AttnLRP relevance" in concepts
+    skipped = build_report(n=2, out=tmp_path / "r6", sections=["concepts"], progress=False)
+    assert "no sparse autoencoder was given" in skipped.read_text()

@@ -18,7 +18,17 @@ from vizkit.analysis.result import Result
 from vizkit.circuits.feature_circuit import feature_circuit, feature_faithfulness
 from vizkit.circuits.feature_edges import feature_edges
 from vizkit.circuits.feature_patching import exact_feature_patching, feature_agreement
-from vizkit.concepts import clip_dissect, dissect, shapes_concepts
+from vizkit.concepts import (
+    PatchLabels,
+    check_names,
+    clip_dissect,
+    conditioned_maps,
+    dissect,
+    patch_labels,
+    probe_units,
+    shapes_concepts,
+    tcav,
+)
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks import TokenLayout
 from vizkit.models.text_image import clip_shapes
@@ -280,6 +290,51 @@ def _clip_dissection():
 
 
 EXAMPLES["CLIPDissection"] = (_clip_dissection, True)
+
+
+def _named_units():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images, concepts = shapes_concepts(12, seed=5)
+    return check_names(model, _dissection(), images, concepts, progress=False)
+
+
+EXAMPLES["NamedUnits"] = (_named_units, False)
+
+
+def _probes():
+    model, card = vk.zoo.load("vit_tiny_shapes")
+    data = vk.datasets.Shapes("test", n=16, seed=3)
+    images = torch.stack([data[i][0] for i in range(16)])
+    pixels = torch.where(data.masks, data.labels[:, None, None].long(), 10)
+    labels = patch_labels(pixels, (8, 8), [*card["classes"], "background"])
+    train = PatchLabels(labels.classes, labels.labels[:8])
+    test = PatchLabels(labels.classes, labels.labels[8:])
+    layer = "blocks.3.hook_resid_post"
+    return probe_units(model, layer, images[:8], train, images[8:], test, steps=5, progress=False)
+
+
+EXAMPLES["Probes"] = (_probes, False)
+
+
+def _conditioned_maps():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images = vk.datasets.load_sample()[0][:2]
+    return conditioned_maps(model, images, None, "blocks.2.hook_resid_post", chosen=[0, 5])
+
+
+EXAMPLES["ConditionedMaps"] = (_conditioned_maps, True)
+
+
+def _tcav():
+    model, card = vk.zoo.load("vit_tiny_shapes")
+    images, labels = vk.datasets.load_sample()[:2]
+    circle = card["classes"].index("circle")
+    concept, others = images[labels == circle], images[labels != circle]
+    return tcav(model, images[:8], circle, "blocks.3.hook_resid_post", concept[:6],
+                list(others[:24].chunk(3)))  # fmt: skip
+
+
+EXAMPLES["TCAVResult"] = (_tcav, True)
 
 
 def test_every_result_class_has_an_example():

@@ -1,18 +1,33 @@
-"""Concepts: what a model's units detect, measured against concept masks or named by a CLIP
-model.
+"""Concepts: what a model's units detect, what to call them, and how a prediction uses them.
 
 Network Dissection (`dissection`): each unit's thresholded activation maps against binary
 concept masks, their IoU, the unit's label and whether it detects it. CLIP-Dissect
 (`clip_dissect`): each unit named after the concept text whose CLIP similarities over a probe
-set follow its activations. The Shapes probe set (`shapes_concepts`): its images with a mask
-per shape class, object, background and tone.
+set follow its activations. Names checked on held-out images (`held_out`): each unit's AUC for
+its name beside the score it was chosen by. saev's 1-D probes (`probes`): a logistic probe per
+unit and class on patch labels, Probe R, AP and purity. Concept-conditional maps
+(`conditioned`): the relevance of a prediction through one unit, as concept relevance
+propagation conditions it. TCAV (`tcav`): concept activation vectors and the share of
+images a concept pushes toward a target, tested against random concepts. Short labels of the
+names for explorers (`naming`). The units (`units`) are read by running the model or from an
+activation store; the probe images (`probe_set`) come as tensors, data sets or a store. The
+Shapes probe set (`shapes_concepts`): its images with a mask per shape class, object,
+background and tone.
 """
 
 from .clip_dissect import CLIPDissection, clip_dissect
+from .conditioned import CONDITIONED_METHODS, ConditionedMaps, conditioned_maps
 from .dissection import CHUNK_BYTES, Concepts, Dissection, dissect
+from .held_out import NamedUnits, check_names, image_auc
+from .naming import unit_names
+from .probes import PURITY_K, PatchLabels, Probes, patch_labels, probe_units
 from .shapes_concepts import SHAPES_CONCEPTS, shapes_concepts
+from .tcav import CAV, TCAVResult, concept_activation_vector, concept_sensitivity, tcav
 
 __all__ = [
-    "CHUNK_BYTES", "SHAPES_CONCEPTS", "CLIPDissection", "Concepts", "Dissection", "clip_dissect",
-    "dissect", "shapes_concepts",
+    "CAV", "CHUNK_BYTES", "CONDITIONED_METHODS", "PURITY_K", "SHAPES_CONCEPTS", "CLIPDissection",
+    "ConditionedMaps", "Concepts", "Dissection", "NamedUnits", "PatchLabels", "Probes",
+    "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
+    "concept_sensitivity", "conditioned_maps", "dissect", "image_auc", "patch_labels",
+    "probe_units", "shapes_concepts", "tcav", "unit_names",
 ]  # fmt: skip

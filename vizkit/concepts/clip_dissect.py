@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, SequentialSampler
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
@@ -43,8 +42,11 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_number, unwrap_model
 from ..models.zero_shot import image_tower
 from ..sae.autoencoder import SparseAutoencoder
+from ..store import ActivationStore
 from ..targets import embed, encode_texts
-from .dissection import CHUNK_BYTES, Units, read_units
+from .dissection import CHUNK_BYTES
+from .probe_set import ProbeSet, probe_set
+from .units import Units, read_units
 
 __all__ = [
     "LAMBDA", "MIN_PROB", "P_END", "P_START", "SIMILARITIES", "CLIPDissection", "clip_dissect",
@@ -147,6 +149,7 @@ def clip_dissect(
     temperature: float = 0.1,
     batch_size: int = 64,
     progress: bool = True,
+    store: ActivationStore | None = None,
 ) -> CLIPDissection:
     """CLIP-Dissect of ``units`` of ``model`` with the concept ``texts`` on the probe ``images``.
 
@@ -167,6 +170,10 @@ def clip_dissect(
             a = 10 is 0.1).
         batch_size: images per forward.
         progress: a progress bar over the images.
+        store: an `vizkit.ActivationStore` of this model holding every patch token of the
+            units' layer over the probe images: the activations are read from its rows (the
+            images are still read by ``clip_model``; with ``image_text``, ``images`` may be
+            None).
 
     Returns:
         `CLIPDissection`.
@@ -177,16 +184,17 @@ def clip_dissect(
     temperature = check_number("temperature", temperature, 0, low_open=True)
     batch_size = check_count("batch_size", batch_size)
     top = None if top is None else check_count("top", top)
+    probes = probe_set(images, batch_size, "clip_dissect", store, need_images=image_text is None)
     text_embeddings = _text_embeddings(clip_model, tokenizer, texts, image_text)
-    data, count = _probe_batches(images, batch_size, ordered=image_text is not None)
     if image_text is not None:
-        image_text = _check_image_text(image_text, count, len(texts))
-    first = next(iter(data()))[0][:1]
-    found = read_units(model, units, first)
+        image_text = _check_image_text(image_text, probes.count, len(texts))
+    image_size = _image_size(model, images, store)
+    first = None if store is not None else next(probes.batches())[0][:1]
+    found = read_units(model, units, image_size, first, store)
     bars = {"disable": not progress, "unit": "batch", "leave": False,
-            "total": None if count is None else -(-count // batch_size)}  # fmt: skip
+            "total": None if probes.count is None else -(-probes.count // batch_size)}  # fmt: skip
     tower = None if clip_model is None else image_tower(_unwrapped(clip_model))
-    activations, similarities = _probe(found, data(), tower, text_embeddings, bars)
+    activations, similarities = _probe(found, probes, tower, text_embeddings, bars)
     image_text = similarities if image_text is None else _check_image_text(
         image_text, len(activations), len(texts))  # fmt: skip
     top = min(max(5, len(activations) // 20) if top is None else top, len(activations))
@@ -196,9 +204,9 @@ def clip_dissect(
         found.names, texts, scores, [texts[i] for i in index.tolist()], best,
         options={"similarity": similarity, "top": top, "temperature": temperature,
                  "units": found.source, "layer": found.layer,
-                 "clip": "image_text" if clip_model is None else "clip_model"},
-        layout=model.token_layout(tuple(first.shape[-2:]), found.layer),
-        image_size=tuple(first.shape[-2:]),
+                 "clip": "image_text" if clip_model is None else "clip_model",
+                 "store": None if store is None else str(store.folder)},
+        layout=model.token_layout(image_size, found.layer), image_size=image_size,
     )  # fmt: skip
 
 
@@ -230,21 +238,12 @@ def _text_embeddings(
     return None if clip_model is None else encode_texts(_unwrapped(clip_model), texts, tokenizer)
 
 
-def _probe_batches(
-    images: object, batch_size: int, ordered: bool
-) -> tuple[Callable[[], Iterator], int | None]:
-    """A function giving the batches (images, labels, masks) of ``images`` each time it is
-    called, and their count when known; refuses a shuffling loader where the images must meet
-    similarities computed beforehand (``ordered``)."""
-    if ordered and isinstance(images, DataLoader) and not isinstance(
-            images.sampler, SequentialSampler):  # fmt: skip
-        raise ValueError(
-            "The DataLoader does not read its dataset in order (it shuffles or samples), so its "
-            "images cannot be matched with the rows of image_text; pass shuffle=False."
-        )
+def _image_size(model: HookedModel, images: object, store: ActivationStore | None) -> tuple:
+    """The probe images' (H, W): the store's, else the first image's."""
+    if store is not None:
+        return tuple(store.manifest["settings"]["image_size"])
     data = (images,) if isinstance(images, Tensor) else images
-    count = labelled_batches(data, batch_size, "clip_dissect")[1]
-    return lambda: labelled_batches(data, batch_size, "clip_dissect")[0], count
+    return tuple(next(iter(labelled_batches(data, 1, "clip_dissect")[0]))[0].shape[-2:])
 
 
 def _check_image_text(image_text: object, count: int | None, texts: int) -> Tensor:
@@ -265,13 +264,14 @@ def _check_image_text(image_text: object, count: int | None, texts: int) -> Tens
 
 
 def _probe(
-    units: Units, batches: Iterator, tower: nn.Module | None, texts: Tensor | None, bars: dict
+    units: Units, probes: ProbeSet, tower: nn.Module | None, texts: Tensor | None, bars: dict
 ) -> tuple[Tensor, Tensor | None]:
     """(N, U) each unit's mean activation over each image's patches and, with the CLIP image
     ``tower``, (N, M) each image's cosine similarity with each text embedding (M, D)."""
     activations, similarities = [], []
-    for x, _, _ in tqdm(batches, desc="clip_dissect", **bars):
-        activations.append(units.maps(x.to(units.device)).mean((2, 3)).cpu())
+    for x, _, rows in tqdm(probes.batches(), desc="clip_dissect", **bars):
+        on_device = None if units.stored else x.to(units.device)
+        activations.append(units.maps(on_device, rows).mean((2, 3)).cpu())
         if tower is not None:
             image = F.normalize(embed(tower, x, len(x)).float(), dim=-1)
             similarities.append((image @ texts.to(image.device).T).cpu())

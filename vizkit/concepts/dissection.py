@@ -19,22 +19,22 @@ chunk of units at a time, each chunk at most `CHUNK_BYTES`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, SequentialSampler
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
-from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel, TokenLayout
-from ..hooks.contract import analysis_contract, eval_mode
-from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_number, model_device
+from ..hooks.contract import analysis_contract
+from ..hooks.inputs import DEFAULT_MAX_BYTES, check_count, check_number
 from ..sae.autoencoder import SparseAutoencoder
-from ..sae.spliced import replaced_tokens
+from ..store import ActivationStore
+from .probe_set import ProbeSet, probe_set
+from .units import Units, read_units
 
 __all__ = ["CHUNK_BYTES", "Concepts", "Dissection", "dissect"]
 
@@ -111,19 +111,6 @@ class Dissection(Result):
         return counts
 
 
-@dataclass(frozen=True)
-class Units:
-    """What is dissected: the units' names, the layer they are read at, ``maps``: images
-    (B, C, H, W) -> the units' maps over the patch grid (B, U, gh, gw), and where they are.
-    Shared with CLIP-Dissect (`vizkit.concepts.clip_dissect`)."""
-
-    names: list[str]
-    layer: str
-    source: str
-    maps: Callable[[Tensor], Tensor]
-    device: torch.device
-
-
 @analysis_contract
 def dissect(
     model: nn.Module | HookedModel,
@@ -134,6 +121,7 @@ def dissect(
     threshold: float = 0.04,
     batch_size: int = 64,
     progress: bool = True,
+    store: ActivationStore | None = None,
 ) -> Dissection:
     """Network Dissection of ``units`` of ``model`` against ``concepts`` on ``images``.
 
@@ -148,6 +136,9 @@ def dissect(
         threshold: the IoU above which a unit detects its label.
         batch_size: images per forward.
         progress: progress bars over the two passes.
+        store: an `vizkit.ActivationStore` of this model holding every patch token of the
+            units' layer over the probe set: the maps are read from its rows instead of
+            running the model (``images`` None, or the images it was written from).
 
     Returns:
         `Dissection`. A unit's map is its activation at each patch token, upsampled bilinearly
@@ -160,132 +151,68 @@ def dissect(
         raise TypeError(
             f"concepts must be a Concepts (names, masks); got {type(concepts).__name__}."
         )
-    data = _probe_data(images, len(concepts.masks), batch_size)
-    image_size = tuple(concepts.masks.shape[-2:])
-    first = next(_aligned(data(), concepts.masks, image_size))[0][:1]
-    found = read_units(model, units, first)
-    batches = None if isinstance(images, DataLoader) else -(-len(concepts.masks) // batch_size)
+    probes = probe_set(images, batch_size, "dissect", store)
+    masks, image_size = concepts.masks, tuple(concepts.masks.shape[-2:])
+    if probes.count is not None and probes.count != len(masks):
+        raise ValueError(
+            f"The probe set holds {probes.count} images but the concepts hold masks of "
+            f"{len(masks)}; give one mask per image and concept, in the images' order."
+        )
+    first = None if store is not None else next(_aligned(probes, masks, image_size))[0][:1]
+    found = read_units(model, units, image_size, first, store)
+    batches = None if probes.count is None else -(-probes.count // batch_size)
     bars = {"disable": not progress, "unit": "batch", "leave": False, "total": batches}
-    thresholds = _thresholds(found, data, concepts.masks, quantile, bars)
-    iou = _iou(found, data, concepts.masks, thresholds, bars)
+    thresholds = _thresholds(found, probes, masks, quantile, bars)
+    iou = _iou(found, probes, masks, thresholds, bars)
     best_iou, best = iou.max(1)
     return Dissection(
         found.names, concepts.names, iou, thresholds, [concepts.names[i] for i in best.tolist()],
         best_iou, best_iou > threshold,
         options={"quantile": quantile, "threshold": threshold, "units": found.source,
-                 "layer": found.layer},
+                 "layer": found.layer, "store": None if store is None else str(store.folder)},
         layout=model.token_layout(image_size, found.layer), image_size=image_size,
     )  # fmt: skip
 
 
-def _probe_data(images: object, count: int, batch_size: int) -> Callable[[], Iterator]:
-    """A function giving the batches (images, labels, masks) of ``images`` in order each time
-    it is called; refuses a shuffling loader and a probe set of another size than ``count``."""
-    if isinstance(images, DataLoader) and not isinstance(images.sampler, SequentialSampler):
-        raise ValueError(
-            "The DataLoader does not read its dataset in order (it shuffles or samples), so its "
-            "images cannot be matched with the concept masks; pass shuffle=False."
-        )
-    data = (images,) if isinstance(images, Tensor) else images
-    size = labelled_batches(data, batch_size, "dissect")[1]
-    if size is not None and size != count:
-        raise ValueError(
-            f"The probe set holds {size} images but the concepts hold masks of {count}; give "
-            "one mask per image and concept, in the images' order."
-        )
-    return lambda: labelled_batches(data, batch_size, "dissect")[0]
-
-
 def _aligned(
-    batches: Iterator, masks: Tensor, image_size: tuple[int, int]
-) -> Iterator[tuple[Tensor, Tensor]]:
-    """Each batch's images (B, C, H, W) with their concept masks (B, K, H, W); refuses images
-    of another size than the masks' and a probe set of another count."""
-    start = 0
-    for x, _, _ in batches:
-        if tuple(x.shape[-2:]) != image_size:
+    probes: ProbeSet, masks: Tensor, image_size: tuple[int, int]
+) -> Iterator[tuple[Tensor | None, range, Tensor]]:
+    """Each batch's images (B, C, H, W) (None from a store), their indices and their concept
+    masks (B, K, H, W); refuses images of another size than the masks' and a probe set of
+    another count."""
+    rows = range(0)
+    for x, _, rows in probes.batches():
+        if x is not None and tuple(x.shape[-2:]) != image_size:
             raise ValueError(
                 f"The images are {tuple(x.shape[-2:])} but the concept masks "
                 f"{image_size}; give masks of the images' size."
             )
-        if start + len(x) > len(masks):
+        if rows.stop > len(masks):
             raise ValueError(f"The probe set holds more images than the {len(masks)} masks.")
-        yield x, masks[start : start + len(x)]
-        start += len(x)
-    if start != len(masks):
-        raise ValueError(f"The probe set holds {start} images but the concepts {len(masks)}.")
+        yield x, rows, masks[rows.start : rows.stop]
+    if rows.stop != len(masks):
+        raise ValueError(f"The probe set holds {rows.stop} images but the concepts {len(masks)}.")
 
 
-def read_units(hm: HookedModel, units: object, first: Tensor) -> Units:
-    """The units of ``units`` (a hook name or an autoencoder), checked on one image."""
-    image_size = tuple(first.shape[-2:])
-    if isinstance(units, SparseAutoencoder):
-        return _latent_units(hm, units, image_size)
-    if not isinstance(units, str):
-        raise TypeError(
-            f"units must be a hook name or a SparseAutoencoder; got {type(units).__name__}."
-        )
-    name = hm.tap(units).name  # refuses an unknown name, listing the closest
-    layout = hm.token_layout(image_size, name)
+def _upsampled(
+    units: Units, x: Tensor | None, rows: range, size: tuple[int, int]
+) -> Iterator[tuple[slice, Tensor]]:
+    """Chunks of the units' maps of images ``rows`` (``x``), upsampled bilinearly to ``size``
+    (Bau et al. 2017, Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most
+    `CHUNK_BYTES`."""
     with torch.no_grad():
-        _, cache = hm.run_with_cache(first, [name])
-    shape = tuple(cache[name].shape)
-    if layout is None or len(shape) != 3 or shape[1] != layout.num_tokens:
-        expected = "" if layout is None else f" with {layout.num_tokens} tokens"
-        raise ValueError(
-            f"{name} is {shape}, not a token stream (B, N, C){expected}: dissect a block "
-            "output (<block>.hook_resid_post), a branch output or an MLP hidden layer."
-        )
-    return Units([f"{name} {c}" for c in range(shape[2])], name, "channels",
-                  lambda x: _patch_maps(hm, x, name, layout), model_device(hm.model))  # fmt: skip
-
-
-def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> Units:
-    """Each latent of ``sae`` a unit: ``sae.encode`` of its layer's patch tokens. Refuses an
-    autoencoder of another model, or one trained on no patch token."""
-    positions = replaced_tokens(hm, sae, image_size)
-    layer = sae.source["layer"]
-    layout = hm.token_layout(image_size, layer)
-    if not bool((positions >= layout.num_prefix_tokens).any()):
-        raise ValueError(
-            f"This autoencoder was trained on the prefix tokens of {layer} only (tokens="
-            f"{sae.source.get('tokens')!r}), not on its patches; train one on a store of its "
-            "patches (tokens='patches' or 'all')."
-        )
-
-    def maps(x: Tensor) -> Tensor:
-        tokens = _patch_maps(hm, x, layer, layout).flatten(2).transpose(1, 2)  # (B, Np, C)
-        with eval_mode(sae):
-            latents = sae.encode(tokens.to(sae.W_dec.device))  # (B, Np, latents)
-        return layout.to_grid(latents.transpose(1, 2)).to(x.device)
-
-    names = [f"latent {i}" for i in range(sae.latents)]
-    return Units(names, layer, "sae", maps, model_device(hm.model))
-
-
-def _patch_maps(hm: HookedModel, x: Tensor, name: str, layout: TokenLayout) -> Tensor:
-    """(B, C, gh, gw) float32: the activation ``name`` (B, N, C) of ``x`` at each patch."""
-    with torch.no_grad():
-        _, cache = hm.run_with_cache(x, [name])
-    patches = layout.split(cache[name], dim=1)[1]  # (B, Np, C)
-    return layout.to_grid(patches.transpose(1, 2).float())
-
-
-def _upsampled(units: Units, x: Tensor) -> Iterator[tuple[slice, Tensor]]:
-    """Chunks of the units' maps of ``x``, upsampled bilinearly to its size (Bau et al. 2017,
-    Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most `CHUNK_BYTES`."""
-    with torch.no_grad():
-        maps = units.maps(x)  # (B, U, gh, gw)
-        pixels = x.shape[0] * x.shape[-2] * x.shape[-1]
+        maps = units.maps(None if x is None else x.to(units.device), rows)  # (B, U, gh, gw)
+        maps = maps.to(units.device)
+        pixels = len(rows) * size[0] * size[1]
         step = max(1, CHUNK_BYTES // (4 * pixels))
         for start in range(0, maps.shape[1], step):
             chunk = slice(start, start + step)
-            yield chunk, F.interpolate(maps[:, chunk], size=tuple(x.shape[-2:]), mode="bilinear",
+            yield chunk, F.interpolate(maps[:, chunk], size=size, mode="bilinear",
                                        align_corners=False)  # fmt: skip
 
 
 def _thresholds(
-    units: Units, data: Callable[[], Iterator], masks: Tensor, quantile: float, bars: dict
+    units: Units, probes: ProbeSet, masks: Tensor, quantile: float, bars: dict
 ) -> Tensor:
     """(U,) each unit's top ``quantile`` over every upsampled pixel of the probe set, read as
     ``torch.quantile(values, 1 - quantile)`` reads it (linear interpolation) from the values
@@ -303,9 +230,10 @@ def _thresholds(
     device = units.device
     top = torch.empty(len(units.names), 0, device=device)
     image_size = tuple(masks.shape[-2:])
-    for x, _ in tqdm(_aligned(data(), masks, image_size), desc="dissect: thresholds", **bars):
+    for x, rows, _ in tqdm(_aligned(probes, masks, image_size), desc="dissect: thresholds",
+                           **bars):  # fmt: skip
         parts = []
-        for chunk, up in _upsampled(units, x.to(device)):
+        for chunk, up in _upsampled(units, x, rows, image_size):
             merged = torch.cat([top[chunk], up.transpose(0, 1).flatten(1)], 1)
             parts.append(merged.topk(min(kept, merged.shape[1]), dim=1).values)
         top = torch.cat(parts)
@@ -314,9 +242,7 @@ def _thresholds(
     return torch.lerp(low, high, rank - below).cpu()
 
 
-def _iou(
-    units: Units, data: Callable[[], Iterator], masks: Tensor, thresholds: Tensor, bars: dict
-) -> Tensor:
+def _iou(units: Units, probes: ProbeSet, masks: Tensor, thresholds: Tensor, bars: dict) -> Tensor:
     """(U, K) each unit's IoU with each concept: pixels of the intersections of its masks
     (upsampled map > threshold) with the concept's over the probe set, over those of their
     unions (0 where both are empty)."""
@@ -326,10 +252,11 @@ def _iou(
     unit_area = torch.zeros(count, dtype=torch.float64)
     concept_area = torch.zeros(concepts, dtype=torch.float64)
     image_size = tuple(masks.shape[-2:])
-    for x, truth in tqdm(_aligned(data(), masks, image_size), desc="dissect: IoU", **bars):
+    for x, rows, truth in tqdm(_aligned(probes, masks, image_size), desc="dissect: IoU",
+                               **bars):  # fmt: skip
         truth = truth.to(device).flatten(2).float()  # (B, K, HW)
         concept_area += truth.sum(2).cpu().double().sum(0)
-        for chunk, up in _upsampled(units, x.to(device)):
+        for chunk, up in _upsampled(units, x, rows, image_size):
             fired = (up > thresholds[chunk, None, None].to(device)).flatten(2).float()
             # per image each count is at most H W: exact in float32; summed on the host in float64
             inter[chunk] += (fired @ truth.transpose(1, 2)).cpu().double().sum(0)

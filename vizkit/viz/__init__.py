@@ -5,6 +5,7 @@ from .attention import attention_stats_figure as attention_stats_figure
 from .attention import query_attention as query_attention
 from .circuits import circuit_figure as circuit_figure
 from .circuits import faithfulness_figure as faithfulness_figure
+from .concepts import conditioned_maps_figure as conditioned_maps_figure
 from .evaluation import curve_comparison as curve_comparison
 from .evaluation import evaluation_bars as evaluation_bars
 from .latents import latent_maps_figure as latent_maps_figure
@@ -38,6 +39,7 @@ __all__ = [
     "attention_stats_figure",
     "circuit_figure",
     "cka_heatmap",
+    "conditioned_maps_figure",
     "curve_comparison",
     "display_images",
     "evaluation_bars",

@@ -11,6 +11,7 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
+from ..concepts.naming import unit_names
 from ..hooks.inputs import check_images
 from ..hooks.scores import is_backbone
 from ..sae import Intervention, SparseAutoencoder, features
@@ -53,6 +54,9 @@ class FeatureBrowser(Explorer):
         top: images shown per latent.
         store: the store to browse (default the one ``sae`` was trained on), e.g. one of
             held-out images of the same layer.
+        names: the latents' names, a `vk.concepts` result of this autoencoder's latents
+            (`Dissection`, `CLIPDissection`, `NamedUnits` or `Probes`): shown in the list and
+            the title.
     """
 
     CONTROL_HINTS = (CLICK_HINT,)
@@ -67,9 +71,11 @@ class FeatureBrowser(Explorer):
         std: Sequence[float] | None = None,
         top: int = 8,
         store: ActivationStore | str | None = None,
+        names: object = None,
     ) -> None:
         super().__init__()
         self.model, self.sae, self.top = model, sae, top
+        self.names = {} if names is None else _latent_names(names, sae)
         self.features = features(sae, store, top=top, progress=False)
         self.features.store.check_images(images)
         self.images = check_images(model, images)
@@ -183,7 +189,8 @@ class FeatureBrowser(Explorer):
         return self.classes[cls] if self.classes is not None else f"class {cls}"
 
     def _label(self, latent: int) -> str:
-        label = f"{latent}: fires {float(self.features.density[latent]):.1%}"
+        named = f" {self.names[latent].split(' (')[0]}" if latent in self.names else ""
+        label = f"{latent}{named}: fires {float(self.features.density[latent]):.1%}"
         if self.effects is not None:
             cls, effect = self.effects.top_classes(latent, 1)[0]
             label += f", {self._name(cls)} {effect:+.2g}"
@@ -225,8 +232,9 @@ class FeatureBrowser(Explorer):
         fig.update_layout(coloraxis={"colorscale": SALIENCY_SCALE, "cmin": 0, "cmax": largest,
                                      "colorbar": colorbar})  # fmt: skip
         self._add_bars(fig, latent, edited, result)
+        named = f" '{self.names[latent]}'" if latent in self.names else ""
         title = (
-            f"Latent {latent} of {self.sae.source['layer']}: fires on "
+            f"Latent {latent}{named} of {self.sae.source['layer']}: fires on "
             f"{float(self.features.density[latent]):.1%} of stored tokens; its top images "
             "(image: its largest activation there)" + CLICK_HINT
         )
@@ -320,3 +328,23 @@ class FeatureBrowser(Explorer):
             self._reorder()
         else:
             self.order.value = "clicked patch"  # reorders
+
+
+def _latent_names(names: object, sae: SparseAutoencoder) -> dict[int, str]:
+    """latent -> its "name (score)" from a `vk.concepts` naming result of ``sae``'s latents;
+    refuses one of other units."""
+    units = getattr(names, "units", None)
+    expected = [f"latent {i}" for i in range(sae.latents)]
+    if units is not None and list(units) != expected:
+        raise ValueError(
+            f"These names are of other units ({units[0]}, ... {len(units)} units), not this "
+            f"autoencoder's {sae.latents} latents; name its latents (e.g. "
+            "vk.concepts.dissect(model, images, concepts, sae))."
+        )
+    if units is not None and getattr(names, "options", {}).get("layer") not in (
+        None, sae.source.get("layer")):  # fmt: skip
+        raise ValueError(
+            f"These names are of {names.options['layer']}, not of this autoencoder's layer "
+            f"{sae.source.get('layer')}."
+        )
+    return unit_names(names)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..inputs import ReportInputs
 from .attention import attention, class_attention, rollout
 from .base import NotApplicable, Section
+from .concepts import concepts
 from .evaluation import evaluation
 from .features import sae_features
 from .history import history
@@ -30,6 +31,7 @@ SECTIONS: dict[str, Callable[[ReportInputs], Section]] = {
     "representations": representations,
     "residual_ratios": residual_ratios,
     "features": sae_features,
+    "concepts": concepts,
     "history": history,
 }
 

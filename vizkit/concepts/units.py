@@ -1,0 +1,168 @@
+"""The units that concept methods measure (a token stream's channels, or a sparse
+autoencoder's latents) and their maps over the patch grid, read by running the model or from an
+activation store written beforehand (no second pass over the data)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..hooks import HookedModel, TokenLayout
+from ..hooks.contract import eval_mode
+from ..hooks.inputs import model_device
+from ..sae.autoencoder import SparseAutoencoder
+from ..sae.evaluation import check_source
+from ..sae.spliced import replaced_tokens
+from ..store import ActivationStore
+
+__all__ = ["Units", "read_units"]
+
+
+@dataclass(frozen=True)
+class Units:
+    """What is measured: the units' names, the layer they are read at, ``maps``: (images
+    (B, C, H, W), or None when read from a store; ``rows``, those images' indices in the probe
+    set) -> the units' maps over the patch grid (B, U, gh, gw) float32, and where they are
+    computed."""
+
+    names: list[str]
+    layer: str
+    source: str
+    maps: Callable[[Tensor | None, range], Tensor]
+    device: torch.device
+    stored: bool = False
+
+
+def read_units(
+    hm: HookedModel, units: object, image_size: tuple[int, int], first: Tensor | None,
+    store: ActivationStore | None = None,
+) -> Units:  # fmt: skip
+    """The units of ``units`` (a hook name or an autoencoder), checked on the image ``first``
+    (1, C, H, W), or read from ``store`` (then ``first`` may be None)."""
+    if not isinstance(units, (str, SparseAutoencoder)):
+        raise TypeError(
+            f"units must be a hook name or a SparseAutoencoder; got {type(units).__name__}."
+        )
+    if store is not None:
+        return _stored_units(hm, units, image_size, store)
+    if isinstance(units, SparseAutoencoder):
+        return _latent_units(hm, units, image_size)
+    name = hm.tap(units).name  # refuses an unknown name, listing the closest
+    layout = hm.token_layout(image_size, name)
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(first, [name])
+    shape = tuple(cache[name].shape)
+    if layout is None or len(shape) != 3 or shape[1] != layout.num_tokens:
+        expected = "" if layout is None else f" with {layout.num_tokens} tokens"
+        raise ValueError(
+            f"{name} is {shape}, not a token stream (B, N, C){expected}: dissect a block "
+            "output (<block>.hook_resid_post), a branch output or an MLP hidden layer."
+        )
+    names = [f"{name} {c}" for c in range(shape[2])]
+    maps = lambda x, rows: _patch_maps(hm, x, name, layout)  # noqa: E731
+    return Units(names, name, "channels", maps, model_device(hm.model))
+
+
+def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> Units:
+    """Each latent of ``sae`` a unit: ``sae.encode`` of its layer's patch tokens. Refuses an
+    autoencoder of another model, or one trained on no patch token."""
+    positions = replaced_tokens(hm, sae, image_size)
+    layer = sae.source["layer"]
+    layout = hm.token_layout(image_size, layer)
+    if not bool((positions >= layout.num_prefix_tokens).any()):
+        raise ValueError(
+            f"This autoencoder was trained on the prefix tokens of {layer} only (tokens="
+            f"{sae.source.get('tokens')!r}), not on its patches; train one on a store of its "
+            "patches (tokens='patches' or 'all')."
+        )
+
+    def maps(x: Tensor, rows: range) -> Tensor:
+        patches = _patch_maps(hm, x, layer, layout)  # (B, C, gh, gw)
+        return _encoded(sae, patches.flatten(2).transpose(1, 2), layout).to(x.device)
+
+    return Units(_latent_names(sae), layer, "sae", maps, model_device(hm.model))
+
+
+def _latent_names(sae: SparseAutoencoder) -> list[str]:
+    return [f"latent {i}" for i in range(sae.latents)]
+
+
+def _encoded(sae: SparseAutoencoder, tokens: Tensor, layout: TokenLayout) -> Tensor:
+    """(B, latents, gh, gw) ``sae``'s latents of the patch ``tokens`` (B, Np, C)."""
+    with torch.no_grad(), eval_mode(sae):
+        latents = sae.encode(tokens.to(sae.W_dec.device, sae.W_dec.dtype))  # (B, Np, latents)
+    return layout.to_grid(latents.transpose(1, 2).float())
+
+
+def _patch_maps(hm: HookedModel, x: Tensor, name: str, layout: TokenLayout) -> Tensor:
+    """(B, C, gh, gw) float32: the activation ``name`` (B, N, C) of ``x`` at each patch."""
+    with torch.no_grad():
+        _, cache = hm.run_with_cache(x, [name])
+    patches = layout.split(cache[name], dim=1)[1]  # (B, Np, C)
+    return layout.to_grid(patches.transpose(1, 2).float())
+
+
+def _stored_units(
+    hm: HookedModel, units: str | SparseAutoencoder, image_size: tuple[int, int],
+    store: ActivationStore,
+) -> Units:  # fmt: skip
+    """The units read from ``store``'s rows: its layer of ``units`` must hold every patch
+    token of each image, written by this model on images of ``image_size``."""
+    if not isinstance(store, ActivationStore):
+        raise TypeError(f"store must be a vk.ActivationStore; got {type(store).__name__}.")
+    settings = store.manifest["settings"]
+    store.check(hm)
+    if isinstance(units, SparseAutoencoder):
+        check_source(units, settings, f"the store {store.folder}")
+        layer = units.source["layer"]
+    else:
+        layer = hm.tap(units).name
+    if list(settings["image_size"]) != list(image_size):
+        raise ValueError(
+            f"The store {store.folder} was written from {tuple(settings['image_size'])} images "
+            f"but the concept masks are {image_size}; give masks of the stored images' size."
+        )
+    if layer not in store.manifest["layers"]:
+        raise ValueError(
+            f"The store {store.folder} holds {list(store.manifest['layers'])}, not {layer}; "
+            f"write one of it (vk.cache_activations(model, images, out, layers=[{layer!r}])) "
+            "or read its units from the model (store=None)."
+        )
+    stored = store.layer(layer)
+    layout = hm.token_layout(image_size, layer)
+    where = _patch_rows(stored, layout)
+
+    def maps(x: Tensor | None, rows: range) -> Tensor:
+        tokens = stored.rows(rows.start * stored.tokens_per_image,
+                             rows.stop * stored.tokens_per_image)  # fmt: skip
+        patches = tokens.view(len(rows), stored.tokens_per_image, -1)[:, where]  # (B, Np, C)
+        if isinstance(units, SparseAutoencoder):
+            return _encoded(units, patches, layout)
+        return layout.to_grid(patches.transpose(1, 2).float())
+
+    if isinstance(units, SparseAutoencoder):
+        names = _latent_names(units)
+    else:
+        names = [f"{layer} {c}" for c in range(stored.width)]
+    source = "sae" if isinstance(units, SparseAutoencoder) else "channels"
+    device = units.W_dec.device if isinstance(units, SparseAutoencoder) else torch.device("cpu")
+    return Units(names, layer, source, maps, device, stored=True)
+
+
+def _patch_rows(store: ActivationStore, layout: TokenLayout) -> Tensor:
+    """(Np,) the index among each image's stored rows of each patch, in the grid's order.
+    Refuses a store that did not keep every patch of every image the same way."""
+    positions = store.positions()  # (images, T)
+    patches = torch.arange(layout.num_prefix_tokens, layout.num_tokens)
+    same = bool((positions == positions[:1]).all())
+    where = (positions[0, :, None] == patches).float().argmax(0)
+    if not same or not bool((positions[0, where] == patches).all()):
+        raise ValueError(
+            f"The store {store.folder} kept tokens={store.manifest['settings']['tokens']!r} of "
+            f"{store.name}, not every patch of each image; a unit's map needs them all: write "
+            "a store with tokens='patches' or 'all'."
+        )
+    return where
