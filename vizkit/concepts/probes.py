@@ -39,6 +39,7 @@ __all__ = ["PURITY_K", "PatchLabels", "Probes", "patch_labels", "probe_units"]
 
 PURITY_K = (16, 64, 256)
 ENTRY_CHUNK = 2**20  # (unit, patch) values per step of a pass over the probes' data
+DENSE_SHARE = 0.25  # units nonzero on more of the (unit, patch) pairs are held dense
 
 
 @dataclass
@@ -122,14 +123,31 @@ class Probes(Result):
 
 @dataclass
 class _Patches:
-    """A split's patch values as (unit, patch) entries: ``unit``, ``patch`` (E,) int64,
-    ``value`` (E,) float32, the patches' ``labels`` (P,) and the count of units U."""
+    """A split's patch values: as (unit, patch) entries where the units are sparse (``unit``,
+    ``patch`` (E,) int64, ``value`` (E,) float32), else ``dense`` (P, U) float32 (every patch
+    an entry); the patches' ``labels`` (P,) and the count of units U."""
 
     unit: Tensor
     patch: Tensor
     value: Tensor
     labels: Tensor
     units: int
+    dense: Tensor | None = None
+
+    def counts(self) -> Tensor:
+        """(U,) the entries of each unit."""
+        if self.dense is not None:
+            return torch.full((self.units,), len(self.labels))
+        return torch.bincount(self.unit, minlength=self.units)
+
+    def column(self, unit: int) -> Tensor:
+        """(P,) ``unit``'s value at every patch (0 where it did not fire)."""
+        if self.dense is not None:
+            return self.dense[:, unit]
+        values = torch.zeros(len(self.labels))
+        mine = self.unit == unit
+        values[self.patch[mine]] = self.value[mine]
+        return values
 
 
 @analysis_contract
@@ -235,7 +253,13 @@ def _read(
             )
         parts.append((unit, patch + rows.start * patches, values[patch, unit]))
     unit, patch, value = (torch.cat(p) for p in zip(*parts, strict=True))
-    return found, _Patches(unit, patch, value.float(), labels.labels.flatten(), len(found.names))
+    flat, count = labels.labels.flatten(), len(found.names)
+    if len(unit) < DENSE_SHARE * len(flat) * count:
+        return found, _Patches(unit, patch, value.float(), flat, count)
+    dense = torch.zeros(len(flat), count)
+    dense[patch, unit] = value.float()
+    empty = torch.empty(0, dtype=torch.long)
+    return found, _Patches(empty, empty, torch.empty(0), flat, count, dense)
 
 
 def _sums(data: _Patches, classes: int, w: Tensor, b: Tensor) -> dict[str, Tensor]:
@@ -245,6 +269,8 @@ def _sums(data: _Patches, classes: int, w: Tensor, b: Tensor) -> dict[str, Tenso
     shape = (data.units, classes)
     sums = {k: torch.zeros(shape, dtype=torch.float64)
             for k in ("loss", "r", "rx", "s", "sx", "sxx", "y")}  # fmt: skip
+    if data.dense is not None:
+        return _dense_sums(data, classes, w, b, sums)
     step = max(1, ENTRY_CHUNK // classes)
     for start in range(0, len(data.unit), step):
         unit = data.unit[start : start + step]
@@ -261,6 +287,29 @@ def _sums(data: _Patches, classes: int, w: Tensor, b: Tensor) -> dict[str, Tenso
     return sums
 
 
+def _dense_sums(
+    data: _Patches, classes: int, w: Tensor, b: Tensor, sums: dict[str, Tensor]
+) -> dict[str, Tensor]:
+    """`_sums` over every patch of dense units, chunks of patches at a time: each term in
+    float32 (the bulk of the work), their sums in float64."""
+    step = max(1, ENTRY_CHUNK // (data.units * classes))
+    w32, b32 = w.float(), b.float()
+    for start in range(0, len(data.labels), step):
+        x = data.dense[start : start + step, :, None]  # (p, U, 1)
+        labels = data.labels[start : start + step]
+        y = torch.nn.functional.one_hot(labels, classes).float()[:, None]  # (p, 1, K)
+        logit = b32 + w32 * x  # (p, U, K)
+        mu = torch.sigmoid(logit)
+        s = mu * (1 - mu)
+        r = mu - y
+        sx = s * x
+        for key, term in (("loss", torch.nn.functional.softplus(logit) - y * logit), ("r", r),
+                          ("rx", r * x), ("s", s), ("sx", sx), ("sxx", sx * x)):  # fmt: skip
+            sums[key] += term.sum(0, dtype=torch.float64)
+        sums["y"] += torch.bincount(labels, minlength=classes).double()
+    return sums
+
+
 def _objective(
     data: _Patches, classes: int, w: Tensor, b: Tensor, b0: Tensor, ridge: float
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -268,7 +317,7 @@ def _objective(
     (b, w); the patches where a unit is 0 enter in closed form."""
     patches = len(data.labels)
     sums = _sums(data, classes, w, b)
-    zeros = (patches - torch.bincount(data.unit, minlength=data.units)).double()[:, None]
+    zeros = (patches - data.counts()).double()[:, None]
     positives = torch.bincount(data.labels, minlength=classes).double()[None]
     zero_positive = positives - sums["y"]  # patches where the unit is 0 and the label is c
     mu0, s0 = torch.sigmoid(b), torch.sigmoid(b) * torch.sigmoid(-b)
@@ -317,14 +366,6 @@ def _losses(data: _Patches, classes: int, w: Tensor, b: Tensor) -> Tensor:
     return _objective(data, classes, w, b, b, 0.0)[0]
 
 
-def _scores(data: _Patches, unit: int) -> Tensor:
-    """(P,) ``unit``'s value at every patch of the split (0 where it did not fire)."""
-    values = torch.zeros(len(data.labels))
-    mine = data.unit == unit
-    values[data.patch[mine]] = data.value[mine]
-    return values
-
-
 def _average_precision(data: _Patches, best: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """(K,) the average precision of ranking the patches by each class's probe, b + w x,
     tied scores as one threshold; NaN for a class without test patches."""
@@ -333,7 +374,7 @@ def _average_precision(data: _Patches, best: Tensor, w: Tensor, b: Tensor) -> Te
         positive = data.labels == c
         if not bool(positive.any()):
             continue
-        score = b[c].double() + w[c].double() * _scores(data, unit).double()
+        score = b[c].double() + w[c].double() * data.column(unit).double()
         order = score.argsort(descending=True, stable=True)
         score, hit = score[order], positive[order].double()
         last = torch.ones(len(score), dtype=torch.bool)  # the last patch of each tie group
@@ -350,10 +391,10 @@ def _purity(data: _Patches, best: Tensor, purity_k: tuple[int, ...]) -> Tensor:
     largest nonzero values (NaN where it has fewer than k)."""
     purity = torch.full((len(best), len(purity_k)), torch.nan, dtype=torch.float64)
     for c, unit in enumerate(best.tolist()):
-        mine = (data.unit == unit).nonzero().flatten()
-        values = data.value[mine]
-        order = values.argsort(descending=True, stable=True)
-        labels = data.labels[data.patch[mine[order]]]
+        column = data.column(unit)
+        fired = (column != 0).nonzero().flatten()  # patches in order
+        order = column[fired].argsort(descending=True, stable=True)
+        labels = data.labels[fired[order]]
         for j, k in enumerate(purity_k):
             if len(labels) >= k:
                 purity[c, j] = torch.bincount(labels[:k]).max() / k
