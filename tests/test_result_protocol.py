@@ -23,6 +23,7 @@ from vizkit.concepts import (
     check_names,
     clip_dissect,
     conditioned_maps,
+    craft,
     dissect,
     patch_labels,
     probe_units,
@@ -335,6 +336,16 @@ def _tcav():
 
 
 EXAMPLES["TCAVResult"] = (_tcav, True)
+
+
+def _craft():
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    images, labels, _ = vk.datasets.load_sample()
+    return craft(model, images[labels == 0][:4], 0, "blocks.2.hook_resid_post", concepts=3,
+                 designs=4, progress=False)  # fmt: skip
+
+
+EXAMPLES["Craft"] = (_craft, True)
 
 
 def test_every_result_class_has_an_example():

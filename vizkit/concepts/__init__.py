@@ -8,15 +8,17 @@ its name beside the score it was chosen by. saev's 1-D probes (`probes`): a logi
 unit and class on patch labels, Probe R, AP and purity. Concept-conditional maps
 (`conditioned`): the relevance of a prediction through one unit, as concept relevance
 propagation conditions it. TCAV (`tcav`): concept activation vectors and the share of
-images a concept pushes toward a target, tested against random concepts. Short labels of the
-names for explorers (`naming`). The units (`units`) are read by running the model or from an
-activation store; the probe images (`probe_set`) come as tensors, data sets or a store. The
-Shapes probe set (`shapes_concepts`): its images with a mask per shape class, object,
-background and tone.
+images a concept pushes toward a target, tested against random concepts. CRAFT (`craft`): a
+class's concepts by non-negative factorization of crops' activations, their Sobol importance
+and maps. Short labels of the names for explorers (`naming`). The units (`units`) are read by
+running the model or from an activation store; the probe images (`probe_set`) come as
+tensors, data sets or a store. The Shapes probe set (`shapes_concepts`): its images with a
+mask per shape class, object, background and tone.
 """
 
 from .clip_dissect import CLIPDissection, clip_dissect
 from .conditioned import CONDITIONED_METHODS, ConditionedMaps, conditioned_maps
+from .craft import Craft, concept_maps, craft, perturbed_logits
 from .dissection import CHUNK_BYTES, Concepts, Dissection, dissect
 from .held_out import NamedUnits, check_names, image_auc
 from .naming import unit_names
@@ -26,8 +28,8 @@ from .tcav import CAV, TCAVResult, concept_activation_vector, concept_sensitivit
 
 __all__ = [
     "CAV", "CHUNK_BYTES", "CONDITIONED_METHODS", "PURITY_K", "SHAPES_CONCEPTS", "CLIPDissection",
-    "ConditionedMaps", "Concepts", "Dissection", "NamedUnits", "PatchLabels", "Probes",
-    "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
-    "concept_sensitivity", "conditioned_maps", "dissect", "image_auc", "patch_labels",
-    "probe_units", "shapes_concepts", "tcav", "unit_names",
+    "ConditionedMaps", "Concepts", "Craft", "Dissection", "NamedUnits", "PatchLabels", "Probes",
+    "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector", "concept_maps",
+    "concept_sensitivity", "conditioned_maps", "craft", "dissect", "image_auc", "patch_labels",
+    "perturbed_logits", "probe_units", "shapes_concepts", "tcav", "unit_names",
 ]  # fmt: skip
