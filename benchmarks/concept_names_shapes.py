@@ -82,7 +82,7 @@ def main() -> None:
               "units named after the class of their best held-out AUC, of 10")  # fmt: skip
         print(
             f"{'units':<9} {'count':>5} {'truth AUC':>9} {'dissection':>10} "
-            f"{'CLIP-Dissect':>12} {'probes':>6}  seconds (dissect, clip, probes)"
+            f"{'CLIP-Dissect':>12} {'probe AUC':>10}  seconds (dissect, clip, probes)"
         )
         for kind, units in KINDS.items():
             _row(model, kind, units, images, concepts, labels, held, held_patches, present,
