@@ -29,10 +29,12 @@ from vizkit.concepts import (
     clip_dissect,
     dissect,
     image_auc,
+    image_maxima,
     patch_labels,
     probe_units,
     shapes_concepts,
 )
+from vizkit.concepts.probe_set import probe_set
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.models.zero_shot import image_tower
 
@@ -138,13 +140,7 @@ def _held_maxima(model, units, held, store) -> torch.Tensor:
     """(N, U) each unit's largest value over each held-out image's patches."""
     hm = vk.hooks.HookedModel(model)
     found = vk.concepts.units.read_units(hm, units, (32, 32), held[:1], store)
-    parts = []
-    for start in range(0, len(held), 256):
-        rows = range(start, min(start + 256, len(held)))
-        with torch.no_grad():
-            maps = found.maps(None if store else held[rows.start : rows.stop], rows)
-        parts.append(maps.flatten(2).amax(2))
-    return torch.cat(parts)
+    return image_maxima(found, probe_set(held, 256, "benchmark", store))
 
 
 if __name__ == "__main__":

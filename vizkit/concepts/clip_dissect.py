@@ -270,8 +270,7 @@ def _probe(
     ``tower``, (N, M) each image's cosine similarity with each text embedding (M, D)."""
     activations, similarities = [], []
     for x, _, rows in tqdm(probes.batches(), desc="clip_dissect", **bars):
-        on_device = None if units.stored else x.to(units.device)
-        activations.append(units.maps(on_device, rows).mean((2, 3)).cpu())
+        activations.append(units.read(x, rows).mean((2, 3)).cpu())
         if tower is not None:
             image = F.normalize(embed(tower, x, len(x)).float(), dim=-1)
             similarities.append((image @ texts.to(image.device).T).cpu())

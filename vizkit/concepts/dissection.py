@@ -201,7 +201,7 @@ def _upsampled(
     (Bau et al. 2017, Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most
     `CHUNK_BYTES`."""
     with torch.no_grad():
-        maps = units.maps(None if x is None else x.to(units.device), rows)  # (B, U, gh, gw)
+        maps = units.read(x, rows)  # (B, U, gh, gw)
         maps = maps.to(units.device)
         pixels = len(rows) * size[0] * size[1]
         step = max(1, CHUNK_BYTES // (4 * pixels))

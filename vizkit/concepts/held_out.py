@@ -26,10 +26,10 @@ from ..sae.autoencoder import SparseAutoencoder
 from ..store import ActivationStore
 from .clip_dissect import CLIPDissection
 from .dissection import Concepts, Dissection
-from .probe_set import probe_set
-from .units import read_units
+from .probe_set import ProbeSet, probe_set
+from .units import Units, read_units
 
-__all__ = ["NamedUnits", "check_names", "image_auc"]
+__all__ = ["NamedUnits", "check_names", "image_auc", "image_maxima"]
 
 SCORES = {Dissection: ("IoU", "best_iou"), CLIPDissection: ("similarity", "best")}
 SORTS = ("score", "held_out_auc")
@@ -91,6 +91,14 @@ def image_auc(values: Tensor, present: Tensor) -> Tensor:
     return torch.where((p > 0) & (n > 0), auc, torch.nan)
 
 
+def image_maxima(units: Units, probes: ProbeSet, progress: bool = False) -> Tensor:
+    """(N, U) each unit's largest value over the patches of each image of ``probes``."""
+    maxima = [units.read(x, rows).flatten(2).amax(2).cpu()
+              for x, _, rows in tqdm(probes.batches(), desc="image maxima",
+                                     disable=not progress, leave=False)]  # fmt: skip
+    return torch.cat(maxima)
+
+
 @analysis_contract
 def check_names(
     model: nn.Module | HookedModel,
@@ -136,14 +144,7 @@ def check_names(
             f"These units ({found.names[0]} ... {len(found.names)}) are not the ones named "
             f"({named.units[0]} ... {len(named.units)}); pass the units that were named."
         )
-    maxima = []
-    total = None if probes.count is None else -(-probes.count // batch_size)
-    for x, _, rows in tqdm(probes.batches(), desc="check_names", total=total,
-                           disable=not progress, leave=False):  # fmt: skip
-        with torch.no_grad():
-            maps = found.maps(None if x is None else x.to(found.device), rows)
-        maxima.append(maps.flatten(2).amax(2).cpu())
-    values = torch.cat(maxima)  # (N, U)
+    values = image_maxima(found, probes, progress)  # (N, U)
     if len(values) != len(present):
         raise ValueError(f"The held-out set held {len(values)} images, not {len(present)}.")
     concept = torch.tensor([named.concepts.index(name) for name in named.labels])

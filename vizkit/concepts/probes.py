@@ -241,9 +241,7 @@ def _read(
     parts, patches = [], grid[0] * grid[1]
     kept = 0
     for x, _, rows in tqdm(probes.batches(), desc=f"probe_units: {split}", **bars):
-        with torch.no_grad():
-            maps = found.maps(None if x is None else x.to(found.device), rows)
-        values = maps.flatten(2).transpose(1, 2).flatten(0, 1).cpu()  # (B * Np, U)
+        values = found.read(x, rows).flatten(2).transpose(1, 2).flatten(0, 1).cpu()  # (B * Np, U)
         patch, unit = values.nonzero(as_tuple=True)
         kept += len(patch)
         if kept * 20 > DEFAULT_MAX_BYTES:

@@ -35,6 +35,12 @@ class Units:
     device: torch.device
     stored: bool = False
 
+    def read(self, x: Tensor | None, rows: range) -> Tensor:
+        """(B, U, gh, gw) the maps of the images ``rows`` (``x``, moved to where they are
+        computed; None from a store), without gradients."""
+        with torch.no_grad():
+            return self.maps(None if x is None or self.stored else x.to(self.device), rows)
+
 
 def read_units(
     hm: HookedModel, units: object, image_size: tuple[int, int], first: Tensor | None,
