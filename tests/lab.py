@@ -72,7 +72,10 @@ def jupyterlab(root: Path):
          f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
          "--ServerApp.disable_check_xsrf=True", "--allow-root"],
         stdout=subprocess.DEVNULL, stderr=(root / "lab.log").open("w"),
-        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / "lab-settings")},
+        # settings and workspaces of its own: two servers (pytest workers) sharing the default
+        # workspaces folder read each other's half-written files (a 500 on /lab/api/workspaces)
+        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / "lab-settings"),
+             "JUPYTERLAB_WORKSPACES_DIR": str(root / "lab-workspaces")},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 
