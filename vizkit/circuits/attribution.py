@@ -38,7 +38,7 @@ from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
-from .heads import head_inputs, projection_maps
+from ..head_outputs import head_inputs, projection_maps
 from .points import Points, point_names, read_points
 from .qkv import QKVReader, qkv_readers
 
@@ -113,7 +113,7 @@ def attribution_patching(
             runs from the corrupted to the clean embedded tokens).
         heads: one node per attention head (its output before the output projection, read
             at the projection's input, or for torch's MultiheadAttention from its weights and
-            values: `vizkit.circuits.heads`); False: each block's attention as one node.
+            values: `vizkit.head_outputs`); False: each block's attention as one node.
         qkv: also the edges into each head's query, key and value input (``qkv`` of the
             result; timm's and transformers' attention, `vizkit.circuits.qkv`): 3 H more
             vector-Jacobian products per block and gradient run.

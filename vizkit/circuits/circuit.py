@@ -10,7 +10,7 @@ Interpretability Benchmark", Sec. 3): (M(C) - M(none)) / (M(model) - M(none)), s
 over the images; the curve over circuit sizes gives CPR (its area, higher is better) and CMD
 (the area between it and 1, lower is better).
 
-A head's output in the run is read through its block's `vizkit.circuits.heads.ProjectionMap`
+A head's output in the run is read through its block's `vizkit.head_outputs.ProjectionMap`
 (what the heads' slice of the projection input writes), measured and checked per call.
 """
 

@@ -6,7 +6,7 @@ Sec. 4: the correlation of attribution and exact effects).
 A node is patched where it writes: its corrupted output replaces its clean one in the stream
 (a head's output W_O^h z_h split off the attention output as `vizkit.analysis` splits it; for
 torch's fused MultiheadAttention, whose maps cannot be edited, its heads' outputs read off its
-weights and values through their map to the attention output, `vizkit.circuits.heads`). An
+weights and values through their map to the attention output, `vizkit.head_outputs`). An
 edge (u, d) changes only what input d reads: u's difference is added to the stream d reads and
 taken away again from what d's branch adds (to an attention input: added to the stream entering
 the block and taken from the attention's output; to an MLP input: added to the attention's
@@ -34,7 +34,7 @@ from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .attribution import AttributionResult
 from .graph import ComponentGraph
-from .heads import HeadInputs, multihead_inputs, projection_maps
+from ..head_outputs import HeadInputs, multihead_inputs, projection_maps
 from .points import read_heads
 
 __all__ = ["Agreement", "agreement", "agreement_of", "exact_patching"]

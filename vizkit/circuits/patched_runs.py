@@ -21,7 +21,7 @@ from ..analysis.residual_stream import residual_blocks
 from ..hooks import HookedModel
 from ..hooks.inputs import check_images
 from .graph import ComponentGraph
-from .heads import head_inputs, projection_maps
+from ..head_outputs import head_inputs, projection_maps
 from .points import read_points
 
 __all__ = ["CircuitRuns"]

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel
-from .heads import HeadInputs, check_read
+from ..head_outputs import HeadInputs, check_read
 
 __all__ = ["Points", "point_names", "read_heads", "read_points"]
 

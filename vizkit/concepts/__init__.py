@@ -10,10 +10,11 @@ unit and class on patch labels, Probe R, AP and purity. Concept-conditional maps
 propagation conditions it. TCAV (`tcav`): concept activation vectors and the share of
 images a concept pushes toward a target, tested against random concepts. CRAFT (`craft`): a
 class's concepts by non-negative factorization of crops' activations, their Sobol importance
-and maps. Short labels of the names for explorers (`naming`). The units (`units`) are read by
-running the model or from an activation store; the probe images (`probe_set`) come as
-tensors, data sets or a store. The Shapes probe set (`shapes_concepts`): its images with a
-mask per shape class, object, background and tone.
+and maps. Short labels of the names for explorers (`naming`). The units (`units`: a
+stream's channels, an autoencoder's latents, a block's heads) are read by running the model or
+from an activation store; the probe images (`probe_set`) come as tensors, data sets or a store.
+The Shapes probe set (`shapes_concepts`): its images with a mask per shape class, object,
+background and tone.
 """
 
 from .clip_dissect import CLIPDissection, clip_dissect
@@ -25,11 +26,13 @@ from .naming import unit_names
 from .probes import PURITY_K, PatchLabels, Probes, patch_labels, probe_units
 from .shapes_concepts import SHAPES_CONCEPTS, shapes_concepts
 from .tcav import CAV, TCAVResult, concept_activation_vector, concept_sensitivity, tcav
+from .units import Heads
 
 __all__ = [
     "CAV", "CHUNK_BYTES", "CONDITIONED_METHODS", "PURITY_K", "SHAPES_CONCEPTS", "CLIPDissection",
-    "ConditionedMaps", "Concepts", "Craft", "Dissection", "NamedUnits", "PatchLabels", "Probes",
-    "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector", "concept_maps",
-    "concept_sensitivity", "conditioned_maps", "craft", "dissect", "image_auc", "image_maxima",
-    "patch_labels", "perturbed_logits", "probe_units", "shapes_concepts", "tcav", "unit_names",
+    "ConditionedMaps", "Concepts", "Craft", "Dissection", "Heads", "NamedUnits", "PatchLabels",
+    "Probes", "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
+    "concept_maps", "concept_sensitivity", "conditioned_maps", "craft", "dissect", "image_auc",
+    "image_maxima", "patch_labels", "perturbed_logits", "probe_units", "shapes_concepts", "tcav",
+    "unit_names",
 ]  # fmt: skip

@@ -27,7 +27,7 @@ from ..store import ActivationStore
 from .clip_dissect import CLIPDissection
 from .dissection import Concepts, Dissection
 from .probe_set import ProbeSet, probe_set
-from .units import Units, read_units
+from .units import Heads, Units, read_units
 
 __all__ = ["NamedUnits", "check_names", "image_auc", "image_maxima"]
 
@@ -167,8 +167,9 @@ def _score_of(named: object) -> tuple[str, str]:
     )
 
 
-def _units_of(named: Dissection | CLIPDissection, units: object) -> str | SparseAutoencoder:
-    """The units ``named`` measured: its layer's channels, or the autoencoder passed."""
+def _units_of(named: Dissection | CLIPDissection, units: object) -> str | SparseAutoencoder | Heads:
+    """The units ``named`` measured: its layer's channels, its block's heads, or the
+    autoencoder passed."""
     source = named.options.get("units")
     if source == "sae" and not isinstance(units, SparseAutoencoder):
         raise ValueError(
@@ -179,6 +180,8 @@ def _units_of(named: Dissection | CLIPDissection, units: object) -> str | Sparse
         raise ValueError(
             f"These names are of the channels of {named.options['layer']}; got units={units!r}."
         )
+    if source == "heads":
+        return Heads(named.options["layer"].removesuffix(".hook_attn_out"))
     return named.options["layer"] if source == "channels" else units
 
 

@@ -1,6 +1,6 @@
-"""The units that concept methods measure (a token stream's channels, or a sparse
-autoencoder's latents) and their maps over the patch grid, read by running the model or from an
-activation store written beforehand (no second pass over the data)."""
+"""The units that concept methods measure (a token stream's channels, a sparse autoencoder's
+latents, or a block's attention heads) and their maps over the patch grid, read by running the
+model or from an activation store written beforehand (no second pass over the data)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..analysis.residual_stream import residual_blocks
+from ..head_outputs import HeadInputs, ProjectionMap, head_inputs, projection_maps
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import eval_mode
 from ..hooks.inputs import model_device
@@ -18,7 +20,22 @@ from ..sae.evaluation import check_source
 from ..sae.spliced import replaced_tokens
 from ..store import ActivationStore
 
-__all__ = ["Units", "read_units"]
+__all__ = ["Heads", "Units", "read_units"]
+
+
+@dataclass(frozen=True)
+class Heads:
+    """The attention heads of ``block`` (e.g. "blocks.3") as units. Head h's map is the norm,
+    at each patch token, of what it writes to the stream, |W_O^h z_h| (z_h its output before
+    the output projection W_O; Elhage et al. 2021, "A Mathematical Framework for Transformer
+    Circuits", Sec. 2.2: the attention output as a sum over heads; the projection's bias,
+    shared by the heads, left out)."""
+
+    block: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.block, str):
+            raise TypeError(f"Heads takes a block's name, e.g. 'blocks.3'; got {self.block!r}.")
 
 
 @dataclass(frozen=True)
@@ -46,12 +63,20 @@ def read_units(
     hm: HookedModel, units: object, image_size: tuple[int, int], first: Tensor | None,
     store: ActivationStore | None = None,
 ) -> Units:  # fmt: skip
-    """The units of ``units`` (a hook name or an autoencoder), checked on the image ``first``
-    (1, C, H, W), or read from ``store`` (then ``first`` may be None)."""
-    if not isinstance(units, (str, SparseAutoencoder)):
+    """The units of ``units`` (a hook name, an autoencoder or `Heads`), checked on the image
+    ``first`` (1, C, H, W), or read from ``store`` (then ``first`` may be None)."""
+    if not isinstance(units, (str, SparseAutoencoder, Heads)):
         raise TypeError(
-            f"units must be a hook name or a SparseAutoencoder; got {type(units).__name__}."
+            "units must be a hook name, a SparseAutoencoder or vk.concepts.Heads(block); got "
+            f"{type(units).__name__}."
         )
+    if isinstance(units, Heads):
+        if store is not None:
+            raise ValueError(
+                "A store holds the stream's tokens, not each head's output: read heads from "
+                "the model (store=None), or dissect the store's layer channels instead."
+            )
+        return _head_units(hm, units, image_size, first)
     if store is not None:
         return _stored_units(hm, units, image_size, store)
     if isinstance(units, SparseAutoencoder):
@@ -70,6 +95,50 @@ def read_units(
     names = [f"{name} {c}" for c in range(shape[2])]
     maps = lambda x, rows: _patch_maps(hm, x, name, layout)  # noqa: E731
     return Units(names, name, "channels", maps, model_device(hm.model))
+
+
+def _head_units(hm: HookedModel, units: Heads, image_size: tuple[int, int], first: Tensor) -> Units:
+    """Each head of ``units.block`` a unit (`Heads`), its heads' readers and projection map
+    found and checked on ``first`` (1, C, H, W) (`vizkit.head_outputs`)."""
+    block, blocks = units.block, residual_blocks(hm)
+    if block not in blocks:
+        raise ValueError(f"{block!r} is not a block of this model; its blocks: {blocks}.")
+    found = head_inputs(hm, first, [block])
+    layout = hm.token_layout(image_size, f"{block}.hook_attn_out")
+    with torch.no_grad():
+        z = _head_outputs(hm, found, first)
+        _, cache = hm.run_with_cache(first, [f"{block}.hook_attn_out"])
+        written = projection_maps(hm, first, found, [z], [cache[f"{block}.hook_attn_out"]])[0]
+    heads = found.heads[0]
+    gram = _head_grams(written, heads)  # (H, d, d)
+
+    def maps(x: Tensor, rows: range) -> Tensor:
+        parts = _head_outputs(hm, found, x).unflatten(-1, (heads, -1))  # (B, N, H, d)
+        squared = torch.einsum("bnhd,hde,bnhe->bnh", parts, gram.to(parts.dtype), parts)
+        norms = layout.split(squared.clamp_min(0).sqrt(), dim=1)[1]  # (B, Np, H)
+        return layout.to_grid(norms.transpose(1, 2).float())
+
+    names = [f"{block} head {h}" for h in range(heads)]
+    return Units(names, f"{block}.hook_attn_out", "heads", maps, model_device(hm.model))
+
+
+def _head_outputs(hm: HookedModel, found: HeadInputs, x: Tensor) -> Tensor:
+    """(B, N, H d) the heads' outputs of ``found``'s one block on x (B, C, H, W)."""
+    z: list[Tensor] = []
+    with torch.no_grad(), found.reading(z.append):
+        hm.model(x)
+    if len(z) != 1:
+        raise ValueError(
+            f"{found.blocks[0]}'s attention ran {len(z)} times in one forward; its heads can "
+            "be units only where it runs once."
+        )
+    return z[0]
+
+
+def _head_grams(written: ProjectionMap, heads: int) -> Tensor:
+    """(H, d, d) W_O^h^T W_O^h of each head h: |W_O^h z_h|^2 = z_h^T (W_O^h^T W_O^h) z_h."""
+    weight = written.weight.view(written.weight.shape[0], heads, -1)  # (C, H, d)
+    return torch.einsum("chd,che->hde", weight, weight)
 
 
 def _latent_units(hm: HookedModel, sae: SparseAutoencoder, image_size: tuple[int, int]) -> Units:

@@ -1,7 +1,7 @@
 """Each head's output before the attention's output projection, z_h (B, N, d): read as its
 slice of the projection's input, heads side by side (timm, transformers), or where the attention
 is torch's fused MultiheadAttention, as its weights times its values
-(`vizkit.circuits.fused_heads`). The projection is linear, so the head writes W_O^h z_h to the
+(`vizkit.head_outputs.fused`). The projection is linear, so the head writes W_O^h z_h to the
 stream and a change of z_h changes the score by that change times the score's gradient at z_h
 (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits", Sec. 2.2: the
 attention output as a sum over heads)."""
@@ -20,7 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..analysis.residual_stream import edited_forward, output_projections, pattern_name
 from ..hooks import HookedModel
-from .fused_heads import MultiheadInput, unreadable
+from .fused import MultiheadInput, unreadable
 
 __all__ = [
     "HeadInputs",
@@ -124,7 +124,7 @@ def head_inputs(hm: HookedModel, x: Tensor, blocks: list[str]) -> HeadInputs:
 
 def multihead_inputs(hm: HookedModel, x: Tensor, blocks: list[str]) -> HeadInputs:
     """The readers of those ``blocks`` whose attention is torch's ``nn.MultiheadAttention``
-    (`vizkit.circuits.fused_heads`), checked on the first image of x (B, C, H, W): the heads'
+    (`vizkit.head_outputs.fused`), checked on the first image of x (B, C, H, W): the heads'
     outputs through ``out_proj`` give the module's output.
 
     Raises:
