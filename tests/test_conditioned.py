@@ -89,6 +89,29 @@ def test_latent_maps_and_the_rest_add_up(shapes_sae):
     _close_in_sum(plain.maps.sum(1) + plain.rest, plain.total)
 
 
+def test_a_swin_stages_map_is_read_where_its_layout_is_a_view():
+    """A Swin block's output is an NHWC map (B, H, W, C), its tokens a view of it: the layer's
+    relevance is (a g) summed over the positions, a and g read with a plain hook on timm's
+    block, and the channels' maps add up to the whole (the relevance once missed the layer)."""
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", img_size=56, embed_dim=16,
+                              depths=(1, 1), num_heads=(2, 2), num_classes=3).eval()  # fmt: skip
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(1))
+    layer = "layers.0.blocks.0.hook_resid_post"
+    result = conditioned_maps(model, x, 1, layer, chosen=list(range(16)), method="input_x_gradient")
+    seen = {}
+    handle = model.layers[0].blocks[0].register_forward_hook(lambda m, i, o: seen.update(a=o))
+    try:
+        (g,) = torch.autograd.grad(model(x)[:, 1].sum(), seen["a"])
+    finally:
+        handle.remove()
+    relevance = (seen["a"] * g).sum((1, 2)).detach()  # (B, C)
+    assert relevance.abs().max() > 0
+    torch.testing.assert_close(result.relevance, relevance, rtol=1e-4, atol=1e-6)
+    _close_in_sum(result.maps.sum(1), result.total)
+    assert result.maps.shape == (2, 16, 56, 56)
+
+
 def test_the_model_is_left_as_it_was_and_refusals():
     model, x = _vit(), _images()
     model.train()

@@ -18,6 +18,7 @@ from scipy.stats import qmc
 from sklearn.decomposition import NMF
 from torch import nn
 
+import vizkit as vk
 from vizkit.analysis.result import Result
 from vizkit.concepts.craft import (
     Craft,
@@ -303,3 +304,52 @@ def test_round_trip_and_crops(fitted):
     b, t, s = best[0].tolist()
     assert pixels.shape == (3, 3, CROP, CROP)
     assert torch.equal(pixels[0], images[b, :, t : t + CROP, s : s + CROP])
+
+
+def test_a_score_target_is_each_images_own_class_logit(fitted):
+    """A per-image score target follows each image's perturbed copies: a probe reading logit 3
+    of image 0 and logit 5 of image 1 (an identity weight on the (B, K) logits) gives each image
+    the importance its class's int target gives it (the same crops, so the same bank); so does a
+    callable on the logits."""
+    model, images, _ = fitted
+    x = images[:2]
+    by_class = [craft(model, x, k, STREAM, concepts=2, designs=4, progress=False) for k in (3, 5)]
+    probe = vk.targets.probe(torch.eye(1000), None, [3, 5])
+    scored = craft(model, x, probe, STREAM, concepts=2, designs=4, progress=False)
+    assert torch.equal(scored.bank, by_class[0].bank)
+    want = torch.stack([by_class[0].image_importance[0], by_class[1].image_importance[1]])
+    torch.testing.assert_close(scored.image_importance, want, rtol=1e-4, atol=1e-6)
+    assert scored.options["target"] == "probe" and scored.options["resumed"] is True
+    first = craft(model, x, lambda out: out[:, 3], STREAM, concepts=2, designs=4, progress=False)
+    torch.testing.assert_close(first.image_importance, by_class[0].image_importance)
+
+
+class _Features(nn.Module):
+    """A backbone returning its embedding in a dict, as open_clip's dict output does."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, x: torch.Tensor) -> dict:
+        return {"image_features": self.backbone(x)}
+
+
+def test_a_backbone_through_an_embedding_target():
+    """A timm backbone (num_classes=0) refuses a class and runs on ``embedding_norm()``: from
+    the layer on where its output is a tensor, the whole model with the stream edited where it
+    is a dict, the two alike."""
+    model, _ = build("vit")
+    model.reset_classifier(0)
+    x = _images(2)
+    norm = vk.targets.embedding_norm()
+    with pytest.raises(ValueError, match=r"is a backbone.*embedding_norm\(\)"):
+        craft(model, x, 0, STREAM, concepts=2, designs=4, progress=False)
+    resumed = craft(model, x, norm, STREAM, concepts=2, designs=4, progress=False)
+    wrapped = craft(_Features(model), x, norm, f"backbone.{STREAM}", concepts=2, designs=4,
+                    progress=False)  # fmt: skip
+    assert resumed.options["resumed"] is True and wrapped.options["resumed"] is False
+    assert resumed.options["target"] == "embedding norm"
+    torch.testing.assert_close(wrapped.image_importance, resumed.image_importance, rtol=1e-3,
+                               atol=1e-5)  # fmt: skip
+    assert bool((resumed.importance > 0).any())

@@ -152,8 +152,11 @@ def _relevance(
     seen: dict[str, Tensor] = {}
 
     def keep(value: Tensor, *, name: str) -> Tensor:
-        seen["value"] = value
-        return value
+        # a copy the forward goes on from: where the layer's canonical layout is a view of the
+        # module's (a Swin stage's NHWC map as tokens), the value handed over is no input of
+        # the rest of the forward, and the target's gradient would never reach it
+        seen["value"] = value.clone()
+        return seen["value"]
 
     maps, output, gradient = _backward(hm, x, target, layer, keep, method, seen)
     value = seen["value"].detach()

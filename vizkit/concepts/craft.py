@@ -35,12 +35,17 @@ last R columns B, and for each concept i, A with column i taken from B; each con
 Sobol index is Jansen's estimator (`jansen_total_indices`) over them, and a concept's
 importance is its index averaged over the images.
 
+The score is the class's logit, or on a backbone (which returns embeddings, not logits) a
+score on the model's output (a `vizkit.targets` helper such as ``embedding_norm()``, or a
+callable), read per image: a per-image score target follows each image's perturbed copies.
+
 Where the layer is a block's input or output and a clean run proves that the blocks after it
-and the family's readout compute the model's logits from it (`vizkit.analysis.resume`), the
-rest of the network is those blocks alone; elsewhere (an MLP's hidden layer, a family without
-a readout) the whole model runs on copies of the image, the stream edited in a hook. The
-copies run in passes of at most ``max_bytes`` (`vizkit.hooks.passes`; by default as much as a
-forward of ``batch_size`` images holds).
+and the family's readout compute the model's logits from it (for a score target: its output,
+which must then be a tensor; `vizkit.analysis.resume`), the rest of the network is those
+blocks alone; elsewhere (an MLP's hidden layer, a family without a readout, an output object)
+the whole model runs on copies of the image, the stream edited in a hook. The copies run in
+passes of at most ``max_bytes`` (`vizkit.hooks.passes`; by default as much as a forward of
+``batch_size`` images holds).
 """
 
 from __future__ import annotations
@@ -67,7 +72,14 @@ from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count, check_images, check_values_finite
 from ..hooks.passes import images_per_pass
-from ..hooks.scores import model_logits, target_indices
+from ..hooks.scores import (
+    call_target,
+    is_score_target,
+    model_logits,
+    output_rows,
+    target_indices,
+    target_label,
+)
 
 __all__ = [
     "NMF_ALPHA_W", "STRIDE_SHARE", "Craft", "concept_maps", "craft", "jansen_total_indices",
@@ -89,8 +101,8 @@ class Craft(Result):
         crop_coefficients: (n_crops, R) U, each crop's coefficient of each concept.
         crops: (n_crops, 3) int64, each crop's image, top and left pixel (its side:
             ``options["patch_size"]``), in the order of ``crop_coefficients``.
-        importance: (R,) each concept's total Sobol index for the class's logit, averaged
-            over the images.
+        importance: (R,) each concept's total Sobol index for the class's logit (or the
+            target's score), averaged over the images.
         image_importance: (B, R) the same for each image.
         order: (R,) the concepts from the most important down.
     """
@@ -138,7 +150,7 @@ class Craft(Result):
 def craft(
     model: nn.Module | HookedModel,
     images: Tensor,
-    target: int,
+    target: int | Callable[[object], Tensor],
     layer: str,
     *,
     concepts: int = 10,
@@ -149,12 +161,15 @@ def craft(
     seed: int = 0,
     progress: bool = True,
 ) -> Craft:
-    """CRAFT's concepts of the class ``target`` in ``layer``, found on ``images``.
+    """CRAFT's concepts of the class ``target`` (or of a score) in ``layer``, found on
+    ``images``.
 
     Args:
         images: (B, C, H, W) normalized for the model: images of the class whose concepts
             are sought, as in the paper.
-        target: the class index whose logit the concepts' importance is measured on.
+        target: the class index whose logit the concepts' importance is measured on; or a
+            score on the model's output (a `vizkit.targets` helper, e.g.
+            ``vk.targets.embedding_norm()`` on a backbone, or a callable giving (B,)).
         layer: a hook name whose activation is a token stream (B, N, C), e.g.
             "blocks.2.hook_resid_post" or an MLP's hidden layer "blocks.2.mlp.act.hook_out".
             Not the last block's output of a model whose head reads the class token alone:
@@ -176,10 +191,12 @@ def craft(
         each concept's importance (R,) and per image (B, R), the concepts in order of
         importance.
     """
-    if isinstance(target, bool) or not isinstance(target, numbers.Integral):
+    scored = is_score_target(target)
+    if not scored and (isinstance(target, bool) or not isinstance(target, numbers.Integral)):
         raise TypeError(
-            f"target must be the int index of the class whose concepts are sought; got "
-            f"{target!r} ({type(target).__name__})."
+            f"target must be the int index of the class whose concepts are sought, or a score "
+            f"on the model's output (a vizkit.targets helper, e.g. vk.targets.embedding_norm() "
+            f"on a backbone, or a callable); got {target!r} ({type(target).__name__})."
         )
     concepts = check_count("concepts", concepts)
     designs = check_count("designs", designs, 2)
@@ -191,7 +208,10 @@ def craft(
     patch_size = check_count("patch_size", side // 2 if patch_size is None else patch_size, 2,
                              side)  # fmt: skip
     name, layout, width, output = _token_stream(model, layer, x)
-    target_indices(model_logits(output), target)  # (B, K) logits, target in range, or the fix
+    if scored:  # a score per image, or the fix
+        call_target(target, output, 0, output_rows(output))
+    else:  # (B, K) logits, target in range, or the fix
+        target_indices(model_logits(output), target)
     stride = int(STRIDE_SHARE * patch_size)
     boxes = _crop_boxes(len(x), image_size, patch_size, stride)
     if concepts > min(len(boxes), width):
@@ -219,18 +239,18 @@ def craft(
     coefficients = _coefficients(model, x, name, layout, bank, batch_size)  # (B, Np, R)
     scores, resumed = _perturbed(
         model, x, coefficients, bank, masks, name, layout, batch_size, per_pass,
-        _class_logit(target), progress,
+        _target_score(target), _whole if scored else model_logits, progress,
     )  # fmt: skip
     image_importance = torch.stack([jansen_total_indices(f, designs) for f in scores]).float()
     importance = image_importance.mean(0)
     return Craft(
         bank, torch.from_numpy(np.asarray(crop_u, dtype=np.float32)), boxes, importance,
         image_importance, importance.argsort(descending=True, stable=True),
-        options={"layer": name, "target": int(target), "concepts": concepts,
-                 "patch_size": patch_size, "stride": stride, "designs": designs,
-                 "images": len(x), "crops": len(boxes), "alpha_W": NMF_ALPHA_W, "seed": seed,
-                 "nmf_iterations": int(reducer.n_iter_), "resumed": resumed,
-                 "images_per_pass": per_pass},
+        options={"layer": name, "target": target_label(target) if scored else int(target),
+                 "concepts": concepts, "patch_size": patch_size, "stride": stride,
+                 "designs": designs, "images": len(x), "crops": len(boxes),
+                 "alpha_W": NMF_ALPHA_W, "seed": seed, "nmf_iterations": int(reducer.n_iter_),
+                 "resumed": resumed, "images_per_pass": per_pass},
         layout=layout, image_size=image_size,
     )  # fmt: skip
 
@@ -285,7 +305,7 @@ def perturbed_logits(
                                False, "perturbed_logits")  # fmt: skip
     coefficients = _coefficients(model, x, name, layout, bank, batch_size)
     logits, _ = _perturbed(model, x, coefficients, bank, masks.float(), name, layout,
-                           batch_size, per_pass, _all_logits, progress)  # fmt: skip
+                           batch_size, per_pass, _all_logits, model_logits, progress)  # fmt: skip
     return logits
 
 
@@ -444,36 +464,47 @@ def _transform(tokens: np.ndarray, bank: Tensor) -> np.ndarray:
         return np.asarray(reducer.transform(tokens.astype(np.float32)), dtype=np.float32)
 
 
-def _class_logit(target: int) -> Callable[[object], Tensor]:
-    return lambda output: model_logits(output)[:, target]
+def _target_score(target: int | Callable[[object], Tensor]) -> Callable[[object, int], Tensor]:
+    """(output of copies of image ``b``, b) -> (n,) the class's logit, or the score target's
+    value of each copy (a per-image target reads image b's own reference)."""
+    if is_score_target(target):
+        return lambda output, b: call_target(target, output, b, output_rows(output))
+    return lambda output, b: model_logits(output)[:, target]
 
 
-def _all_logits(output: object) -> Tensor:
+def _all_logits(output: object, b: int) -> Tensor:
     return model_logits(output)
 
 
+def _whole(output: object) -> object:
+    """What the resumed path must give for a score target: the whole output (the target may
+    read any part of it), so only a model whose output is a tensor has a path."""
+    return output
+
+
 def _image_runs(
-    hm: HookedModel, x: Tensor, name: str, batch_size: int
+    hm: HookedModel, x: Tensor, name: str, batch_size: int, proof: Callable[[object], object]
 ) -> Iterator[tuple[range, LayerRun]]:
     """Each batch of images' indices and clean run at ``name`` (`layer_run`, proving the
-    forward from there where it can); a batch of one image (or of identical ones), which
-    cannot prove it alone, is run beside the first image negated."""
+    forward from there gives ``proof`` of the output where it can); a batch of one image (or
+    of identical ones), which cannot prove it alone, is run beside the first image negated."""
     for start in range(0, len(x), batch_size):
         batch = x[start : start + batch_size]
-        run = layer_run(hm, batch, name, model_logits)
+        run = layer_run(hm, batch, name, proof)
         if run.why == UNDECIDED:
-            run = layer_run(hm, torch.cat([batch, -batch[:1]]), name, model_logits)
+            run = layer_run(hm, torch.cat([batch, -batch[:1]]), name, proof)
         yield range(start, start + len(batch)), run
 
 
 def _perturbed(
     hm: HookedModel, x: Tensor, coefficients: Tensor, bank: Tensor, masks: Tensor, name: str,
-    layout: TokenLayout, batch_size: int, per_pass: int, read: Callable[[object], Tensor],
-    progress: bool,
+    layout: TokenLayout, batch_size: int, per_pass: int, read: Callable[[object, int], Tensor],
+    proof: Callable[[object], object], progress: bool,
 ) -> tuple[Tensor, bool]:  # fmt: skip
-    """(``read`` of the output on each image of x with each mask (K, R), (B, K, ...) float32
-    on the CPU; whether every image ran from the layer on): the stream's patch tokens a
-    replaced by a + (u * (m - 1)) W, u the image's ``coefficients`` (Np, R)."""
+    """(``read`` of the output on copies of each image b of x (``read(output, b)``) with each
+    mask (K, R), (B, K, ...) float32 on the CPU; whether every image ran from the layer on,
+    where a clean run proved the path gives ``proof`` of the output): the stream's patch
+    tokens a replaced by a + (u * (m - 1)) W, u the image's ``coefficients`` (Np, R)."""
     device = x.device
     bank, masks = bank.to(device), masks.to(device)
     prefix, count = layout.num_prefix_tokens, len(masks)
@@ -489,7 +520,7 @@ def _perturbed(
 
     outputs, every = [], True
     with torch.no_grad(), bar:
-        for rows, run in _image_runs(hm, x, name, batch_size):
+        for rows, run in _image_runs(hm, x, name, batch_size, proof):
             every = every and run.resumed is not None
             edited = nullcontext() if run.resumed is not None else hm.hooks(fwd={name: edit})
             with edited:
@@ -507,7 +538,7 @@ def _perturbed(
                             patches = streams[:, prefix:].float() + delta
                             streams[:, prefix:] = patches.to(streams.dtype)
                             output = run.resumed.forward(streams)
-                        scores.append(read(output).float().cpu())
+                        scores.append(read(output, b).float().cpu())
                         bar.update()
                     outputs.append(torch.cat(scores))
     return torch.stack(outputs), every
