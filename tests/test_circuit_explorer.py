@@ -11,6 +11,7 @@ import torch
 
 import vizkit as vk
 from vizkit.circuits import circuit
+from vizkit.concepts import Heads, dissect, shapes_concepts, unit_names
 from vizkit.widgets.circuit_explorer import CLICK_HINT
 
 
@@ -78,3 +79,31 @@ def test_a_score_target_is_named_by_its_label():
                                        progress=False)  # fmt: skip
     assert shown.figure.layout.title.text.startswith("Circuit of the embedding norm:")
     assert shown.result.targets is None
+
+
+def test_heads_named_by_dissection_show_their_names(explorer):
+    """A dissection of the last block's heads names them in the node list and the titles;
+    names of units other than heads, and of a circuit without head nodes, are refused."""
+    model, _ = vk.zoo.load("vit_tiny_shapes")
+    shapes, concepts = shapes_concepts(24)
+    named = dissect(model, shapes, concepts, Heads("blocks.3"), quantile=0.02, progress=False)
+    labels = {f"blocks.3 head {h}": name for h, name in unit_names(named).items()}
+    assert labels  # some head is a detector
+    clean, ring, classes, _ = vk.datasets.counterfactual_shapes(40, replace=3)
+    x, corrupted = clean[classes == 0][:2], ring[classes == 0][:2]
+    shown = vk.widgets.CircuitExplorer(model, x, corrupted, target=0, versus=3, names=named,
+                                       sizes=[1, 4], progress=False)  # fmt: skip
+    options = {u: label for label, u in shown.node.options}
+    for u, node in enumerate(shown.result.upstream):
+        name = labels.get(node)
+        assert options[u] == (node if name is None else f"{node} ({name.split(' (')[0]})")
+    node = next(iter(labels))
+    shown.node.value = shown.result.upstream.index(node)
+    assert f"{node} ({labels[node].split(' (')[0]})" in shown.figure.layout.title.text
+    channels = dissect(model, shapes, concepts, "blocks.3.hook_resid_post", progress=False)
+    with pytest.raises(ValueError, match="not of heads"):
+        vk.widgets.CircuitExplorer(model, x, corrupted, target=0, versus=3, names=channels,
+                                   sizes=[1], progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="heads=True"):
+        vk.widgets.CircuitExplorer(model, x, corrupted, target=0, versus=3, names=named,
+                                   heads=False, sizes=[1], progress=False)  # fmt: skip

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from conftest import model_state
 
+from vizkit.concepts import Heads, dissect, shapes_concepts, unit_names
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.models.text_image import clip_shapes
 from vizkit.targets import encode_texts
@@ -86,3 +87,35 @@ def test_images_other_than_the_spans_are_refused(explored):
     swapped[[0, 11]] = images[[11, 0]]
     with pytest.raises(ValueError, match=r"Images \[0, 11\] are not the ones"):
         HeadExplorer(model, span, swapped, texts, CLASSES)
+
+
+def test_heads_named_by_dissection_show_their_names(explored):
+    """Names of the heads of both blocks (the span's blocks are the wrapper's, "model.<block>";
+    the dissection's the model's own): each named head's option and the title carry its
+    name; the options follow the block; names of another block's heads are refused."""
+    model, images, span, texts, _, before = explored
+    shapes, concepts = shapes_concepts(24)
+    blocks = [block.removeprefix("model.") for block in span.blocks]
+    named = [dissect(model, shapes, concepts, Heads(b), quantile=0.02, progress=False)
+             for b in blocks]  # fmt: skip
+    explorer = HeadExplorer(model, span, images, texts, CLASSES, top=4, names=named)
+    for block, found in zip(span.blocks, named, strict=True):
+        explorer.block.value = block
+        labels = unit_names(found)
+        options = dict((h, label) for label, h in explorer.head.options)
+        for h in range(span.heads):
+            expected = f"{h} {labels[h]}" if h in labels else str(h)
+            assert options[h] == expected
+        for h in labels:
+            explorer.head.value = h
+            assert f"head {h}<br>({found.labels[h]})" in explorer.figure.layout.title.text
+    assert any(unit_names(found) for found in named)  # some head is a detector
+    other = dissect(model, shapes, concepts, Heads(blocks[0]), progress=False)
+    other.options["layer"] = "blocks.9.hook_attn_out"
+    other.units = [u.replace(blocks[0], "blocks.9") for u in other.units]
+    with pytest.raises(ValueError, match="does not show"):
+        HeadExplorer(model, span, images, texts, CLASSES, names=[other])
+    channels = dissect(model, shapes, concepts, f"{blocks[0]}.hook_resid_post", progress=False)
+    with pytest.raises(ValueError, match="not of heads"):
+        HeadExplorer(model, span, images, texts, CLASSES, names=channels)
+    assert model_state(model) == before

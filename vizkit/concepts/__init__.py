@@ -22,17 +22,17 @@ from .conditioned import CONDITIONED_METHODS, ConditionedMaps, conditioned_maps
 from .craft import Craft, concept_maps, craft, perturbed_logits
 from .dissection import CHUNK_BYTES, Concepts, Dissection, dissect
 from .held_out import NamedUnits, check_names, image_auc, image_maxima
-from .naming import unit_names
+from .naming import head_names, unit_names
 from .probes import PURITY_K, PatchLabels, Probes, patch_labels, probe_units
 from .shapes_concepts import SHAPES_CONCEPTS, shapes_concepts
 from .tcav import CAV, TCAVResult, concept_activation_vector, concept_sensitivity, tcav
 from .units import Heads
 
 __all__ = [
-    "CAV", "CHUNK_BYTES", "CONDITIONED_METHODS", "PURITY_K", "SHAPES_CONCEPTS", "CLIPDissection",
-    "ConditionedMaps", "Concepts", "Craft", "Dissection", "Heads", "NamedUnits", "PatchLabels",
-    "Probes", "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
-    "concept_maps", "concept_sensitivity", "conditioned_maps", "craft", "dissect", "image_auc",
-    "image_maxima", "patch_labels", "perturbed_logits", "probe_units", "shapes_concepts", "tcav",
-    "unit_names",
+    "CAV", "CHUNK_BYTES", "CLIPDissection", "CONDITIONED_METHODS", "Concepts", "ConditionedMaps",
+    "Craft", "Dissection", "Heads", "NamedUnits", "PURITY_K", "PatchLabels", "Probes",
+    "SHAPES_CONCEPTS", "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
+    "concept_maps", "concept_sensitivity", "conditioned_maps", "craft", "dissect", "head_names",
+    "image_auc", "image_maxima", "patch_labels", "perturbed_logits", "probe_units",
+    "shapes_concepts", "tcav", "unit_names",
 ]  # fmt: skip

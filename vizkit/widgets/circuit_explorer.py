@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
 from ..circuits import attribution_patching, circuit, faithfulness
+from ..concepts.naming import checked_head_names
 from ..hooks import Target
 from ..hooks.inputs import check_image_pairs
 from ..viz import display_images
@@ -43,6 +44,9 @@ class CircuitExplorer(Explorer):
         sizes: the circuit sizes (edges) to measure; default 1, 2, 4, ... and every edge.
         classes: class names for the title; mean, std: to show the images.
         progress: progress bars while the attribution and faithfulness run.
+        names: the heads' names, a `vk.concepts` result of `vk.concepts.Heads` of a block, or
+            a list of them (`vk.concepts.head_names`): shown beside each head's node in the
+            node list and the titles.
     """
 
     CONTROL_HINTS = (CLICK_HINT,)
@@ -61,6 +65,7 @@ class CircuitExplorer(Explorer):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         progress: bool = True,
+        names: object = None,
     ) -> None:
         super().__init__()
         clean, corrupted = check_image_pairs(model, clean, corrupted)
@@ -69,6 +74,14 @@ class CircuitExplorer(Explorer):
                                            progress=progress)  # fmt: skip
         self.curve = faithfulness(model, self.result, clean, corrupted, sizes=sizes,
                                   progress=progress)  # fmt: skip
+        blocks = [d.removesuffix(" attn in") for d in self.result.downstream
+                  if d.endswith(" attn in")]  # fmt: skip
+        self.names = checked_head_names(names, blocks, "the circuit")
+        if self.names and not set(self.names) & set(self.result.upstream):
+            raise ValueError(
+                "The circuit has no node per head (heads=False), so no head's name can be shown: "
+                "pass heads=True."
+            )
         self.classes = classes
         self._score_label = getattr(target, "label", None)  # a score target's (`vizkit.targets`)
         self.display = display_images(clean, model, mean, std)
@@ -81,7 +94,7 @@ class CircuitExplorer(Explorer):
         effects = self.result.nodes.mean(0).abs()
         effects[0] = -1 if len(effects) > 1 else 0  # the embedding: the whole corruption
         largest = int(effects.argmax())
-        self.node = widgets.Dropdown(options=[(n, u) for u, n in enumerate(self.result.upstream)],
+        self.node = widgets.Dropdown(options=[(self._node(u), u) for u in range(len(effects))],
                                      value=largest, description="node")  # fmt: skip
         self.controls = [self.size, self.image, self.node]
         self._observe(*self.controls)
@@ -97,7 +110,7 @@ class CircuitExplorer(Explorer):
         titles = [
             f"the circuit: {size} of {int(self.curve.sizes[-1])} edges",
             f"faithfulness (CPR {self.curve.cpr:.2f})",
-            f"{result.upstream[u]}: its effect on image {i}",
+            f"{self._node(u)}: its effect on image {i}",
         ]
         fig = make_subplots(rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]],
                             row_heights=[0.55, 0.45], vertical_spacing=0.2,
@@ -115,10 +128,16 @@ class CircuitExplorer(Explorer):
         effect = float(result.nodes[i, u])
         title = (
             f"Circuit of {self._score_name()}: {size} edges recover {recovered:.2f} of the "
-            f"score<br><sup>{result.upstream[u]} changes image {i}'s score by {effect:+.3g} "
+            f"score<br><sup>{self._node(u)} changes image {i}'s score by {effect:+.3g} "
             f"({prefix})</sup>" + CLICK_HINT
         )
         return finish(fig, title, 820)
+
+    def _node(self, u: int) -> str:
+        """Node ``u``'s name, with its concept name (without its score) where named."""
+        node = self.result.upstream[u]
+        named = self.names.get(node)
+        return node if named is None else f"{node} ({named.split(' (')[0]})"
 
     def _faithfulness(self, fig: go.Figure, at: int) -> None:
         """The curve over the share of edges kept, the current size marked."""

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
+from ..concepts.naming import checked_head_names
 from ..hooks.inputs import check_images
 from ..models.zero_shot import image_tower
 from ..targets import embed
@@ -44,14 +45,18 @@ class HeadExplorer(Explorer):
         images: (N, C, H, W) the images, in the model's normalization.
         class_texts: (K, D) the classes' text embeddings (`vizkit.targets.encode_texts`).
         classes: the K class names; mean, std: to show the images.
+        names: the heads' names, a `vk.concepts` result of `vk.concepts.Heads` of one of the
+            span's blocks, or a list of them (`vk.concepts.head_names`): shown beside each
+            head and in the title.
     """
 
     def __init__(
         self, model: nn.Module, span: TextSpan, images: Tensor, class_texts: Tensor,
         classes: Sequence[str], mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None, top: int = 8,
+        std: Sequence[float] | None = None, top: int = 8, names: object = None,
     ) -> None:  # fmt: skip
         super().__init__()
+        self.names = checked_head_names(names, list(span.blocks), "this span")
         if len(images) != len(span.decomposition.embedding):
             raise ValueError(
                 f"span describes {len(span.decomposition.embedding)} images; got {len(images)}: "
@@ -67,12 +72,13 @@ class HeadExplorer(Explorer):
         self.classes = list(classes)
         self.block = widgets.Dropdown(options=list(span.blocks), value=span.blocks[-1],
                                       description="block")  # fmt: skip
-        self.head = widgets.Dropdown(options=list(range(span.heads)), description="head")
+        self.head = widgets.Dropdown(options=self._head_options(span.blocks[-1]),
+                                     description="head")  # fmt: skip
         self.text = widgets.Dropdown(description="text")
         self.image = widgets.IntSlider(0, min=0, max=len(images) - 1, description="image")
         self.controls = [self.block, self.head, self.text, self.image]
         self._relist()
-        self._relisting = False
+        self._relisting = self._relabelling = False
         self.block.observe(self._rehead, names="value")
         self.head.observe(self._rehead, names="value")
         self._observe(self.text, self.image)
@@ -82,9 +88,24 @@ class HeadExplorer(Explorer):
         if not self._relisting:
             super().refresh()
 
-    def _rehead(self, *_) -> None:
+    def _rehead(self, change: dict | None = None) -> None:
+        if self._relabelling:
+            return
+        if self.names and change is not None and change.get("owner") is self.block:
+            head = self.head.value
+            self._relabelling = True
+            try:  # the new block's heads' names, the head kept
+                self.head.options = self._head_options(self.block.value)
+                self.head.value = head
+            finally:
+                self._relabelling = False
         self._relist()
         self.refresh()
+
+    def _head_options(self, block: str) -> list[tuple[str, int]]:
+        """(label, head) of each head of ``block``: its number, and its name where named."""
+        return [(f"{h} {self.names[f'{block} head {h}']}" if f"{block} head {h}" in self.names
+                 else str(h), h) for h in range(self.span.heads)]  # fmt: skip
 
     def _relist(self) -> None:
         """The chosen head's texts, with the share of its variance explained after each."""
@@ -170,8 +191,10 @@ class HeadExplorer(Explorer):
                          row=rows + 1, col=3)  # fmt: skip
         fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.1, "x": 0.45})
         name = self.span.texts(b, head)[text]
+        named = self.names.get(f"{self.block.value} head {head}")
+        called = "" if named is None else f" ({named.split(' (')[0]})"
         title = (
-            f"{self.block.value}, head {head}: the images it writes most along {name!r}"
+            f"{self.block.value}, head {head}{called}: the images it writes most along {name!r}"
             f"<br><sup>its text {text + 1}; on each image the head's source tokens' shares of "
             "the cosine with the text</sup>"
         )
