@@ -69,7 +69,10 @@ store = vk.cache_activations(model, "shapes", f"{folder}/s", layers=[-2], tokens
                              progress=False)
 sae = vk.train_sae(store, expansion=2, k=8, tokens=10 * len(store), batch_size=256,
                    progress=False)
-explorers["features"] = w.FeatureBrowser(model, sae, images, classes=card["classes"], top=4)""",
+probes, concepts = vk.concepts.shapes_concepts(40)
+named = vk.concepts.dissect(model, probes, concepts, sae, quantile=0.02, progress=False)
+explorers["features"] = w.FeatureBrowser(model, sae, images, classes=card["classes"], top=4,
+                                         names=named)""",
     "heads": """\
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.models.text_image import clip_shapes
@@ -80,19 +83,31 @@ noise = torch.randn(12, 3, 32, 32, generator=torch.Generator().manual_seed(0))
 span = vk.text_span(clip, noise, ["a circle", "a red star", "a small ring", "a dark cross"],
                     tokenizer=tokenizer, basis=3, progress=False)
 texts = vk.targets.encode_texts(clip, ["a circle", "a star", "a ring"], tokenizer)
-explorers["heads"] = w.HeadExplorer(clip, span, noise, texts, ["circle", "star", "ring"], top=4)""",
+heads = [vk.concepts.dissect(clip, probes, concepts, vk.concepts.Heads(b.removeprefix("model.")),
+                             quantile=0.02, progress=False) for b in span.blocks]
+explorers["heads"] = w.HeadExplorer(clip, span, noise, texts, ["circle", "star", "ring"], top=4,
+                                    names=heads)""",
     "circuits": """\
 clean, ring, shapes, _ = vk.datasets.counterfactual_shapes(40, replace=3)
 x, corrupted = clean[shapes == 0][:4], ring[shapes == 0][:4]
+last = vk.concepts.dissect(model, probes, concepts, vk.concepts.Heads("blocks.3"),
+                           quantile=0.02, progress=False)
 explorers["circuits"] = w.CircuitExplorer(model, x, corrupted, target=0, versus=3,
-                                          classes=card["classes"])""",
+                                          classes=card["classes"], names=last)""",
 }
+
+# the first head or node the kernel names (an index of the head or node list)
+NAMED_LATENT = "[i for i, (_, c) in enumerate(e.latent.options) if c in e.names][0]"
+NAMED_HEAD = "[h for _, h in e.head.options if f'{e.block.value} head {h}' in e.names][0]"
+NAMED_NODE = "[u for u, n in enumerate(e.result.upstream) if n in e.names][0]"
 
 # name -> the steps, each (what, control, value): "view" clicks a toggle button of that text,
 # "key" presses an arrow key on the slider named control, "choose" picks an option of the
 # dropdown or list named control, "click" clicks a point of the plot, "point" clicks point
-# ``value`` of the trace named control; a fourth item: what the kernel's explorer (``e``) then
-# holds, a Python expression that must be true
+# ``value`` of the trace named control, "pick" chooses the option whose index the Python
+# expression ``value`` gives in the kernel, "shows" checks that the page's title and chosen options
+# hold the text the Python expression ``value`` gives in the kernel (no action); a fourth item:
+# what the kernel's explorer (``e``) then holds, a Python expression that must be true
 SCRIPTS = {
     "attention": [
         ("view", "view", "rollout"),
@@ -139,12 +154,16 @@ SCRIPTS = {
         ("view", "intervention", "steer"),
         ("key", "steer x max", "LEFT"),
         ("choose", "latent", 2),
+        ("pick", "latent", NAMED_LATENT),
+        ("shows", "", "e.names[e.latent.value].split(' (')[0]"),
         ("view", "intervention", "ablate"),
         ("view", "order", "density"),
         ("click", "", ""),
     ],
     "heads": [
-        ("choose", "head", "1"),
+        ("choose", "head", 1),
+        ("pick", "head", NAMED_HEAD),
+        ("shows", "", "e.names[f'{e.block.value} head {e.head.value}'].split(' (')[0]"),
         ("choose", "text", 1),
         ("key", "image", "RIGHT"),
         ("choose", "block", 0),
@@ -154,6 +173,8 @@ SCRIPTS = {
         ("point", "nodes", 2, "e.node.value == 2"),
         ("key", "image", "RIGHT"),
         ("choose", "node", 5),
+        ("pick", "node", NAMED_NODE),
+        ("shows", "", "e.names[e.result.upstream[e.node.value]].split(' (')[0]"),
         ("key", "edges kept", "LEFT"),
         ("key", "edges kept", "LEFT"),
     ],
@@ -331,6 +352,22 @@ def control(browser, key: str, description: str):
     raise AssertionError(f"no control {description!r} in explorer {key}")
 
 
+# the live plot's title and the chosen option of each dropdown of explorer arguments[0]
+PAGE_TEXT = """
+const box = document.querySelector(`.vizkit-explorer-${arguments[0]}`);
+const title = box.querySelector('.gtitle');
+const chosen = [...box.querySelectorAll('select')].map(s => s.options[s.selectedIndex].text);
+return [title ? title.textContent : '', ...chosen].join(' | ');
+"""
+
+
+def shown_in_page(browser, name: str, key: str, expression: str) -> None:
+    """The page's title or a chosen option holds what ``expression`` gives in the kernel."""
+    text = in_kernel(browser, f'e = explorers["{name}"]; print(json.dumps(str({expression})))')
+    shown = browser.execute_script(PAGE_TEXT, key)
+    assert text and text in shown, f"{name}: {text!r} is not shown: {shown!r}"
+
+
 def act(browser, key: str, step: tuple) -> None:
     """Do ``step`` through the page."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -402,6 +439,12 @@ def test_every_explorer_draws_the_kernels_figure_after_every_step(tmp_path):
         for name, key in keys.items():
             page_equals_kernel(browser, name, key)
             for number, step in enumerate(SCRIPTS[name]):
+                if step[0] == "shows":
+                    shown_in_page(browser, name, key, step[2])
+                    continue
+                if step[0] == "pick":
+                    picked = f'e = explorers["{name}"]; print(json.dumps(int({step[2]})))'
+                    step = ("choose", step[1], in_kernel(browser, picked))
                 start = message_count(browser)
                 act(browser, key, step)
                 wait_for(lambda: kernel_idle(browser), 120, f"{name} to finish {step}")
