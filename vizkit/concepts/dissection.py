@@ -16,8 +16,9 @@ merged batch by batch with ``torch.topk``: the top quantile is read from them ex
 ``torch.quantile`` reads it from all of them, and they are quantile x images x patches + 2
 values per unit (4,096 latents over 2,000 images of 196 patches: 32 MB), however large the
 batches. The second counts, per unit and concept, the pixels of the masks' intersections and
-the masks' areas. Each batch's upsampled maps (B, U, H, W) are made a chunk of units at a time,
-each chunk at most `CHUNK_BYTES`.
+the masks' areas, upsampling only the maps that exceed their threshold somewhere (an upsampled
+value lies between the map's: a sparse latent is upsampled on the few images it fires on), an
+image's maps a chunk of units at a time, each chunk at most `CHUNK_BYTES`.
 """
 
 from __future__ import annotations
@@ -198,21 +199,23 @@ def _aligned(
         raise ValueError(f"The probe set holds {rows.stop} images but the concepts {len(masks)}.")
 
 
-def _upsampled(
-    units: Units, x: Tensor | None, rows: range, size: tuple[int, int]
-) -> Iterator[tuple[slice, Tensor]]:
-    """Chunks of the units' maps of images ``rows`` (``x``), upsampled bilinearly to ``size``
-    (Bau et al. 2017, Sec. 2.2): (units' slice, (B, U_chunk, H, W)), each at most
-    `CHUNK_BYTES`."""
-    with torch.no_grad():
-        maps = units.read(x, rows)  # (B, U, gh, gw)
-        maps = maps.to(units.device)
-        pixels = len(rows) * size[0] * size[1]
-        step = max(1, CHUNK_BYTES // (4 * pixels))
-        for start in range(0, maps.shape[1], step):
-            chunk = slice(start, start + step)
-            yield chunk, F.interpolate(maps[:, chunk], size=size, mode="bilinear",
-                                       align_corners=False)  # fmt: skip
+def _fired(
+    maps: Tensor, thresholds: Tensor, size: tuple[int, int]
+) -> Iterator[tuple[int, Tensor, Tensor]]:
+    """Each unit's mask on each image where it can fire: (image, the units (U_b,), their maps
+    upsampled bilinearly to ``size`` (Bau et al. 2017, Sec. 2.2) and cut at their thresholds,
+    (U_b, H W) float), at most `CHUNK_BYTES` of maps at a time. An upsampled value is a convex
+    combination of the map's, so a unit whose map on an image stays at or below its threshold
+    fires nowhere there and is skipped (a sparse latent on most images)."""
+    above = maps.flatten(2).amax(2) > thresholds  # (B, U)
+    step = max(1, CHUNK_BYTES // (4 * size[0] * size[1]))
+    for b, active in enumerate(above):
+        units = active.nonzero().flatten()
+        for start in range(0, len(units), step):
+            chunk = units[start : start + step]
+            up = F.interpolate(maps[b, chunk][None], size=size, mode="bilinear",
+                               align_corners=False)[0]  # fmt: skip
+            yield b, chunk, (up > thresholds[chunk, None, None]).flatten(1).float()
 
 
 def _thresholds(
@@ -260,14 +263,15 @@ def _iou(units: Units, probes: ProbeSet, masks: Tensor, thresholds: Tensor, bars
     unit_area = torch.zeros(count, dtype=torch.float64)
     concept_area = torch.zeros(concepts, dtype=torch.float64)
     image_size = tuple(masks.shape[-2:])
+    cut = thresholds.to(device)
     for x, rows, truth in tqdm(_aligned(probes, masks, image_size), desc="dissect: IoU",
                                **bars):  # fmt: skip
         truth = truth.to(device).flatten(2).float()  # (B, K, HW)
         concept_area += truth.sum(2).cpu().double().sum(0)
-        for chunk, up in _upsampled(units, x, rows, image_size):
-            fired = (up > thresholds[chunk, None, None].to(device)).flatten(2).float()
-            # per image each count is at most H W: exact in float32; summed on the host in float64
-            inter[chunk] += (fired @ truth.transpose(1, 2)).cpu().double().sum(0)
-            unit_area[chunk] += fired.sum(2).cpu().double().sum(0)
+        maps = units.read(x, rows).to(device)  # (B, U, gh, gw)
+        for b, chunk, fired in _fired(maps, cut, image_size):
+            # each count is at most H W: exact in float32; summed on the host in float64
+            inter.index_add_(0, chunk.cpu(), (fired @ truth[b].T).cpu().double())
+            unit_area.index_add_(0, chunk.cpu(), fired.sum(1).cpu().double())
     union = unit_area[:, None] + concept_area[None] - inter
     return torch.where(union > 0, inter / union.clamp_min(1), 0.0).float()
