@@ -32,13 +32,13 @@ from tqdm.auto import tqdm
 from ..analysis.component_edits import RunScore
 from ..analysis.residual_stream import check_close, require_full_precision, residual_blocks
 from ..analysis.result import Result
+from ..head_outputs import head_inputs, projection_maps
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
 from ..hooks.gradient_graph import frozen_parameters
 from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .corruptions import warn_if_unchanged
 from .graph import ComponentGraph
-from ..head_outputs import head_inputs, projection_maps
 from .points import Points, point_names, read_points
 from .qkv import QKVReader, qkv_readers
 

@@ -29,12 +29,12 @@ from ..analysis.residual_stream import (
     split_stream,
 )
 from ..analysis.result import Result
+from ..head_outputs import HeadInputs, multihead_inputs, projection_maps
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_choice, check_count, check_image_pairs
 from .attribution import AttributionResult
 from .graph import ComponentGraph
-from ..head_outputs import HeadInputs, multihead_inputs, projection_maps
 from .points import read_heads
 
 __all__ = ["Agreement", "agreement", "agreement_of", "exact_patching"]

@@ -18,10 +18,10 @@ import torch
 from torch import Tensor
 
 from ..analysis.residual_stream import residual_blocks
+from ..head_outputs import head_inputs, projection_maps
 from ..hooks import HookedModel
 from ..hooks.inputs import check_images
 from .graph import ComponentGraph
-from ..head_outputs import head_inputs, projection_maps
 from .points import read_points
 
 __all__ = ["CircuitRuns"]

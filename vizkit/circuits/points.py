@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..hooks import HookedModel
 from ..head_outputs import HeadInputs, check_read
+from ..hooks import HookedModel
 
 __all__ = ["Points", "point_names", "read_heads", "read_points"]
 

@@ -21,18 +21,25 @@ from .clip_dissect import CLIPDissection, clip_dissect
 from .conditioned import CONDITIONED_METHODS, ConditionedMaps, conditioned_maps
 from .craft import Craft, concept_maps, craft, perturbed_logits
 from .dissection import CHUNK_BYTES, Concepts, Dissection, dissect
-from .held_out import NamedUnits, check_names, image_auc, image_maxima
+from .held_out import NamedUnits, check_names, concept_presence, image_auc, image_maxima
 from .naming import head_names, unit_names
 from .probes import PURITY_K, PatchLabels, Probes, patch_labels, probe_units
-from .shapes_concepts import SHAPES_CONCEPTS, shapes_concepts
+from .shapes_concepts import (
+    SHAPES_CONCEPTS,
+    background_contrast,
+    shapes_concepts,
+    striped_scenes,
+    truth_units,
+)
 from .tcav import CAV, TCAVResult, concept_activation_vector, concept_sensitivity, tcav
 from .units import Heads
 
 __all__ = [
     "CAV", "CHUNK_BYTES", "CLIPDissection", "CONDITIONED_METHODS", "Concepts", "ConditionedMaps",
     "Craft", "Dissection", "Heads", "NamedUnits", "PURITY_K", "PatchLabels", "Probes",
-    "SHAPES_CONCEPTS", "TCAVResult", "check_names", "clip_dissect", "concept_activation_vector",
-    "concept_maps", "concept_sensitivity", "conditioned_maps", "craft", "dissect", "head_names",
-    "image_auc", "image_maxima", "patch_labels", "perturbed_logits", "probe_units",
-    "shapes_concepts", "tcav", "unit_names",
+    "SHAPES_CONCEPTS", "TCAVResult", "background_contrast", "check_names", "clip_dissect",
+    "concept_activation_vector", "concept_maps", "concept_presence", "concept_sensitivity",
+    "conditioned_maps", "craft", "dissect", "head_names", "image_auc", "image_maxima",
+    "patch_labels", "perturbed_logits", "probe_units", "shapes_concepts", "striped_scenes", "tcav",
+    "truth_units", "unit_names",
 ]  # fmt: skip

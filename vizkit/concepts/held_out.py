@@ -29,7 +29,7 @@ from .dissection import Concepts, Dissection
 from .probe_set import ProbeSet, probe_set
 from .units import Heads, Units, read_units
 
-__all__ = ["NamedUnits", "check_names", "image_auc", "image_maxima"]
+__all__ = ["NamedUnits", "check_names", "concept_presence", "image_auc", "image_maxima"]
 
 SCORES = {Dissection: ("IoU", "best_iou"), CLIPDissection: ("similarity", "best")}
 SORTS = ("score", "held_out_auc")
@@ -129,7 +129,7 @@ def check_names(
     score, attribute = _score_of(named)
     batch_size = check_count("batch_size", batch_size)
     units = _units_of(named, units)
-    present = _presence(present, named.concepts)
+    present = concept_presence(present, named.concepts)
     probes = probe_set(images, batch_size, "check_names", store)
     if probes.count is not None and probes.count != len(present):
         raise ValueError(
@@ -185,7 +185,7 @@ def _units_of(named: Dissection | CLIPDissection, units: object) -> str | Sparse
     return named.options["layer"] if source == "channels" else units
 
 
-def _presence(present: object, concepts: list[str]) -> Tensor:
+def concept_presence(present: object, concepts: list[str]) -> Tensor:
     """(N, K) bool: which images hold which of ``concepts``."""
     if isinstance(present, Concepts):
         missing = [name for name in concepts if name not in present.names]
