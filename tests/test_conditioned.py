@@ -67,6 +67,27 @@ def test_a_channel_map_equals_the_hand_computation():
     torch.testing.assert_close(result.relevance, relevance, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("method", CONDITIONED_METHODS)
+def test_at_a_branch_the_units_maps_leave_out_what_goes_around_it(method):
+    """At an MLP's hidden layer the skip connection carries relevance around the neurons: in
+    no neuron's map, all in the rest. Every neuron's map summed is the total less the map with
+    the layer's gradient cut (a plain forward hook returning its output detached); with every
+    neuron chosen, the rest is that map."""
+    model, x = _vit(), _images()
+    hidden = "blocks.1.mlp.act.hook_out"
+    every = conditioned_maps(model, x, 1, hidden, chosen=list(range(64)), method=method)
+    handle = model.blocks[1].mlp.act.register_forward_hook(lambda m, i, o: o.detach())
+    try:
+        around = conditioned_maps(model, x, 1, LAYER, chosen=[0], method=method).total
+    finally:
+        handle.remove()
+    _close_in_sum(every.maps.sum(1), every.total - around)
+    _close_in_sum(every.rest, around)
+    assert around.abs().max() > 0.1 * every.total.abs().max()  # the skip path carries some
+    some = conditioned_maps(model, x, 1, hidden, chosen=[2, 9], method=method)
+    _close_in_sum(some.maps.sum(1) + some.rest, some.total)
+
+
 def test_the_unconditioned_attnlrp_map_is_vk_attnlrps():
     model, x = _vit(), _images()
     result = conditioned_maps(model, x, None, LAYER, method="attnlrp")

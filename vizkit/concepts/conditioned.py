@@ -5,13 +5,16 @@ explanations through Concept Relevance Propagation", Nature Machine Intelligence
 Eq. 5: the relevance at layer l masked to the concept's channels, then propagated on).
 
 The backward pass from the target to the images is linear in the gradient it carries through
-the layer; conditioning masks that gradient. For channel c of the activation a (B, N, C) the
-layer passes a forward unchanged and back only the gradient's channel c. For latent j of an
-autoencoder on a, a = sum_j z_j(a) d_j + b + e(a) (d_j = W_dec[j] / input_scale, e the error),
-the layer passes back only the gradient through z_j(a) d_j; the rest (the error, and the tokens
-the autoencoder does not read) is one more condition. Where the method is linear in that
-gradient (input x gradient, AttnLRP and CP-LRP, whose rules change the backward but keep it
-linear), the maps of every unit plus the rest add up to the unconditioned map.
+the layer; conditioning masks that gradient. One forward and backward give the gradient g at
+the layer; a unit's map passes back from the layer to the images only its part of g: channel
+c's g_c, or for latent j of an autoencoder on a, a = sum_j z_j(a) d_j + b + e(a)
+(d_j = W_dec[j] / input_scale, e the error), the gradient through z_j(a) d_j. What reaches the
+output around the layer (the skip connection around a branch such as an MLP's hidden layer) is
+in no unit's map; the rest (one more backward from the target, the layer passing back only
+the other units' gradient: the error and the tokens the autoencoder does not read too) holds
+it. Where the method is linear in the gradient (input x gradient, AttnLRP and CP-LRP, whose
+rules change the backward but keep it linear), the maps of the units plus the rest add up to
+the unconditioned map.
 
 A unit's relevance at the layer is the sum over tokens of a_c g_c (channels) or of
 z_j (d_j . g) (latents), g the gradient (for AttnLRP: the modified one) at the layer.
@@ -78,7 +81,8 @@ def conditioned_maps(
     top: int = 8,
 ) -> ConditionedMaps:
     """The relevance of ``target`` on images ``x`` (B, C, H, W) through each ``chosen`` unit:
-    one backward pass of the batch per unit, and one for the rest.
+    one forward and backward of the batch, one backward from the layer per unit, and one
+    forward and backward for the rest.
 
     Args:
         target: a class, B classes, None (each image's top class) or a callable on the output.
@@ -96,15 +100,13 @@ def conditioned_maps(
     hm = as_hooked(model)
     x = check_images(hm.model, x).detach()
     layer, split = _layer_split(hm, units, tuple(x.shape[-2:]))
-    relevance, total, output = _relevance(hm, x, target, layer, split, method)
+    relevance, total, output, chosen, maps = _through_layer(
+        hm, x, target, layer, split, method, chosen, check_count("top", top)
+    )
     names = [f"{'latent' if split else layer} {i}" for i in range(relevance.shape[1])]
-    chosen = _chosen(chosen, relevance, check_count("top", top))
-    maps = torch.stack([
-        _conditioned(hm, x, target, layer, split, unit, chosen, method)
-        for unit in [*chosen, None]
-    ], 1)  # (B, L + 1, H, W)  # fmt: skip
+    rest = _rest(hm, x, target, layer, split, chosen, method)
     return ConditionedMaps(
-        [names[i] for i in chosen], layer, maps[:, :-1], maps[:, -1], total, relevance,
+        [names[i] for i in chosen], layer, maps, rest, total, relevance,
         explained_classes(output, target),
         options={"method": method, "units": "sae" if split else "channels",
                  "chosen": list(chosen)},
@@ -144,11 +146,15 @@ def _latent_parts(sae: SparseAutoencoder, positions: Tensor) -> Split:
     return parts
 
 
-def _relevance(
-    hm: HookedModel, x: Tensor, target: Target, layer: str, split: Split | None, method: str
-) -> tuple[Tensor, Tensor, object]:
-    """(B, U) each unit's relevance at the layer, (B, H, W) the unconditioned map, and the
-    output."""
+def _through_layer(
+    hm: HookedModel, x: Tensor, target: Target, layer: str, split: Split | None, method: str,
+    chosen: list[int] | None, top: int,
+) -> tuple[Tensor, Tensor, object, list[int], Tensor]:  # fmt: skip
+    """One forward and backward: (B, U) each unit's relevance at the layer, (B, H, W) the
+    unconditioned map, the output, the units chosen, and (B, L, H, W) the relevance through
+    each chosen unit alone: the layer's gradient g masked to the unit and passed back from the
+    layer to the images (so what reaches the output around the layer, as a branch's skip
+    connection does, is in no unit's map)."""
     seen: dict[str, Tensor] = {}
 
     def keep(value: Tensor, *, name: str) -> Tensor:
@@ -158,24 +164,51 @@ def _relevance(
         seen["value"] = value.clone()
         return seen["value"]
 
-    maps, output, gradient = _backward(hm, x, target, layer, keep, method, seen)
-    value = seen["value"].detach()
-    if gradient is None:
-        raise ValueError(
-            f"The target's gradient does not reach {layer}: the output explained does not "
-            "depend on it. Choose a layer before the output."
-        )
-    if value.ndim != 3:
-        raise ValueError(
-            f"{layer} is {tuple(value.shape)}, not a token stream (B, N, C): condition on a "
-            "block output (<block>.hook_resid_post), a branch output or an MLP hidden layer."
-        )
-    if split is None:
-        relevance = (value * gradient).sum(1)  # (B, C)
-    else:
+    x = x.detach().requires_grad_(True)
+    rules = relevance_rules(method) if method in ATTENTION_RULES else nullcontext()
+    with frozen_parameters(hm.model), torch.enable_grad(), hm.hooks(fwd={layer: keep}):
+        with rules:
+            output = hm(x)
+        at_x, gradient = torch.autograd.grad(
+            target_score(output, target, len(x)), [x, seen["value"]], allow_unused=True,
+            retain_graph=True)  # fmt: skip
+        value = seen["value"]
+        if gradient is None:
+            raise ValueError(
+                f"The target's gradient does not reach {layer}: the output explained does not "
+                "depend on it. Choose a layer before the output."
+            )
+        if value.ndim != 3:
+            raise ValueError(
+                f"{layer} is {tuple(value.shape)}, not a token stream (B, N, C): condition on "
+                "a block output (<block>.hook_resid_post), a branch output or an MLP hidden "
+                "layer."
+            )
         with torch.no_grad():
-            relevance = (split(value) * gradient[:, :, None]).sum((1, 3))  # (B, latents)
-    return relevance.float().cpu(), maps.cpu(), output
+            if split is None:
+                relevance = (value * gradient).sum(1)  # (B, C)
+            else:
+                relevance = (split(value) * gradient[:, :, None]).sum((1, 3))  # (B, latents)
+        chosen = _chosen(chosen, relevance, top)
+        maps = torch.stack([_from_layer(x, value, gradient, split, unit, method)
+                            for unit in chosen], 1)  # fmt: skip
+    total = torch.zeros_like(x) if at_x is None else x * at_x
+    return relevance.float().cpu(), total.detach().sum(1).cpu(), output, chosen, maps.cpu()
+
+
+def _from_layer(
+    x: Tensor, value: Tensor, gradient: Tensor, split: Split | None, unit: int, method: str
+) -> Tensor:  # fmt: skip
+    """(B, H, W) the relevance through ``unit`` alone: its part of the layer's ``value``
+    (B, N, C) times the layer's ``gradient``, passed back to the images x (an autoencoder's
+    part under ``method``'s rules, as in the forward's hook)."""
+    if split is None:
+        through = value[..., unit] * gradient[..., unit].detach()
+    else:
+        with relevance_rules(method) if method in ATTENTION_RULES else nullcontext():
+            through = split(value)[:, :, unit] * gradient.detach()
+    (at_x,) = torch.autograd.grad(through.sum(), x, retain_graph=True, allow_unused=True)
+    return (torch.zeros_like(x) if at_x is None else x * at_x).detach().sum(1)
 
 
 def _chosen(chosen: list[int] | None, relevance: Tensor, top: int) -> list[int]:
@@ -189,41 +222,35 @@ def _chosen(chosen: list[int] | None, relevance: Tensor, top: int) -> list[int]:
     return chosen
 
 
-def _conditioned(
+def _rest(
     hm: HookedModel, x: Tensor, target: Target, layer: str, split: Split | None,
-    unit: int | None, chosen: list[int], method: str,
+    chosen: list[int], method: str,
 ) -> Tensor:  # fmt: skip
-    """(B, H, W) the map with the layer passing back only ``unit``'s gradient (None: the
-    gradient through every unit not ``chosen``)."""
+    """(B, H, W) the relevance through everything but the ``chosen`` units: the layer passes
+    back only the gradient through the other units (and, of an autoencoder, its error and the
+    tokens it does not read), and whatever reaches the output around the layer."""
 
     def condition(value: Tensor, *, name: str) -> Tensor:
         held = value.detach()
         if split is None:
-            keep = torch.zeros(value.shape[-1], device=value.device, dtype=value.dtype)
-            keep[chosen if unit is None else [unit]] = 1
-            keep = 1 - keep if unit is None else keep
+            keep = torch.ones(value.shape[-1], device=value.device, dtype=value.dtype)
+            keep[chosen] = 0
             return held + (value - held) * keep
-        parts = split(value)  # (B, N, latents, C)
-        through = value - parts[:, :, chosen].sum(2) if unit is None else parts[:, :, unit]
+        through = value - split(value)[:, :, chosen].sum(2)
         return held + through - through.detach()
 
-    return _backward(hm, x, target, layer, condition, method)[0].cpu()
+    return _backward(hm, x, target, layer, condition, method).cpu()
 
 
 def _backward(
-    hm: HookedModel, x: Tensor, target: Target, layer: str, hook: Callable, method: str,
-    seen: dict[str, Tensor] | None = None,
-) -> tuple[Tensor, object, Tensor | None]:  # fmt: skip
+    hm: HookedModel, x: Tensor, target: Target, layer: str, hook: Callable, method: str
+) -> Tensor:
     """(B, H, W) the images' relevance (x times the gradient, under ``method``'s rules) summed
-    over channels with ``hook`` on the layer, the output, and the gradient at ``seen["value"]``
-    where the hook kept it."""
+    over channels with ``hook`` on the layer."""
     x = x.detach().requires_grad_(True)
     rules = relevance_rules(method) if method in ATTENTION_RULES else nullcontext()
     with frozen_parameters(hm.model), torch.enable_grad(), hm.hooks(fwd={layer: hook}):
         with rules:
             output = hm(x)
-        inputs = [x] if seen is None else [x, seen["value"]]
-        grads = torch.autograd.grad(target_score(output, target, len(x)), inputs,
-                                    allow_unused=True)  # fmt: skip
-    layer_gradient = None if seen is None else grads[1]
-    return (x * grads[0]).detach().sum(1), output, layer_gradient
+        (grad,) = torch.autograd.grad(target_score(output, target, len(x)), [x])
+    return (x * grad).detach().sum(1)
