@@ -167,3 +167,23 @@ def test_the_figure_shows_the_total_each_unit_and_the_rest_on_one_signed_axis():
     largest = max(result.total.abs().max(), result.maps.abs().max(), result.rest.abs().max())
     assert fig.layout.coloraxis.cmax == pytest.approx(float(largest))
     assert fig.layout.coloraxis.cmin == -fig.layout.coloraxis.cmax
+
+
+def test_each_column_on_its_own_scale_shows_its_range():
+    model, x = _vit(), _images(2)
+    result = conditioned_maps(model, x, 1, LAYER, chosen=[2, 4], method="input_x_gradient")
+    shown = vk.viz.display_images(x, model)
+    fig = vk.viz.conditioned_maps_figure(result, shown, scale="each")
+    panels = [result.total, result.maps[:, 0], result.maps[:, 1], result.rest]
+    titles = [a.text for a in fig.layout.annotations][:4]
+    for c, panel in enumerate(panels):
+        axis = fig.layout[f"coloraxis{c + 1 if c else ''}"]
+        top = float(panel[:2].abs().max())
+        assert axis.cmax == pytest.approx(top) and axis.cmin == -axis.cmax
+        assert titles[c].endswith(f"<br>±{top:.2g}")
+        assert axis.showscale == (c == 0)
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert [t.coloraxis for t in heat[:4]] == ["coloraxis", "coloraxis2", "coloraxis3",
+                                               "coloraxis4"]  # fmt: skip
+    with pytest.raises(ValueError, match="'shared' or 'each'"):
+        vk.viz.conditioned_maps_figure(result, shown, scale="own")

@@ -399,13 +399,17 @@ BUILDERS = {
         vk.viz.register_effect_figure(register_effect(), count=1),
     ],
     "training_curves": lambda: vk.viz.training_curves(zoo("vit_tiny_shapes")[1]["history"]),
-    "conditioned_maps_figure": lambda: vk.viz.conditioned_maps_figure(
-        vk.concepts.conditioned_maps(
-            model("vit_tiny_shapes"), sample()[0][:2], None, shapes_sae(), chosen=[0, 1, 2]
-        ),
-        vk.viz.display_images(sample()[0][:2], model("vit_tiny_shapes")),
-        {0: "circle (IoU 0.21)", 2: "ring (IoU 0.08)"},
-    ),
+    "conditioned_maps_figure": lambda: [
+        vk.viz.conditioned_maps_figure(
+            vk.concepts.conditioned_maps(
+                model("vit_tiny_shapes"), sample()[0][:2], None, shapes_sae(), chosen=[0, 1, 2]
+            ),
+            vk.viz.display_images(sample()[0][:2], model("vit_tiny_shapes")),
+            {0: "circle (IoU 0.21)", 2: "ring (IoU 0.08)"},
+            scale=scale,
+        )
+        for scale in ("shared", "each")
+    ],
     "latent_maps_figure": lambda: vk.viz.latent_maps_figure(
         vk.sae.latent_maps(zoo("vit_tiny_shapes")[0], shapes_sae(), sample()[0], [0, 1]),
         vk.viz.display_images(sample()[0], zoo("vit_tiny_shapes")[0]),
