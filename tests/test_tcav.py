@@ -322,3 +322,23 @@ def test_a_cav_vector_is_one_floating_axis():
         CAV(torch.ones(2, 3), LAYER, 1.0)
     with pytest.raises(TypeError, match="got list"):
         CAV([1.0, 0.0], LAYER, 1.0)
+
+
+def test_a_concept_no_more_separable_than_noise_is_warned_of():
+    """The concept and every random set the same images: every CAV, the concept's and the
+    random ones, is fitted on the same sets, so they are exactly as accurate and tcav warns
+    that the score says little; the planted bright concept (accuracy 1 against noise) is not
+    warned of."""
+    import warnings
+
+    model, layer = planted_vit(), "blocks.0.hook_resid_post"
+    same = noise(12, 3)
+    x = noise(8, 1)
+    target = lambda out: out[:, 0]  # noqa: E731
+    with pytest.warns(UserWarning, match="not linearly separable at blocks.0.hook_resid_post"):
+        result = tcav(model, x, target, layer, same, [same] * 4)
+    assert torch.equal(result.accuracies, result.random_accuracies)
+    randoms = [noise(12, seed) for seed in range(3, 7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tcav(model, x, target, layer, bright(12, 2, amplitude=6), randoms)

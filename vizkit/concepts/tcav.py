@@ -45,6 +45,7 @@ __all__ = [
 ]  # fmt: skip
 
 CLASSIFIER = {"alpha": 0.01, "max_iter": 1000, "tol": 1e-3}  # captum's default SGDClassifier
+SEPARATION = 0.1  # how much more accurate than random CAVs a concept's CAVs must be on average
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ def tcav(
     count = len(cavs)
     scores = (sensitivities > 0).float().mean(1)  # (2R,)
     p_value = _p_value(scores[:count], scores[count:])
+    _warn_unseparated(cavs, random_cavs, layer)
     return TCAVResult(
         layer, _recorded(target), scores[:count], scores[count:],
         _magnitudes(sensitivities[:count]), torch.tensor([c.accuracy for c in cavs]),
@@ -282,6 +284,22 @@ def tcav(
                  "classifier": {**CLASSIFIER, "random_state": seed}},
         layout=model.token_layout(image_size, layer), image_size=image_size,
     )  # fmt: skip
+
+
+def _warn_unseparated(cavs: list[CAV], random_cavs: list[CAV], layer: str) -> None:
+    """Warn where the concept's CAVs are on average less than `SEPARATION` more accurate than
+    the random CAVs: the concept is then no more linearly separable at ``layer`` than noise,
+    and its score (significant or not) says little (Kim et al. 2018, Sec. 3.5: read the CAVs'
+    accuracy beside the score)."""
+    concept = sum(c.accuracy for c in cavs) / len(cavs)
+    chance = sum(c.accuracy for c in random_cavs) / len(random_cavs)
+    if concept < chance + SEPARATION:
+        warnings.warn(
+            f"The concept's CAVs are {concept:.2f} accurate on held-out activations, random "
+            f"CAVs {chance:.2f}: the concept is not linearly separable at {layer}, so its TCAV "
+            "score says little. Try another layer or more (and more distinct) concept images.",
+            stacklevel=3,
+        )
 
 
 def _checked_options(
