@@ -23,8 +23,8 @@ def conditioned_maps_figure(
     signed colour axes (red: for the target, blue: against). ``names``: unit index -> its
     name (`vk.concepts.unit_names`) for the column titles; ``rows``: the images shown (default
     the first four); ``scale``: "shared", one colour axis for every panel (a unit's share
-    beside the whole), or "each", a colour axis per column, its range (+-) in the column's
-    title (where a unit is a small share of the whole, its own pattern)."""
+    beside the whole), or "each", a colour axis per column, its range (+-) under the column
+    (where a unit is a small share of the whole, its own pattern)."""
     if scale not in ("shared", "each"):
         raise ValueError(f"scale must be 'shared' or 'each'; got {scale!r}.")
     count = len(result.total)
@@ -41,8 +41,6 @@ def conditioned_maps_figure(
     columns = len(titles)
     panels = [result.total[rows], *result.maps[rows].unbind(1), result.rest[rows]]
     ranges = [max(float(p.abs().max()), 1e-12) for p in panels]
-    if scale == "each":
-        titles = [f"{t}<br>±{r:.2g}" for t, r in zip(titles, ranges, strict=True)]
     fig = make_subplots(rows=len(rows), cols=columns, horizontal_spacing=0.01,
                         vertical_spacing=0.03, column_titles=titles)  # fmt: skip
     axes = [f"coloraxis{c + 1 if c else ''}" if scale == "each" else "coloraxis"
@@ -61,11 +59,12 @@ def conditioned_maps_figure(
         largest = max(ranges)
         fig.update_layout(coloraxis={"colorscale": MASK_SCALE, "cmin": -largest, "cmax": largest,
                                      "colorbar": {"title": {"text": "relevance"}}})  # fmt: skip
-    else:  # each column its own axis; the colour bar shows the shape of the scale only
+    else:  # each column its own axis, its range under it; the colour bar shows the shape only
         for c, top in enumerate(ranges):
+            fig.update_xaxes(title_text=f"±{top:.2g}", row=len(rows), col=c + 1)
             fig.update_layout({axes[c]: {
                 "colorscale": MASK_SCALE, "cmin": -top, "cmax": top, "showscale": c == 0,
-                "colorbar": {"title": {"text": "relevance<br>(± in titles)"},
+                "colorbar": {"title": {"text": "relevance<br>(± under<br>each column)"},
                              "tickvals": [-top, 0, top], "ticktext": ["−", "0", "+"]},
             }})  # fmt: skip
     method = result.options.get("method", "")
