@@ -126,3 +126,41 @@ def test_truth_units_of_latents(shapes_sae):
     units, auc = truth_units(model, sae, images, concepts)
     assert units.shape == (10,) and bool((units < sae.latents).all())
     assert bool((auc >= 0.5).all() and (auc <= 1).all())
+
+
+def test_the_objects_attributes_are_concepts_over_its_mask():
+    """Size, position and tint as the generator drew them, checked against the drawn pixels
+    with margins no rounding crosses; the distractors apart from the object; the same images
+    with and without the generator's details."""
+    from vizkit.datasets.shapes import render_shapes
+
+    n = 200
+    _, concepts = shapes_concepts(n, seed=5)
+    plain = render_shapes(n, seed=5, split="test")
+    images, _, objects, drawn = render_shapes(n, seed=5, split="test", details=True)
+    assert all(np.array_equal(a, b) for a, b in zip(plain, (images, _, objects), strict=True))
+    masks = {name: concepts.masks[:, i] for i, name in enumerate(concepts.names)}
+    present = {name: m.flatten(1).any(1) for name, m in masks.items()}
+    whole = masks["object"]
+    for pair in (("small object", "large object"), ("object on the left", "object on the right"),
+                 ("object at the top", "object at the bottom")):  # fmt: skip
+        assert torch.equal(masks[pair[0]] | masks[pair[1]], whole)
+        assert not (masks[pair[0]] & masks[pair[1]]).any()
+    tints = ["red-tinted object", "green-tinted object", "blue-tinted object"]
+    assert torch.equal(sum(masks[t].long() for t in tints), whole.long())
+    area = whole.flatten(1).sum(1).float()
+    assert area[present["large object"]].mean() > 1.3 * area[present["small object"]].mean()
+    ys, xs = torch.meshgrid(torch.arange(32.0), torch.arange(32.0), indexing="ij")
+    centroid_x = (whole * xs).flatten(1).sum(1) / area.clamp_min(1)
+    centroid_y = (whole * ys).flatten(1).sum(1) / area.clamp_min(1)
+    far_x = torch.from_numpy(np.abs(drawn["centre"][:, 0]) > 0.25)
+    far_y = torch.from_numpy(np.abs(drawn["centre"][:, 1]) > 0.25)
+    assert torch.equal((centroid_x < 15.5)[far_x], present["object on the left"][far_x])
+    assert torch.equal((centroid_y < 15.5)[far_y], present["object at the top"][far_y])
+    colour = (torch.from_numpy(images).float() * whole[..., None]).flatten(1, 2).sum(1)
+    hue = np.sort(drawn["hue"], axis=1)
+    clear = torch.from_numpy(hue[:, 2] - hue[:, 1] > 0.05)  # one channel clearly strongest
+    tint = torch.stack([present[t] for t in tints], 1).float().argmax(1)
+    assert torch.equal(colour.argmax(1)[clear], tint[clear]) and int(clear.sum()) > 100
+    distractors = masks["distractor"]
+    assert not (distractors & whole).any() and present["distractor"].float().mean() > 0.9

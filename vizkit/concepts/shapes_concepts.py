@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..datasets.shapes import SHAPE_CLASSES, Shapes, counterfactual_shapes
+from ..datasets.shapes import SHAPE_CLASSES, Shapes, counterfactual_shapes, render_shapes
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
 from ..hooks.inputs import check_count
@@ -23,7 +23,13 @@ __all__ = [
     "truth_units",
 ]  # fmt: skip
 
-SHAPES_CONCEPTS = (*SHAPE_CLASSES, "object", "background", "dark object", "bright object")
+SHAPES_CONCEPTS = (
+    *SHAPE_CLASSES, "object", "background", "dark object", "bright object", "distractor",
+    "small object", "large object", "object on the left", "object on the right",
+    "object at the top", "object at the bottom", "red-tinted object", "green-tinted object",
+    "blue-tinted object",
+)  # fmt: skip
+MIDDLE_SCALE = 0.55  # the middle of the generator's object scales, 0.45 to 0.65
 IQR_PER_STD = 1.349  # a normal distribution's interquartile range, in standard deviations
 
 
@@ -33,21 +39,32 @@ def shapes_concepts(
     """``n`` Shapes images and their concepts (`SHAPES_CONCEPTS`).
 
     Each shape class's concept is the object mask of the images of that class; "object" is
-    every image's object mask and "background" the rest (distractors included: the generator
-    gives no mask of them). The object's tone is an attribute of the image, not a mask: "dark
-    object" is the object mask of the images whose object is dark (drawn on a light
-    background), "bright object" of the others.
+    every image's object mask and "background" the rest (distractors included); "distractor"
+    the line segments' and dots' pixels. The object's other attributes, as the generator drew
+    them (`vizkit.datasets.shapes.render_shapes` with ``details``), are concepts over its mask
+    in the images that have them: its tone ("dark object": drawn dark on a light background,
+    "bright object"), its size (below or above `MIDDLE_SCALE`), its position (its centre left
+    or right of the middle, above or below it) and its tint (the strongest channel of the RGB
+    mix its colour is drawn from).
 
     Returns:
         images (n, 3, size, size) float32 normalized as `vizkit.datasets.Shapes` gives them,
-        and `Concepts` (n, 14, size, size).
+        and `Concepts` (n, 24, size, size), in `SHAPES_CONCEPTS` order.
     """
     shapes = Shapes(split, n=check_count("n", n), size=size, seed=seed)
     images = torch.stack([shapes[i][0] for i in range(n)])
     objects = shapes.masks  # (n, H, W)
     per_class = [objects & (shapes.labels == c)[:, None, None] for c in range(len(SHAPE_CLASSES))]
     dark = _dark_objects(shapes.images, objects)[:, None, None]
-    masks = [*per_class, objects, ~objects, objects & dark, objects & ~dark]
+    drawn = render_shapes(n, size, seed, split, details=True)[3]
+    scale, centre = torch.from_numpy(drawn["scale"]), torch.from_numpy(drawn["centre"])
+    tint = torch.from_numpy(drawn["hue"]).argmax(1)
+    attributes = [scale < MIDDLE_SCALE, scale >= MIDDLE_SCALE, centre[:, 0] < 0,
+                  centre[:, 0] >= 0, centre[:, 1] < 0, centre[:, 1] >= 0,
+                  *(tint == c for c in range(3))]  # fmt: skip
+    masks = [*per_class, objects, ~objects, objects & dark, objects & ~dark,
+             torch.from_numpy(drawn["distractors"]),
+             *(objects & held[:, None, None] for held in attributes)]  # fmt: skip
     return images, Concepts(list(SHAPES_CONCEPTS), torch.stack(masks, 1))
 
 

@@ -89,18 +89,23 @@ def _segments_mask(rng, n, grid, count, width) -> np.ndarray:
 
 
 def render_shapes(
-    n: int, size: int = 32, seed: int = 0, split: str = "train", objects: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n: int, size: int = 32, seed: int = 0, split: str = "train", objects: np.ndarray | None = None,
+    details: bool = False,
+) -> tuple:  # fmt: skip
     """Generate ``n`` images.
 
     Args:
         objects: (n,) the class of the object drawn in each image in place of its own (same
             position, scale, rotation and colour; -1: none, the background left), every other
             pixel as without it: counterfactual scenes. None: each image's own class.
+        details: also return what else the generator drew (the same images either way).
 
     Returns:
         images (n, H, W, 3) uint8, labels (n,) int64 (balanced: each class n/10 times, shuffled;
-        with ``objects``: those), masks (n, H, W) bool: the pixels of the target object.
+        with ``objects``: those), masks (n, H, W) bool: the pixels of the target object; with
+        ``details``, a dict: "distractors" (n, H, W) bool, the lines' and dots' pixels the
+        object does not cover; "scale" (n,) the object's scale (0.45 to 0.65); "centre" (n, 2)
+        its centre (x, y) in [-1, 1], y down; "hue" (n, 3) the RGB mix its colour is drawn from.
     """
     if split not in _SPLIT_IDS:
         raise ValueError(f"split must be one of {list(_SPLIT_IDS)}; got {split!r}.")
@@ -155,7 +160,11 @@ def render_shapes(
     colour = np.where(light, 0.3 * hue, 0.7 + 0.3 * hue)
     image = np.where(masks[..., None], colour, image)
     images = (image.clip(0, 1) * 255).round().astype(np.uint8)
-    return images, labels.astype(np.int64), masks
+    if not details:
+        return images, labels.astype(np.int64), masks
+    drawn = {"distractors": (lines | dots) & ~masks, "scale": scale.reshape(n),
+             "centre": centre.reshape(n, 2), "hue": hue.reshape(n, 3)}  # fmt: skip
+    return images, labels.astype(np.int64), masks, drawn
 
 
 class Shapes(Dataset):
