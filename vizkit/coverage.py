@@ -22,6 +22,8 @@ from tqdm.auto import tqdm
 
 from . import analysis
 from .hooks import HookedModel
+from .hooks.family import family_layout
+from .hooks.inputs import unwrap_model
 from .hooks.layout import covers
 from .methods import METHODS
 from .models.representatives import FAMILIES, LIBRARIES, timm_families
@@ -30,7 +32,13 @@ __all__ = ["ANALYSES", "CoverageRow", "coverage_markdown", "run_coverage", "run_
 
 
 def _images(model: nn.Module, size: int, batch: int = 4) -> Tensor:
+    """``batch`` random images (B, 3, size, size), for a video model clips (B, T, C, H, W)."""
     generator = torch.Generator().manual_seed(0)
+    layout = family_layout(unwrap_model(model))
+    if layout is not None and layout.video is not None:
+        video = layout.video
+        shape = (video.frames, video.channels, *video.size)
+        return torch.randn(batch, *shape, generator=generator)
     return torch.randn(batch, 3, size, size, generator=generator)
 
 
@@ -52,12 +60,12 @@ def _map(fn: Callable) -> Callable:
 
     def run(model, x):
         result = fn(model, x)
-        b, h, w = result.maps.shape
-        if b != len(x) or not covers(h, w, tuple(x.shape[-2:])):
+        b, *frames, h, w = result.maps.shape  # a video's (B, T', h, w)
+        if b != len(x) or not covers(h, w, tuple(x.shape[-2:])) or len(frames) > 1:
             raise AssertionError(f"map of shape {tuple(result.maps.shape)} for {tuple(x.shape)}")
         if not torch.isfinite(result.maps).all():
             raise AssertionError("non-finite map")
-        return f"{h}x{w}"
+        return "x".join(map(str, (*frames, h, w)))
 
     return run
 

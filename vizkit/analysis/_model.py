@@ -134,9 +134,10 @@ def without_applied_suffix(name: str) -> str:
     return next((name.removesuffix(s) for s in APPLIED_SUFFIXES if name.endswith(s)), name)
 
 
-def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:
+def query_index(layout: TokenLayout, query: str | int | tuple[int, ...]) -> int:
     """Token index of a query: ``"cls"`` (the first prefix token), a patch by grid coordinates
-    ``(row, col)``, or a raw token index."""
+    ``(row, col)`` (a video's ``(frame, row, col)``, its token frame first), or a raw token
+    index."""
     if isinstance(query, str):
         if query != "cls":
             raise ValueError(f"query must be 'cls', (row, col) or a token index; got {query!r}.")
@@ -145,16 +146,27 @@ def query_index(layout: TokenLayout, query: str | int | tuple[int, int]) -> int:
                 "query='cls' but these tokens have no class token (the model pools its "
                 "patches, as Swin and SigLIP do; or its class token joins later, as in CaiT's "
                 "class-attention stage: see class_attention()); choose a patch by its grid "
-                "coordinates, e.g. query=(0, 0)."
+                f"coordinates, e.g. query={(0,) * len(layout.cells)}."
             )
         return 0
     if isinstance(query, tuple):
-        (gh, gw), (row, col) = layout.grid, query
-        if not (0 <= row < gh and 0 <= col < gw):
+        cells, names = (
+            layout.cells,
+            ("row", "col") if layout.frames is None else ("frame", "row", "col"),
+        )
+        inside = len(query) == len(cells) and all(
+            isinstance(q, int) and 0 <= q < n for q, n in zip(query, cells, strict=True)
+        )
+        if not inside:
+            ranges = ", ".join(f"{a} 0..{n - 1}" for a, n in zip(names, cells, strict=True))
             raise ValueError(
-                f"Patch {query} is outside the {gh}x{gw} grid (rows 0..{gh - 1}, cols 0..{gw - 1})."
+                f"Patch {query} is outside the {'x'.join(map(str, cells))} grid ("
+                f"({', '.join(names)}) with {ranges})."
             )
-        return layout.num_prefix_tokens + row * gw + col
+        flat = 0
+        for q, n in zip(query, cells, strict=True):
+            flat = flat * n + q
+        return layout.num_prefix_tokens + flat
     if isinstance(query, int) and not isinstance(query, bool):
         if not 0 <= query < layout.num_tokens:
             raise ValueError(f"Token {query} is out of range 0..{layout.num_tokens - 1}.")

@@ -104,12 +104,13 @@ class AttentionResult(Result):
         return reduce_heads(self.patterns, heads)
 
     def row(
-        self, query: str | int | tuple[int, int] = "cls", heads: HeadSpec | None = None
+        self, query: str | int | tuple[int, ...] = "cls", heads: HeadSpec | None = None
     ) -> Tensor:
         """Attention of one query token over the patches, on the grid.
 
         Args:
-            query: ``"cls"``, a patch ``(row, col)`` or a token index.
+            query: ``"cls"``, a patch ``(row, col)`` (a video's ``(frame, row, col)``) or a
+                token index.
             heads: None keeps the heads; else a reduction as in `heads`.
 
         Returns:
@@ -147,8 +148,9 @@ class AttentionResult(Result):
         Jensen-Shannon divergence to the other heads, nats); with all queries captured also
         ``distance_patches`` and ``distance_pixels`` (mean attention distance over patch
         queries and keys), ``locality`` (mass within ``locality_radius`` patches) and
-        ``self_mass`` (a patch's attention to itself).
-        Average over dims 1 and 2 for per-layer values.
+        ``self_mass`` (a patch's attention to itself). For a video the distances and the
+        locality are within the frame, and ``distance_frames`` adds the mean |Δt| in token
+        frames. Average over dims 1 and 2 for per-layer values.
 
         Applied maps that are not probabilities (refined, mixed) are measured as |A| with rows
         renormalized, and add ``negative_mass`` (share of |A| on negative entries) and
@@ -178,6 +180,8 @@ class AttentionResult(Result):
             out["distance_pixels"] = stats.mean_attention_distance(p, self.layout, self.patch_size)
             out["locality"] = stats.locality_mass(p, self.layout, locality_radius)
             out["self_mass"] = stats.self_mass(p, self.layout)
+            if self.layout.frames is not None:
+                out["distance_frames"] = stats.mean_frame_distance(p, self.layout)
         return {**out, **extra}
 
 
@@ -203,7 +207,7 @@ def _head_count(attn: nn.Module) -> int:
     raise ValueError(f"{type(attn).__name__} does not say how many heads it has.")
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def attention(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -277,9 +281,10 @@ def attention(
         if pattern.shape[-1] != layout.num_tokens:
             raise ValueError(
                 f"{name} has {pattern.shape[-1]} keys but the token layout says "
-                f"{layout.num_tokens} ({layout.num_prefix_tokens} prefix + {layout.grid[0]}x"
-                f"{layout.grid[1]} patches): vizkit has this model's token grid wrong. Please "
-                "report it; read the map as captured with run_with_cache meanwhile."
+                f"{layout.num_tokens} ({layout.num_prefix_tokens} prefix + "
+                f"{'x'.join(map(str, layout.cells))} patches): vizkit has this model's token "
+                "grid wrong. Please report it; read the map as captured with run_with_cache "
+                "meanwhile."
             )
         check_values_finite(f"The attention maps of {name}", pattern)
         captured[name] = (pattern if row is None else pattern[:, :, row : row + 1]).clone()
@@ -340,7 +345,7 @@ def common_layout(
     for name, lay in layouts.items():
         groups.setdefault(lay, []).append(layer_index(hm, name))
     described = "; ".join(
-        f"{_span(ids)}: {lay.num_prefix_tokens} prefix + {lay.grid[0]}x{lay.grid[1]} patches"
+        f"{_span(ids)}: {lay.num_prefix_tokens} prefix + {'x'.join(map(str, lay.cells))} patches"
         for lay, ids in groups.items()
     )
     raise ValueError(

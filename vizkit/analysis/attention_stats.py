@@ -44,11 +44,17 @@ def kl_to_uniform(pattern: Tensor) -> Tensor:
 
 def patch_distances(layout: TokenLayout, patch_size: tuple[int, int] = (1, 1)) -> Tensor:
     """Euclidean distance between patch centres (Np, Np), in units of ``patch_size`` (rows, cols):
-    (1, 1) gives patches, the model's patch size gives pixels."""
-    gh, gw = layout.grid
-    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    centres = torch.stack([rows.flatten() * patch_size[0], cols.flatten() * patch_size[1]], -1)
+    (1, 1) gives patches, the model's patch size gives pixels. In a video, the distance within
+    the frame (a patch's own position in another frame is at 0; `frame_distances` the rest)."""
+    rows, cols = layout.patch_coordinates()[:, 1:].unbind(-1)
+    centres = torch.stack([rows * patch_size[0], cols * patch_size[1]], -1)
     return torch.cdist(centres.double(), centres.double())
+
+
+def frame_distances(layout: TokenLayout) -> Tensor:
+    """|Δt| between the token frames of the patches (Np, Np) of a video's ``layout``."""
+    frames = layout.patch_coordinates()[:, 0].double()
+    return (frames[:, None] - frames).abs()
 
 
 def _patch_to_patch(pattern: Tensor, layout: TokenLayout) -> Tensor:
@@ -80,6 +86,15 @@ def mean_attention_distance(
     return (weights * distance).sum(-1).mean(-1).to(pattern.dtype)
 
 
+def mean_frame_distance(pattern: Tensor, layout: TokenLayout) -> Tensor:
+    """Attention-weighted |Δt| in token frames between query and key patches of a video,
+    averaged over patch queries: (..., N, N) -> (...) (0: every patch attends within its own
+    frame)."""
+    weights = _patch_to_patch(pattern, layout)
+    distance = frame_distances(layout).to(weights.device)
+    return (weights * distance).sum(-1).mean(-1).to(pattern.dtype)
+
+
 def self_mass(pattern: Tensor, layout: TokenLayout) -> Tensor:
     """Attention a patch pays to itself, averaged over patch queries: (..., N, N) -> (...)
     (low values: "extroversion", the GMM paper's Fig. 3)."""
@@ -88,12 +103,10 @@ def self_mass(pattern: Tensor, layout: TokenLayout) -> Tensor:
 
 def locality_mass(pattern: Tensor, layout: TokenLayout, radius: int = 1) -> Tensor:
     """Share of a patch query's attention on the patches within ``radius`` rows and columns of
-    it (itself included; radius 1 = its 3x3 neighbourhood), averaged over patch queries:
-    (..., N, N) -> (...)."""
+    it (itself included; radius 1 = its 3x3 neighbourhood; in a video, in any frame), averaged
+    over patch queries: (..., N, N) -> (...)."""
     weights = _patch_to_patch(pattern, layout)
-    gh, gw = layout.grid
-    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    rows, cols = rows.flatten(), cols.flatten()
+    rows, cols = layout.patch_coordinates()[:, 1:].unbind(-1)
     near = ((rows[:, None] - rows).abs() <= radius) & ((cols[:, None] - cols).abs() <= radius)
     return (weights * near.to(weights.device)).sum(-1).mean(-1).to(pattern.dtype)
 

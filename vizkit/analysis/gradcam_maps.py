@@ -161,9 +161,13 @@ def cam_activation(
 
 
 def _on_grid(tokens: Tensor, layout: TokenLayout) -> Tensor:
-    """(B, N, C) tokens -> (B, C, gh, gw): the patch tokens on the patch grid."""
+    """(B, N, C) tokens -> (B, C, gh, gw): the patch tokens on the patch grid. A video's token
+    frames are stacked along the rows, (B, C, T' gh, gw): the channel-weighted CAMs treat the
+    positions as a set (means, sums and products over them), so they are exact on it, and
+    `cam_result` gives the frames their own axis back."""
     patches = layout.split(tokens, dim=1)[1]
-    return layout.to_grid(patches.transpose(1, 2))
+    grid = layout.to_grid(patches.transpose(1, 2))
+    return grid if layout.frames is None else grid.flatten(2, 3)
 
 
 def channel_cam(found: CamActivation, weights: Tensor) -> Tensor:
@@ -199,8 +203,11 @@ def cam_result(
     method: str, found: CamActivation, maps: Tensor, x: Tensor, target: Target,
     class_agnostic: bool = False, **options,
 ) -> SaliencyResult:  # fmt: skip
-    """The `SaliencyResult` of a CAM: maps (B, h, w) on the activation's grid, with the
-    classes they explain (none when ``class_agnostic``)."""
+    """The `SaliencyResult` of a CAM: maps (B, h, w) on the activation's grid (a video's
+    (B, T', gh, gw)), with the classes they explain (none when ``class_agnostic``)."""
+    layout = found.layout
+    if layout is not None and layout.frames is not None:  # rows back into frames (`_on_grid`)
+        maps = maps.unflatten(1, (layout.frames, layout.grid[0]))
     return SaliencyResult(
         maps=maps.float(),
         method=method,

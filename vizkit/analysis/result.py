@@ -198,7 +198,7 @@ def _short(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
     if isinstance(value, TokenLayout):
-        return f"{value.num_prefix_tokens}+{value.grid[0]}x{value.grid[1]}"
+        return f"{value.num_prefix_tokens}+{'x'.join(map(str, value.cells))}"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, Result):

@@ -108,6 +108,7 @@ class SaliencyResult(Result):
 
     Attributes:
         maps: (B, h, w): on the patch grid (gh, gw) or in pixels (H, W); higher = more salient.
+            A video's on its token grid: (B, T', gh, gw), T' token frames (``layout.frames``).
         method: what produced them (``"rollout"``, ``"gradcam"``, ...).
         image_size: (H, W) of the input images.
         options: the method's settings (layer, head fusion, ...).
@@ -130,8 +131,10 @@ class SaliencyResult(Result):
         if not isinstance(self.image_size, (tuple, list)) or len(self.image_size) != 2:
             raise ValueError(f"image_size must be (H, W); got {self.image_size!r}.")
         self.image_size = tuple(check_count("image_size", s) for s in self.image_size)
-        if self.maps.ndim != 3:
-            raise ValueError(f"maps must be (B, h, w); got shape {tuple(self.maps.shape)}.")
+        frames = None if self.layout is None else self.layout.frames
+        if self.maps.ndim != (3 if frames is None else 4):
+            shape = "(B, h, w)" if frames is None else f"a video's (B, {frames}, h, w)"
+            raise ValueError(f"maps must be {shape}; got shape {tuple(self.maps.shape)}.")
         check_values_finite("The saliency maps", self.maps)  # no method hands on NaN maps
         (h, w), (height, width) = self.maps.shape[-2:], self.image_size
         if not covers(h, w, self.image_size):
@@ -139,19 +142,31 @@ class SaliencyResult(Result):
                 f"A {h}x{w} map cannot cover a {height}x{width} image: the activation was read "
                 "in the wrong layout, e.g. channels-last (B, h, w, C) as (B, C, h, w)."
             )
-        if self.layout is not None and (h, w) != tuple(self.layout.grid):
-            raise ValueError(f"maps are {h}x{w} but the token grid is {self.layout.grid}.")
+        if self.layout is not None and tuple(self.maps.shape[1:]) != self.layout.cells:
+            raise ValueError(
+                f"maps are {'x'.join(map(str, self.maps.shape[1:]))} but the token grid is "
+                f"{'x'.join(map(str, self.layout.cells))}."
+            )
+
+    @property
+    def frames(self) -> int | None:
+        """The token frames T' of a video's maps (B, T', h, w); None for images' (B, h, w)."""
+        return None if self.layout is None else self.layout.frames
 
     def upsample(self, mode: str = "bilinear") -> Tensor:
-        """Maps resized to the image: (B, H, W). ``mode``: "bilinear" or "nearest"."""
+        """Maps resized to the image: (B, H, W); a video's each token frame on its own,
+        (B, T', H, W) (a token frame spans a tubelet's frames). ``mode``: "bilinear" or
+        "nearest"."""
         if tuple(self.maps.shape[-2:]) == tuple(self.image_size):
             return self.maps
         if mode not in ("bilinear", "nearest"):
             raise ValueError(f"mode must be 'bilinear' or 'nearest'; got {mode!r}.")
         extra = {"align_corners": False} if mode == "bilinear" else {}
-        up = F.interpolate(self.maps[:, None].float(), size=self.image_size, mode=mode, **extra)
-        return up[:, 0].to(self.maps.dtype)
+        frames = self.maps if self.frames is not None else self.maps[:, None]  # (B, T', h, w)
+        up = F.interpolate(frames.float(), size=self.image_size, mode=mode, **extra)
+        return (up if self.frames is not None else up[:, 0]).to(self.maps.dtype)
 
     def normalized(self) -> Tensor:
-        """Maps min-max scaled to [0, 1] per image: (B, h, w)."""
+        """Maps min-max scaled to [0, 1] per image (a video's over all its frames): the shape
+        of ``maps``."""
         return min_max(self.maps)

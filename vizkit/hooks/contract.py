@@ -23,6 +23,7 @@ from .guard import exclusive
 from .hooked_model import HookedModel
 from .inputs import unwrap_model
 from .scores import require_class_logits, require_classifier
+from .video import VIDEO_ANALYSES, running
 
 __all__ = ["analysis_contract", "as_hooked", "eval_mode", "held"]
 
@@ -92,17 +93,20 @@ def require_image_model(model: nn.Module) -> None:
 
 
 def analysis_contract(
-    fn: Callable[P, R] | None = None, *, classifier: str | None = None
+    fn: Callable[P, R] | None = None, *, classifier: str | None = None, videos: bool = False
 ) -> Callable[P, R]:
     """Run ``fn(model, ...)`` under the contract: ``model`` becomes a `HookedModel` (wrappers
     unwrapped), held by this thread for the call (`vizkit.hooks.guard.exclusive`) and in eval
     mode. A class target on a backbone is refused; ``classifier`` (what ``fn`` reads through
     the classifier head, e.g. "the logit lens reads each layer's stream through it") refuses a
-    backbone whatever the target."""
+    backbone whatever the target. ``videos``: ``fn`` takes a video model's clips (its results
+    carry the frame axis); a video model is refused otherwise (`vizkit.hooks.video`)."""
     if fn is None:
-        return functools.partial(analysis_contract, classifier=classifier)
+        return functools.partial(analysis_contract, classifier=classifier, videos=videos)
     signature = inspect.signature(fn)
     targeted = "target" in signature.parameters
+    if videos:
+        VIDEO_ANALYSES.add(fn.__name__)
 
     @functools.wraps(fn)
     def run(model: nn.Module | HookedModel, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -114,7 +118,7 @@ def analysis_contract(
             bound = signature.bind_partial(hm, *args, **kwargs)
             target = bound.arguments.get("target", signature.parameters["target"].default)
             require_class_logits(hm.model, target)
-        with held(hm.model):
+        with held(hm.model), running(fn.__name__, videos):
             return fn(hm, *args, **kwargs)
 
     return run

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .layout import TokenLayout
 from .taps import GridFn, Tap
+from .video import VideoInput
 
 __all__ = [
     "AttentionContext",
@@ -89,6 +90,8 @@ class FamilyLayout:
         readout: the model's head applied to one block's output tokens, (B, N, C) -> (B, K)
             logits (the final norm, the pooling or class-token read, the classifier), where the
             family knows it: what a layer would predict (LeGrad's per-layer score).
+        video: the clips a video model takes (its ``tokens`` then lay out T' token frames);
+            None for a model of images.
     """
 
     family: str
@@ -100,6 +103,7 @@ class FamilyLayout:
     reads_class_token: bool | None = None
     root: str = ""
     readout: Callable[[Tensor], Tensor] | None = None
+    video: VideoInput | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .family import family_layout
 from .gradient_graph import GradientGraph, recording_from_taps, refuse_derived_gradients
 from .guard import exclusive, tracking_forward
 from .inputs import DEFAULT_MAX_BYTES, check_images, unwrap_model
+from .video import hook_call
 from .layout import TokenLayout, has_class_token, token_layout
 from .names import NameSpec
 from .readers import BesideReader, Reader
@@ -79,7 +80,9 @@ class HookedModel:
     def __call__(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
         """The model's output on ``x`` (checked by `vizkit.hooks.inputs.check_images`)."""
         with exclusive(self.model):
-            return self.model(check_images(self.model, x), *args, **kwargs)
+            with hook_call("HookedModel"):
+                x = check_images(self.model, x)
+            return self.model(x, *args, **kwargs)
 
     def hook_names(self) -> list[str]:
         """Canonical names of this model, in module order (see `vizkit.hooks.adapters`)."""
@@ -197,7 +200,8 @@ class HookedModel:
             ValueError: wrong input shape, a target out of range, or a cache above
                 ``max_bytes`` (the message gives its size and how to shrink it).
         """
-        x = check_images(self.model, x)
+        with hook_call("run_with_cache"):
+            x = check_images(self.model, x)
         request, chosen = Request.for_cache(
             self._names, names, len(x), grads=grads, target=target, device=device,
             max_bytes=max_bytes, bwd=bwd, dtype=dtype, pattern_path=pattern_path,

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from .family import family_layout
 from .layout import validate_input
+from .video import check_video, require_video_analysis
 
 DEFAULT_MAX_BYTES = 4 * 2**30  # what an analysis may hold before it refuses (4 GiB)
 
@@ -124,7 +126,13 @@ def check_image_batch(model: nn.Module, x: Tensor) -> None:
             f"{x.dtype}. vk.datasets.load_images(images, model) resizes and normalizes files, "
             "PIL images and uint8 arrays or tensors for the model."
         )
-    validate_input(unwrap_model(model), x)
+    model = unwrap_model(model)
+    layout = family_layout(model)
+    if layout is not None and layout.video is not None:
+        require_video_analysis(type(model).__name__)
+        check_video(type(model).__name__, layout.video, x)
+    else:
+        validate_input(model, x)
     if len(x) == 0:
         raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
     if x.is_meta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -26,15 +27,28 @@ class TokenLayout:
         num_prefix_tokens: class, distillation and register tokens before the patches.
         grid: patch grid (gh, gw), row-major.
         class_token: whether prefix token 0 is a class token (not a register or nothing).
+        frames: the token frames T' of a video's patches (its frames over the tubelet's
+            depth), frame-major: T' x gh x gw patches; None for an image.
     """
 
     num_prefix_tokens: int
     grid: tuple[int, int]
     class_token: bool = False
+    frames: int | None = None
+
+    @property
+    def cells(self) -> tuple[int, ...]:
+        """The patches' axes: (gh, gw) for an image, (T', gh, gw) for a video."""
+        return self.grid if self.frames is None else (self.frames, *self.grid)
 
     @property
     def num_patches(self) -> int:
-        return self.grid[0] * self.grid[1]
+        return math.prod(self.cells)
+
+    def patch_coordinates(self) -> Tensor:
+        """(Np, 3) long: each patch's (frame, row, col), in token order (frame 0 for images)."""
+        axes = [torch.arange(n) for n in (self.frames or 1, *self.grid)]
+        return torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
 
     @property
     def num_tokens(self) -> int:
@@ -46,19 +60,19 @@ class TokenLayout:
         if tokens.shape[dim] != self.num_tokens:
             raise ValueError(
                 f"Expected {self.num_tokens} tokens ({self.num_prefix_tokens} prefix + "
-                f"{self.grid[0]}x{self.grid[1]} patches) on dim {dim}; got shape "
+                f"{'x'.join(map(str, self.cells))} patches) on dim {dim}; got shape "
                 f"{tuple(tokens.shape)}."
             )
         return tokens.split([self.num_prefix_tokens, self.num_patches], dim=dim)
 
     def to_grid(self, patch_values: Tensor) -> Tensor:
-        """Reshape (..., Np) to (..., gh, gw)."""
+        """Reshape (..., Np) to (..., gh, gw), for a video (..., T', gh, gw)."""
         if patch_values.shape[-1] != self.num_patches:
             raise ValueError(
                 f"Expected {self.num_patches} patch values on the last axis for grid "
-                f"{self.grid}; got shape {tuple(patch_values.shape)}."
+                f"{self.cells}; got shape {tuple(patch_values.shape)}."
             )
-        return patch_values.unflatten(-1, self.grid)
+        return patch_values.unflatten(-1, self.cells)
 
 
 def _patch_embed(model: nn.Module) -> nn.Module | None:
@@ -179,6 +193,11 @@ def _rank_hint(x: Tensor, channels: int | None) -> str:
         return " Add the batch axis with x.unsqueeze(0)."
     if x.ndim == 2:
         return " It looks like one grey image (H, W): x[None, None] (and repeat the channels)."
+    if x.ndim == 5:
+        return (
+            " A batch of videos (B, T, C, H, W)? This model takes images; docs/coverage.md "
+            "lists the video models vizkit knows (VideoMAE, ViViT)."
+        )
     return ""
 
 

@@ -242,11 +242,12 @@ def class_indices(target: Target, batch: int) -> Tensor:
 
 def is_backbone(model: nn.Module) -> bool:
     """Whether ``model`` returns image embeddings instead of class logits: a transformers model
-    without an image-classification head, an open_clip CLIP, a timm model with
+    without an image- or video-classification head, an open_clip CLIP, a timm model with
     ``num_classes=0`` (or a model of vizkit's that says so), a torchvision model whose head
     was replaced by ``nn.Identity``."""
     if type(model).__module__.startswith("transformers."):
-        return "ForImageClassification" not in type(model).__name__
+        name = type(model).__name__
+        return "ForImageClassification" not in name and "ForVideoClassification" not in name
     if all(callable(getattr(model, f, None)) for f in ("encode_image", "encode_text")):
         return True  # open_clip: (image_features, text_features, logit_scale)
     return getattr(model, "num_classes", None) == 0 or any(

@@ -27,7 +27,7 @@ __all__ = ["eigencam"]
     "eigencam", needs=("layer",), targets=False,
     summary="first principal component of the activation (Muhammad & Yeasin 2020)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def eigencam(
     model: nn.Module | HookedModel, x: Tensor, layer: LayerSpec | None = None
 ) -> SaliencyResult:

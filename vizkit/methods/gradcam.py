@@ -21,7 +21,7 @@ __all__ = ["gradcam"]
     "gradcam", needs=("gradients", "layer"), default=True,
     summary="channels weighted by their mean gradient (Selvaraju et al. 2017)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def gradcam(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -32,16 +32,16 @@ def gradcam(
 
     Args:
         model: a timm ViT-family model or CNN, or a HookedModel.
-        x: image batch (B, C, H, W).
+        x: image batch (B, C, H, W), or a video model's clips (B, T, C, H, W).
         target: int, B ints, a callable on the logits, or None for each sample's argmax.
         layer: the activation: an int counting `gradcam_layers` (one per block or stage,
             negative from the end; default the last), a module path (``"blocks.3"``: that
             block's entry of `gradcam_layers`) or any hook name.
 
     Returns:
-        `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid) or (B, h, w)
-            for feature maps; options ``layer`` (hook name) and ``layer_index`` (its position in
-            `gradcam_layers`, None for another activation).
+        `SaliencyResult` with maps (B, gh, gw) for token activations (patch grid; a video's
+            (B, T', gh, gw)) or (B, h, w) for feature maps; options ``layer`` (hook name) and
+            ``layer_index`` (its position in `gradcam_layers`, None for another activation).
     """
     return cam_maps(model, x, target, layer, "gradcam", _maps)
 

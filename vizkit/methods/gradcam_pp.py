@@ -24,7 +24,7 @@ EPS = 1e-6  # keeps the denominator of a_ij off zero (the reference implementati
     "gradcam_pp", needs=("gradients", "layer"),
     summary="positive gradients weighted per position (Chattopadhyay et al. 2018)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def gradcam_pp(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layer: LayerSpec | None = None,

@@ -20,7 +20,7 @@ __all__ = ["hirescam"]
     "hirescam", needs=("gradients", "layer"),
     summary="gradient times activation per position, summed over channels (Draelos & Carin 2020)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def hirescam(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layer: LayerSpec | None = None,

@@ -20,7 +20,7 @@ __all__ = ["layercam"]
     "layercam", needs=("gradients", "layer"),
     summary="activation weighted by its own positive gradient (Jiang et al. 2021)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def layercam(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layer: LayerSpec | None = None,

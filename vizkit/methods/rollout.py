@@ -20,7 +20,7 @@ __all__ = ["rollout"]
     "rollout", needs=("attention",), targets=False, default=True,
     summary="attention maps multiplied over the layers (Abnar & Zuidema 2020)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def rollout(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -33,7 +33,7 @@ def rollout(
 
     Args:
         model: a ViT-family model or HookedModel.
-        x: image batch (B, C, H, W).
+        x: image batch (B, C, H, W), or a video model's clips (B, T, C, H, W).
         heads: how each layer's heads are fused: "mean", "max", "min", one head's index
             or a list of heads to average (`vizkit.hooks.reduce_heads`).
         discard_ratio: share of each fused map's lowest entries set to 0 (the class token's
@@ -43,16 +43,16 @@ def rollout(
             refused with a ValueError.
 
     Returns:
-        `SaliencyResult` (B, gh, gw): the class token's row of the joint attention over the patches
-            where the head reads the class token (``global_pool="token"``); for models with an
-            attention-pooling head (SigLIP), the head's map (latents and heads fused) times the
-            joint attention; otherwise the mean over patch queries. Window attention (Swin, Twins)
-            is rolled out in image space; across Swin's stages each 2 x 2 patch merging passes the
-            mean of its four tokens' relevance on, and the map is the mean over the last stage's
-            tokens on the first stage's grid. An odd grid (7 -> 4 at 112 px) is padded by the model,
-            so its edge tokens are merged from fewer real tokens, which then carry their merged
-            token's whole relevance: expect a brighter last row and column there (none at 224 px:
-            56, 28, 14, 7).
+        `SaliencyResult` (B, gh, gw) (for clips (B, T', gh, gw)): the class token's row of the joint
+            attention over the patches where the head reads the class token
+            (``global_pool="token"``); for models with an attention-pooling head (SigLIP), the
+            head's map (latents and heads fused) times the joint attention; otherwise the mean over
+            patch queries. Window attention (Swin, Twins) is rolled out in image space; across
+            Swin's stages each 2 x 2 patch merging passes the mean of its four tokens' relevance on,
+            and the map is the mean over the last stage's tokens on the first stage's grid. An odd
+            grid (7 -> 4 at 112 px) is padded by the model, so its edge tokens are merged from fewer
+            real tokens, which then carry their merged token's whole relevance: expect a brighter
+            last row and column there (none at 224 px: 56, 28, 14, 7).
 
     Raises:
         ValueError: models whose tokens also mix through maps rollout cannot multiply (pooled

@@ -22,7 +22,7 @@ EPS = 1e-7  # keeps sum_ab A_ab off zero
     "xgradcam", needs=("gradients", "layer"),
     summary="gradients weighted by the normalized activation (Fu et al. 2020)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def xgradcam(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layer: LayerSpec | None = None,

@@ -346,6 +346,24 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 "SiglipForImageClassification", "SiglipConfig", "vision_config", **_HF_SMALL
             )
         ),
+        "VideoMAEForVideoClassification": LibraryModel(
+            _transformers(
+                "VideoMAEForVideoClassification",
+                "VideoMAEConfig",
+                num_frames=4,
+                tubelet_size=2,
+                **_HF_SMALL,
+            )
+        ),  # fmt: skip
+        "VivitForVideoClassification": LibraryModel(
+            _transformers(
+                "VivitForVideoClassification",
+                "VivitConfig",
+                num_frames=4,
+                tubelet_size=[2, 8, 8],
+                **{k: v for k, v in _HF_SMALL.items() if k != "patch_size"},
+            )
+        ),  # fmt: skip
     },
     "torchvision": {
         "VisionTransformer (vit_b_16)": LibraryModel(

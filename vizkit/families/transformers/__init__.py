@@ -1,8 +1,9 @@
 """Hugging Face transformers' vision encoders, one module per family. Registering them imports
 nothing from transformers: their classes are named as "module:QualName"."""
 
-from . import aimv2, beit, clip, dinov2, dinov3, hiera, sam2, siglip2, swin, vit
+from . import aimv2, beit, clip, dinov2, dinov3, hiera, sam2, siglip2, swin, videomae, vit, vivit
 
 __all__ = [
-    "aimv2", "beit", "clip", "dinov2", "dinov3", "hiera", "sam2", "siglip2", "swin", "vit",
+    "aimv2", "beit", "clip", "dinov2", "dinov3", "hiera", "sam2", "siglip2", "swin", "videomae",
+    "vit", "vivit",
 ]  # fmt: skip
