@@ -4,11 +4,14 @@ and the image side it takes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import timm
 import torch
 from torch import nn
 
+from vizkit.hooks.family import family_layout
 from vizkit.models.representatives import FAMILIES, LIBRARIES
 
 
@@ -23,6 +26,17 @@ def representatives() -> list:
             pytest.param(m.build, m.size, id=f"{library}:{name}") for name, m in models.items()
         ]
     return reps
+
+
+def refuses_videos(model: nn.Module, call: Callable[[], object]) -> bool:
+    """Whether ``model`` is a video model, after checking that ``call`` (an analysis that does
+    not take videos yet) refuses it by name; False (nothing run) for a model of images."""
+    layout = family_layout(model)
+    if layout is None or layout.video is None:
+        return False
+    with pytest.raises(ValueError, match=r"\(\) does not take videos yet.*Analyses that take"):
+        call()
+    return True
 
 
 def drawn(make) -> nn.Module:

@@ -65,20 +65,21 @@ def image_rows(x: Tensor) -> Tensor:
 
 def captum_result(attributions: Tensor, method: str, reduce: str, targets, options: dict):
     """(B, C, H, W) attributions -> a `SaliencyResult` of (B, H, W) maps, channels reduced by
-    ``reduce`` ("sum", "abs_max" or the mean)."""
+    ``reduce`` ("sum", "abs_max" or the mean); a video's (B, T, C, H, W) -> (B, T, H, W)."""
     check_values_finite(f"The {method} attributions", attributions)
     if reduce == "sum":
-        maps = attributions.sum(1)
+        maps = attributions.sum(-3)
     elif reduce == "abs_max":
-        maps = attributions.abs().amax(1)
+        maps = attributions.abs().amax(-3)
     else:
-        maps = attributions.mean(1)
+        maps = attributions.mean(-3)
     return SaliencyResult(
         maps=maps.detach().float(),
         method=method,
         image_size=tuple(attributions.shape[-2:]),
         options={**options, "channel_reduction": reduce},
         targets=targets,
+        frames=attributions.shape[1] if attributions.ndim == 5 else None,
     )
 
 

@@ -108,13 +108,16 @@ class SaliencyResult(Result):
 
     Attributes:
         maps: (B, h, w): on the patch grid (gh, gw) or in pixels (H, W); higher = more salient.
-            A video's on its token grid: (B, T', gh, gw), T' token frames (``layout.frames``).
+            A video's (B, frames, h, w): T' token frames on its token grid (``layout.frames``),
+            or its T frames in pixels.
         method: what produced them (``"rollout"``, ``"gradcam"``, ...).
         image_size: (H, W) of the input images.
         options: the method's settings (layer, head fusion, ...).
         layout: token layout for patch-grid maps, None for pixel maps and CNNs.
         targets: (B,) the class each map explains, None for class-agnostic methods.
         extras: further tensors of the method, e.g. ``per_head`` (B, H, gh, gw).
+        frames: the frame axis of a video's maps (``layout.frames`` for token maps); None for
+            images.
     """
 
     maps: Tensor
@@ -124,6 +127,7 @@ class SaliencyResult(Result):
     layout: TokenLayout | None = None
     targets: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+    frames: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.maps, Tensor):
@@ -131,9 +135,15 @@ class SaliencyResult(Result):
         if not isinstance(self.image_size, (tuple, list)) or len(self.image_size) != 2:
             raise ValueError(f"image_size must be (H, W); got {self.image_size!r}.")
         self.image_size = tuple(check_count("image_size", s) for s in self.image_size)
-        frames = None if self.layout is None else self.layout.frames
-        if self.maps.ndim != (3 if frames is None else 4):
-            shape = "(B, h, w)" if frames is None else f"a video's (B, {frames}, h, w)"
+        if self.frames is None and self.layout is not None:
+            self.frames = self.layout.frames
+        frames = self.frames
+        if self.layout is not None and frames != self.layout.frames:
+            raise ValueError(f"frames={frames} but the token layout has {self.layout.frames}.")
+        shape = "(B, h, w)" if frames is None else f"a video's (B, {frames}, h, w)"
+        if self.maps.ndim != (3 if frames is None else 4) or (
+            frames is not None and self.maps.shape[1] != frames
+        ):
             raise ValueError(f"maps must be {shape}; got shape {tuple(self.maps.shape)}.")
         check_values_finite("The saliency maps", self.maps)  # no method hands on NaN maps
         (h, w), (height, width) = self.maps.shape[-2:], self.image_size
@@ -148,14 +158,9 @@ class SaliencyResult(Result):
                 f"{'x'.join(map(str, self.layout.cells))}."
             )
 
-    @property
-    def frames(self) -> int | None:
-        """The token frames T' of a video's maps (B, T', h, w); None for images' (B, h, w)."""
-        return None if self.layout is None else self.layout.frames
-
     def upsample(self, mode: str = "bilinear") -> Tensor:
-        """Maps resized to the image: (B, H, W); a video's each token frame on its own,
-        (B, T', H, W) (a token frame spans a tubelet's frames). ``mode``: "bilinear" or
+        """Maps resized to the image: (B, H, W); a video's each frame on its own,
+        (B, frames, H, W) (a token frame spans a tubelet's frames). ``mode``: "bilinear" or
         "nearest"."""
         if tuple(self.maps.shape[-2:]) == tuple(self.image_size):
             return self.maps

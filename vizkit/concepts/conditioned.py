@@ -165,7 +165,7 @@ def _through_layer(
         return seen["value"]
 
     x = x.detach().requires_grad_(True)
-    rules = relevance_rules(method) if method in ATTENTION_RULES else nullcontext()
+    rules = relevance_rules(method, hm.model) if method in ATTENTION_RULES else nullcontext()
     with frozen_parameters(hm.model), torch.enable_grad(), hm.hooks(fwd={layer: keep}):
         with rules:
             output = hm(x)
@@ -248,7 +248,7 @@ def _backward(
     """(B, H, W) the images' relevance (x times the gradient, under ``method``'s rules) summed
     over channels with ``hook`` on the layer."""
     x = x.detach().requires_grad_(True)
-    rules = relevance_rules(method) if method in ATTENTION_RULES else nullcontext()
+    rules = relevance_rules(method, hm.model) if method in ATTENTION_RULES else nullcontext()
     with frozen_parameters(hm.model), torch.enable_grad(), hm.hooks(fwd={layer: hook}):
         with rules:
             output = hm(x)

@@ -22,7 +22,6 @@ from .family import family_layout
 from .gradient_graph import GradientGraph, recording_from_taps, refuse_derived_gradients
 from .guard import exclusive, tracking_forward
 from .inputs import DEFAULT_MAX_BYTES, check_images, unwrap_model
-from .video import hook_call
 from .layout import TokenLayout, has_class_token, token_layout
 from .names import NameSpec
 from .readers import BesideReader, Reader
@@ -31,6 +30,7 @@ from .scores import Target
 from .selector import resolve_negative_indices, unknown_name_error
 from .taps import Tap
 from .training_mode import warn_if_random
+from .video import hook_call
 
 __all__ = ["HookedModel"]
 

@@ -26,7 +26,7 @@ __all__ = ["attnlrp", "input_relevance"]
     "attnlrp", needs=("gradients",), default=True,
     summary="relevance propagated with attention-aware LRP rules (Achtibat et al. 2024)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def attnlrp(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None, attention: str = "attnlrp"
 ) -> SaliencyResult:
@@ -59,7 +59,7 @@ def input_relevance(
     hm = as_hooked(model)
     x = check_images(hm.model, x).detach().requires_grad_(True)
     with frozen_parameters(hm.model), torch.enable_grad():
-        with relevance_rules(attention):
+        with relevance_rules(attention, hm.model):
             output = hm(x)
         (grad,) = torch.autograd.grad(target_score(output, target, len(x)), x)
     return (x * grad).detach(), output

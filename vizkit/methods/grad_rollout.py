@@ -21,7 +21,7 @@ __all__ = ["grad_rollout"]
     "grad_rollout", needs=("attention", "gradients"),
     summary="gradient-weighted attention rolled out (Chefer et al., ICCV 2021)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def grad_rollout(
     model: nn.Module | HookedModel,
     x: Tensor,

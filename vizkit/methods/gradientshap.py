@@ -28,7 +28,7 @@ __all__ = ["gradientshap"]
     "gradientshap", needs=("gradients",),
     summary="expected gradients times the input's difference to baselines (captum's)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def gradientshap(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     baselines: Tensor | None = None, samples: int = 16, noise: float = 0.0,

@@ -23,7 +23,7 @@ __all__ = ["integrated_gradients"]
     "integrated_gradients", needs=("gradients",), default=True,
     summary="gradients integrated from a baseline (Sundararajan et al. 2017; captum)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def integrated_gradients(
     model: nn.Module | HookedModel,
     x: Tensor,

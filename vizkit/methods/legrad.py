@@ -38,7 +38,7 @@ __all__ = ["legrad"]
     "legrad", needs=("attention", "gradients"),
     summary="each layer's own score differentiated at its attention map (Bousselham et al. 2024)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def legrad(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layers: LayerSpec | None = None,

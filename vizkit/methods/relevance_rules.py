@@ -9,7 +9,11 @@ a tensor is input-dependent exactly when it requires grad, which is what the rul
 
 The rules:
 - element-wise nonlinearities (GELU, SiLU, tanh, sigmoid, ...): the identity rule (the paper's
-  Eq. 9): the relevance passes unchanged, i.e. the gradient is f(x)/x;
+  Eq. 9): the relevance passes unchanged, i.e. the gradient is f(x)/x; also where one is
+  written out of several operations, as transformers' tanh approximations of GELU
+  (``FastGELUActivation``, ``NewGELUActivation``: a product and a sum with a constant, which
+  the rules below would not conserve), given the model: its ``transformers.activations``
+  modules take the identity rule as a whole;
 - products of two input-dependent tensors (matmuls, element-wise products, einsum; in attention
   Q.K^T and A.V): the uniform rule (Eq. 7): each factor takes 1/n of the relevance. In a fused
   attention (scaled_dot_product_attention, torch's MultiheadAttention) that is 1/4 at Q and K
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["ATTENTION_RULES", "relevance_rules"]
@@ -94,6 +98,27 @@ def _identity_rule(func, args, kwargs):
         out = func(x.detach(), *args[1:], **kwargs)
         ratio = torch.where(x != 0, out / x, torch.zeros_like(out))
     return _PassThrough.apply(x, out, ratio)
+
+
+def _written_out_activations(model: nn.Module) -> list[nn.Module]:
+    """The element-wise activation modules of ``model`` that transformers writes out of several
+    operations (``transformers.activations``: every class there is element-wise)."""
+    return [m for m in model.modules() if type(m).__module__ == "transformers.activations"]
+
+
+def _identity_module(module: nn.Module, args: tuple, out: object) -> Tensor | None:
+    """Forward hook: an element-wise activation module's output with the identity rule's
+    gradient at its input (`_identity_rule`), whatever operations it computed it with."""
+    x = args[0] if args else None
+    if not (isinstance(x, Tensor) and x.requires_grad and isinstance(out, Tensor)):
+        return None
+    if out.shape != x.shape:
+        raise RuntimeError(
+            f"{type(module).__name__} is not element-wise: {x.shape} -> {out.shape}."
+        )
+    with torch.no_grad():
+        ratio = torch.where(x != 0, out / x, torch.zeros_like(out))
+    return _PassThrough.apply(x, out.detach(), ratio)
 
 
 def _power_rule(func, args, kwargs):
@@ -248,13 +273,34 @@ class relevance_rules(TorchFunctionMode):  # noqa: N801  (used as a context mana
     (module docstring). ``attention``: a key of `ATTENTION_RULES`. The mode is this thread's
     only: another thread's forward is untouched."""
 
-    def __init__(self, attention: str = "attnlrp") -> None:
+    def __init__(self, attention: str = "attnlrp", model: nn.Module | None = None) -> None:
         if attention not in ATTENTION_RULES:
             raise ValueError(
                 f"attention must be one of {sorted(ATTENTION_RULES)}; got {attention!r}."
             )
         super().__init__()
         self._rules = _rules(attention)
+        self._activations = [] if model is None else _written_out_activations(model)
+        self._handles: list = []
+
+    def __enter__(self):
+        self._handles = [m.register_forward_hook(_identity_module) for m in self._activations]
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._remove_hooks()
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._remove_hooks()
+
+    def _remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

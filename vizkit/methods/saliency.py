@@ -19,7 +19,7 @@ __all__ = ["saliency"]
     "saliency", needs=("gradients",),
     summary="absolute gradient of the target per pixel (Simonyan et al. 2014; captum)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def saliency(model: nn.Module | HookedModel, x: Tensor, target: Target = None) -> SaliencyResult:
     """captum Saliency (Simonyan et al. 2014): |d target / d pixel|, max over channels
     (B, H, W)."""

@@ -26,7 +26,7 @@ __all__ = ["smoothgrad"]
     "smoothgrad", needs=("gradients",),
     summary="absolute input gradient averaged over noisy copies (Smilkov et al. 2017)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def smoothgrad(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None, samples: int = 16,
     noise: float = 0.15, max_bytes: int | None = None, seed: int = 0,

@@ -31,7 +31,7 @@ __all__ = ["transformer_attribution"]
     summary="attention maps' LRP relevance times their gradient, rolled out (Chefer et al., "
     "CVPR 2021)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def transformer_attribution(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -83,7 +83,7 @@ def _maps_and_gradients(
     with frozen_parameters(hm.model), torch.enable_grad():
         with hm.hooks(fwd={name: keep for name in names}):
             if rules:
-                with relevance_rules():
+                with relevance_rules(model=hm.model):
                     output = hm(x)
             else:
                 output = hm(x)
