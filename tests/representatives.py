@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from vizkit.hooks.family import family_layout
+from vizkit.hooks.scores import is_dense
 from vizkit.models.representatives import FAMILIES, LIBRARIES
 
 
@@ -35,6 +36,17 @@ def refuses_videos(model: nn.Module, call: Callable[[], object]) -> bool:
     if layout is None or layout.video is None:
         return False
     with pytest.raises(ValueError, match=r"\(\) does not take videos yet.*Analyses that take"):
+        call()
+    return True
+
+
+def refuses_class_scores(model: nn.Module, call: Callable[[], object]) -> bool:
+    """Whether a class-scoring ``call`` cannot run on ``model``, after checking that it
+    refuses it by name: a video model (`refuses_videos`) or a dense one (segmentation, depth:
+    a class index names no score). False (nothing run) for a classifier of images."""
+    if not is_dense(model):
+        return refuses_videos(model, call)
+    with pytest.raises(ValueError, match=r"returns a map per image.*vk\.targets\.segment"):
         call()
     return True
 

@@ -13,12 +13,13 @@ import timm
 import torch
 import transformers
 from conftest import assert_full_state, full_state
-from representatives import drawn
+from representatives import drawn, refuses_videos
 
 import vizkit as vk
 from vizkit import coverage
 from vizkit.analysis.representations import token_stream_layers
 from vizkit.datasets.captions import WordTokenizer
+from vizkit.hooks.scores import is_dense
 from vizkit.models import representatives
 
 # TCAV's classifier (captum's SGDClassifier settings) may stop at max_iter on these few images
@@ -126,7 +127,12 @@ def _conditioned(result, x: torch.Tensor, units: int, chosen: int) -> None:
 def test_concept_methods_on_each_family(make, size, backbone, tmp_path):
     model = drawn(make).train()
     x, held = coverage._images(model, size), _noise(4, size, 1)
+    if refuses_videos(model, lambda: vk.cache_activations(model, x, tmp_path / "v")):
+        return
     concepts, held_concepts = _concepts(4, size), _concepts(4, size)
+    with torch.no_grad():  # transformers' DPT installs its own output-capturing hooks on its
+        model.eval()(x)  # first forward, for good: the state compared is after them
+    model.train()
     before = full_state(model)
     hm = vk.HookedModel(model)
     layer = token_stream_layers(hm, (size, size))[0]  # the first block's output
@@ -163,6 +169,7 @@ def test_concept_methods_on_each_family(make, size, backbone, tmp_path):
 
     # the methods that explain a target: a class, or on a backbone an embedding's norm
     target = vk.targets.embedding_norm() if backbone else 0
+    target = vk.targets.segment(1) if is_dense(model) else target  # per-pixel logits
     concept, randoms = x[:2] + 1, [_noise(2, size, 2), _noise(2, size, 3)]
     tcav = vk.concepts.tcav(model, x, target, layer, concept, randoms)
     assert tcav.scores.shape == (2,) and tcav.sensitivities.shape == (2, 4)

@@ -140,6 +140,15 @@ def shown(name: str = "vit_tiny_shapes"):
     return vk.viz.display_images(sample()[0], zoo(name)[0])
 
 
+@cache
+def clips() -> tuple[torch.Tensor, torch.Tensor]:
+    """Four Shape clips of the planted task and their labels."""
+    from vizkit.datasets.shape_clips import ShapeClips
+
+    data = ShapeClips("test", n=4)
+    return torch.stack([data[i][0] for i in range(4)]), data.labels
+
+
 def classes(name: str = "vit_tiny_shapes") -> list[str]:
     return zoo(name)[1]["classes"]
 
@@ -310,6 +319,15 @@ BUILDERS = {
         }
     ),  # fmt: skip
     "saliency_row": lambda: vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
+    "video_saliency": lambda: [
+        vk.viz.video_saliency(
+            method(model("vivit_shape_clips"), clips()[0], **options),
+            vk.viz.display_images(clips()[0], model("vivit_shape_clips")),
+            clip=1,
+            classes=classes("vivit_shape_clips"),
+        )
+        for method, options in ((vk.rollout, {}), (vk.attnlrp, {"target": clips()[1]}))
+    ],  # fmt: skip
     "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(
         compare_table(), shown(), classes=classes()
     ),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from representatives import drawn, refuses_videos, representatives
+from representatives import drawn, refuses_class_scores, representatives
 
 import vizkit as vk
 from vizkit import coverage
@@ -282,7 +282,7 @@ def test_every_metric_runs_on_every_family(make, size):
     depend on its input), and the model's parameters are unchanged."""
     model = drawn(make)
     x = coverage._images(model, size)[:2]
-    if refuses_videos(model, lambda: vk.metrics.deletion(model, x, x[:, :, 0, 0], steps=2)):
+    if refuses_class_scores(model, lambda: vk.metrics.deletion(model, x, x[:, :, 0, 0], steps=2)):
         return
     side = x.shape[-1]
     grid = torch.linspace(-1, 1, side)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from representatives import drawn, refuses_videos, representatives
+from representatives import drawn, refuses_class_scores, representatives
 from scipy import stats
 
 import vizkit as vk
@@ -175,7 +175,7 @@ def test_sanity_check_on_every_family(make, size):
     from the model's."""
     model = drawn(make)
     x = coverage._images(model, size)[:2]
-    if refuses_videos(model, lambda: vk.sanity_check(model, x, "saliency", progress=False)):
+    if refuses_class_scores(model, lambda: vk.sanity_check(model, x, "saliency", progress=False)):
         return
     layers = sanity.randomization_layers(model, x)
 

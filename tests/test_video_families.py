@@ -165,7 +165,7 @@ def test_analyses_without_a_frame_axis_refuse_videos_by_name():
     model, x = build("vivit"), clips()
     assert {"attention", "rollout", "gradcam", "eigencam"} <= VIDEO_ANALYSES
     for call in (
-        lambda: vk.integrated_gradients(model, x, target=0),
+        lambda: vk.occlusion(model, x, target=0),
         lambda: vk.scorecam(model, x, target=0),
         lambda: vk.token_norms(model, x),
     ):
@@ -185,5 +185,5 @@ def test_video_saliency_results_keep_the_frame_axis():
     assert vk.SaliencyResult.from_dict(result.to_dict()).layout == layout
     with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\)"):
         vk.SaliencyResult(maps[:, 0], "m", (32, 32), layout=layout)
-    with pytest.raises(ValueError, match="token grid is 2x4x4"):
+    with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\); got shape \(2, 3, 4, 4\)"):
         vk.SaliencyResult(torch.rand(2, 3, 4, 4), "m", (32, 32), layout=layout)

@@ -28,6 +28,7 @@ from torch import nn
 from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
 from .models.text_image import BUILDERS
+from .models.video import VIDEO_BUILDERS
 
 __all__ = [
     "PACKAGE_MODELS",
@@ -286,8 +287,8 @@ def _load_carded(file: Path) -> tuple[nn.Module, dict]:
             f"--checkpoint {file}."
         )
     info = _read_card(card_file, ["architecture", "kwargs", "sha256"])
-    builder = BUILDERS.get(info["architecture"])
-    if builder is not None:  # a zoo architecture of vizkit's own (the text-image model)
+    builder = {**BUILDERS, **VIDEO_BUILDERS}.get(info["architecture"])
+    if builder is not None:  # a zoo architecture of vizkit's own (text-image, video)
         model = builder(**info["kwargs"])
     else:
         model = timm.create_model(

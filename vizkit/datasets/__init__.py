@@ -1,5 +1,5 @@
 """Data: generated shapes with masks, real images that ship inside packages, the user's own
-images (`load_images`: files, folders, PIL images, arrays)."""
+images (`load_images`: files, folders, PIL images, arrays) and videos (`load_video`)."""
 
 from .batch import DATA_SOURCES as DATA_SOURCES
 from .batch import Batch as Batch
@@ -9,6 +9,8 @@ from .digits import digit_images as digit_images
 from .image_folder import ImageFolder as ImageFolder
 from .model_input import Preprocessing as Preprocessing
 from .model_input import model_preprocessing as model_preprocessing
+from .shape_clips import render_shape_clips as render_shape_clips
+from .shape_clips import shape_clips as shape_clips
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
 from .shapes import counterfactual_shapes as counterfactual_shapes
@@ -16,6 +18,8 @@ from .shapes import load_sample as load_sample
 from .shapes import render_shapes as render_shapes
 from .user_images import LoadedImages as LoadedImages
 from .user_images import load_images as load_images
+from .user_videos import LoadedVideos as LoadedVideos
+from .user_videos import load_video as load_video
 
 __all__ = [
     "DATA_SOURCES",
@@ -24,13 +28,17 @@ __all__ = [
     "Digits",
     "ImageFolder",
     "LoadedImages",
+    "LoadedVideos",
     "Preprocessing",
     "Shapes",
     "counterfactual_shapes",
     "digit_images",
     "load_images",
     "load_sample",
+    "load_video",
     "model_preprocessing",
     "model_batch",
+    "render_shape_clips",
     "render_shapes",
+    "shape_clips",
 ]

@@ -140,6 +140,8 @@ def _transformers(model: nn.Module) -> Preprocessing:
     resample = getattr(processor, "resample", None)
     resample = 3 if resample is None else int(resample)
     mean, std = tuple(processor.image_mean), tuple(processor.image_std)
+    mean, std, rescaled = _on_unit_range(processor, mean, std)
+    source += rescaled
     if not saved and config.model_type in _CHECKPOINT_DEFAULTS:
         mean, std, crop_pct = _CHECKPOINT_DEFAULTS[config.model_type]
         source += ", as its published checkpoints save it (ImageNet statistics, 256 -> 224 crop)"
@@ -148,6 +150,21 @@ def _transformers(model: nn.Module) -> Preprocessing:
         _RESAMPLE.get(resample, "bicubic"), float(crop_pct),
         "center" if shortest else "squash", source,
     )  # fmt: skip
+
+
+def _on_unit_range(
+    processor: object, mean: tuple[float, ...], std: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...], str]:
+    """``mean`` and ``std`` for images in [0, 1], where the processor normalizes pixels it
+    rescaled otherwise: v = 255 x r - o (``rescale_factor`` r, ViViT's ``offset`` o = 1: [-1,
+    1]), (v - m) / s = (x - (m + o) / 255 r) / (s / 255 r). Also a note for the source."""
+    factor = float(getattr(processor, "rescale_factor", 1 / 255) or 1 / 255) * 255
+    offset = 1.0 if getattr(processor, "offset", False) is True else 0.0
+    if not getattr(processor, "do_rescale", True) or (abs(factor - 1) < 1e-9 and not offset):
+        return mean, std, ""
+    mean = tuple((m + offset) / factor for m in mean)
+    std = tuple(v / factor for v in std)
+    return mean, std, f" (its rescaling to [{-offset:g}, {factor - offset:g}] folded in)"
 
 
 def _saved_processor(path: str) -> tuple[object | None, str]:

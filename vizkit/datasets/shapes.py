@@ -73,6 +73,30 @@ def _inside(cls: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     raise ValueError(f"Shape class must be 0..9; got {cls}.")
 
 
+def object_masks(
+    labels: np.ndarray, grid: tuple[np.ndarray, np.ndarray], scale: np.ndarray,
+    centre: np.ndarray, theta: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """(n, H, W) bool: the pixels of each image's object of class ``labels`` (n,) (-1: none),
+    the unit shape scaled by ``scale`` (n, 1, 1), rotated by ``theta`` (n, 1, 1) and moved to
+    ``centre`` (n, 2, 1, 1) (x, y in [-1, 1]), over the pixel-centre ``grid`` (gx, gy)."""
+    gx, gy = grid
+    dx, dy = gx - centre[:, 0], gy - centre[:, 1]
+    x = (np.cos(theta) * dx + np.sin(theta) * dy) / scale  # object frame
+    y = (-np.sin(theta) * dx + np.cos(theta) * dy) / scale
+    masks = np.zeros((len(labels), *gx.shape), dtype=bool)
+    for cls in range(len(SHAPE_CLASSES)):
+        idx = np.flatnonzero(labels == cls)
+        masks[idx] = _inside(cls, x[idx], y[idx])
+    return masks
+
+
+def object_colour(hue: np.ndarray, light: np.ndarray) -> np.ndarray:
+    """An object's colour from its ``hue`` (n, 1, 1, 3) in [0, 1], with the luminance opposite
+    to the background's (``light`` (n, 1, 1, 1): dark on light, bright on dark)."""
+    return np.where(light, 0.3 * hue, 0.7 + 0.3 * hue)
+
+
 def _segments_mask(rng, n, grid, count, width) -> np.ndarray:
     """(n, H, W) mask of ``count`` random line segments per image (distance to segment <= width)."""
     gx, gy = grid
@@ -147,17 +171,10 @@ def render_shapes(
     scale = rng.uniform(0.45, 0.65, (n, 1, 1))
     centre = rng.uniform(-1, 1, (n, 2, 1, 1)) * (1 - scale[:, None])
     theta = rng.uniform(-math.pi / 4, math.pi / 4, (n, 1, 1))
-    dx, dy = gx - centre[:, 0], gy - centre[:, 1]
-    x = (np.cos(theta) * dx + np.sin(theta) * dy) / scale  # object frame
-    y = (-np.sin(theta) * dx + np.cos(theta) * dy) / scale
-    masks = np.zeros((n, size, size), dtype=bool)
-    for cls in range(len(SHAPE_CLASSES)):
-        idx = np.flatnonzero(labels == cls)
-        masks[idx] = _inside(cls, x[idx], y[idx])
+    masks = object_masks(labels, (gx, gy), scale, centre, theta)
     # random hue, luminance opposite to the background's: dark on light, bright on dark
     hue = rng.uniform(0, 1, (n, 1, 1, 3))
-    light = base.mean(-1, keepdims=True) > 0.5
-    colour = np.where(light, 0.3 * hue, 0.7 + 0.3 * hue)
+    colour = object_colour(hue, base.mean(-1, keepdims=True) > 0.5)
     image = np.where(masks[..., None], colour, image)
     images = (image.clip(0, 1) * 255).round().astype(np.uint8)
     if not details:

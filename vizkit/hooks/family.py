@@ -156,7 +156,8 @@ class Family:
     Attributes:
         name: the family's name (coverage tables, ``HookedModel.family.family``).
         library: the library that defines its classes ("timm", "transformers", "vizkit", ...).
-        models: model class -> function returning its `FamilyLayout`.
+        models: model class -> function returning its `FamilyLayout` (None for a variant of
+            the class the family does not cover).
         blocks: block class -> its `ResidualSpec`.
         attention: attention class -> its `AttentionSite`, called for the modules inside blocks.
         outside_blocks: attention classes also read outside the blocks (pooling heads).
@@ -165,7 +166,9 @@ class Family:
 
     name: str
     library: str
-    models: Mapping[ClassRef, Callable[[nn.Module], FamilyLayout]] = field(default_factory=dict)
+    models: Mapping[ClassRef, Callable[[nn.Module], FamilyLayout | None]] = field(
+        default_factory=dict
+    )
     blocks: Mapping[ClassRef, ResidualSpec] = field(default_factory=dict)
     attention: Mapping[ClassRef, AttentionSite] = field(default_factory=dict)
     outside_blocks: tuple[ClassRef, ...] = ()
@@ -268,7 +271,8 @@ def inner_layout(model: nn.Module) -> FamilyLayout | None:
     for path, module in model.named_modules():
         layout = _lookup("models", module) if path else None
         if layout is not None:
-            return _under(layout(module), path)
+            found = layout(module)  # None: a variant the family does not cover
+            return None if found is None else _under(found, path)
     return None
 
 

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .family import family_layout
 from .layout import validate_input
-from .video import check_video, require_video_analysis
+from .video import check_video, require_video_analysis, running
 
 DEFAULT_MAX_BYTES = 4 * 2**30  # what an analysis may hold before it refuses (4 GiB)
 
@@ -33,6 +33,7 @@ __all__ = [
     "check_number",
     "check_size",
     "check_values_finite",
+    "refuse_video_model",
     "model_device",
     "unwrap_model",
 ]
@@ -137,6 +138,15 @@ def check_image_batch(model: nn.Module, x: Tensor) -> None:
         raise ValueError(f"The image batch is empty (shape {tuple(x.shape)}); pass B >= 1 images.")
     if x.is_meta:
         raise ValueError("The images are meta tensors (no data); pass real images.")
+
+
+def refuse_video_model(model: nn.Module, analysis: str) -> None:
+    """Refuse a video ``model`` for ``analysis``, which does not take videos yet and reads its
+    data before any image check (the activation store)."""
+    layout = family_layout(unwrap_model(model))
+    if layout is not None and layout.video is not None:
+        with running(analysis, videos=False):
+            require_video_analysis(type(model).__name__)
 
 
 def check_device(device: object) -> torch.device:

@@ -171,6 +171,11 @@ def explained_classes(output: Tensor, target: Target) -> Tensor | None:
 def target_indices(output: Tensor, target: Target) -> Tensor:
     """(B,) class indices for ``target`` (an int, B ints, or None for the argmax), validated
     against the (B, K) logits ``output``."""
+    if isinstance(output, Tensor) and output.ndim == 4:
+        raise ValueError(
+            f"Class-index targets need (B, num_classes) logits; the model returned "
+            f"{tuple(output.shape)}, a map per image (per-pixel logits?). {DENSE_FIX}"
+        )
     if not isinstance(output, Tensor) or output.ndim != 2:
         shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
         raise ValueError(
@@ -240,6 +245,27 @@ def class_indices(target: Target, batch: int) -> Tensor:
     return index
 
 
+# transformers heads whose output is a map per image, not class logits
+_DENSE_HEADS = ("ForSemanticSegmentation", "ForDepthEstimation", "ForUniversalSegmentation",
+                "ForInstanceSegmentation", "ForMaskGeneration")  # fmt: skip
+
+DENSE_FIX = (
+    "Choose what to explain with target=: vk.targets.segment(class, mask) (a class's logits "
+    "summed over a mask; vk.targets.box_mask(box, size) makes one of a box), "
+    "vk.targets.segment(class) (over the pixels the class wins), vk.targets.pixel(class, y, x), "
+    "vk.targets.depth_region(mask) or vk.targets.depth_difference(near, far) for a depth model."
+)
+
+
+def is_dense(model: nn.Module) -> bool:
+    """Whether ``model`` returns a map per image (segmentation logits, depth, masks): a
+    transformers model with a dense head."""
+    name = type(model).__name__
+    return type(model).__module__.startswith("transformers.") and any(
+        head in name for head in _DENSE_HEADS
+    )
+
+
 def is_backbone(model: nn.Module) -> bool:
     """Whether ``model`` returns image embeddings instead of class logits: a transformers model
     without an image- or video-classification head, an open_clip CLIP, a timm model with
@@ -247,7 +273,8 @@ def is_backbone(model: nn.Module) -> bool:
     was replaced by ``nn.Identity``."""
     if type(model).__module__.startswith("transformers."):
         name = type(model).__name__
-        return "ForImageClassification" not in name and "ForVideoClassification" not in name
+        heads = ("ForImageClassification", "ForVideoClassification", *_DENSE_HEADS)
+        return not any(head in name for head in heads)
     if all(callable(getattr(model, f, None)) for f in ("encode_image", "encode_text")):
         return True  # open_clip: (image_features, text_features, logit_scale)
     return getattr(model, "num_classes", None) == 0 or any(
@@ -258,6 +285,12 @@ def is_backbone(model: nn.Module) -> bool:
 def require_classifier(model: nn.Module, why: str) -> None:
     """Refuse a backbone for a view that reads class logits through the classifier head
     (``why`` says how), naming the views that score an embedding target instead."""
+    if is_dense(model):
+        raise ValueError(
+            f"{type(model).__name__} returns a map per image, not class logits, and {why}, "
+            "which it has none of. The saliency methods explain a dense output with a target: "
+            f"{DENSE_FIX}"
+        )
     if is_backbone(model):
         raise ValueError(
             f"{type(model).__name__} is a backbone: it returns image embeddings, not class "
@@ -272,9 +305,16 @@ def require_class_logits(model: nn.Module, target: Target, param: str = "target"
     """Refuse class-index targets (and the argmax, ``None``) on a backbone: its output is an
     embedding, whose largest dimension is no class. The message names the embedding targets
     and a fix that runs on that model's output type."""
-    if is_score_target(target) or not is_backbone(model):
+    if is_score_target(target):
         return
     what = "the argmax" if target is None else f"class index {target!r}"
+    if is_dense(model):
+        raise ValueError(
+            f"{type(model).__name__} returns a map per image (per-pixel logits or depth), not "
+            f"class logits, so {what} names no score. {DENSE_FIX}"
+        )
+    if not is_backbone(model):
+        return
     if param != "target":
         what = f"{param}={target!r}" if target is not None else f"class {param}"
     raise ValueError(

@@ -23,6 +23,7 @@ from ..hooks.inputs import check_images
 from ..hooks.scores import (
     call_target,
     explained_classes,
+    is_dense,
     is_score_target,
     model_logits,
     output_rows,
@@ -55,7 +56,8 @@ def legrad(
 
     Raises:
         ValueError: layers over other tokens than the last block's (the head cannot read
-            them), or maps vizkit recomputes beside the model's attention (no gradient).
+            them), maps vizkit recomputes beside the model's attention (no gradient), or a
+            dense model (its decoder reads several layers).
     """
     hm = as_hooked(model)
     x = check_images(hm.model, x)
@@ -63,6 +65,13 @@ def legrad(
         raise ValueError(
             f"LeGrad reads the model's head on every layer's tokens, and vizkit knows no "
             f"blocks of {type(hm.model).__name__}; use a CAM or attnlrp."
+        )
+    if is_dense(hm.model):
+        raise ValueError(
+            f"LeGrad reads the model's head on every layer's tokens as if they were the last "
+            f"block's; {type(hm.model).__name__}'s dense decoder reads several layers' tokens "
+            "at once (DPT's reassemble stage), so no layer has a head of its own. Use gradcam, "
+            "attnlrp or integrated_gradients with the same target."
         )
     image_size = tuple(x.shape[-2:])
     if layers is None:

@@ -346,6 +346,17 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 "SiglipForImageClassification", "SiglipConfig", "vision_config", **_HF_SMALL
             )
         ),
+        "DPTForSemanticSegmentation": LibraryModel(
+            _transformers(
+                "DPTForSemanticSegmentation",
+                "DPTConfig",
+                num_hidden_layers=4,
+                backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[8, 16, 32, 32],
+                fusion_hidden_size=16,
+                **{k: v for k, v in _HF_SMALL.items() if k != "num_hidden_layers"},
+            )
+        ),  # fmt: skip
         "VideoMAEForVideoClassification": LibraryModel(
             _transformers(
                 "VideoMAEForVideoClassification",

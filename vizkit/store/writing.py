@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from ..analysis.representations import token_stream_layers
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count, check_images, model_device
+from ..hooks.inputs import check_count, check_images, model_device, refuse_video_model
 from ..hooks.selector import LayerSpec, select_layers
 from ..processes import process_group
 from ..runs import replaced_whole, tensor_fingerprint, write_json
@@ -89,6 +89,7 @@ def cache_activations(
     Under ``torchrun`` each process writes every WORLD_SIZE-th shard and the first writes the
     manifest; every process returns the store once all shards are in place.
     """
+    refuse_video_model(model.model, "cache_activations")
     images = _images(data)
     batch_size = check_count("batch_size", batch_size)
     shard_bytes = check_count("shard_bytes", shard_bytes)

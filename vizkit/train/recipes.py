@@ -1,8 +1,9 @@
 """Recipes: one declarative JSON file per zoo model; `run_recipe` trains it and writes the
 checkpoint (.safetensors), the card (.json, with the history) into the zoo folder.
 
-A recipe holds ``name``, ``architecture`` (a timm name), ``kwargs`` for it, ``data`` ("shapes" or
-"digits"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
+A recipe holds ``name``, ``architecture`` (a timm name, or vizkit's video architecture of
+`vizkit.models.video.VIDEO_BUILDERS`), ``kwargs`` for it, ``data`` ("shapes", "digits" or
+"shape_clips"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
 `vizkit.train.inits.INITS` applied to the freshly built model, and ``track``: names from
 `vizkit.train.callbacks.TRACKERS` recorded in the history every epoch (default: all of them).
 A recipe with ``"objective": "contrastive"`` trains a text-image model of
@@ -27,7 +28,9 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
+from ..datasets.shape_clips import ShapeClips
 from ..models.text_image import BUILDERS, shapes_zero_shot
+from ..models.video import VIDEO_BUILDERS
 from ..runs import replaced_whole
 from ..zoo import RECIPES_DIR, recipe_names
 from .callbacks import TRACKERS
@@ -46,7 +49,7 @@ __all__ = [
     "write_models_readme",
 ]
 
-DATASETS = {"shapes": Shapes, "digits": Digits}
+DATASETS = {"shapes": Shapes, "digits": Digits, "shape_clips": ShapeClips}
 _CONFIGS = {"classification": TrainConfig, "contrastive": ContrastiveConfig}
 _FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
 _OPTIONAL = {"init": list, "track": list, "randomized_labels": dict, "objective": str}
@@ -197,7 +200,10 @@ def _train_classifier(
     if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
         train_data = RandomizedLabels(train_data, **spec["randomized_labels"])
     torch.manual_seed(config.seed)
-    model = timm.create_model(spec["architecture"], **spec["kwargs"])
+    if spec["architecture"] in VIDEO_BUILDERS:
+        model = VIDEO_BUILDERS[spec["architecture"]](**spec["kwargs"])
+    else:
+        model = timm.create_model(spec["architecture"], **spec["kwargs"])
     for init in spec.get("init", []):
         INITS[init](model)
     tracked = spec.get("track", list(TRACKERS))
@@ -206,9 +212,11 @@ def _train_classifier(
     randomized = (
         {"randomized_labels": spec["randomized_labels"]} if "randomized_labels" in spec else {}
     )
+    shape = list(test_data[0][0].shape)  # (C, H, W); a clip's (T, C, H, W)
     card = {
         "pretrained_cfg": {
-            "input_size": list(test_data[0][0].shape),
+            "input_size": shape[-3:],
+            **({"frames": shape[0]} if len(shape) == 4 else {}),
             "mean": list(dataset.mean),
             "std": list(dataset.std),
             "num_classes": len(dataset.classes),
@@ -286,9 +294,12 @@ def _machine(device: str) -> str:
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:
     """Accuracy on the committed sample (``vizkit/datasets/shapes_sample.npz``; for digits,
-    the test split):
-    what the shipped-model tests reproduce exactly."""
-    sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
+    the test split; for Shape clips, the first 64 of the test split): what the shipped-model
+    tests reproduce exactly."""
+    if data == "shape_clips":
+        sample = ShapeClips("test", n=64)
+    else:
+        sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
     return loss_and_accuracy(model, sample)["accuracy"]
 
 

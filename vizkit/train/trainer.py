@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+from ..hooks.scores import model_logits
 from .mixing import mix_batch, mixed_cross_entropy
 
 __all__ = ["Callback", "TrainConfig", "loss_and_accuracy", "train"]
@@ -95,7 +96,7 @@ def loss_and_accuracy(model: nn.Module, data: Dataset, batch_size: int = 500) ->
     device = next(model.parameters()).device
     loss_sum, correct, count = 0.0, 0, 0
     for images, labels, *_ in DataLoader(data, batch_size=batch_size):
-        logits = model(images.to(device))
+        logits = model_logits(model(images.to(device)))  # a transformers output's logits
         labels = labels.to(device)
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
@@ -172,7 +173,7 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
                     images, labels, config.mixup, config.cutmix, generator
                 )
             images, labels, partners = images.to(device), labels.to(device), partners.to(device)
-            logits = model(images)
+            logits = model_logits(model(images))
             loss = mixed_cross_entropy(logits, labels, partners, lam, config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

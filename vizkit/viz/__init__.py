@@ -32,6 +32,7 @@ from .training import accuracy_over_seeds_figure as accuracy_over_seeds_figure
 from .training import epoch_accuracy_curves as epoch_accuracy_curves
 from .training import scale_trend as scale_trend
 from .training import training_curves as training_curves
+from .video import video_saliency as video_saliency
 
 __all__ = [
     "accuracy_over_seeds_figure",
@@ -65,5 +66,6 @@ __all__ = [
     "token_pca_figure",
     "scale_trend",
     "training_curves",
+    "video_saliency",
     "use_exportable_figures",
 ]

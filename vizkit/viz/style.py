@@ -39,11 +39,15 @@ def display_images(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
 ) -> np.ndarray:
-    """Normalized images (B, C, H, W) as uint8 RGB (B, H, W, 3) for display.
+    """Normalized images (B, C, H, W) as uint8 RGB (B, H, W, 3) for display; clips (B, T, C,
+    H, W) as (B, T, H, W, 3).
 
     The normalization is undone with ``mean``/``std``, else with the model's timm data config;
     without either, each image is min-max scaled.
     """
+    if isinstance(images, Tensor) and images.ndim == 5:  # clips: each frame an image
+        frames = display_images(images.flatten(0, 1), model, mean, std)
+        return frames.reshape(*images.shape[:2], *frames.shape[1:])
     if not isinstance(images, Tensor) or images.ndim != 4 or images.shape[1] not in (1, 3):
         shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"images must be a (B, 1 or 3, H, W) tensor; got {shape}.")

@@ -1,9 +1,23 @@
 """Hugging Face transformers' vision encoders, one module per family. Registering them imports
 nothing from transformers: their classes are named as "module:QualName"."""
 
-from . import aimv2, beit, clip, dinov2, dinov3, hiera, sam2, siglip2, swin, videomae, vit, vivit
+from . import (
+    aimv2,
+    beit,
+    clip,
+    dinov2,
+    dinov3,
+    dpt,
+    hiera,
+    sam2,
+    siglip2,
+    swin,
+    videomae,
+    vit,
+    vivit,
+)
 
 __all__ = [
-    "aimv2", "beit", "clip", "dinov2", "dinov3", "hiera", "sam2", "siglip2", "swin", "videomae",
-    "vit", "vivit",
+    "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam2", "siglip2", "swin",
+    "videomae", "vit", "vivit",
 ]  # fmt: skip

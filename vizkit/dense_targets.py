@@ -1,0 +1,231 @@
+"""What a map explains on a dense output: a segmentation model's per-pixel class logits
+(B, K, h, w) or a depth model's per-pixel depth (B, h, w) hold no single class score, so each
+helper here names one (`vizkit.targets` exports them), following the target contract: a score
+per image, summed by every method.
+
+- `segment`: a class's logits summed over a mask (pytorch-grad-cam's
+  ``SemanticSegmentationTarget``), or over the pixels the class wins (the aggregation captum's
+  segmentation tutorial uses);
+- `pixel`: one pixel's class logit;
+- `depth_region`, `depth_difference`: the mean predicted depth over a region, and the
+  difference between two regions' means.
+
+The masks and coordinates are in the output's own pixels, or, where the output is smaller or
+larger than the mask (SegFormer's logits at 1/4 of the image, DPT's depth at twice it), the
+output is resized bilinearly to the mask's size first, as transformers' post-processing resizes
+it to the image. ``box_mask`` makes a mask of a box.
+
+>>> import torch, vizkit as vk
+>>> logits = torch.zeros(1, 3, 4, 4); logits[0, 2, :2] = 1.0
+>>> vk.targets.segment(2)(logits)  # the 8 pixels class 2 wins
+tensor([8.])
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .hooks.inputs import check_count
+from .hooks.scores import ScoreTarget
+
+__all__ = [
+    "DepthDifference",
+    "DepthRegion",
+    "Pixel",
+    "Segment",
+    "box_mask",
+    "dense_logits",
+    "depth_difference",
+    "depth_of",
+    "depth_region",
+    "pixel",
+    "segment",
+]
+
+
+def dense_logits(output: object) -> Tensor:
+    """(B, K, h, w) per-pixel class logits of a segmentation model's output: a tensor itself,
+    or the ``logits`` of a transformers ``SemanticSegmenterOutput`` (or a dict)."""
+    found = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
+    if not isinstance(found, Tensor) or found.ndim != 4:
+        shape = tuple(found.shape) if isinstance(found, Tensor) else type(found).__name__
+        raise ValueError(
+            f"A segmentation target needs per-pixel class logits (B, K, h, w); the model gave "
+            f"{shape}. A depth model's output takes vk.targets.depth_region(mask)."
+        )
+    return found
+
+
+def depth_of(output: object) -> Tensor:
+    """(B, h, w) the per-pixel depth of a depth model's output: a (B, h, w) or (B, 1, h, w)
+    tensor itself, or the ``predicted_depth`` of a transformers ``DepthEstimatorOutput``."""
+    found = output.get("predicted_depth") if isinstance(output, dict) else getattr(
+        output, "predicted_depth", output
+    )  # fmt: skip
+    if isinstance(found, Tensor) and found.ndim == 4 and found.shape[1] == 1:
+        found = found[:, 0]
+    if not isinstance(found, Tensor) or found.ndim != 3:
+        shape = tuple(found.shape) if isinstance(found, Tensor) else type(found).__name__
+        raise ValueError(
+            f"A depth target needs a per-pixel depth (B, h, w); the model gave {shape}. A "
+            "segmentation model's output takes vk.targets.segment(class, mask)."
+        )
+    return found
+
+
+def box_mask(box: tuple[int, int, int, int], size: tuple[int, int]) -> Tensor:
+    """(H, W) bool: the pixels of ``box`` = (top, left, height, width) in an image of ``size``
+    (H, W)."""
+    from .targets import _check_box  # one box check for every target
+
+    height, width = (check_count("size", s) for s in size)
+    top, left, rows, cols = _check_box(box, height, width)
+    mask = torch.zeros(height, width, dtype=torch.bool)
+    mask[top : top + rows, left : left + cols] = True
+    return mask
+
+
+def _check_mask(name: str, mask: object) -> Tensor:
+    """``mask`` as a float (H, W) or (B, H, W) weight map, refused when empty."""
+    if not isinstance(mask, Tensor) or mask.ndim not in (2, 3):
+        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a (H, W) or (B, H, W) tensor; got {shape}.")
+    if mask.is_floating_point() and not bool(torch.isfinite(mask).all()):
+        raise ValueError(f"{name} holds NaN or Inf values.")
+    weights = mask.float()
+    empty = (weights.flatten(-2) == 0).all(-1)
+    if bool(empty.any()):
+        raise ValueError(
+            f"{name} selects no pixel (of images {empty.nonzero().flatten().tolist()})."
+        )
+    return weights
+
+
+def _at(values: Tensor, size: tuple[int, int]) -> Tensor:
+    """``values`` (B, [K,] h, w) at (H, W) = ``size``: bilinear where the sizes differ."""
+    if tuple(values.shape[-2:]) == tuple(size):
+        return values
+    grid = values if values.ndim == 4 else values[:, None]
+    resized = F.interpolate(grid.float(), size=size, mode="bilinear", align_corners=False)
+    return resized if values.ndim == 4 else resized[:, 0]
+
+
+def _rows_of(weights: Tensor, rows: Tensor | int | None, count: int) -> Tensor:
+    """The mask of each of ``count`` rows: the same (H, W) for all, or image ``rows[i]``'s."""
+    if weights.ndim == 2:
+        return weights.expand(count, *weights.shape)
+    if rows is None:
+        if len(weights) != count:
+            raise ValueError(
+                f"{len(weights)} masks for a batch of {count} images; give one (H, W) mask for "
+                "all or one per image (B, H, W)."
+            )
+        return weights
+    if isinstance(rows, int):  # copies of one image
+        return weights[rows].expand(count, *weights.shape[1:])
+    return weights[torch.as_tensor(rows).cpu()]
+
+
+def _class_index(name: str, value: object) -> int:
+    return check_count(name, value, minimum=0)
+
+
+class Segment(ScoreTarget):
+    """A class's logits summed over a mask (weights), or over the pixels the class wins."""
+
+    def __init__(self, cls: int, mask: Tensor | None) -> None:
+        self.cls = _class_index("class", cls)
+        self.mask = None if mask is None else _check_mask("mask", mask)
+        self.per_image = self.mask is not None and self.mask.ndim == 3
+        self.label = f"class {self.cls} " + (
+            "over the mask" if mask is not None else "where it wins"
+        )
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        logits = dense_logits(output)
+        if self.cls >= logits.shape[1]:
+            raise ValueError(f"class {self.cls} is out of range: the output has {logits.shape[1]}.")
+        if self.mask is None:  # the pixels the class wins, held constant
+            wins = (logits.detach().argmax(1) == self.cls).to(logits.dtype)
+            return (logits[:, self.cls] * wins).flatten(1).sum(1)
+        mask = _rows_of(self.mask, rows, len(logits)).to(logits.device)
+        scores = _at(logits[:, self.cls : self.cls + 1], tuple(mask.shape[-2:]))[:, 0]
+        return (scores * mask).flatten(1).sum(1)
+
+
+class Pixel(ScoreTarget):
+    """One pixel's class logit."""
+
+    def __init__(self, cls: int, y: int, x: int, size: tuple[int, int] | None) -> None:
+        self.cls, self.y, self.x = (_class_index(n, v) for n, v in (("class", cls), ("y", y),
+                                                                    ("x", x)))  # fmt: skip
+        self.size = None if size is None else tuple(check_count("size", s) for s in size)
+        self.label = f"class {self.cls} at ({self.y}, {self.x})"
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        logits = dense_logits(output)
+        if self.cls >= logits.shape[1]:
+            raise ValueError(f"class {self.cls} is out of range: the output has {logits.shape[1]}.")
+        grid = _at(logits[:, self.cls : self.cls + 1], self.size or tuple(logits.shape[-2:]))
+        height, width = grid.shape[-2:]
+        if self.y >= height or self.x >= width:
+            raise ValueError(
+                f"Pixel ({self.y}, {self.x}) is outside the {height} x {width} output; give "
+                "size=(H, W) for coordinates in the image's pixels."
+            )
+        return grid[:, 0, self.y, self.x]
+
+
+class DepthRegion(ScoreTarget):
+    """The mean predicted depth over a mask (weights)."""
+
+    label = "mean depth over the mask"
+
+    def __init__(self, mask: Tensor) -> None:
+        self.mask = _check_mask("mask", mask)
+        self.per_image = self.mask.ndim == 3
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        depth = depth_of(output)
+        mask = _rows_of(self.mask, rows, len(depth)).to(depth.device)
+        values = _at(depth, tuple(mask.shape[-2:]))
+        return (values * mask).flatten(1).sum(1) / mask.flatten(1).sum(1)
+
+
+class DepthDifference(ScoreTarget):
+    """The mean predicted depth over one mask less that over another."""
+
+    label = "depth difference of two regions"
+
+    def __init__(self, near: Tensor, far: Tensor) -> None:
+        self.first, self.second = DepthRegion(near), DepthRegion(far)
+        self.per_image = self.first.per_image or self.second.per_image
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        return self.first(output, rows) - self.second(output, rows)
+
+
+def segment(cls: int, mask: Tensor | None = None) -> Segment:
+    """Class ``cls``'s logits summed over ``mask`` ((H, W) for every image or (B, H, W) one per
+    image; bool or weights), or with no mask over the pixels the class wins (the argmax of the
+    output, held constant)."""
+    return Segment(cls, mask)
+
+
+def pixel(cls: int, y: int, x: int, size: tuple[int, int] | None = None) -> Pixel:
+    """Class ``cls``'s logit at pixel (``y``, ``x``): of the output's own grid, or of an image
+    of ``size`` (H, W), the logits resized to it bilinearly."""
+    return Pixel(cls, y, x, size)
+
+
+def depth_region(mask: Tensor) -> DepthRegion:
+    """The mean predicted depth over ``mask`` ((H, W) or (B, H, W); bool or weights)."""
+    return DepthRegion(mask)
+
+
+def depth_difference(near: Tensor, far: Tensor) -> DepthDifference:
+    """The mean predicted depth over ``near`` less that over ``far`` (masks as `depth_region`):
+    what makes one region read as farther (larger depth) than the other."""
+    return DepthDifference(near, far)
