@@ -1,4 +1,4 @@
-"""Dense outputs (issue 74): the targets of `vizkit.dense_targets` equal the model's output reduced
+"""Dense outputs (issue 74): the targets of `vizkit.targets.dense` equal the model's output reduced
 by hand, transformers' DPT (depth and segmentation, random-init small configs) is a family whose
 maps equal its own, Grad-CAM of a segmentation class equals pytorch-grad-cam's with its
 ``SemanticSegmentationTarget`` on the same layer, and a class index on a dense output is refused

@@ -187,3 +187,14 @@ def test_video_saliency_results_keep_the_frame_axis():
         vk.SaliencyResult(maps[:, 0], "m", (32, 32), layout=layout)
     with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\); got shape \(2, 3, 4, 4\)"):
         vk.SaliencyResult(torch.rand(2, 3, 4, 4), "m", (32, 32), layout=layout)
+
+
+def test_frame_shares_by_hand():
+    layout = vk.TokenLayout(0, (2, 2), frames=2)
+    maps = torch.tensor([[[[1.0, -1.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 0.0]]]])
+    result = vk.SaliencyResult(maps, "m", (16, 16), layout=layout)
+    torch.testing.assert_close(result.frame_shares(), torch.tensor([[0.5, 0.5]]))
+    zero = vk.SaliencyResult(torch.zeros(1, 2, 2, 2), "m", (16, 16), layout=layout)
+    assert zero.frame_shares().tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError, match="maps are of images"):
+        vk.SaliencyResult(torch.rand(1, 2, 2), "m", (16, 16)).frame_shares()

@@ -57,10 +57,8 @@ def test_only_the_target_frames_decide_the_class(planted):
 def _target_share(result: vk.SaliencyResult) -> torch.Tensor:
     """(B,) each map's share of |map| on the target frames (token frame 1 of 2, or input
     frames 2 and 3 of 4)."""
-    per_frame = result.maps.abs().flatten(2).sum(-1)  # (B, frames)
-    share = per_frame / per_frame.sum(1, keepdim=True)
     late = torch.tensor(PLANTED_FRAMES)[:: 4 // result.frames]  # input frames -> token frames
-    return share[:, late].sum(1)
+    return result.frame_shares()[:, late].sum(1)
 
 
 @pytest.mark.parametrize("method", list(CONCENTRATED))

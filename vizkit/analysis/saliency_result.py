@@ -171,6 +171,14 @@ class SaliencyResult(Result):
         up = F.interpolate(frames.float(), size=self.image_size, mode=mode, **extra)
         return (up if self.frames is not None else up[:, 0]).to(self.maps.dtype)
 
+    def frame_shares(self) -> Tensor:
+        """(B, frames) each frame's share of its clip's |map| (rows sum to 1; a map that is 0
+        everywhere shares nothing: its row is 0)."""
+        if self.frames is None:
+            raise ValueError(f"These {self.method} maps are of images, not clips: no frames.")
+        per_frame = self.maps.abs().flatten(2).sum(-1).double()
+        return (per_frame / per_frame.sum(1, keepdim=True).clamp_min(1e-300)).float()
+
     def normalized(self) -> Tensor:
         """Maps min-max scaled to [0, 1] per image (a video's over all its frames): the shape
         of ``maps``."""

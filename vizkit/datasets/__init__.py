@@ -9,6 +9,8 @@ from .digits import digit_images as digit_images
 from .image_folder import ImageFolder as ImageFolder
 from .model_input import Preprocessing as Preprocessing
 from .model_input import model_preprocessing as model_preprocessing
+from .shape_clips import CLIP_CLASSES as CLIP_CLASSES
+from .shape_clips import ShapeClips as ShapeClips
 from .shape_clips import render_shape_clips as render_shape_clips
 from .shape_clips import shape_clips as shape_clips
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
@@ -22,6 +24,7 @@ from .user_videos import LoadedVideos as LoadedVideos
 from .user_videos import load_video as load_video
 
 __all__ = [
+    "CLIP_CLASSES",
     "DATA_SOURCES",
     "SHAPE_CLASSES",
     "Batch",
@@ -30,6 +33,7 @@ __all__ = [
     "LoadedImages",
     "LoadedVideos",
     "Preprocessing",
+    "ShapeClips",
     "Shapes",
     "counterfactual_shapes",
     "digit_images",

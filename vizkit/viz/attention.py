@@ -184,7 +184,8 @@ def _check_image(result: AttentionResult, image: int) -> None:
 
 def attention_stats_figure(result: AttentionResult | Stages) -> go.Figure:
     """Per-layer attention statistics averaged over images and heads, with the spread over
-    heads (min to max) as a band: normalized entropy, mean attention distance, locality. A
+    heads (min to max) as a band: normalized entropy, mean attention distance, locality (and
+    for a video the mean distance in token frames; the others within the frame). A
     `Stages` result (a hierarchical model's default `attention`) gives every stage's layers in
     one curve, stages marked by dotted lines and their token grids named in the title."""
     stages = list(result) if isinstance(result, Stages) else [result]
@@ -227,6 +228,7 @@ DRAWN_STATS = {
     "entropy": "entropy / log N (1 = uniform)",
     "distance_pixels": "mean distance (pixels)",
     "locality": "mass within 1 patch",
+    "distance_frames": "mean distance (token frames)",  # videos only
 }
 
 
@@ -250,4 +252,6 @@ def _drawn_block(result: AttentionResult, p: torch.Tensor) -> dict[str, torch.Te
     if result.query is None:
         out["distance_pixels"] = stats.mean_attention_distance(p, result.layout, result.patch_size)
         out["locality"] = stats.locality_mass(p, result.layout)
+        if result.layout.frames is not None:
+            out["distance_frames"] = stats.mean_frame_distance(p, result.layout)
     return out

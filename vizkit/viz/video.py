@@ -44,8 +44,7 @@ def video_saliency(
     if count % len(maps):
         raise ValueError(f"{len(maps)} map frames do not divide the clip's {count} frames.")
     span = count // len(maps)  # input frames per map frame (the tubelet's depth for tokens)
-    magnitude = maps.abs().flatten(1).sum(1)
-    share = (magnitude / magnitude.sum().clamp_min(1e-12)).tolist()
+    share = result.frame_shares()[clip].tolist()
     low, high = maps.min(), maps.max()
     scaled = (maps - low) / (high - low).clamp_min(1e-12)
     columns = min(count, FRAMES_PER_ROW)

@@ -1,7 +1,6 @@
-"""What a map explains on a model without class logits: backbones (DINOv2, CLIP and SigLIP image
-towers, timm models with ``num_classes=0``) return embeddings, so a class index means nothing
-there; segmentation and depth models return a map per image (`vizkit.dense_targets`: a class over
-a mask or a pixel, a region's depth). Each helper here is a `ScoreTarget`: ``target=`` of every
+"""Targets of a backbone's embedding: what a map explains on a model without class logits. Backbones
+(DINOv2, CLIP and SigLIP image towers, timm models with ``num_classes=0``) return embeddings, so
+a class index means nothing there. Each helper here is a `ScoreTarget`: ``target=`` of every
 method, metric and `compare_saliency` takes it, and it reads the embedding from the model's own
 output type (a tensor, a transformers ``ModelOutput``, an open_clip tuple or dict).
 
@@ -18,28 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .dense_targets import (
-    box_mask,
-    dense_logits,
-    depth_difference,
-    depth_of,
-    depth_region,
-    pixel,
-    segment,
-)
-from .hooks.contract import held
-from .hooks.inputs import check_count, check_images, model_device, unwrap_model
-from .hooks.scores import ScoreTarget, class_indices
+from ..hooks.contract import held
+from ..hooks.inputs import check_count, check_images, model_device, unwrap_model
+from ..hooks.scores import ScoreTarget, class_indices
 
 __all__ = [
     "EMBEDDING_KEYS",
-    "box_mask",
-    "dense_logits",
-    "depth_difference",
-    "depth_of",
-    "depth_region",
-    "pixel",
-    "segment",
     "Direction",
     "EmbeddingNorm",
     "Probe",

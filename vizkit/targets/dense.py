@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .hooks.inputs import check_count
-from .hooks.scores import ScoreTarget
+from ..hooks.inputs import check_count
+from ..hooks.scores import ScoreTarget
+from .embeddings import _check_box  # one box check for every target
 
 __all__ = [
     "DepthDifference",
@@ -78,8 +79,6 @@ def depth_of(output: object) -> Tensor:
 def box_mask(box: tuple[int, int, int, int], size: tuple[int, int]) -> Tensor:
     """(H, W) bool: the pixels of ``box`` = (top, left, height, width) in an image of ``size``
     (H, W)."""
-    from .targets import _check_box  # one box check for every target
-
     height, width = (check_count("size", s) for s in size)
     top, left, rows, cols = _check_box(box, height, width)
     mask = torch.zeros(height, width, dtype=torch.bool)
