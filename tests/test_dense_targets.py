@@ -32,6 +32,21 @@ def dpt(head: str) -> nn.Module:
     return cls(config).eval()
 
 
+def depth_anything() -> nn.Module:
+    """A small random-init Depth Anything: a DINOv2 backbone (32 px, 8 px patches, 4 blocks)
+    read at its four layers by the DPT-style decoder, depth at 32 x 32."""
+    torch.manual_seed(0)
+    backbone = transformers.Dinov2Config(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+        intermediate_size=64, out_indices=[1, 2, 3, 4], reshape_hidden_states=False,
+    )  # fmt: skip
+    config = transformers.DepthAnythingConfig(
+        backbone_config=backbone, reassemble_hidden_size=32, neck_hidden_sizes=[8, 16, 32, 32],
+        fusion_hidden_size=16, head_hidden_size=8, patch_size=8,
+    )  # fmt: skip
+    return transformers.DepthAnythingForDepthEstimation(config).eval()
+
+
 def images(batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(0))
 
@@ -97,9 +112,9 @@ def test_dense_targets_refuse_what_they_cannot_read():
         vk.targets.box_mask((0, 0, 40, 4), (16, 16))
 
 
-@pytest.mark.parametrize("head", ["segmentation", "depth"])
-def test_dpt_attention_equals_its_own(head):
-    model, x = dpt(head), images()
+@pytest.mark.parametrize("head", ["segmentation", "depth", "depth_anything"])
+def test_dense_models_attention_equals_their_own(head):
+    model, x = (depth_anything() if head == "depth_anything" else dpt(head)), images()
     result = vk.attention(model, x)
     assert result.layout.grid == (4, 4) and result.layout.num_prefix_tokens == 1
     model.config._attn_implementation = "eager"
@@ -143,9 +158,9 @@ def test_gradcam_of_a_segmentation_class_equals_pytorch_grad_cam():
         assert a.std() > 0 and np.corrcoef(a, b)[0, 1] > 0.999
 
 
-@pytest.mark.parametrize("head", ["segmentation", "depth"])
+@pytest.mark.parametrize("head", ["segmentation", "depth", "depth_anything"])
 def test_class_targets_on_dense_outputs_are_refused_with_a_fix_that_works(head):
-    model, x = dpt(head), images()
+    model, x = (depth_anything() if head == "depth_anything" else dpt(head)), images()
     with pytest.raises(
         ValueError, match=r"returns a map per image.*vk\.targets\.segment\(class, mask\)"
     ):
@@ -160,3 +175,15 @@ def test_class_targets_on_dense_outputs_are_refused_with_a_fix_that_works(head):
     for method in ("gradcam", "attnlrp", "integrated_gradients"):
         result = getattr(vk, method)(model, x, target=fix)
         assert torch.isfinite(result.maps).all() and result.maps.flatten(1).std(1).min() > 0
+
+
+def test_curve_metrics_score_a_dense_target():
+    """Deletion scores the target on the images as they are first (its curve's first point is
+    the target's score on the model's output), then on ever more deleted ones."""
+    model, x = dpt("segmentation"), images()
+    target = vk.targets.segment(1, square())
+    cam = vk.gradcam(model, x, target=target)
+    result = vk.metrics.deletion(model, x, cam, target=target, steps=4, progress=False)
+    with torch.no_grad():
+        torch.testing.assert_close(result.scores[:, 0], target(model(x)))
+    assert result.scores.shape == (2, 5) and torch.isfinite(result.auc).all()
