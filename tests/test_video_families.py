@@ -198,3 +198,11 @@ def test_frame_shares_by_hand():
     assert zero.frame_shares().tolist() == [[0.0, 0.0]]
     with pytest.raises(ValueError, match="maps are of images"):
         vk.SaliencyResult(torch.rand(1, 2, 2), "m", (16, 16)).frame_shares()
+
+
+def test_metrics_refuse_a_videos_maps_rather_than_score_one_frame():
+    layout = vk.TokenLayout(1, (4, 4), True, frames=2)
+    result = vk.SaliencyResult(torch.rand(2, 2, 4, 4), "m", (32, 32), layout=layout)
+    model = vk.create_model("test_vit")
+    with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\).*do not take videos"):
+        vk.metrics.deletion(model, torch.randn(2, 3, 32, 32), result, steps=2, progress=False)

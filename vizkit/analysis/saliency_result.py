@@ -54,6 +54,11 @@ def saliency_maps(
     ``image_size`` equal to (H, W), every value finite (NaN / Inf samples are named), and no map
     constant (unless ``allow_constant``: the caller leaves those samples out)."""
     if isinstance(saliency, SaliencyResult):
+        if saliency.frames is not None:
+            raise ValueError(
+                f"These {saliency.method} maps are a video's (B, {saliency.frames}, h, w); the "
+                "metrics score images' maps (B, h, w) and do not take videos yet."
+            )
         _check_result_size(saliency, image_size, of)
         saliency = saliency.maps
     check_maps_fit(saliency, batch, image_size, of)

@@ -33,8 +33,8 @@ __all__ = [
     "check_number",
     "check_size",
     "check_values_finite",
-    "refuse_video_model",
     "model_device",
+    "refuse_video_model",
     "unwrap_model",
 ]
 
