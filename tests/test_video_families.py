@@ -206,3 +206,62 @@ def test_metrics_refuse_a_videos_maps_rather_than_score_one_frame():
     model = vk.create_model("test_vit")
     with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\).*do not take videos"):
         vk.metrics.deletion(model, torch.randn(2, 3, 32, 32), result, steps=2, progress=False)
+
+
+def vjepa2() -> nn.Module:
+    """A small random-init V-JEPA 2 classifier: 4 frames of 32 x 32 in 2 x 8 x 8 tubelets, two
+    encoder blocks, an attentive pooler with one self-attention layer."""
+    torch.manual_seed(0)
+    config = transformers.VJEPA2Config(
+        crop_size=32, patch_size=8, frames_per_clip=4, tubelet_size=2, hidden_size=32,
+        num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, pred_hidden_size=32,
+        pred_num_hidden_layers=1, pred_num_attention_heads=2, num_pooler_layers=1, num_labels=5,
+    )  # fmt: skip
+    return transformers.VJEPA2ForVideoClassification(config).eval()
+
+
+def _softmax_map(attn: nn.Module, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """(B, H, Nq, N) softmax(q k^T / sqrt(d)) of the pooler's attention projections."""
+    heads = attn.num_heads
+    q = attn.q_proj(queries).unflatten(-1, (heads, -1)).transpose(1, 2)
+    k = attn.k_proj(keys).unflatten(-1, (heads, -1)).transpose(1, 2)
+    return (q @ k.transpose(-2, -1) * attn.scale).softmax(-1)
+
+
+def test_vjepa2_maps_equal_its_own_and_rollout_follows_its_pooler():
+    """The encoder's maps equal `output_attentions`; the pooler's self-attention and its
+    query's cross-attention equal softmax(q k^T / sqrt(d)) of its own projections; rollout is
+    the pooling map times the joint attention of every self-attention layer (by hand)."""
+    model, x = vjepa2(), clips()
+    result = vk.attention(model, x)
+    assert result.layout.frames == 2 and result.layout.num_prefix_tokens == 0
+    assert result.patterns.shape == (3, 2, 2, 32, 32)  # 2 encoder blocks, 1 pooler layer
+    torch.testing.assert_close(result.patterns[:2], own_attentions(model, x), rtol=1e-5, atol=1e-6)
+    pooler, seen = model.pooler, {}
+    handle = pooler.self_attention_layers[0].register_forward_hook(
+        lambda module, args, out: seen.update(inputs=args[0], outputs=out[0])
+    )
+    try:
+        with torch.no_grad():
+            model(x)
+            layer = pooler.self_attention_layers[0]
+            own_self = _softmax_map(layer.self_attn, *[layer.layer_norm1(seen["inputs"])] * 2)
+            queries = pooler.query_tokens.expand(len(x), -1, -1)
+            keys = pooler.cross_attention_layer.layer_norm1(seen["outputs"])
+            own_pool = _softmax_map(pooler.cross_attention_layer.cross_attn, queries, keys)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(result.patterns[2], own_self, rtol=1e-5, atol=1e-6)
+    _, cache = vk.HookedModel(model).run_with_cache(x, names="*cross_attn.hook_pattern")
+    torch.testing.assert_close(
+        cache["pooler.cross_attention_layer.cross_attn.hook_pattern"], own_pool
+    )
+    joint = None
+    for layer in result.patterns.double():
+        step = layer.mean(1) + torch.eye(32, dtype=torch.float64)
+        step = step / step.sum(-1, keepdim=True)
+        joint = step if joint is None else step @ joint
+    expected = (own_pool.double().mean(1) @ joint)[:, 0].float().unflatten(-1, (2, 4, 4))
+    torch.testing.assert_close(vk.rollout(model, x).maps, expected, rtol=1e-4, atol=1e-6)
+    for method in ("gradcam", "attnlrp", "legrad", "integrated_gradients"):
+        assert getattr(vk, method)(model, x, target=1).frames in (2, 4)

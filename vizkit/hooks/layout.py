@@ -196,7 +196,7 @@ def _rank_hint(x: Tensor, channels: int | None) -> str:
     if x.ndim == 5:
         return (
             " A batch of videos (B, T, C, H, W)? This model takes images; docs/coverage.md "
-            "lists the video models vizkit knows (VideoMAE, ViViT)."
+            "lists the video models vizkit knows (VideoMAE, ViViT, V-JEPA 2)."
         )
     return ""
 

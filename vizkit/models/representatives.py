@@ -366,6 +366,24 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 **_HF_SMALL,
             )
         ),  # fmt: skip
+        "VJEPA2ForVideoClassification": LibraryModel(
+            _transformers(
+                "VJEPA2ForVideoClassification",
+                "VJEPA2Config",
+                crop_size=32,
+                patch_size=8,
+                frames_per_clip=4,
+                tubelet_size=2,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                mlp_ratio=2,
+                pred_hidden_size=32,
+                pred_num_hidden_layers=1,
+                pred_num_attention_heads=2,
+                num_pooler_layers=1,
+            )
+        ),  # fmt: skip
         "VivitForVideoClassification": LibraryModel(
             _transformers(
                 "VivitForVideoClassification",

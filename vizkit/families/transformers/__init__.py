@@ -15,9 +15,10 @@ from . import (
     videomae,
     vit,
     vivit,
+    vjepa2,
 )
 
 __all__ = [
     "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam2", "siglip2", "swin",
-    "videomae", "vit", "vivit",
+    "videomae", "vit", "vivit", "vjepa2",
 ]  # fmt: skip
