@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
-from representatives import drawn
+from representatives import drawn, refuses_videos
 from test_sae import state
 
 import vizkit as vk
 from vizkit import coverage
+from vizkit.hooks.scores import is_dense
 from vizkit.models import representatives
 from vizkit.sae.effects import ablation, edited_outputs
 from vizkit.widgets import FeatureBrowser
@@ -50,6 +51,8 @@ class Wrapper(torch.nn.Module):
 def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
     model = drawn(make)
     x = coverage._images(model, size)[:3]
+    if refuses_videos(model, lambda: vk.cache_activations(model, x, tmp_path / "v")):
+        return
     before = state(model)
     try:
         store = vk.cache_activations(model, x, tmp_path / "s", progress=False)
@@ -58,6 +61,14 @@ def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
         assert state(model)[:2] == before[:2]
         return
     sae = vk.train_sae(store, expansion=1, k=2, batch_size=min(32, len(store)), progress=False)
+    if is_dense(model):  # no class probabilities nor embedding to move: refused by name
+        for effect in (lambda: vk.sae.spliced_score(model, sae, (x,), progress=False),
+                       lambda: vk.sae.ablate(model, sae, x, 0),
+                       lambda: FeatureBrowser(model, sae, x, top=2)):  # fmt: skip
+            with pytest.raises(ValueError, match="returns a map per image.*vk.targets.segment"):
+                effect()
+        assert vk.sae.features(sae, top=2, progress=False).by_density().numel() == sae.latents
+        return
     score = vk.sae.spliced_score(model, sae, (x,), progress=False)
     assert score.images == 3
     assert (score.kl is not None and score.kl >= 0) or -1 <= score.embedding_cosine <= 1

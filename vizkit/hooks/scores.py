@@ -25,6 +25,7 @@ __all__ = [
     "is_score_target",
     "model_logits",
     "output_rows",
+    "refuse_dense",
     "require_class_logits",
     "require_classifier",
     "select_images",
@@ -264,6 +265,18 @@ def is_dense(model: nn.Module) -> bool:
     return type(model).__module__.startswith("transformers.") and any(
         head in name for head in _DENSE_HEADS
     )
+
+
+def refuse_dense(model: nn.Module, what: str) -> None:
+    """Refuse a dense model (`is_dense`) for ``what`` reads its output as class logits or an
+    embedding, which a map per image is not."""
+    if is_dense(model):
+        raise ValueError(
+            f"{type(model).__name__} returns a map per image (per-pixel logits or depth), and "
+            f"{what} reads class probabilities or an embedding, which it has none of; this is "
+            "not defined for dense outputs yet. The saliency methods explain them with a "
+            f"target: {DENSE_FIX}"
+        )
 
 
 def is_backbone(model: nn.Module) -> bool:

@@ -18,7 +18,7 @@ from ..analysis.resume import LayerRun, block_calls, proved_run
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images, check_number
-from ..hooks.scores import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits, refuse_dense
 from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .spliced import replaced_tokens, splice_hook
@@ -277,6 +277,7 @@ def _intervened(
 def model_outputs(model: nn.Module | HookedModel, x: Tensor, batch_size: int = 64) -> Tensor:
     """(B, K) the model's logits on images x, or (B, D) embeddings on a backbone (float32, on
     the CPU), ``batch_size`` images a forward."""
+    refuse_dense(model.model, "an autoencoder's effect on the output")
     read = embedding_of if is_backbone(model.model) else model_logits
     with torch.no_grad():
         return torch.cat([read(model.model(batch)).float().cpu()
@@ -293,6 +294,7 @@ def edited_outputs(
     x = check_images(model.model, x)
     hook = splice_hook(sae, replaced_tokens(model, sae, tuple(x.shape[-2:])), edit,
                        keep_error=True)  # fmt: skip
+    refuse_dense(model.model, "an autoencoder's effect on the output")
     read = embedding_of if is_backbone(model.model) else model_logits
     edited = []
     with torch.no_grad(), eval_mode(sae), model.hooks(fwd={sae.source["layer"]: hook}):

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from ..analysis.resume import UNDECIDED, LayerRun, ResumedForward, layer_run
 from ..hooks.contract import as_hooked, eval_mode
 from ..hooks.inputs import check_images
-from ..hooks.scores import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits, refuse_dense
 from ..targets import embedding_of
 from .autoencoder import SparseAutoencoder
 from .effects import edited_outputs
@@ -59,6 +59,7 @@ class ImageOutputs:
         self.hm, self.sae = as_hooked(model), sae
         self.images = check_images(self.hm.model, images)
         self.layer = sae.source["layer"]
+        refuse_dense(self.hm.model, "the feature browser's effect of a latent on the output")
         self.read = embedding_of if is_backbone(self.hm.model) else model_logits
         self.outputs: dict[int, Tensor] = {}  # image -> (K,) its clean output
         self.streams = TensorCache(max_bytes)  # image -> (N, C) its activation at the layer

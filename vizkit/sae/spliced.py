@@ -17,7 +17,7 @@ from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel
 from ..hooks.contract import analysis_contract, eval_mode
 from ..hooks.inputs import check_count, check_images
-from ..hooks.scores import is_backbone, model_logits
+from ..hooks.scores import is_backbone, model_logits, refuse_dense
 from ..store.manifest import model_identity, preprocessing_of
 from ..store.tokens import token_positions
 from ..targets import embedding_of
@@ -74,6 +74,7 @@ def spliced_score(
     ``data``: (images, labels) as `vk.evaluate` takes them (a Dataset, a DataLoader, a tuple,
     or "shapes"). Refuses a model other than the one the autoencoder's store was made with.
     """
+    refuse_dense(model.model, "spliced_score (the KL of the class probabilities)")
     batches, count = labelled_batches(data, check_count("batch_size", batch_size), "spliced_score")
     backbone = is_backbone(model.model)
     sums = {"kl": 0.0, "kl_bias_only": 0.0, "clean": 0.0, "spliced": 0.0, "agree": 0.0,
