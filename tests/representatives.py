@@ -11,7 +11,7 @@ import timm
 import torch
 from torch import nn
 
-from vizkit.hooks.family import family_layout
+from vizkit.hooks.inputs import video_input
 from vizkit.hooks.scores import is_dense
 from vizkit.models.representatives import FAMILIES, LIBRARIES
 
@@ -32,8 +32,7 @@ def representatives() -> list:
 def refuses_videos(model: nn.Module, call: Callable[[], object]) -> bool:
     """Whether ``model`` is a video model, after checking that ``call`` (an analysis that does
     not take videos yet) refuses it by name; False (nothing run) for a model of images."""
-    layout = family_layout(model)
-    if layout is None or layout.video is None:
+    if video_input(model) is None:
         return False
     with pytest.raises(ValueError, match=r"\(\) does not take videos yet.*Analyses that take"):
         call()

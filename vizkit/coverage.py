@@ -22,8 +22,7 @@ from tqdm.auto import tqdm
 
 from . import analysis
 from .hooks import HookedModel
-from .hooks.family import family_layout
-from .hooks.inputs import unwrap_model
+from .hooks.inputs import video_input
 from .hooks.layout import covers
 from .methods import METHODS
 from .models.representatives import FAMILIES, LIBRARIES, timm_families
@@ -34,9 +33,8 @@ __all__ = ["ANALYSES", "CoverageRow", "coverage_markdown", "run_coverage", "run_
 def _images(model: nn.Module, size: int, batch: int = 4) -> Tensor:
     """``batch`` random images (B, 3, size, size), for a video model clips (B, T, C, H, W)."""
     generator = torch.Generator().manual_seed(0)
-    layout = family_layout(unwrap_model(model))
-    if layout is not None and layout.video is not None:
-        video = layout.video
+    video = video_input(model)
+    if video is not None:
         shape = (video.frames, video.channels, *video.size)
         return torch.randn(batch, *shape, generator=generator)
     return torch.randn(batch, 3, size, size, generator=generator)

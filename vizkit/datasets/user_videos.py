@@ -11,8 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..hooks.family import family_layout
-from ..hooks.inputs import unwrap_model
+from ..hooks.inputs import video_input
 from .image_folder import readable_images
 from .model_input import Preprocessing
 from .user_images import load_images
@@ -95,8 +94,8 @@ def load_video(
         ValueError: a model that takes images (use `load_images`), a clip with fewer frames
         than the sampling needs, an empty list. FileNotFoundError: a missing folder.
     """
-    layout = family_layout(unwrap_model(model))
-    if layout is None or layout.video is None:
+    video = video_input(model)
+    if video is None:
         raise ValueError(
             f"{type(model).__name__} takes images, not videos: use "
             "vk.datasets.load_images(images, model)."
@@ -107,7 +106,7 @@ def load_video(
     xs, shown, names, taken, preprocessing = [], [], [], [], None
     for i, clip in enumerate(clips):
         frames, name = _frames(clip, i)
-        indices = frame_indices(len(frames), layout.video.frames, sampling)
+        indices = frame_indices(len(frames), video.frames, sampling)
         loaded = load_images([frames[j] for j in indices], model, mean, std)
         xs.append(loaded.x)
         shown.append(loaded.shown)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .family import family_layout
 from .layout import validate_input
-from .video import check_video, require_video_analysis, running
+from .video import VideoInput, check_video, require_video_analysis, running
 
 DEFAULT_MAX_BYTES = 4 * 2**30  # what an analysis may hold before it refuses (4 GiB)
 
@@ -36,6 +36,7 @@ __all__ = [
     "model_device",
     "refuse_video_model",
     "unwrap_model",
+    "video_input",
 ]
 
 
@@ -128,10 +129,10 @@ def check_image_batch(model: nn.Module, x: Tensor) -> None:
             "PIL images and uint8 arrays or tensors for the model."
         )
     model = unwrap_model(model)
-    layout = family_layout(model)
-    if layout is not None and layout.video is not None:
+    video = video_input(model)
+    if video is not None:
         require_video_analysis(type(model).__name__)
-        check_video(type(model).__name__, layout.video, x)
+        check_video(type(model).__name__, video, x)
     else:
         validate_input(model, x)
     if len(x) == 0:
@@ -140,11 +141,17 @@ def check_image_batch(model: nn.Module, x: Tensor) -> None:
         raise ValueError("The images are meta tensors (no data); pass real images.")
 
 
+def video_input(model: nn.Module) -> VideoInput | None:
+    """The clips a video ``model`` takes (its family's `VideoInput`); None for a model of
+    images."""
+    layout = family_layout(unwrap_model(model))
+    return None if layout is None else layout.video
+
+
 def refuse_video_model(model: nn.Module, analysis: str) -> None:
     """Refuse a video ``model`` for ``analysis``, which does not take videos yet and reads its
     data before any image check (the activation store)."""
-    layout = family_layout(unwrap_model(model))
-    if layout is not None and layout.video is not None:
+    if video_input(model) is not None:
         with running(analysis, videos=False):
             require_video_analysis(type(model).__name__)
 

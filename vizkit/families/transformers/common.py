@@ -18,7 +18,13 @@ from ...hooks.layout import TokenLayout
 from ...hooks.readers import ExplicitPathReader
 from ...hooks.taps import Tap
 
-__all__ = ["attention_config", "eager_attention", "embedding_tokens", "returned_map"]
+__all__ = [
+    "attention_config",
+    "eager_attention",
+    "embedding_tokens",
+    "returned_map",
+    "returned_pooling_map",
+]
 
 
 @contextmanager
@@ -53,13 +59,26 @@ def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[
     under eager attention, the very tensor it multiplies with the values (post-softmax, and
     after attention dropout, which eval mode turns off). Read-only: the output is computed by
     the time the module returns them, so a replacement would change nothing."""
+    shape = f"B H {context.tokens} {context.tokens}"
+    return [_returned(path, attn, "self", shape, context.prefix_tokens, context)]
+
+
+def returned_pooling_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
+    """``hook_pattern`` (B, H, 1, Np): the weights a pooling head's cross-attention returns
+    under eager attention, its learned query over the last block's patch tokens (as
+    `returned_map` reads them)."""
+    return [_returned(path, attn, "pool", "B H 1 Np", 0, context)]
+
+
+def _returned(
+    path: str, attn: nn.Module, kind: str, shape: str, prefix: int | None,
+    context: AttentionContext,
+) -> Tap:  # fmt: skip
+    """The map ``attn`` returns beside its output under eager attention, as a tap."""
     config = attention_config(attn)
     read = ExplicitPathReader.returned(lambda: eager_attention(config))
-    return [
-        Tap(f"{path}.hook_pattern", _returning(path, attn), read, kind="self",
-            shape=f"B H {context.tokens} {context.tokens}",
-            prefix_tokens=context.prefix_tokens, grid=context.grid)
-    ]  # fmt: skip
+    return Tap(f"{path}.hook_pattern", _returning(path, attn), read, kind=kind, shape=shape,
+               prefix_tokens=prefix, grid=context.grid)  # fmt: skip
 
 
 def _returning(path: str, attn: nn.Module) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from torch import nn
 
 from ...hooks.family import (
-    AttentionContext,
     BlockSite,
     Family,
     FamilyLayout,
@@ -20,10 +19,9 @@ from ...hooks.family import (
     register_family,
 )
 from ...hooks.layout import TokenLayout
-from ...hooks.readers import ExplicitPathReader
 from ...hooks.taps import Tap
 from ...hooks.video import VideoInput
-from .common import attention_config, eager_attention, returned_map
+from .common import returned_map, returned_pooling_map
 
 __all__ = ["classifier_layout", "layout"]
 
@@ -63,15 +61,6 @@ def classifier_layout(model: nn.Module) -> FamilyLayout:
                         reads_class_token=False, video=video)  # fmt: skip
 
 
-def _pooling_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
-    """``hook_pattern`` (B, H, 1, N): the weights the pooler's cross-attention returns under
-    eager attention, its learned query over the last block's tokens."""
-    config = attention_config(attn)
-    read = ExplicitPathReader.returned(lambda: eager_attention(config))
-    return [Tap(f"{path}.hook_pattern", path, read, kind="pool", shape="B H 1 Np",
-                prefix_tokens=0, grid=context.grid)]  # fmt: skip
-
-
 # x + drop_path(attention(norm1(x))); x + drop_path(mlp(norm2(x))); (x, weights) returned
 _LAYER = ResidualSpec("drop_path", "drop_path", "norm2", output_item=0)
 # x + self_attn(layer_norm1(x)) (ending in out_proj); x + mlp(layer_norm2(x)); (x, weights)
@@ -92,7 +81,7 @@ FAMILY = register_family(
         attention={
             f"{_VJEPA2}:VJEPA2RopeAttention": returned_map,
             f"{_VJEPA2}:VJEPA2PoolerSelfAttention": returned_map,
-            f"{_VJEPA2}:VJEPA2PoolerCrossAttention": _pooling_map,
+            f"{_VJEPA2}:VJEPA2PoolerCrossAttention": returned_pooling_map,
         },
         outside_blocks=(f"{_VJEPA2}:VJEPA2PoolerCrossAttention",),
     )
