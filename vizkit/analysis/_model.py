@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from ..hooks import HookedModel, TokenLayout
+from ..hooks.divided import spatial_to_tokens, temporal_to_tokens
 from ..hooks.selector import LayerSpec, select_layers
 from ..hooks.taps import PATTERN_KINDS
 from ..hooks.windows import windows_to_grid
@@ -25,7 +26,8 @@ __all__ = [
     "reads_class_token",
 ]
 
-_SELF_KINDS = ("", "self", "window")  # "": a vizkit layer's own HookPoint
+_DIVIDED = {"temporal": temporal_to_tokens, "spatial": spatial_to_tokens}
+_SELF_KINDS = ("", "self", "window", "temporal", "spatial")  # "": a vizkit layer's own HookPoint
 
 
 def reads_class_token(hm: HookedModel) -> bool:
@@ -104,8 +106,11 @@ def applied_attention_names(hm: HookedModel, layers: LayerSpec | None = None) ->
 
 def grid_map(hm: HookedModel, name: str, pattern: Tensor, layout: TokenLayout) -> Tensor:
     """The map ``name`` as captured, over the tokens of ``layout``: window maps (B·nW, H, w², w²)
-    are put back on the stage grid as (B, H, Np, Np); other maps are returned as they are."""
+    are put back on the stage grid as (B, H, Np, Np), divided space-time maps on the clip's
+    tokens as (B, H, N, N) (`vizkit.hooks.divided`); other maps are returned as they are."""
     tap = hm.tap(name)
+    if tap.kind in _DIVIDED:
+        return _DIVIDED[tap.kind](pattern, layout)
     if tap.kind != "window":
         return pattern
     if tap.geometry is None:

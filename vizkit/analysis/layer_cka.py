@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract, as_hooked, held
-from ..hooks.inputs import check_choice, check_count, check_number
+from ..hooks.inputs import check_choice, check_count, check_number, video_input
 from ..hooks.layout import feature_map_format, require_per_image
 from ..hooks.selector import LayerSpec, layer_indices, select_layers
 from ..prefetch import read_ahead
@@ -108,7 +108,7 @@ class FeatureEvolution(Result):
         ]  # fmt: skip
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def cka_matrix(
     model: nn.Module | HookedModel,
     data: Data,
@@ -301,9 +301,11 @@ def _layer_names(hm: HookedModel, layers: LayerSpec | None) -> list[str]:
 
 
 def _batches(data: Data, batch_size: int, progress: bool, model: nn.Module) -> Iterator[Tensor]:
+    """``data``'s batches: images (B, C, H, W), or clips (B, T, C, H, W) for a video model."""
+    rank, what = (5, "clips (B, T, C, H, W)") if video_input(model) else (4, "images (B, C, H, W)")
     if isinstance(data, Tensor):
-        if data.ndim != 4:
-            raise ValueError(f"data must be images (B, C, H, W); got {tuple(data.shape)}.")
+        if data.ndim != rank:
+            raise ValueError(f"data must be {what}; got {tuple(data.shape)}.")
         data, total = data.split(batch_size), math.ceil(len(data) / batch_size)
     elif isinstance(data, Dataset):  # items (image, label, ...): batch them
         data = DataLoader(data, batch_size=batch_size)
@@ -315,10 +317,10 @@ def _batches(data: Data, batch_size: int, progress: bool, model: nn.Module) -> I
     items = read_ahead(data, model, "vizkit-cka-prefetch")  # on a GPU: during this batch
     for item in tqdm(items, total=total, desc="CKA", disable=not show, leave=False):
         images = item[0] if isinstance(item, (list, tuple)) else item
-        if not isinstance(images, Tensor) or images.ndim != 4:
+        if not isinstance(images, Tensor) or images.ndim != rank:
             raise TypeError(
-                "Each batch must be an image tensor (B, C, H, W) or a tuple/list whose first "
-                f"item is one; got {_describe(images)}. Pass a Dataset, a DataLoader or a tensor."
+                f"Each batch must be a tensor of {what} or a tuple/list whose first item is "
+                f"one; got {_describe(images)}. Pass a Dataset, a DataLoader or a tensor."
             )
         first_size = images.shape[1:] if first_size is None else first_size
         if images.shape[1:] != first_size:

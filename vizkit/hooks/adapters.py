@@ -81,7 +81,9 @@ _CHANNELS_FIRST = (
 def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap]:
     """All taps of ``model`` in module order (inputs before, outputs after a module's children);
     ``layout``: its `family_layout`, where the caller has it already."""
-    special = _architecture_taps(model, layout or family_layout(model))
+    layout = layout or family_layout(model)
+    special = _architecture_taps(model, layout)
+    run_order = {} if layout is None else _forward_children(model, layout)
     inputs: dict[str, list[Tap]] = {}
     outputs: dict[str, list[Tap]] = {}
     derived: dict[str, list[Tap]] = {}  # values computed beside a module's output
@@ -97,7 +99,7 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
             return
         seen.add(id(module))
         taps.extend(inputs.get(path, ()))
-        for child_name, child in module.named_children():
+        for child_name, child in run_order.get(path) or module.named_children():
             visit(f"{path}.{child_name}" if path else child_name, child)
         if not path:
             return
@@ -112,6 +114,19 @@ def build_taps(model: nn.Module, layout: FamilyLayout | None = None) -> list[Tap
 
     visit("", model)
     return taps
+
+
+def _forward_children(model: nn.Module, layout: FamilyLayout) -> dict[str, list]:
+    """Block path -> its (name, child) pairs in forward order, for the blocks whose family says
+    the forward runs them in another order than they were registered."""
+    order = {}
+    for site in layout.blocks:
+        if site.forward_children:
+            block = model.get_submodule(site.path)
+            ran = [(name, block.get_submodule(name)) for name in site.forward_children]
+            rest = [(n, c) for n, c in block.named_children() if n not in site.forward_children]
+            order[site.path] = ran + rest
+    return order
 
 
 def _architecture_taps(model: nn.Module, layout: FamilyLayout | None) -> list[Tap]:

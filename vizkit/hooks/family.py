@@ -57,6 +57,12 @@ class BlockSite:
         channels_last: the stream is (B, gh, gw, C); its names hold it as (B, Np, C).
         channels_first: the stream is (B, C, gh, gw); its names hold it as (B, Np, C).
         input_grid: the grid of the block's input, where the block pools.
+        token_order: ``to_canonical`` / ``from_canonical`` of a stream whose tokens are held in
+            another order than the layout's (TimeSformer's space-major patches).
+        forward_children: the block's children in the order its forward runs them, where it
+            differs from the order they were registered (hook names follow the forward).
+        output_item: which item of a tuple output is the stream, for a block without a
+            `ResidualSpec` (one with says it there).
     """
 
     path: str
@@ -67,6 +73,9 @@ class BlockSite:
     channels_last: bool = False
     channels_first: bool = False
     input_grid: GridFn | None = None
+    token_order: dict | None = None
+    forward_children: tuple[str, ...] = ()
+    output_item: int | None = None
 
 
 @dataclass

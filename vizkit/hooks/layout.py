@@ -195,8 +195,9 @@ def _rank_hint(x: Tensor, channels: int | None) -> str:
         return " It looks like one grey image (H, W): x[None, None] (and repeat the channels)."
     if x.ndim == 5:
         return (
-            " A batch of videos (B, T, C, H, W)? This model takes images; docs/coverage.md "
-            "lists the video models vizkit knows (VideoMAE, ViViT, V-JEPA 2)."
+            " A batch of videos (B, T, C, H, W)? This model takes images as far as vizkit "
+            "knows: docs/coverage.md lists the video models it covers (VideoMAE, ViViT, "
+            "TimeSformer with divided or joint attention, V-JEPA 2)."
         )
     return ""
 

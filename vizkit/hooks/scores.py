@@ -247,6 +247,7 @@ def class_indices(target: Target, batch: int) -> Tensor:
 
 
 # transformers heads whose output is a map per image, not class logits
+_MASK_MODELS = ("SamModel", "Sam2Model")  # promptable: masks per prompt
 _DENSE_HEADS = ("ForSemanticSegmentation", "ForDepthEstimation", "ForUniversalSegmentation",
                 "ForInstanceSegmentation", "ForMaskGeneration")  # fmt: skip
 
@@ -254,16 +255,20 @@ DENSE_FIX = (
     "Choose what to explain with target=: vk.targets.segment(class, mask) (a class's logits "
     "summed over a mask; vk.targets.box_mask(box, size) makes one of a box), "
     "vk.targets.segment(class) (over the pixels the class wins), vk.targets.pixel(class, y, x), "
-    "vk.targets.depth_region(mask) or vk.targets.depth_difference(near, far) for a depth model."
+    "vk.targets.depth_region(mask) or vk.targets.depth_difference(near, far) for a depth model, "
+    "vk.targets.mask_logit(mask, region) for a promptable mask model (SAM 2: give it its prompt "
+    "with vk.models.prompted_masks(model, points=...))."
 )
 
 
 def is_dense(model: nn.Module) -> bool:
     """Whether ``model`` returns a map per image (segmentation logits, depth, masks): a
-    transformers model with a dense head."""
+    transformers model with a dense head, SAM / SAM 2, or a module that says so
+    (``dense_output = True``: `vizkit.models.PromptedMasks`)."""
     name = type(model).__name__
-    return type(model).__module__.startswith("transformers.") and any(
-        head in name for head in _DENSE_HEADS
+    transformers = type(model).__module__.startswith("transformers.")
+    return getattr(model, "dense_output", False) is True or transformers and (
+        any(head in name for head in _DENSE_HEADS) or name in _MASK_MODELS
     )
 
 

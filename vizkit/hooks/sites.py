@@ -51,7 +51,7 @@ def block_taps(site: BlockSite, block: nn.Module) -> list[Tap]:
     `ResidualSpec` (only the stream ends for an unknown block class)."""
     spec = residual_spec(block)
     path = site.path
-    ends = stream_taps(path, site, item=None if spec is None else spec.output_item)
+    ends = stream_taps(path, site, item=site.output_item if spec is None else spec.output_item)
     if spec is None:
         return ends
     common = _common(site)
@@ -71,6 +71,7 @@ def block_taps(site: BlockSite, block: nn.Module) -> list[Tap]:
 
 def _common(site: BlockSite) -> dict:
     layout = nhwc_to_nlc if site.channels_last else nchw_to_nlc if site.channels_first else {}
+    layout = site.token_order or layout
     return {"shape": f"B {site.tokens} C", "prefix_tokens": site.prefix_tokens,
             "grid": site.grid, **layout}  # fmt: skip
 

@@ -23,6 +23,10 @@ __all__ = [
 PATTERN_KINDS = {
     "self": "softmax over every token, (B, H, N, N)",
     "window": "softmax inside local windows, (B·nW, H, w², w²) in the block's window order",
+    "temporal": "divided attention's temporal step: each patch over itself in every frame, "
+    "(B·gh·gw, H, T, T)",
+    "spatial": "divided attention's spatial step: each frame's [class, patches] over "
+    "themselves, (B·T, H, 1 + gh·gw, 1 + gh·gw)",
     "pooled": "softmax over pooled or sub-sampled keys, (B, H, N, Nk) with Nk < N",
     "class": "class attention: the class token's row over [class, patches], (B, H, 1, N)",
     "pool": "an attention-pooling head's latent queries over the tokens, (B, H, Lq, N)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ..analysis._model import grid_map
 from ..analysis.attention_rollout import class_row_relevance, gradient_rollout_maps, rolled_back
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
@@ -60,7 +61,7 @@ def grad_rollout(
         if len(done) == len(names) or names[-1 - len(done)] != name:
             raise RuntimeError(f"grad_rollout expected the gradients of {names} last first.")
         done.append(name)
-        relevance = rolled_back(relevance, grad * patterns.pop(name))
+        relevance = rolled_back(relevance, grid_map(hm, name, grad * patterns.pop(name), layout))
 
     with hm.hooks(fwd={name: keep for name in names}):
         logits, _ = hm.run_with_cache(

@@ -128,9 +128,10 @@ def legrad(
 
 def _key_relevance(hm: HookedModel, name: str, grad: Tensor, layout) -> Tensor:
     """(B, N) relevance of each key token: the positive gradient at the map, averaged over
-    heads and queries (a window map's over its window's queries, on the stage grid)."""
+    heads and queries (a window map's over its window's queries, on the stage grid; a divided
+    space-time map's over the queries of its step, put on the clip's tokens as the map is)."""
     positive = grad.detach().clamp_min(0)
-    if hm.tap(name).kind != "window":
+    if hm.tap(name).kind not in ("window", "temporal", "spatial"):
         return positive.mean((1, 2))
     on_grid = grid_map(hm, name, positive, layout)  # (B, H, Np, Np), zero across windows
     return on_grid.sum(2).mean(1) / positive.shape[-2]

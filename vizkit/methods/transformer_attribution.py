@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..analysis._model import grid_map
 from ..analysis.attention_rollout import class_row_relevance, gradient_rollout_maps, rolled_back
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
@@ -57,7 +58,8 @@ def transformer_attribution(
     relevance: Tensor | None = None
     for name in reversed(names):
         map_relevance = patterns[name] * lrp_gradients[name]  # R^b, (B, H, N, N)
-        relevance = rolled_back(relevance, gradients[name] * map_relevance)
+        weighted = grid_map(hm, name, gradients[name] * map_relevance, layout)
+        relevance = rolled_back(relevance, weighted)
     return SaliencyResult(
         maps=class_row_relevance(hm, relevance, layout),
         method="transformer_attribution",

@@ -19,6 +19,8 @@ from .mae import UnmaskedMAE as UnmaskedMAE
 from .mae import unmasked_mae as unmasked_mae
 from .names import create_timm_model as create_timm_model
 from .names import did_you_mean as did_you_mean
+from .prompted import PromptedMasks as PromptedMasks
+from .prompted import prompted_masks as prompted_masks
 from .zero_shot import ImageTower as ImageTower
 from .zero_shot import ZeroShotClassifier as ZeroShotClassifier
 from .zero_shot import image_tower as image_tower
@@ -27,6 +29,7 @@ from .zero_shot import zero_shot_predictions as zero_shot_predictions
 
 __all__ = [
     "ImageTower",
+    "PromptedMasks",
     "Siglip2Images",
     "UnmaskedMAE",
     "ZeroShotClassifier",
@@ -35,6 +38,7 @@ __all__ = [
     "did_you_mean",
     "image_tower",
     "param_count",
+    "prompted_masks",
     "unmasked_mae",
     "zero_shot",
     "zero_shot_predictions",

@@ -357,6 +357,27 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
                 **{k: v for k, v in _HF_SMALL.items() if k != "num_hidden_layers"},
             )
         ),  # fmt: skip
+        "SegformerForSemanticSegmentation": LibraryModel(
+            _transformers(
+                "SegformerForSemanticSegmentation",
+                "SegformerConfig",
+                depths=[1, 1, 1, 1],
+                sr_ratios=[4, 2, 2, 1],
+                hidden_sizes=[8, 16, 16, 32],
+                num_attention_heads=[1, 2, 2, 2],
+                mlp_ratios=[2, 2, 2, 2],
+                decoder_hidden_size=16,
+            ),
+            size=64,
+        ),  # fmt: skip
+        "TimesformerForVideoClassification": LibraryModel(
+            _transformers(
+                "TimesformerForVideoClassification",
+                "TimesformerConfig",
+                num_frames=4,
+                **_HF_SMALL,
+            )
+        ),  # fmt: skip
         "VideoMAEForVideoClassification": LibraryModel(
             _transformers(
                 "VideoMAEForVideoClassification",

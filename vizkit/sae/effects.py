@@ -58,7 +58,10 @@ class LogitEffects:
         return row.argsort(descending=descending, stable=True)
 
 
-@analysis_contract(classifier="logit effects read each decoder direction through the head")
+_THROUGH_THE_HEAD = "logit effects read each decoder direction through the head"
+
+
+@analysis_contract(videos=True, classifier=_THROUGH_THE_HEAD)
 def logit_effects(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
     classes: Sequence[int] | None = None,
@@ -78,7 +81,7 @@ def logit_effects(
     return _effects(sae, x, positions, readout, classes)
 
 
-@analysis_contract(classifier="logit effects read each decoder direction through the head")
+@analysis_contract(videos=True, classifier=_THROUGH_THE_HEAD)
 def effects_and_run(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor
 ) -> tuple[LogitEffects, LayerRun]:
@@ -203,7 +206,7 @@ class Intervention:
             )
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def ablate(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latents: int | Sequence[int],
     batch_size: int = 64,
@@ -215,7 +218,7 @@ def ablate(
     return _intervened(model, sae, x, edit, what, batch_size)
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def steer(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor, latent: int,
     strength: float, batch_size: int = 64,
@@ -273,7 +276,7 @@ def _intervened(
                         "embedding" if is_backbone(hm.model) else "logits")  # fmt: skip
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def model_outputs(model: nn.Module | HookedModel, x: Tensor, batch_size: int = 64) -> Tensor:
     """(B, K) the model's logits on images x, or (B, D) embeddings on a backbone (float32, on
     the CPU), ``batch_size`` images a forward."""
@@ -284,7 +287,7 @@ def model_outputs(model: nn.Module | HookedModel, x: Tensor, batch_size: int = 6
                           for batch in x.split(check_count("batch_size", batch_size))])  # fmt: skip
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def edited_outputs(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
     edit: Callable[[Tensor], Tensor], batch_size: int = 64,

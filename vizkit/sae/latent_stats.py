@@ -5,6 +5,7 @@ much of its activation falls on an object's mask."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -97,7 +98,8 @@ class Features:
 
     def heatmap(self, latents: int | list[int], image: int) -> Tensor:
         """(gh, gw), or (L, gh, gw) for a list: the latents' activation on each patch of stored
-        image ``image``; NaN on patches the store did not keep."""
+        image ``image`` (a video's clip: (T', gh, gw), (L, T', gh, gw)); NaN on patches the
+        store did not keep."""
         grid, prefix = self.store.grid, self.store.prefix_tokens
         if grid is None:
             raise ValueError(
@@ -115,9 +117,10 @@ class Features:
             )
         with torch.no_grad(), eval_mode(self.sae):
             z = self.sae.encode(rows[patches].to(self.sae.W_dec.device))[:, chosen].cpu()
-        maps = torch.full((len(chosen), grid[0] * grid[1]), float("nan"))
+        cells = grid if self.store.frames is None else (self.store.frames, *grid)
+        maps = torch.full((len(chosen), math.prod(cells)), float("nan"))
         maps[:, positions[patches] - prefix] = z.T
-        maps = maps.view(len(chosen), *grid)
+        maps = maps.view(len(chosen), *cells)
         return maps[0] if isinstance(latents, int) else maps
 
     def class_detectors(self, labels: Tensor) -> ClassDetectors:
@@ -314,6 +317,11 @@ def _object_tokens(store: ActivationStore, masks: Tensor, cover: float) -> tuple
         )
     if grid is None:
         raise ValueError(f"The store {store.folder} does not record its patch grid.")
+    if store.frames is not None:
+        raise ValueError(
+            f"The store {store.folder} holds a video model's tokens ({store.frames} token "
+            "frames); object masks are per image, so this is defined for stores of images only."
+        )
     coverage = torch.nn.functional.adaptive_avg_pool2d(masks.float()[:, None], grid)
     patches = coverage.flatten(1) >= cover  # (images, gh * gw)
     positions = store.positions()  # (images, T)

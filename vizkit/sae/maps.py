@@ -17,13 +17,14 @@ from .spliced import replaced_tokens
 __all__ = ["latent_maps"]
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def latent_maps(
     model: nn.Module | HookedModel, sae: SparseAutoencoder, x: Tensor,
     latents: Sequence[int] | None = None,
 ) -> Tensor:  # fmt: skip
     """(B, L, gh, gw) the activation of each of ``latents`` (default all) on each patch of
-    images ``x`` (B, C, H, W). Refuses an autoencoder whose store kept no patches."""
+    images ``x`` (B, C, H, W); of a video model's clips (B, T, C, H, W): (B, L, T', gh, gw).
+    Refuses an autoencoder whose store kept no patches."""
     x = check_images(model.model, x)
     size = tuple(x.shape[-2:])
     layer = sae.source.get("layer")
@@ -44,5 +45,5 @@ def latent_maps(
     with torch.no_grad(), eval_mode(sae):
         _, cache = model.run_with_cache(x, names=layer)
         tokens = cache[layer][:, patches].to(sae.W_dec.device)
-        z = sae.encode(tokens)[..., chosen]  # (B, gh * gw, L)
-    return z.transpose(1, 2).reshape(len(x), len(chosen), *layout.grid).cpu()
+        z = sae.encode(tokens)[..., chosen]  # (B, Np, L)
+    return z.transpose(1, 2).reshape(len(x), len(chosen), *layout.cells).cpu()

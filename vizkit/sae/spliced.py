@@ -60,7 +60,7 @@ def _short(value: float | int) -> str:
     return str(value) if isinstance(value, int) else f"{value:.4g}"
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def spliced_score(
     model: nn.Module | HookedModel,
     sae: SparseAutoencoder,

@@ -34,6 +34,8 @@ class ActivationStore(Dataset):
         name: the layer's hook name; ``width``: C; ``tokens_per_image``: T.
         prefix_tokens, grid: the layer's token layout (prefix tokens, then a (gh, gw) grid
             of patches, row-major; None in stores written before they were recorded).
+        frames: a video model's token frames T' (its patches T' x gh x gw, frame-major);
+            None for images.
         dtype: the stored dtype (rows are returned in it).
     """
 
@@ -52,6 +54,7 @@ class ActivationStore(Dataset):
         self.width, self.tokens_per_image = spec["width"], spec["tokens_per_image"]
         self.prefix_tokens = spec.get("prefix_tokens")
         self.grid = tuple(spec["grid"]) if spec.get("grid") else None
+        self.frames = spec.get("frames")
         self.dtype = getattr(torch, manifest["settings"]["dtype"])
         self._check_complete()
         per_shard = manifest["shard_images"] * self.tokens_per_image

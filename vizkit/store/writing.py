@@ -28,9 +28,9 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from tqdm.auto import tqdm
 
 from ..analysis.representations import token_stream_layers
-from ..hooks import HookedModel
+from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count, check_images, model_device, refuse_video_model
+from ..hooks.inputs import check_count, check_images, model_device
 from ..hooks.selector import LayerSpec, select_layers
 from ..processes import process_group
 from ..runs import replaced_whole, tensor_fingerprint, write_json
@@ -51,7 +51,7 @@ __all__ = ["cache_activations"]
 DEFAULT_SHARD_BYTES = 256 * 2**20
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def cache_activations(
     model: nn.Module | HookedModel,
     data: object,
@@ -89,7 +89,6 @@ def cache_activations(
     Under ``torchrun`` each process writes every WORLD_SIZE-th shard and the first writes the
     manifest; every process returns the store once all shards are in place.
     """
-    refuse_video_model(model.model, "cache_activations")
     images = _images(data)
     batch_size = check_count("batch_size", batch_size)
     shard_bytes = check_count("shard_bytes", shard_bytes)
@@ -120,9 +119,7 @@ def cache_activations(
     manifest = {
         "format": FORMAT, "settings": settings, "images": len(images),
         "shard_images": max(1, shard_bytes // row_bytes),
-        "layers": {n: {"width": widths[n], "tokens_per_image": per_image[n],
-                       "prefix_tokens": layouts[n].num_prefix_tokens,
-                       "grid": list(layouts[n].grid)} for n in names},
+        "layers": {n: _layer_spec(layouts[n], widths[n], per_image[n]) for n in names},
     }  # fmt: skip
     folder = _prepared(Path(out), manifest)
     world, rank = process_group()
@@ -173,8 +170,17 @@ def _as_dataset(data: object) -> Dataset:
     return data
 
 
+def _layer_spec(layout: TokenLayout, width: int, tokens: int) -> dict:
+    """A stored layer's manifest entry: its width, tokens kept per image and token layout (a
+    video's token frames T' where it has them)."""
+    spec = {"width": width, "tokens_per_image": tokens,
+            "prefix_tokens": layout.num_prefix_tokens, "grid": list(layout.grid)}  # fmt: skip
+    return spec if layout.frames is None else {**spec, "frames": layout.frames}
+
+
 def _image(item: object) -> Tensor:
-    """The image (C, H, W) of one item of the data set."""
+    """The image (C, H, W), or a video model's clip (T, C, H, W), of one item of the data set
+    (checked against the model by `check_images`)."""
     if isinstance(item, dict):
         raise TypeError(
             f"The data yields dicts (keys {', '.join(map(str, item))}); cache_activations takes "
@@ -182,9 +188,12 @@ def _image(item: object) -> Tensor:
             "item['pixel_values']."
         )
     image = item[0] if isinstance(item, (tuple, list)) else item
-    if not isinstance(image, Tensor) or image.ndim != 3:
+    if not isinstance(image, Tensor) or image.ndim not in (3, 4):
         got = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
-        raise TypeError(f"Each item's image must be a (C, H, W) tensor; got {got}.")
+        raise TypeError(
+            f"Each item's image must be a (C, H, W) tensor (a video model's clip: (T, C, H, W)); "
+            f"got {got}."
+        )
     return image
 
 

@@ -6,6 +6,7 @@ a dense output's pixels (a class over a mask or at a pixel, a region's depth:
 
 from .dense import DepthDifference as DepthDifference
 from .dense import DepthRegion as DepthRegion
+from .dense import MaskLogit as MaskLogit
 from .dense import Pixel as Pixel
 from .dense import Segment as Segment
 from .dense import box_mask as box_mask
@@ -13,6 +14,8 @@ from .dense import dense_logits as dense_logits
 from .dense import depth_difference as depth_difference
 from .dense import depth_of as depth_of
 from .dense import depth_region as depth_region
+from .dense import mask_logit as mask_logit
+from .dense import masks_of as masks_of
 from .dense import pixel as pixel
 from .dense import segment as segment
 from .embeddings import EMBEDDING_KEYS as EMBEDDING_KEYS
@@ -39,6 +42,7 @@ __all__ = [
     "DepthRegion",
     "Direction",
     "EmbeddingNorm",
+    "MaskLogit",
     "Pixel",
     "Probe",
     "Segment",
@@ -53,6 +57,8 @@ __all__ = [
     "embedding_norm",
     "embedding_of",
     "encode_texts",
+    "mask_logit",
+    "masks_of",
     "pca_component",
     "pixel",
     "probe",

@@ -8,7 +8,9 @@ per image, summed by every method.
   segmentation tutorial uses);
 - `pixel`: one pixel's class logit;
 - `depth_region`, `depth_difference`: the mean predicted depth over a region, and the
-  difference between two regions' means.
+  difference between two regions' means;
+- `mask_logit`: one predicted mask's logits of a promptable mask model (SAM 2, given its
+  prompt by `vizkit.models.prompted_masks`), summed over a region or over the mask itself.
 
 The masks and coordinates are in the output's own pixels, or, where the output is smaller or
 larger than the mask (SegFormer's logits at 1/4 of the image, DPT's depth at twice it), the
@@ -34,6 +36,7 @@ from .embeddings import _check_box  # one box check for every target
 __all__ = [
     "DepthDifference",
     "DepthRegion",
+    "MaskLogit",
     "Pixel",
     "Segment",
     "box_mask",
@@ -41,14 +44,38 @@ __all__ = [
     "depth_difference",
     "depth_of",
     "depth_region",
+    "mask_logit",
+    "masks_of",
     "pixel",
+    "query_class_scores",
     "segment",
 ]
 
 
+def _field(output: object, name: str) -> object:
+    return output.get(name) if isinstance(output, dict) else getattr(output, name, None)
+
+
+def query_class_scores(output: object) -> Tensor | None:
+    """(B, K, h, w) per-pixel class scores of a mask-classification model (Mask2Former, Cheng
+    et al. 2022, "Masked-attention Mask Transformer for Universal Image Segmentation", Sec. 3;
+    MaskFormer): each query's class probabilities (its "no object" class dropped) times its
+    mask's sigmoid, summed over the queries, as transformers'
+    ``post_process_semantic_segmentation`` computes them before its argmax; None for another
+    output."""
+    classes, masks = _field(output, "class_queries_logits"), _field(output, "masks_queries_logits")
+    if not (isinstance(classes, Tensor) and isinstance(masks, Tensor)):
+        return None
+    return torch.einsum("bqk,bqhw->bkhw", classes.softmax(-1)[..., :-1], masks.sigmoid())
+
+
 def dense_logits(output: object) -> Tensor:
     """(B, K, h, w) per-pixel class logits of a segmentation model's output: a tensor itself,
-    or the ``logits`` of a transformers ``SemanticSegmenterOutput`` (or a dict)."""
+    the ``logits`` of a transformers ``SemanticSegmenterOutput`` (or a dict), or a
+    mask-classification model's per-pixel class scores (`query_class_scores`)."""
+    scores = query_class_scores(output)
+    if scores is not None:
+        return scores
     found = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
     if not isinstance(found, Tensor) or found.ndim != 4:
         shape = tuple(found.shape) if isinstance(found, Tensor) else type(found).__name__
@@ -72,6 +99,25 @@ def depth_of(output: object) -> Tensor:
         raise ValueError(
             f"A depth target needs a per-pixel depth (B, h, w); the model gave {shape}. A "
             "segmentation model's output takes vk.targets.segment(class, mask)."
+        )
+    return found
+
+
+def masks_of(output: object) -> Tensor:
+    """(B, P, M, h, w) mask logits of a promptable mask model's output (P prompts, M masks
+    each): the ``pred_masks`` of transformers' SAM / SAM 2 output (or a dict); a
+    mask-classification model's query masks ``masks_queries_logits`` (B, Q, h, w) as one
+    "prompt" of Q masks (mask q: query q's)."""
+    found = _field(output, "pred_masks")
+    queries = _field(output, "masks_queries_logits")
+    if found is None and isinstance(queries, Tensor):
+        found = queries[:, None]
+    if not isinstance(found, Tensor) or found.ndim != 5:
+        shape = tuple(found.shape) if isinstance(found, Tensor) else type(output).__name__
+        raise ValueError(
+            f"A mask target needs a promptable mask model's pred_masks (B, P, M, h, w); the "
+            f"model gave {shape}. Give SAM 2 its prompt with vk.models.prompted_masks(model, "
+            "points=...); a segmentation model's output takes vk.targets.segment(class, mask)."
         )
     return found
 
@@ -206,6 +252,32 @@ class DepthDifference(ScoreTarget):
         return self.first(output, rows) - self.second(output, rows)
 
 
+class MaskLogit(ScoreTarget):
+    """One predicted mask's logits summed over a region (weights), or over the mask itself."""
+
+    def __init__(self, mask: int, region: Tensor | None, prompt: int) -> None:
+        self.mask, self.prompt = _class_index("mask", mask), _class_index("prompt", prompt)
+        self.region = None if region is None else _check_mask("region", region)
+        self.per_image = self.region is not None and self.region.ndim == 3
+        self.label = f"mask {self.mask} of prompt {self.prompt} " + (
+            "over the region" if region is not None else "where it is predicted"
+        )
+
+    def __call__(self, output: object, rows: Tensor | int | None = None) -> Tensor:
+        masks = masks_of(output)
+        prompts, count = masks.shape[1:3]
+        if self.prompt >= prompts or self.mask >= count:
+            raise ValueError(
+                f"mask {self.mask} of prompt {self.prompt} is out of range: the model gave "
+                f"{prompts} prompt(s) of {count} mask(s) (multimask_output=True gives 3)."
+            )
+        logits = masks[:, self.prompt, self.mask]  # (B, h, w)
+        if self.region is None:  # the pixels the mask covers (logit > 0), held constant
+            return (logits * (logits.detach() > 0).to(logits.dtype)).flatten(1).sum(1)
+        region = _rows_of(self.region, rows, len(logits)).to(logits.device)
+        return (_at(logits, tuple(region.shape[-2:])) * region).flatten(1).sum(1)
+
+
 def segment(cls: int, mask: Tensor | None = None) -> Segment:
     """Class ``cls``'s logits summed over ``mask`` ((H, W) for every image or (B, H, W) one per
     image; bool or weights), or with no mask over the pixels the class wins (the argmax of the
@@ -222,6 +294,14 @@ def pixel(cls: int, y: int, x: int, size: tuple[int, int] | None = None) -> Pixe
 def depth_region(mask: Tensor) -> DepthRegion:
     """The mean predicted depth over ``mask`` ((H, W) or (B, H, W); bool or weights)."""
     return DepthRegion(mask)
+
+
+def mask_logit(mask: int = 0, region: Tensor | None = None, prompt: int = 0) -> MaskLogit:
+    """Predicted mask ``mask`` of prompt ``prompt`` of a promptable mask model (SAM 2 with its
+    prompt fixed by `vizkit.models.prompted_masks`): its logits summed over ``region`` ((H, W)
+    or (B, H, W); bool or weights; the low-resolution logits resized to it bilinearly), or with
+    no region over the pixels it covers (logit > 0, held constant)."""
+    return MaskLogit(mask, region, prompt)
 
 
 def depth_difference(near: Tensor, far: Tensor) -> DepthDifference:

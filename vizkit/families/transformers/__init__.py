@@ -10,8 +10,10 @@ from . import (
     dpt,
     hiera,
     sam2,
+    segformer,
     siglip2,
     swin,
+    timesformer,
     videomae,
     vit,
     vivit,
@@ -19,6 +21,6 @@ from . import (
 )
 
 __all__ = [
-    "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam2", "siglip2", "swin",
-    "videomae", "vit", "vivit", "vjepa2",
+    "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam2", "segformer", "siglip2",
+    "swin", "timesformer", "videomae", "vit", "vivit", "vjepa2",
 ]  # fmt: skip

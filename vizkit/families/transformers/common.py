@@ -24,6 +24,7 @@ __all__ = [
     "embedding_tokens",
     "returned_map",
     "returned_pooling_map",
+    "returned_reduced_map",
 ]
 
 
@@ -61,6 +62,16 @@ def returned_map(path: str, attn: nn.Module, context: AttentionContext) -> list[
     the time the module returns them, so a replacement would change nothing."""
     shape = f"B H {context.tokens} {context.tokens}"
     return [_returned(path, attn, "self", shape, context.prefix_tokens, context)]
+
+
+def returned_reduced_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
+    """``hook_pattern`` of an attention whose keys and values may be spatially reduced (PVT,
+    SegFormer: a strided convolution over the token grid, ``sequence_reduction_ratio`` r):
+    (B, H, Np, Np / r²) over the reduced keys (kind "pooled") where r > 1, else (B, H, Np,
+    Np) (kind "self"); read as `returned_map` reads it."""
+    if getattr(attn, "sequence_reduction_ratio", 1) > 1:
+        return [_returned(path, attn, "pooled", "B H Np Nk", context.prefix_tokens, context)]
+    return returned_map(path, attn, context)
 
 
 def returned_pooling_map(path: str, attn: nn.Module, context: AttentionContext) -> list[Tap]:
