@@ -9,6 +9,7 @@ walk and fails when a family regresses or timm gains a module the table does not
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 import time
 import warnings
@@ -20,10 +21,11 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import analysis
+from . import analysis, targets
 from .hooks import HookedModel
 from .hooks.inputs import video_input
 from .hooks.layout import covers
+from .hooks.scores import is_dense
 from .methods import METHODS
 from .models.representatives import FAMILIES, LIBRARIES, timm_families
 
@@ -53,11 +55,33 @@ def _stats(model, x):
     return f"{len(stats)} statistics"
 
 
+def dense_target(model: nn.Module | HookedModel, x: Tensor) -> object:
+    """What the walk explains on a dense model (`is_dense`), read from its output on ``x``: class
+    0 of a segmentation over the whole output, the mean depth over it, or a promptable model's
+    first mask where it is predicted; None (the class the model predicts) for a classifier."""
+    model = model.model if isinstance(model, HookedModel) else model
+    if not is_dense(model):
+        return None
+    with torch.no_grad():
+        output = model(x)
+    whole = torch.ones(x.shape[-2:], dtype=torch.bool)
+    for name, target in (("pred_masks", targets.mask_logit()),
+                         ("predicted_depth", targets.depth_region(whole))):  # fmt: skip
+        if _has(output, name):
+            return target
+    return targets.segment(0, whole)
+
+
+def _has(output: object, name: str) -> bool:
+    return (name in output) if isinstance(output, dict) else getattr(output, name, None) is not None
+
+
 def _map(fn: Callable) -> Callable:
-    """Run a saliency method and check its map covers the image (never a wrong shape)."""
+    """Run a saliency method and check its map covers the image (never a wrong shape); a dense
+    model's map explains `dense_target`."""
 
     def run(model, x):
-        result = fn(model, x)
+        result = fn(model, x, target=dense_target(model, x))
         b, *frames, h, w = result.maps.shape  # a video's (B, T', h, w)
         if b != len(x) or not covers(h, w, tuple(x.shape[-2:])) or len(frames) > 1:
             raise AssertionError(f"map of shape {tuple(result.maps.shape)} for {tuple(x.shape)}")
@@ -122,12 +146,23 @@ NOT_WALKED = {
 }
 
 
+def _with_target(method: Callable) -> Callable:
+    """``method`` called with the walk's ``target`` where it takes one (EigenCAM, rollout and
+    class attention explain no score)."""
+    takes = "target" in inspect.signature(getattr(method, "fn", method)).parameters
+
+    def run(model, x, target):
+        return method(model, x, target=target) if takes and target is not None else method(model, x)
+
+    return run
+
+
 def _saliency_columns() -> dict[str, Callable[[nn.Module, Tensor], str]]:
     """One column per saliency method vizkit registers (`vizkit.methods`; not ones a user
     adds, not the random baseline, not `NOT_WALKED`), each run with its defaults and checked to
     cover the image."""
     return {
-        name: _map(lambda m, x, method=method: method(m, x))
+        name: _map(_with_target(method))
         for name, method in METHODS.items()
         if name != "random"
         and name not in NOT_WALKED
@@ -352,4 +387,6 @@ Every registered saliency method has a column except those whose cost on the wid
 large CNNs would make the walk take hours: integrated gradients (50 forward and backward passes
 per image), SmoothGrad and GradientSHAP (16 each), occlusion (one forward per window), Score-CAM
 and Ablation-CAM (one forward per channel); they read the image or the layer Grad-CAM reads.
+A dense model's maps explain its whole output (`vizkit.coverage.dense_target`): class 0 of a
+segmentation over every pixel, the mean depth, a promptable model's first predicted mask.
 """

@@ -85,7 +85,9 @@ class HookedModel:
             return self.model(x, *args, **kwargs)
 
     def hook_names(self) -> list[str]:
-        """Canonical names of this model, in module order (see `vizkit.hooks.adapters`)."""
+        """Canonical names of this model, in module order (see `vizkit.hooks.adapters`; a
+        block whose forward runs its children in another order than they were registered,
+        TimeSformer's, lists them as they run)."""
         return list(self._names)
 
     def tap(self, name: str) -> Tap:
