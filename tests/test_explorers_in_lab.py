@@ -94,6 +94,14 @@ last = vk.concepts.dissect(model, probes, concepts, vk.concepts.Heads("blocks.3"
                            quantile=0.02, progress=False)
 explorers["circuits"] = w.CircuitExplorer(model, x, corrupted, target=0, versus=3,
                                           classes=card["classes"], names=last)""",
+    "clips": """\
+from vizkit.datasets.shape_clips import ShapeClips
+vivit, _ = vk.zoo.load("vivit_shape_clips")
+shape_clips = ShapeClips("test", n=2)
+clips = torch.stack([shape_clips[i][0] for i in range(2)])
+explorers["clips"] = w.AttentionExplorer(vivit, clips)""",
+    "clip saliency": 'explorers["clip saliency"] = w.SaliencyComparer(vivit, clips, '
+    'methods=["rollout", "saliency"], target=shape_clips.labels, progress=False)',
 }
 
 # the first head or node the kernel names (an index of the head or node list)
@@ -178,6 +186,26 @@ SCRIPTS = {
         ("key", "edges kept", "LEFT"),
         ("key", "edges kept", "LEFT"),
     ],
+    # the frame slider: each frame its token frame's map on the clip's colour range (the
+    # page's colour range is compared with the kernel's after each step)
+    "clips": [
+        ("key", "frame", "RIGHT"),
+        ("key", "frame", "RIGHT", "e.frame.value == 2"),
+        ("click", "", "", "len(e.query) == 3 and e.query[0] == 1"),  # frame 2: token frame 1
+        ("key", "frame", "LEFT"),
+        ("view", "view", "rollout"),
+        ("key", "frame", "RIGHT"),
+        ("key", "clip", "RIGHT"),
+        ("view", "view", "query row"),
+    ],
+    "clip saliency": [
+        ("key", "frame", "RIGHT"),
+        ("choose", "method", "rollout"),
+        ("key", "frame", "RIGHT", "e.frame.value == 2"),
+        ("choose", "method", "all"),
+        ("key", "clip", "RIGHT"),
+        ("key", "frame", "LEFT"),
+    ],
 }
 
 # the page position of point arguments[2] of the trace named arguments[1] in plot arguments[0],
@@ -249,10 +277,12 @@ def open_log(browser) -> None:
 
 # the boxes of the live plot's title, legends, colour bars (whole, and the colour strip alone),
 # annotations (subplot titles among them), axis titles, sliders, plot areas (their drag
-# covers), of the plot itself and of its output area (the explorer's `PageWidth`)
+# covers), of the plot itself and of its output area (the explorer's `PageWidth`); null while
+# the plot is mounted again (a redraw)
 BOXES = """
 const explorer = document.querySelector(`.vizkit-explorer-${arguments[0]}`);
-const gd = explorer.querySelector('.js-plotly-plot');
+const gd = explorer && explorer.querySelector('.js-plotly-plot');
+if (!gd || !gd.querySelector('.main-svg')) return null;
 const box = e => { const b = e.getBoundingClientRect();
                    return [b.left, b.top, b.right, b.bottom].map(Math.round); };
 const all = selector => [...gd.querySelectorAll(selector)].map(box).filter(
@@ -294,9 +324,18 @@ def assert_nothing_overlaps(boxes: dict, where: str) -> None:
     assert not problems, f"{where}: {problems}"
 
 
+def boxes_of(browser, key: str) -> dict:
+    """`BOXES` of explorer ``key``'s plot, once drawn (a redraw after the page's width changed,
+    e.g. by a scroll bar, mounts it again: no plot for a moment)."""
+    return wait_for(lambda: browser.execute_script(BOXES, key), 30, "the plot to be drawn")
+
+
 def page_fits(browser, key: str) -> bool:
-    """Whether explorer ``key``'s plot is drawn at its output area's width (`PageWidth`)."""
+    """Whether explorer ``key``'s plot is drawn at its output area's width (`PageWidth`); not
+    while it is mounted again."""
     boxes = browser.execute_script(BOXES, key)
+    if boxes is None:
+        return False
     plot, output = (boxes[k][2] - boxes[k][0] for k in ("plot", "explorer"))
     return abs(plot - max(output, MIN_WIDTH)) <= 1
 
@@ -387,22 +426,42 @@ def act(browser, key: str, step: tuple) -> None:
         handle.click()
         handle.send_keys(getattr(Keys, f"ARROW_{value}"))
     elif what == "choose":
-        select = Select(control(browser, key, name).find_element(By.CSS_SELECTOR, "select"))
+        element = control(browser, key, name).find_element(By.CSS_SELECTOR, "select")
+        # the page may re-enable the controls (after work) a moment after the kernel is idle
+        wait_for(element.is_enabled, 30, f"{name} to be enabled")
+        select = Select(element)
         if isinstance(value, int):
             select.select_by_index(value)
         else:
             select.select_by_visible_text(value)
     elif what == "click":
-        cover = explorer_box(browser, key).find_element(By.CSS_SELECTOR, ".nsewdrag")
-        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cover)
-        x, y = -cover.size["width"] // 4, -cover.size["height"] // 4
-        ActionChains(browser).move_to_element_with_offset(cover, x, y).pause(0.5).click().perform()
+
+        def click() -> bool:
+            cover = explorer_box(browser, key).find_element(By.CSS_SELECTOR, ".nsewdrag")
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cover)
+            x, y = -cover.size["width"] // 4, -cover.size["height"] // 4
+            ActionChains(browser).move_to_element_with_offset(cover, x, y).pause(0.5).click(
+                ).perform()  # fmt: skip
+            return True
+
+        wait_for(partial(unless_remounted, click), 30, "a click on the plot")
     elif what == "point":
         plot = explorer_box(browser, key).find_element(By.CSS_SELECTOR, ".js-plotly-plot")
         browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", plot)
         x, y = browser.execute_script(POINT, plot, name, value)
         ActionChains(browser).move_to_element_with_offset(plot, round(x), round(y)).pause(
             0.5).click().perform()  # fmt: skip
+
+
+def unless_remounted(action) -> bool:
+    """``action()``, or False where the plot it found was mounted again before it acted (a
+    redraw after scrolling changed the page's width): `wait_for` tries again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        return action()
+    except StaleElementReferenceException:
+        return False
 
 
 def kernel_idle(browser) -> bool:
@@ -420,7 +479,7 @@ def check_step(browser, name: str, key: str, start: int, where: str) -> None:
     large = [m for m in messages_since(browser, start) if m[3] > 1_000_000]
     assert not large, f"{where}: messages over 1 MB: {large}"
     assert browser.execute_script(LOGGED) == 0, f"{where}: output in the log console"
-    boxes = browser.execute_script(BOXES, key)
+    boxes = boxes_of(browser, key)
     for left, top, right, bottom in boxes["bars"]:  # the colour strip, title and ticks aside
         assert max(right - left, bottom - top) >= 100, f"{where}: colour bar {boxes}"
     assert_nothing_overlaps(boxes, where)
@@ -456,7 +515,7 @@ def test_every_explorer_draws_the_kernels_figure_after_every_step(tmp_path):
                 browser.set_window_size(window, 1600)  # tall: the whole explorer in view
                 wait_for(partial(page_fits, browser, key), 30, f"{name} to redraw at {window} px")
                 page_equals_kernel(browser, name, key)
-                assert_nothing_overlaps(browser.execute_script(BOXES, key), f"{name} at {window}")
+                assert_nothing_overlaps(boxes_of(browser, key), f"{name} at {window}")
                 browser.execute_script(
                     "arguments[0].scrollIntoView({block: 'start'})", explorer_box(browser, key)
                 )

@@ -149,6 +149,29 @@ def clips() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack([data[i][0] for i in range(4)]), data.labels
 
 
+def depth_target():
+    """What a depth model's map explains: one box's mean depth less another's (32 px images)."""
+    near, far = (vk.targets.box_mask(box, (32, 32)) for box in ((2, 2, 10, 10), (18, 16, 12, 14)))
+    return vk.targets.depth_difference(near, far)
+
+
+@cache
+def depth_saliency():
+    """The input gradient of `depth_target` on a small random-init DPT, and the images shown."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.DPTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16],
+        fusion_hidden_size=16, reassemble_factors=[4, 2],
+    )  # fmt: skip
+    depth = transformers.DPTForDepthEstimation(config).eval()
+    images = sample()[0]
+    result = vk.saliency(depth, images, target=depth_target())
+    return result, vk.viz.display_images(images, depth, mean=(0.5,) * 3, std=(0.5,) * 3)
+
+
 def classes(name: str = "vit_tiny_shapes") -> list[str]:
     return zoo(name)[1]["classes"]
 
@@ -262,7 +285,11 @@ BUILDERS = {
     "cka_heatmap": lambda: vk.viz.cka_heatmap(evolution().cka),
     "feature_evolution_curves": lambda: vk.viz.feature_evolution_curves({"ViT": evolution()}),
     "predictions_figure": lambda: vk.viz.predictions_figure(shown(), predicted()),
-    "saliency_overlay": lambda: vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
+    "saliency_overlay": lambda: [
+        vk.viz.saliency_overlay(gradcam(), shown(), classes=classes()),
+        vk.viz.saliency_overlay(gradcam(), shown(), 1, classes(), region=sample()[2]),
+        vk.viz.saliency_overlay(*depth_saliency(), 0, region=depth_target()),
+    ],
     "sanity_maps": lambda: vk.viz.sanity_maps(sanity_results()[0], shown()),
     "sanity_curves": lambda: vk.viz.sanity_curves(sanity_results()),
     "evaluation_bars": lambda: vk.viz.evaluation_bars(
@@ -318,7 +345,10 @@ BUILDERS = {
             for name, maps in (("gradcam", gradcam()), ("random", torch.rand(4, 32, 32)))
         }
     ),  # fmt: skip
-    "saliency_row": lambda: vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
+    "saliency_row": lambda: [
+        vk.viz.saliency_row(gradcam(), shown(), classes=classes()),
+        vk.viz.saliency_row(*depth_saliency(), region=depth_target()),
+    ],
     "video_saliency": lambda: [
         vk.viz.video_saliency(
             method(model("vivit_shape_clips"), clips()[0], **options),
@@ -328,9 +358,10 @@ BUILDERS = {
         )
         for method, options in ((vk.rollout, {}), (vk.attnlrp, {"target": clips()[1]}))
     ],  # fmt: skip
-    "saliency_side_by_side": lambda: vk.viz.saliency_side_by_side(
-        compare_table(), shown(), classes=classes()
-    ),
+    "saliency_side_by_side": lambda: [
+        vk.viz.saliency_side_by_side(compare_table(), shown(), classes=classes()),
+        vk.viz.saliency_side_by_side(compare_table(), shown(), 2, classes(), sample()[2]),
+    ],
     "mask_figure": lambda: vk.papers.masks.mask_figure(
         next(iter(elm_masks().values())), GRID, (3, 3)
     ),

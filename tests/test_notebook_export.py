@@ -28,6 +28,7 @@ EXPLORERS = {
     "01_cait": ["LayerScaleExplorer"],  # shown before any figure: its copy embeds plotly.js
     "feature_browser": ["FeatureBrowser"],
     "circuit_explorer": ["CircuitExplorer"],
+    "clip_explorers": ["AttentionExplorer", "SaliencyComparer"],
 }
 # a notebook written here: 06_features's browser on a small autoencoder (the shipped notebook
 # trains a larger one for a minute; nbval runs it)
@@ -51,6 +52,15 @@ WRITTEN = {
         "vk.widgets.CircuitExplorer(model, clean[shapes == 0][:4], ring[shapes == 0][:4], "
         'target=0, versus=3, classes=card["classes"], progress=False)',
     ],
+    # the explorers on the zoo's video model: their copies show every frame side by side
+    "clip_explorers": [
+        "import torch\nimport vizkit as vk\nvk.viz.use_exportable_figures()\n"
+        'model, card = vk.zoo.load("vivit_shape_clips")\n'
+        'clips = vk.datasets.ShapeClips("test", n=2)\n'
+        "x = torch.stack([clips[i][0] for i in range(2)])",
+        "explorer = vk.widgets.AttentionExplorer(model, x)\nexplorer.frame.value = 2\nexplorer",
+        'vk.widgets.SaliencyComparer(model, x, methods=["rollout"], progress=False)',
+    ],
 }
 FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a patch")
     "00_quickstart": re.escape("Attention of the class token at layer 3, head mean"),
@@ -61,8 +71,14 @@ FIRST_VIEW = {  # the title of the first explorer's view, as drawn (no "click a 
     # then the chosen node's effect on image 0, in a second line
     "circuit_explorer": r"Circuit of circle vs ring: \d+ edges recover [\d.]+ of the score"
     r"(?:<br>|\\u003cbr\\u003e).*",
+    # the clip's view: no frame in the title (every frame is drawn)
+    "clip_explorers": re.escape("Attention of the class token at layer 1, head mean"),
 }
-FIGURES = {"00_quickstart": 3, "01_cait": 3, "feature_browser": 1, "circuit_explorer": 0}
+# panel titles the copies hold: a clip's explorers draw every frame side by side (the comparer
+# names the method over its first frame)
+PANELS = {"clip_explorers": ['"text":"frame 3"', r"rollout\S{0,40}frame 0"]}  # escaped tags between
+FIGURES = {"00_quickstart": 3, "01_cait": 3, "feature_browser": 1, "circuit_explorer": 0,
+           "clip_explorers": 0}  # fmt: skip
 
 
 def wrapped(pattern: str) -> str:
@@ -118,6 +134,7 @@ def test_exported_notebook_holds_every_figure_and_explorer_view(executed):
         assert re.search(wrapped(FIRST_VIEW[name]).replace("ε", re.escape("\\u03b5")), html), how
         assert not re.search(r"<script[^>]*src=[\"']https?://[^\"']*plot", html)  # not fetched
         assert html.count("plotly.js v") >= 1  # the library itself is embedded
+        assert all(re.search(panel, html) for panel in PANELS.get(name, ())), how
 
 
 # every figure drawn, and which static copies of explorers' views are shown, drawn, and titled

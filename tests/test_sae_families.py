@@ -80,7 +80,7 @@ def test_store_autoencoder_and_splice_on_each_library(make, size, tmp_path):
     result = vk.sae.ablate(model, sae, x, latent)
     assert result.output == ("logits" if score.kl is not None else "embedding")
     if video_input(model) is not None:  # the browser draws images
-        with pytest.raises(ValueError, match="does not take videos yet"):
+        with pytest.raises(ValueError, match=r"FeatureBrowser\(\) does not take videos yet"):
             FeatureBrowser(model, sae, x, top=2)
         return
     browser = FeatureBrowser(model, sae, x, top=2)

@@ -9,26 +9,39 @@ from plotly.subplots import make_subplots
 
 from ..analysis import AttentionResult, Stages
 from ..analysis import attention_stats as stats
+from ..hooks import TokenLayout
 from ..hooks.heads import HeadSpec
 from ..hooks.inputs import check_choice
 from ..hooks.selector import LayerSpec
 from .overlay import heatmap_on_image, opacity_slider, photo
 from .style import ATTENTION_SCALE, finish, map_axes, min_max_scaled
 
-__all__ = ["attention_grid", "attention_stats_figure", "default_query", "query_attention"]
+__all__ = [
+    "attention_grid", "attention_stats_figure", "centre_patch", "default_query", "query_attention",
+]  # fmt: skip
 
 
-def default_query(result: AttentionResult) -> str | tuple[int, int]:
-    """The class token when there is one, else the centre patch."""
+def default_query(result: AttentionResult) -> str | tuple[int, ...]:
+    """The class token when there is one, else the centre patch (`centre_patch`)."""
     if result.layout.class_token and result.query in (None, 0):
         return "cls"
-    gh, gw = result.layout.grid
-    return (gh // 2, gw // 2)
+    return centre_patch(result.layout)
 
 
-def query_label(query: str | tuple[int, int]) -> str:
-    """ "the class token" or "patch (row r, col c)", as the maps' hover names patches."""
-    return "the class token" if query == "cls" else f"patch (row {query[0]}, col {query[1]})"
+def centre_patch(layout: TokenLayout) -> tuple[int, ...]:
+    """The centre patch (row, col) of ``layout``'s grid; a video's (frame, row, col), in its
+    middle token frame."""
+    (gh, gw), frames = layout.grid, layout.frames
+    return (*(() if frames is None else (frames // 2,)), gh // 2, gw // 2)
+
+
+def query_label(query: str | tuple[int, ...]) -> str:
+    """ "the class token" or "patch (row r, col c)", as the maps' hover names patches; a video's
+    patch "patch (frame f, row r, col c)" (f: its token frame)."""
+    if query == "cls":
+        return "the class token"
+    *frame, row, col = query
+    return f"patch ({''.join(f'frame {f}, ' for f in frame)}row {row}, col {col})"
 
 
 def outline_patch(fig: go.Figure, patch: tuple[int, int], grid: tuple[int, int],

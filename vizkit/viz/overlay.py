@@ -112,17 +112,21 @@ def opacity_slider(fig: go.Figure, active: float = OPACITY) -> go.Figure:
     return fig
 
 
-def overlay_grid(cells: Sequence[Sequence[tuple[np.ndarray, Tensor | None]]], **subplots):
-    """A grid of (image, map) cells: each map min-max scaled over its image on one shared
-    saliency colour axis (0..1); a None map shows the image alone. ``subplots`` go to
-    plotly's ``make_subplots`` (titles, spacing)."""
+def overlay_grid(
+    cells: Sequence[Sequence[tuple[np.ndarray, Tensor | None]]], scaled: bool = True, **subplots
+):
+    """A grid of (image, map) cells: each map min-max scaled over its image (``scaled=False``:
+    as given, already in [0, 1], e.g. scaled over a clip) on one shared saliency colour axis
+    (0..1); a None map shows the image alone. ``subplots`` go to plotly's ``make_subplots``
+    (titles, spacing)."""
     fig = make_subplots(rows=len(cells), cols=len(cells[0]), **subplots)
     for r, row in enumerate(cells, start=1):
         for c, (image, values) in enumerate(row, start=1):
             if values is None:
                 traces = [photo(image, hoverinfo="skip")]
             else:
-                traces = heatmap_on_image(image, min_max_scaled(values), coloraxis="coloraxis")
+                shown = min_max_scaled(values) if scaled else values
+                traces = heatmap_on_image(image, shown, coloraxis="coloraxis")
             for trace in traces:
                 fig.add_trace(trace, row=r, col=c)
     map_axes(fig)

@@ -13,6 +13,7 @@ from ..analysis import SaliencyResult
 from ..metrics.registry import METRICS
 from ..metrics.table import SaliencyTable
 from .overlay import heatmap_on_image, opacity_slider, overlay_grid
+from .regions import Region, outline_regions, region_label
 from .style import MIN_FONT_SIZE, finish, map_axes, min_max_scaled
 
 __all__ = ["check_display", "saliency_overlay", "saliency_row", "saliency_side_by_side"]
@@ -23,17 +24,30 @@ def saliency_overlay(
     images: np.ndarray,
     image: int = 0,
     classes: Sequence[str] | None = None,
+    region: Region | None = None,
 ) -> go.Figure:
     """One method's map of one image over it (cividis, min-max per map); the title names the
-    class explained (by name with ``classes``, e.g. a model card's)."""
+    class explained (by name with ``classes``, e.g. a model card's).
+
+    ``region``: what a dense target explains, outlined on the image (`vizkit.viz.regions`): the
+    target itself (``vk.targets.segment(cls, mask)``, ``depth_region``, ``depth_difference``,
+    ``pixel(..., size=)``: its masks, named in the title) or a mask (H, W) / (B, H, W)."""
     check_display(result.maps, images, image)
     fig = go.Figure(
         heatmap_on_image(images[image], _scaled(result, image), name=result.method, value="min-max")
     )
+    if region is not None:
+        outline_regions(fig, region, image, images.shape[1:3])
     map_axes(fig)
     opacity_slider(fig)
     title = f"{result.method} saliency (min-max scaled), image {image}"
-    return finish(fig, title + _explained(result, image, classes), 460)
+    title += _explained(result, image, classes) + _region_line(region, image)
+    return finish(fig, title, 460)
+
+
+def _region_line(region: Region | None, image: int) -> str:
+    """A title's line naming ``region``'s outlines (`region_label`), or ""."""
+    return "" if region is None else f"<br>{region_label(region, image)}"
 
 
 def saliency_side_by_side(
@@ -41,11 +55,13 @@ def saliency_side_by_side(
     images: np.ndarray,
     image: int = 0,
     classes: Sequence[str] | None = None,
+    region: Region | None = None,
 ) -> go.Figure:
     """Every method of a `compare_saliency` table on one image, each map min-max scaled, the
     image's scores in the panel titles (↑/↓: higher/lower is better) and the legend below
     naming only the scores computed; the title names the class explained (by name with
     ``classes``) and warns when the image's prediction is near chance (`SaliencyTable.caution`).
+    ``region``: a dense target's region outlined on every panel, as `saliency_overlay`'s.
     """
     methods = list(table.results)
     if not methods:
@@ -53,7 +69,7 @@ def saliency_side_by_side(
     explaining = [r for r in table.results.values() if r.targets is not None]
     explained = _explained(explaining[0], image, classes) if explaining else ""
     title = f"Saliency methods on image {image}{explained} (maps min-max scaled)"
-    return side_by_side(table, images, image, title)
+    return side_by_side(table, images, image, title + _region_line(region, image), region=region)
 
 
 PANELS_PER_ROW = 6  # more methods wrap onto further rows
@@ -65,10 +81,12 @@ def side_by_side(
     image: int,
     title: str,
     methods: Sequence[str] | None = None,
+    region: Region | None = None,
 ) -> go.Figure:
     """`saliency_side_by_side` under ``title`` (the `SaliencyComparer` numbers its images its
-    own way), with the near-chance warning of ``image`` as a second line; ``methods``: the
-    table's methods to show (default: every one that ran), `PANELS_PER_ROW` to a row."""
+    own way), with the near-chance warning of ``image`` as a further line; ``methods``: the
+    table's methods to show (default: every one that ran), `PANELS_PER_ROW` to a row;
+    ``region``: outlined on every panel (`outline_regions`)."""
     methods = list(table.results) if methods is None else list(methods)
     skipped = [name for name in methods if name not in table.results]
     if skipped or not methods:
@@ -85,6 +103,10 @@ def side_by_side(
     fig = overlay_grid(cells, subplot_titles=titles, horizontal_spacing=0.02,
                        vertical_spacing=(0.3 + 0.04 * lines) / len(rows))  # fmt: skip
     fig.update_annotations(font_size=MIN_FONT_SIZE)  # plotly's 16 px crowds the score lines
+    if region is not None:
+        for k in range(len(methods)):
+            outline_regions(fig, region, image, images.shape[1:3], row=k // columns + 1,
+                            col=k % columns + 1)  # fmt: skip
     opacity_slider(fig)
     fig.add_annotation(
         text=_legend(table), x=0, y=-0.08 / len(rows), xref="paper", yref="paper",
@@ -93,6 +115,7 @@ def side_by_side(
     fig.layout.sliders[0].pad.t += 20  # the opacity slider below that line
     caution = _near_chance(table, image)
     extra = 18 * max(0, lines - 3)  # title lines beyond the three the margin was made for
+    extra += 25 * title.count("<br>")  # the figure's own title lines beyond its first
     finish(fig, title + caution, 480 + 300 * (len(rows) - 1) + (40 if caution else 0) + extra)
     fig.update_layout(margin={"t": (215 if caution else 160) + extra})
     return fig
@@ -108,14 +131,19 @@ def saliency_row(
     images: np.ndarray,
     count: int = 4,
     classes: Sequence[str] | None = None,
+    region: Region | None = None,
 ) -> go.Figure:
     """One method's maps on the first ``count`` images, side by side (min-max scaled); each
-    title names the class explained (by name with ``classes``, e.g. a model card's)."""
+    title names the class explained (by name with ``classes``, e.g. a model card's);
+    ``region``: each image's region outlined on it, as `saliency_overlay`'s."""
     check_display(result.maps, images, 0)
     shown = range(min(count, len(images)))
     titles = [f"image {i}" + _explained(result, i, classes).replace(", ", "<br>") for i in shown]
     fig = _overlay_row([images[i] for i in shown], [result.maps[i] for i in shown], titles)
-    return finish(fig, f"{result.method} saliency (min-max scaled per map)", 400)
+    for i in shown if region is not None else ():
+        outline_regions(fig, region, i, images.shape[1:3], row=1, col=i + 1)
+    title = f"{result.method} saliency (min-max scaled per map)" + _region_line(region, 0)
+    return finish(fig, title, 400)
 
 
 def _explained(result: SaliencyResult, image: int, classes: Sequence[str] | None) -> str:

@@ -110,8 +110,9 @@ class Explorer(ABC):
     CONTROL_HINTS: tuple[str, ...] = ()
 
     def static(self) -> go.Figure:
-        """The current view as a plain plotly Figure, without the title's `CONTROL_HINTS`."""
-        fig = go.Figure(self.figure)
+        """The current view as a plain plotly Figure (`_static_figure`), without the title's
+        `CONTROL_HINTS`."""
+        fig = go.Figure(self._static_figure())
         shown = fig.layout.title.text or ""
         title = shown
         for hint in self.CONTROL_HINTS:
@@ -156,6 +157,11 @@ class Explorer(ABC):
     @abstractmethod
     def _figure(self) -> go.Figure:
         """The figure for the current control values."""
+
+    def _static_figure(self) -> go.Figure:
+        """The figure a static copy shows: the widget's (a clip's explorer shows all its frames
+        side by side instead of the one its frame slider picks)."""
+        return self.figure
 
     def _connect_clicks(self) -> None:  # noqa: B027 (a hook: most explorers have no clicks)
         """Connect click handlers to the figure's traces (after each redraw: it replaces

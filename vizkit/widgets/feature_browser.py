@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from ..concepts.naming import unit_names
 from ..hooks.inputs import check_images
 from ..hooks.scores import is_backbone
+from ..hooks.video import running
 from ..sae import Intervention, SparseAutoencoder, features
 from ..sae.effects import ablation, effects_and_run, steering
 from ..sae.image_outputs import ImageOutputs, TensorCache
@@ -78,7 +79,8 @@ class FeatureBrowser(Explorer):
         self.names = {} if names is None else _latent_names(names, sae)
         self.features = features(sae, store, top=top, progress=False)
         self.features.store.check_images(images)
-        self.images = check_images(model, images)
+        with running(type(self).__name__, videos=False):  # it draws images: a clip is refused
+            self.images = check_images(model, images)
         self.display = display_images(images, model, mean, std)
         self.outputs = ImageOutputs(model, sae, self.images)  # each clean one computed once
         probe = list(range(min(16, len(images))))

@@ -11,14 +11,16 @@ import torch
 from torch import Tensor, nn
 
 from ..hooks import Target
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_images, video_input
 from ..hooks.scores import is_score_target, model_logits, require_class_logits, select_images
+from ..hooks.video import running
 from ..metrics import compare_saliency, evaluate, road, sanity_check
 from ..viz import display_images
 from ..viz.evaluation import curve_comparison, evaluation_bars
 from ..viz.fit import COLORBAR_PX
-from ..viz.saliency import side_by_side
+from ..viz.saliency import PANELS_PER_ROW, side_by_side
 from ..viz.sanity import sanity_maps
+from .clip_saliency import NO_SCORES, clip_maps, clip_methods, clips_figure, frame_figure
 from .explorer import Explorer
 from .redraw import PLOTLY_WIDTH
 
@@ -28,6 +30,7 @@ VIEWS = ["maps", "ROAD curves", "sanity check", "all images"]
 # the narrowest panels at the figure's width: a metric's bars (a title such as
 # "relevance_mass_accuracy ↑" at 12 px), a sanity map (its title's longest word)
 EVALUATION_PANEL_PX, SANITY_PANEL_PX = 175, 85
+CLIP_PANEL_PX = 150  # a clip's frame with a method's map, its title's name on one line
 
 
 class SaliencyComparer(Explorer):
@@ -37,8 +40,16 @@ class SaliencyComparer(Explorer):
     first visit, with a progress bar (and a line beside the slider saying what is being scored,
     then what it cost), and cached; revisiting only redraws.
 
+    A video model's clips (B, T, C, H, W) get a "frame" slider instead of the view buttons:
+    the methods that take clips map the clip once, each map min-max scaled over the whole clip
+    (so frames compare), drawn over the chosen frame (a token frame's map over each frame of its
+    tubelet), with each frame's share of the clip's |map| in the panel titles; the static copy
+    shows every frame side by side, a row per method. The metrics do not take clips yet, so
+    there are no scores, ROAD curves, sanity checks or evaluation (the status line says so).
+
     Args:
-        images: (B, C, H, W) normalized for the model; masks: (B, H, W) bool object masks.
+        images: (B, C, H, W) normalized for the model (a video model's clips (B, T, C, H, W));
+            masks: (B, H, W) bool object masks (images only).
         methods: names of `vizkit.methods.METHODS`, "all" (every registered method) or
             "default" (the registry's defaults, `vizkit.methods.default_methods`, as the
             report). The ``method`` menu switches between all of them side by side and one;
@@ -71,9 +82,16 @@ class SaliencyComparer(Explorer):
         target: Target = None,
     ) -> None:
         super().__init__()
-        self.model, self.images = model, check_images(model, images)
+        self.video = video_input(model) is not None
+        with running(type(self).__name__, videos=True):  # each method says if it takes clips
+            self.model, self.images = model, check_images(model, images)
         require_class_logits(model, target)
         self.target = torch.as_tensor(target) if isinstance(target, list | tuple) else target
+        if self.video and masks is not None:
+            raise ValueError(
+                "masks score maps against objects, and the metrics do not take clips yet: "
+                "leave masks out for a video model."
+            )
         if masks is not None and tuple(masks.shape) != (len(images), *images.shape[-2:]):
             raise ValueError(
                 f"masks must be (B, H, W) = ({len(images)}, {images.shape[-2]}, "
@@ -81,15 +99,36 @@ class SaliencyComparer(Explorer):
             )
         self.masks = masks
         self.methods = _resolve_names(model, methods)
-        self.display = display_images(images, model, mean, std)
+        if self.video:
+            self.methods = clip_methods(self.methods, methods not in ("all", "default"))
+        self.display = display_images(images, model, mean, std)  # (B, [T,] H, W, 3)
         self.steps, self.progress = steps, progress
-        self.image = widgets.IntSlider(0, 0, len(images) - 1, description="image")
+        self.image = widgets.IntSlider(
+            0, 0, len(images) - 1, description="clip" if self.video else "image"
+        )
         self.method = widgets.Dropdown(options=["all", *self.methods], description="method")
         self.view = widgets.ToggleButtons(options=VIEWS, description="view")
         self.status = widgets.Label()  # what scoring is under way, or what it cost
-        self.controls = [self.image, self.method, self.view, self.status]
-        self._observe(self.image, self.method, self.view)
+        # a clip: a frame slider; the views other than "maps" score, so none but it is offered
+        self.frame = widgets.IntSlider(0, 0, images.shape[1] - 1, description="frame") if (
+            self.video) else None  # fmt: skip
+        chosen = [self.frame, self.method] if self.video else [self.method, self.view]
+        if self.video:  # a row of its own: what a clip's view leaves out, and any skipped
+            self.status.layout.grid_area = "auto / 1 / auto / -1"
+        self.controls = [self.image, *chosen, self.status]
+        self._observe(self.image, *chosen)
         self.refresh()
+
+    def clip_maps(self, clip: int) -> tuple[dict, dict[str, str]]:
+        """A video model's clip ``clip``: each method's `SaliencyResult`, and why the methods
+        left out could not run (computed on first use)."""
+
+        def run():
+            self.status.value = f"computing {len(self.methods)} methods' maps of clip {clip}…"
+            x = self.images[clip : clip + 1]
+            return clip_maps(self.model, x, self.methods, self._target_of(clip))
+
+        return self.cached((clip, "clip"), run)
 
     def table(self, image: int):
         """The `SaliencyTable` of one image (computed on first use)."""
@@ -163,8 +202,36 @@ class SaliencyComparer(Explorer):
         plot = (self._plot.width or PLOTLY_WIDTH) - 70 - beside
         return max(1, min(most, plot // panel))
 
+    def _shown_maps(self) -> tuple[dict, str]:
+        """A clip's maps of the method chosen (or all), and the title over them."""
+        i, chosen = self.image.value, self.method.value
+        results, notes = self.clip_maps(i)
+        self.status.value = NO_SCORES
+        if chosen != "all" and chosen not in results:
+            self.status.value += f"; {chosen} skipped: {notes.get(chosen, '')}"
+            chosen = "all"
+        elif chosen == "all" and notes:
+            self.status.value += f"; skipped: {', '.join(notes)}"
+        if not results:
+            raise ValueError(f"No method could map clip {i}: {notes}")
+        what = "Saliency methods" if chosen == "all" else chosen
+        return (results if chosen == "all" else {chosen: results[chosen]}), f"{what} on clip {i}"
+
+    def _static_figure(self) -> go.Figure:
+        """A clip's frames side by side, a row per method; an image's view as the widget."""
+        if not self.video:
+            return self.figure
+        results, title = self._shown_maps()
+        return clips_figure(self.display[self.image.value], results, title)
+
     def _figure(self) -> go.Figure:
         i = self.image.value
+        if self.video:
+            results, title = self._shown_maps()
+            frame, count = self.frame.value, self.images.shape[1]
+            title += f", frame {frame} of {count}"
+            per_row = self._per_row(CLIP_PANEL_PX, PANELS_PER_ROW)
+            return frame_figure(self.display[i], results, frame, title, per_row)
         refused = ""
         if self.view.value == "all images":
             try:
