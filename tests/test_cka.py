@@ -308,7 +308,7 @@ def test_cka_matrix_errors_are_clear(cait):
         )
     with pytest.raises(ValueError, match="No default layers"):
         cka_matrix(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)), x, progress=False)
-    with pytest.raises(TypeError, match="image tensor"):
+    with pytest.raises(TypeError, match=r"a tensor of images \(B, C, H, W\)"):
         cka_matrix(model, [[1, 2]], progress=False)
     with pytest.raises(ValueError, match="data was empty"):
         cka_matrix(model, [], progress=False)
