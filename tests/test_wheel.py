@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE_MODELS = ("vit_tiny_shapes", "cait_tiny_shapes", "resnet_tiny_shapes", "vit_tiny_digits",
-               "vit_tiny_shapes_random_labels", "clip_shapes", "vivit_shape_clips")  # fmt: skip
+               "vit_tiny_shapes_random_labels", "clip_shapes", "vivit_shape_clips",
+               "dpt_shape_masks")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """The model zoo: trained checkpoints, a safetensors file and a JSON card each.
 
 The core models (``vit_tiny_shapes``, ``cait_tiny_shapes``, ``resnet_tiny_shapes``,
-``vit_tiny_digits``, the text-image ``clip_shapes``) ship inside the package
+``vit_tiny_digits``, the text-image ``clip_shapes``, the video ``vivit_shape_clips``, the
+segmentation ``dpt_shape_masks``) ship inside the package
 (``vizkit/zoo_models/``), so an installed wheel has them; the paper-study checkpoints live in
 the repository's ``models/`` folder, found when vizkit runs from the checkout or when
 ``$VIZKIT_MODELS`` points there.
@@ -27,6 +28,7 @@ from torch import nn
 
 from .models.libraries import is_library_spec, load_library_model
 from .models.names import create_timm_model, did_you_mean
+from .models.segmentation import SEGMENTATION_BUILDERS
 from .models.text_image import BUILDERS
 from .models.video import VIDEO_BUILDERS
 
@@ -287,8 +289,8 @@ def _load_carded(file: Path) -> tuple[nn.Module, dict]:
             f"--checkpoint {file}."
         )
     info = _read_card(card_file, ["architecture", "kwargs", "sha256"])
-    builder = {**BUILDERS, **VIDEO_BUILDERS}.get(info["architecture"])
-    if builder is not None:  # a zoo architecture of vizkit's own (text-image, video)
+    builder = {**BUILDERS, **VIDEO_BUILDERS, **SEGMENTATION_BUILDERS}.get(info["architecture"])
+    if builder is not None:  # a zoo architecture of vizkit's own (text-image, video, dense)
         model = builder(**info["kwargs"])
     else:
         model = timm.create_model(

@@ -1,5 +1,6 @@
-"""Data: generated shapes with masks, real images that ship inside packages, the user's own
-images (`load_images`: files, folders, PIL images, arrays) and videos (`load_video`)."""
+"""Data: generated shapes with masks (also as a segmentation set, `ShapeMasks`), real images
+that ship inside packages, the user's own images (`load_images`: files, folders, PIL images,
+arrays) and videos (`load_video`)."""
 
 from .batch import DATA_SOURCES as DATA_SOURCES
 from .batch import Batch as Batch
@@ -13,6 +14,8 @@ from .shape_clips import CLIP_CLASSES as CLIP_CLASSES
 from .shape_clips import ShapeClips as ShapeClips
 from .shape_clips import render_shape_clips as render_shape_clips
 from .shape_clips import shape_clips as shape_clips
+from .shape_masks import MASK_CLASSES as MASK_CLASSES
+from .shape_masks import ShapeMasks as ShapeMasks
 from .shapes import SHAPE_CLASSES as SHAPE_CLASSES
 from .shapes import Shapes as Shapes
 from .shapes import counterfactual_shapes as counterfactual_shapes
@@ -26,6 +29,7 @@ from .user_videos import load_video as load_video
 __all__ = [
     "CLIP_CLASSES",
     "DATA_SOURCES",
+    "MASK_CLASSES",
     "SHAPE_CLASSES",
     "Batch",
     "Digits",
@@ -34,6 +38,7 @@ __all__ = [
     "LoadedVideos",
     "Preprocessing",
     "ShapeClips",
+    "ShapeMasks",
     "Shapes",
     "counterfactual_shapes",
     "digit_images",

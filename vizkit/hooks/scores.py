@@ -267,8 +267,10 @@ def is_dense(model: nn.Module) -> bool:
     (``dense_output = True``: `vizkit.models.PromptedMasks`)."""
     name = type(model).__name__
     transformers = type(model).__module__.startswith("transformers.")
-    return getattr(model, "dense_output", False) is True or transformers and (
-        any(head in name for head in _DENSE_HEADS) or name in _MASK_MODELS
+    return (
+        getattr(model, "dense_output", False) is True
+        or transformers
+        and (any(head in name for head in _DENSE_HEADS) or name in _MASK_MODELS)
     )
 
 

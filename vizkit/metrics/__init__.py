@@ -20,6 +20,7 @@ from .localization import pointing_game as pointing_game
 from .localization import relevance_mass_accuracy as relevance_mass_accuracy
 from .localization import relevance_rank_accuracy as relevance_rank_accuracy
 from .localization import top_iou as top_iou
+from .object_shares import mask_shares as mask_shares
 from .registry import METRICS as METRICS
 from .registry import Metric as Metric
 from .registry import ScoredBatch as ScoredBatch
@@ -42,6 +43,7 @@ __all__ = [
     "data_randomization",
     "faithfulness_correlation",
     "increase_in_confidence",
+    "mask_shares",
     "max_sensitivity",
     "relevance_mass_accuracy",
     "relevance_rank_accuracy",

@@ -1,11 +1,13 @@
 """Recipes: one declarative JSON file per zoo model; `run_recipe` trains it and writes the
 checkpoint (.safetensors), the card (.json, with the history) into the zoo folder.
 
-A recipe holds ``name``, ``architecture`` (a timm name, or vizkit's video architecture of
-`vizkit.models.video.VIDEO_BUILDERS`), ``kwargs`` for it, ``data`` ("shapes", "digits" or
-"shape_clips"), ``train`` (fields of `TrainConfig`) and optionally ``init``: names from
-`vizkit.train.inits.INITS` applied to the freshly built model, and ``track``: names from
-`vizkit.train.callbacks.TRACKERS` recorded in the history every epoch (default: all of them).
+A recipe holds ``name``, ``architecture`` (a timm name, or one of vizkit's own: the video
+architecture of `vizkit.models.video.VIDEO_BUILDERS`, the segmentation one of
+`vizkit.models.segmentation.SEGMENTATION_BUILDERS`), ``kwargs`` for it, ``data`` ("shapes",
+"digits", "shape_clips" or "shape_masks", whose labels are per pixel), ``train`` (fields of
+`TrainConfig`) and optionally ``init``: names from `vizkit.train.inits.INITS` applied to the
+freshly built model, and ``track``: names from `vizkit.train.callbacks.TRACKERS` recorded in
+the history every epoch (default: all of them).
 A recipe with ``"objective": "contrastive"`` trains a text-image model of
 `vizkit.models.text_image.BUILDERS` on Shapes captions instead (``train``: fields of
 `ContrastiveConfig`; `vizkit.train.text_image_recipe`).
@@ -29,6 +31,8 @@ from torch.utils.data import Dataset, TensorDataset
 from .. import zoo
 from ..datasets import Digits, Shapes, load_sample
 from ..datasets.shape_clips import ShapeClips
+from ..datasets.shape_masks import ShapeMasks, sample_masks
+from ..models.segmentation import SEGMENTATION_BUILDERS
 from ..models.text_image import BUILDERS, shapes_zero_shot
 from ..models.video import VIDEO_BUILDERS
 from ..runs import replaced_whole
@@ -49,7 +53,13 @@ __all__ = [
     "write_models_readme",
 ]
 
-DATASETS = {"shapes": Shapes, "digits": Digits, "shape_clips": ShapeClips}
+DATASETS = {
+    "shapes": Shapes,
+    "digits": Digits,
+    "shape_clips": ShapeClips,
+    "shape_masks": ShapeMasks,
+}
+ARCHITECTURES = {**VIDEO_BUILDERS, **SEGMENTATION_BUILDERS}  # vizkit's own, by recipe name
 _CONFIGS = {"classification": TrainConfig, "contrastive": ContrastiveConfig}
 _FIELDS = {"name": str, "architecture": str, "kwargs": dict, "data": str, "train": dict}
 _OPTIONAL = {"init": list, "track": list, "randomized_labels": dict, "objective": str}
@@ -106,6 +116,12 @@ def load_recipe(recipe: str | Path) -> dict:
         raise ValueError(
             f"Recipe {file}: a contrastive recipe trains a text-image model of vizkit's "
             f"({sorted(BUILDERS)}) on Shapes captions (data 'shapes')."
+        )
+    if (spec["data"] == "shape_masks") != (spec["architecture"] in SEGMENTATION_BUILDERS):
+        raise ValueError(
+            f"Recipe {file}: data 'shape_masks' (labels per pixel) trains a segmentation "
+            f"architecture ({sorted(SEGMENTATION_BUILDERS)}), and those train on it only; got "
+            f"architecture {spec['architecture']!r} with data {spec['data']!r}."
         )
     _check_train(spec["train"], file, _CONFIGS[objective])
     return spec
@@ -180,7 +196,8 @@ def run_recipe(
             "sample_accuracy": sample_accuracy(classifier, spec["data"]),
             "parameters": sum(p.numel() for p in model.parameters()),
             "training_seconds": round(seconds, 1),
-            "trained_on": f"{_machine(device)}, torch {torch.__version__}, timm {timm.__version__}",
+            "trained_on": f"{_machine(device, config.threads)}, torch {torch.__version__}, "
+            f"timm {timm.__version__}",
             "sha256": zoo.sha256(weights_part),
             "history": history,
         }
@@ -193,15 +210,15 @@ def run_recipe(
 def _train_classifier(
     spec: dict, config: TrainConfig, progress: bool, device: str
 ) -> tuple[nn.Module, list[dict], dict]:
-    """Train a classification recipe: (the model on the CPU, its history, its card's own
-    fields)."""
+    """Train a classification recipe (a segmentation one where the data's labels are per
+    pixel): (the model on the CPU, its history, its card's own fields)."""
     dataset = DATASETS[spec["data"]]
     train_data, test_data = dataset("train"), dataset("test")
     if "randomized_labels" in spec:  # the data-randomization test (Adebayo et al. 2018, 3.2)
         train_data = RandomizedLabels(train_data, **spec["randomized_labels"])
     torch.manual_seed(config.seed)
-    if spec["architecture"] in VIDEO_BUILDERS:
-        model = VIDEO_BUILDERS[spec["architecture"]](**spec["kwargs"])
+    if spec["architecture"] in ARCHITECTURES:
+        model = ARCHITECTURES[spec["architecture"]](**spec["kwargs"])
     else:
         model = timm.create_model(spec["architecture"], **spec["kwargs"])
     for init in spec.get("init", []):
@@ -230,7 +247,8 @@ def _train_classifier(
         },  # fmt: skip
         "init": spec.get("init", []),
         "track": tracked,
-        "test_accuracy": history[-1]["test_accuracy"],
+        "test_accuracy": history[-1]["test_accuracy"],  # per pixel for a segmentation set
+        **({"test_miou": history[-1]["test_miou"]} if "test_miou" in history[-1] else {}),
     }
     return model.cpu(), history, card
 
@@ -281,12 +299,12 @@ def _model_files(folder: Path, name: str) -> tuple[Path, Path]:
     return folder / f"{name}.safetensors", folder / f"{name}.json"
 
 
-def _machine(device: str) -> str:
-    """``"x86_64, 2 threads"`` on the CPU, ``"cuda (NVIDIA H100 80GB HBM3)"`` on a GPU, else
-    the device's name."""
+def _machine(device: str, threads: int | None = None) -> str:
+    """``"x86_64, 2 threads"`` on the CPU (the ``threads`` training ran with, default the
+    process's), ``"cuda (NVIDIA H100 80GB HBM3)"`` on a GPU, else the device's name."""
     kind = torch.device(device).type
     if kind == "cpu":
-        return f"{platform.machine()}, {torch.get_num_threads()} threads"
+        return f"{platform.machine()}, {threads or torch.get_num_threads()} threads"
     if kind == "cuda":
         return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
     return device
@@ -294,10 +312,12 @@ def _machine(device: str) -> str:
 
 def sample_accuracy(model: torch.nn.Module, data: str) -> float:
     """Accuracy on the committed sample (``vizkit/datasets/shapes_sample.npz``; for digits,
-    the test split; for Shape clips, the first 64 of the test split): what the shipped-model
-    tests reproduce exactly."""
+    the test split; for Shape clips, the first 64 of the test split; for Shape masks, the
+    sample's pixels): what the shipped-model tests reproduce exactly."""
     if data == "shape_clips":
         sample = ShapeClips("test", n=64)
+    elif data == "shape_masks":
+        sample = TensorDataset(*sample_masks()[:2])
     else:
         sample = Digits("test") if data == "digits" else TensorDataset(*load_sample()[:2])
     return loss_and_accuracy(model, sample)["accuracy"]

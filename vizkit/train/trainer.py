@@ -1,4 +1,6 @@
-"""A small, readable trainer: AdamW, warm-up + cosine schedule, label smoothing, callbacks."""
+"""A small, readable trainer: AdamW, warm-up + cosine schedule, label smoothing, callbacks.
+Classification, or segmentation where the data's labels are (H, W) maps (`vizkit.train.dense`:
+per-pixel cross-entropy, mean IoU and pixel accuracy)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..hooks.scores import model_logits
+from .dense import is_dense_data, pixel_cross_entropy, pixel_logits, segmentation_scores
 from .mixing import mix_batch, mixed_cross_entropy
 
 __all__ = ["Callback", "TrainConfig", "loss_and_accuracy", "train"]
@@ -90,7 +93,11 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 
 @torch.no_grad()
 def loss_and_accuracy(model: nn.Module, data: Dataset, batch_size: int = 500) -> dict:
-    """Mean cross-entropy and accuracy of ``model`` on ``data`` (items (image, label, ...))."""
+    """Mean cross-entropy and accuracy of ``model`` on ``data`` (items (image, label, ...));
+    per pixel, with the mean IoU ("miou"), where the labels are (H, W) maps
+    (`vizkit.train.dense.segmentation_scores`)."""
+    if is_dense_data(data):
+        return segmentation_scores(model, data, batch_size)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -115,12 +122,24 @@ def train(
 ) -> list[dict]:
     """Train ``model`` in place; evaluate on ``test_data`` after every epoch.
 
+    Data whose items' labels are (H, W) maps train a segmentation model: the loss is the
+    per-pixel cross-entropy of its logits resized bilinearly to the labels (as transformers'
+    post-processing resizes them to the image; `vizkit.train.dense`), the accuracies are per
+    pixel and the history adds the test mean IoU ("test_miou").
+
     Returns:
         the history: one dict per epoch with train/test loss and accuracy, learning rate,
         seconds, and whatever each callback returned for that epoch.
     """
     if len(train_data) == 0 or len(test_data) == 0:
         raise ValueError("train_data and test_data must both hold at least one sample.")
+    moved = [n for n in ("augment", "mixup", "cutmix") if getattr(config, n)]
+    if moved and is_dense_data(train_data):
+        raise ValueError(
+            f"{', '.join(moved)} move or mix the images but not their pixel labels, so a "
+            "segmentation data set (labels (H, W) per image) cannot take them: set "
+            f"{', '.join(moved)} off (false, 0) in the recipe's train."
+        )
     previous_threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -156,6 +175,7 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
     warmup = max(1, round(config.warmup_epochs * len(loader)))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, total, warmup))
     eval_batch = next(iter(DataLoader(test_data, batch_size=min(64, len(test_data)))))[0]
+    dense = is_dense_data(train_data)
     history: list[dict] = []
     for epoch in range(config.epochs):
         start = time.perf_counter()
@@ -173,15 +193,20 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
                     images, labels, config.mixup, config.cutmix, generator
                 )
             images, labels, partners = images.to(device), labels.to(device), partners.to(device)
-            logits = model_logits(model(images))
-            loss = mixed_cross_entropy(logits, labels, partners, lam, config.label_smoothing)
+            if dense:  # per pixel: the logits at the labels' size, (B, K, H, W)
+                logits = pixel_logits(model(images), tuple(labels.shape[-2:]))
+                loss = pixel_cross_entropy(logits, labels, config.label_smoothing)
+                logits = logits.detach().movedim(1, -1)  # (B, H, W, K): argmax(-1) per pixel
+            else:
+                logits = model_logits(model(images))
+                loss = mixed_cross_entropy(logits, labels, partners, lam, config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             schedule.step()
-            loss_sum += loss.item() * len(labels)
+            loss_sum += loss.item() * labels.numel()
             correct += (logits.argmax(-1) == (labels if lam >= 0.5 else partners)).sum().item()
-            count += len(labels)
+            count += labels.numel()
             bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{correct / count:.3f}")
         test = loss_and_accuracy(model, test_data, config.eval_batch_size)
         record = {
@@ -190,6 +215,7 @@ def _run(model, train_data, test_data, config, callbacks, progress) -> list[dict
             "train_accuracy": correct / count,
             "test_loss": test["loss"],
             "test_accuracy": test["accuracy"],
+            **({"test_miou": test["miou"]} if dense else {}),
             "lr": optimizer.param_groups[0]["lr"],
             "seconds": time.perf_counter() - start,
         }
