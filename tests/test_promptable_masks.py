@@ -118,6 +118,9 @@ def test_a_class_index_is_refused_with_a_fix_that_works():
         assert result.maps.shape == (2, 64, 64) and float(result.maps.abs().sum()) > 0
     with pytest.raises(ValueError, match=r"pred_masks \(B, P, M, h, w\).*prompted_masks"):
         vk.targets.mask_logit()(torch.zeros(2, 3, 8, 8))
+    embedding = transformers.modeling_outputs.BaseModelOutput(last_hidden_state=x)
+    with pytest.raises(ValueError, match="class logits .* the model gave BaseModelOutput"):
+        vk.targets.segment(1)(embedding)  # a backbone's output: its type named, not None's
     with pytest.raises(ValueError, match="Give the prompt"):
         vk.models.prompted_masks(model)
     with pytest.raises(ValueError, match=r"points must be \(n, 2\)"):

@@ -56,6 +56,14 @@ def _field(output: object, name: str) -> object:
     return output.get(name) if isinstance(output, dict) else getattr(output, name, None)
 
 
+def _described(found: object, output: object) -> object:
+    """What a dense target found: its shape, or the type of the output it was looked for in
+    (a transformers output without that field holds None there)."""
+    if isinstance(found, Tensor):
+        return tuple(found.shape)
+    return type(output if found is None else found).__name__
+
+
 def query_class_scores(output: object) -> Tensor | None:
     """(B, K, h, w) per-pixel class scores of a mask-classification model (Mask2Former, Cheng
     et al. 2022, "Masked-attention Mask Transformer for Universal Image Segmentation", Sec. 3;
@@ -78,7 +86,7 @@ def dense_logits(output: object) -> Tensor:
         return scores
     found = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", output)
     if not isinstance(found, Tensor) or found.ndim != 4:
-        shape = tuple(found.shape) if isinstance(found, Tensor) else type(found).__name__
+        shape = _described(found, output)
         raise ValueError(
             f"A segmentation target needs per-pixel class logits (B, K, h, w); the model gave "
             f"{shape}. A depth model's output takes vk.targets.depth_region(mask)."
@@ -95,7 +103,7 @@ def depth_of(output: object) -> Tensor:
     if isinstance(found, Tensor) and found.ndim == 4 and found.shape[1] == 1:
         found = found[:, 0]
     if not isinstance(found, Tensor) or found.ndim != 3:
-        shape = tuple(found.shape) if isinstance(found, Tensor) else type(found).__name__
+        shape = _described(found, output)
         raise ValueError(
             f"A depth target needs a per-pixel depth (B, h, w); the model gave {shape}. A "
             "segmentation model's output takes vk.targets.segment(class, mask)."
@@ -113,7 +121,7 @@ def masks_of(output: object) -> Tensor:
     if found is None and isinstance(queries, Tensor):
         found = queries[:, None]
     if not isinstance(found, Tensor) or found.ndim != 5:
-        shape = tuple(found.shape) if isinstance(found, Tensor) else type(output).__name__
+        shape = _described(found, output)
         raise ValueError(
             f"A mask target needs a promptable mask model's pred_masks (B, P, M, h, w); the "
             f"model gave {shape}. Give SAM 2 its prompt with vk.models.prompted_masks(model, "
