@@ -165,9 +165,8 @@ def test_analyses_without_a_frame_axis_refuse_videos_by_name():
     model, x = build("vivit"), clips()
     assert {"attention", "rollout", "gradcam", "eigencam"} <= VIDEO_ANALYSES
     for call in (
-        lambda: vk.occlusion(model, x, target=0),
-        lambda: vk.scorecam(model, x, target=0),
-        lambda: vk.token_norms(model, x),
+        lambda: vk.class_attention(model, x),
+        lambda: vk.activation_patching(model, x, x.flip(0), target=0, progress=False),
     ):
         with pytest.raises(ValueError, match=r"does not take videos yet.*attention, .*rollout"):
             call()
@@ -200,11 +199,13 @@ def test_frame_shares_by_hand():
         vk.SaliencyResult(torch.rand(1, 2, 2), "m", (16, 16)).frame_shares()
 
 
-def test_metrics_refuse_a_videos_maps_rather_than_score_one_frame():
+def test_metrics_refuse_a_videos_maps_for_images_rather_than_score_one_frame():
     layout = vk.TokenLayout(1, (4, 4), True, frames=2)
     result = vk.SaliencyResult(torch.rand(2, 2, 4, 4), "m", (32, 32), layout=layout)
     model = vk.create_model("test_vit")
-    with pytest.raises(ValueError, match=r"a video's \(B, 2, h, w\).*do not take videos"):
+    with pytest.raises(
+        ValueError, match=r"video's \(B, 2, h, w\), but .* against images \(B, C, H, W\)"
+    ):
         vk.metrics.deletion(model, torch.randn(2, 3, 32, 32), result, steps=2, progress=False)
 
 

@@ -64,13 +64,53 @@ def _target_share(result: vk.SaliencyResult) -> torch.Tensor:
 @pytest.mark.parametrize("method", list(CONCENTRATED))
 def test_maps_concentrate_on_the_frames_that_decide(planted, method):
     model, x, labels = planted
-    torch.manual_seed(0)
-    random = vivit_clips(num_labels=4, **{k: v for k, v in vk.zoo.card("vivit_shape_clips")[
-        "kwargs"].items() if k != "num_labels"}).eval()  # fmt: skip
+    random = _random_vivit()
     options = CONCENTRATED[method] | ({} if method == "rollout" else {"target": labels})
     trained = _target_share(getattr(vk, method)(model, x, **options)).median()
     untrained = _target_share(getattr(vk, method)(random, x, **options)).median()
     assert trained > 0.7 and trained > untrained + 0.15, (trained, untrained)
+
+
+def _random_vivit() -> torch.nn.Module:
+    """The zoo model's architecture with random weights (seed 0)."""
+    torch.manual_seed(0)
+    kwargs = vk.zoo.card("vivit_shape_clips")["kwargs"]
+    return vivit_clips(
+        num_labels=4, **{k: v for k, v in kwargs.items() if k != "num_labels"}
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def object_masks(planted):
+    """(48, T, H, W) the target object's pixels in each frame of the planted clips (in the
+    target frames only: the decoys are not the object)."""
+    data = ShapeClips("test", n=96)
+    masks = torch.stack([data[i][2] for i in range(len(data))])[data.labels > 0][:48]
+    assert masks[:, [0, 1]].sum() == 0 and bool(masks[:, [2, 3]].flatten(2).any(2).all())
+    return masks
+
+
+def test_maps_lie_on_the_object_and_delete_the_class_first(planted, object_masks):
+    """Localization against the object's masks of every frame, and deletion over space-time
+    units (measured 2026-12-07: energy in the mask, median over 48 clips, rollout 0.24 and
+    AttnLRP 0.51 against the random model's 0.08 and 0.11; AttnLRP's pointing game 0.96
+    against 0.44; deletion AUC of AttnLRP 0.06 against random maps' 0.46)."""
+    model, x, labels = planted
+    random = _random_vivit()
+    for method, options in (("rollout", {}), ("attnlrp", {"target": labels})):
+        trained = vk.metrics.energy_in_mask(getattr(vk, method)(model, x, **options),
+                                            object_masks).median()  # fmt: skip
+        untrained = vk.metrics.energy_in_mask(getattr(vk, method)(random, x, **options),
+                                              object_masks).median()  # fmt: skip
+        assert trained > 0.15 and trained > 2 * untrained, (method, trained, untrained)
+    maps = vk.attnlrp(model, x[:16], target=labels[:16])
+    assert vk.metrics.pointing_game(maps, object_masks[:16]).mean() > 0.75
+    curve = vk.metrics.deletion(model, x[:16], maps, steps=8, progress=False)
+    noise = torch.rand(maps.maps.shape, generator=torch.Generator().manual_seed(0))
+    chance = vk.SaliencyResult(noise, "random", maps.image_size, frames=maps.frames)
+    chance_curve = vk.metrics.deletion(model, x[:16], chance, target=labels[:16], steps=8,
+                                       progress=False)  # fmt: skip
+    assert curve.auc.median() < chance_curve.auc.median() - 0.2
 
 
 def test_the_clip_figure_shows_each_token_frame_over_its_tubelet(planted):

@@ -29,6 +29,7 @@ __all__ = [
     "ResumedForward",
     "UNDECIDED",
     "block_calls",
+    "contracted_layer_run",
     "layer_run",
     "output_tensor",
     "proved_run",
@@ -78,9 +79,17 @@ def layer_run(
     """One forward of images x (B, C, H, W) without gradients: the model's output, the
     activation ``layer`` and the `ResumedForward` from it, where this run proves it gives
     ``read`` of the output (default `output_tensor`; a ``read`` that is no tensor: no path)."""
-    with torch.no_grad(), block_calls(model, layer) as calls:
-        output, cache = model.run_with_cache(x, layer)
-    return proved_run(model, x, layer, calls, output, cache[layer], read)
+    return contracted_layer_run(model, x, layer, read)
+
+
+def contracted_layer_run(
+    hm: HookedModel, x: Tensor, layer: str, read: Callable[[object], Tensor] | None = None
+) -> LayerRun:
+    """`layer_run` inside the caller's own analysis contract (which holds the model and says
+    whether a video model's clips (B, T, C, H, W) are taken; `layer_run`'s refuses them)."""
+    with torch.no_grad(), block_calls(hm, layer) as calls:
+        output, cache = hm.run_with_cache(x, layer)
+    return proved_run(hm, x, layer, calls, output, cache[layer], read)
 
 
 @contextlib.contextmanager

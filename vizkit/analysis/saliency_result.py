@@ -17,6 +17,7 @@ __all__ = [
     "SaliencyResult",
     "check_maps_fit",
     "constant_maps",
+    "frame_maps",
     "min_max",
     "rank_descending",
     "saliency_maps",
@@ -24,15 +25,26 @@ __all__ = [
 
 
 def check_maps_fit(
-    maps: Tensor, batch: int, image_size: tuple[int, int], of: str = "images"
+    maps: Tensor,
+    batch: int,
+    image_size: tuple[int, int],
+    of: str = "images",
+    frames: int | None = None,
 ) -> None:
     """Raise unless ``maps`` is a real (batch, h, w) tensor, batch >= 1, with h and w dividing
-    ``image_size`` (H, W) of the ``of`` ("images" or "masks") they are scored against."""
-    check_maps("saliency maps", maps)
+    ``image_size`` (H, W) of the ``of`` ("images" or "masks") they are scored against; for clips
+    of ``frames`` T frames, (batch, F, h, w) with F dividing T (token frames or frames)."""
+    axes = "(B, h, w)" if frames is None else "(B, F, h, w)"
+    check_maps("saliency maps", maps, axes, ndim=3 if frames is None else 4)
     if len(maps) != batch:
         raise ValueError(
-            f"Expected {batch} saliency maps (B={batch}, h, w) for the {of}; got "
+            f"Expected {batch} saliency maps (B={batch}, {axes[4:]} for the {of}; got "
             f"{tuple(maps.shape)}. Pass one map per image, in the order of the {of}."
+        )
+    if frames is not None and frames % maps.shape[1]:
+        raise ValueError(
+            f"Saliency maps of {maps.shape[1]} frames do not tile clips of {frames} frames; "
+            "pass maps of the clips' frames or of the model's token frames."
         )
     (h, w), (height, width) = maps.shape[-2:], image_size
     if height % h or width % w:
@@ -48,20 +60,19 @@ def saliency_maps(
     image_size: tuple[int, int],
     of: str = "images",
     allow_constant: bool = False,
+    frames: int | None = None,
 ) -> Tensor:
     """The maps (B, h, w) of ``saliency``, checked for scoring against ``batch`` ``of`` ("images"
     or "masks") of ``image_size`` (H, W): shapes as in `check_maps_fit`, a SaliencyResult's
     ``image_size`` equal to (H, W), every value finite (NaN / Inf samples are named), and no map
-    constant (unless ``allow_constant``: the caller leaves those samples out)."""
+    constant (unless ``allow_constant``: the caller leaves those samples out). For clips of
+    ``frames`` T frames, a video's maps (B, F, h, w), F dividing T; a map constant over the
+    whole clip counts as constant."""
     if isinstance(saliency, SaliencyResult):
-        if saliency.frames is not None:
-            raise ValueError(
-                f"These {saliency.method} maps are a video's (B, {saliency.frames}, h, w); the "
-                "metrics score images' maps (B, h, w) and do not take videos yet."
-            )
+        _check_result_frames(saliency, frames, of)
         _check_result_size(saliency, image_size, of)
         saliency = saliency.maps
-    check_maps_fit(saliency, batch, image_size, of)
+    check_maps_fit(saliency, batch, image_size, of, frames)
     check_values_finite("The saliency maps", saliency)
     flat = constant_maps(saliency)
     if not allow_constant and bool(flat.any()):
@@ -74,8 +85,33 @@ def saliency_maps(
     return saliency
 
 
+def _check_result_frames(result: SaliencyResult, frames: int | None, of: str) -> None:
+    """Raise a ValueError unless ``result``'s maps are a video's exactly when ``frames`` (the
+    T frames of the clips or masks scored) is given."""
+    if result.frames is not None and frames is None:
+        what = "images (B, C, H, W)" if of == "images" else "masks of images (B, H, W)"
+        raise ValueError(
+            f"These {result.method} maps are a video's (B, {result.frames}, h, w), but they "
+            f"are scored against {what}: score them against the clips they were computed for "
+            "(B, T, C, H, W), or masks of every frame of those clips (B, T, H, W)."
+        )
+    if result.frames is None and frames is not None:
+        what = f"clips of {frames} frames" if of == "images" else f"masks of {frames} frames"
+        raise ValueError(
+            f"These {result.method} maps are images' (B, h, w), but they are scored against "
+            f"{what}: compute the maps of the clips (a video model's methods take them), or "
+            "score images' maps against images and masks (B, H, W)."
+        )
+
+
+def frame_maps(maps: Tensor, frames: int) -> Tensor:
+    """A clip's maps (B, F, h, w) on each of its ``frames`` T frames, (B, T, h, w): a token
+    frame's map repeated over the T / F frames of its tubelet."""
+    return maps.repeat_interleave(frames // maps.shape[1], dim=1)
+
+
 def constant_maps(maps: Tensor) -> Tensor:
-    """(B,) bool: which of the maps (B, h, w) are constant (rank no pixel above another)."""
+    """(B,) bool: which of the maps (B, ...) are constant (rank no pixel above another)."""
     values = maps.flatten(1)
     return (values == values[:, :1]).all(1)
 

@@ -176,10 +176,12 @@ def check_device(device: object) -> torch.device:
     return device
 
 
-def check_maps(what: str, value: object, axes: str = "(B, h, w)", variable: str = "maps") -> Tensor:
-    """``value`` as a non-empty real tensor of one map per image, ``axes`` (B, h, w); a
-    TypeError/ValueError naming ``what`` ("saliency maps", "masks") and the fix, written for
-    the argument ``variable``, otherwise."""
+def check_maps(
+    what: str, value: object, axes: str = "(B, h, w)", variable: str = "maps", ndim: int = 3
+) -> Tensor:
+    """``value`` as a non-empty real tensor of one map per image, ``axes`` (B, h, w), or with
+    ``ndim`` 4 one per clip (B, T, h, w); a TypeError/ValueError naming ``what`` ("saliency
+    maps", "masks") and the fix, written for the argument ``variable``, otherwise."""
     if not isinstance(value, Tensor):
         raise TypeError(
             f"Expected {what} as a tensor {axes}; got {type(value).__name__}. Convert arrays "
@@ -187,12 +189,16 @@ def check_maps(what: str, value: object, axes: str = "(B, h, w)", variable: str 
         )
     if value.is_complex():
         raise TypeError(f"{what} must be real; got dtype {value.dtype}. Pass .abs().")
-    if value.ndim != 3:
-        hint = {
-            2: f" A 2-D tensor is one map: if it is one image's (h, w), add the batch axis "
-            f"({variable}[None]); B images need one full map each, (B, h, w).",
-            4: f" Drop the channel axis: {variable}[:, 0].",
-        }
+    if value.ndim != ndim:
+        hint = (
+            {}
+            if ndim != 3
+            else {
+                2: f" A 2-D tensor is one map: if it is one image's (h, w), add the batch axis "
+                f"({variable}[None]); B images need one full map each, (B, h, w).",
+                4: f" Drop the channel axis: {variable}[:, 0].",
+            }
+        )
         raise ValueError(
             f"Expected {what} of shape {axes}; got {tuple(value.shape)}." + hint.get(value.ndim, "")
         )

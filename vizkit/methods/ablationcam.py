@@ -8,7 +8,9 @@ its activation at the layer. Where that run proves the forward from the layer's 
 ablated copies run from there; elsewhere the whole model runs, the copies made in a hook on the
 activation. A batch of one image (or of identical images) cannot prove that path alone: its
 clean run is made again with a companion image, the first image negated (`_clean_run`). For a
-token activation the channel is zeroed in the patch tokens, the ones its map shows."""
+token activation the channel is zeroed in the patch tokens, the ones its map shows: for a video
+model's clips (B, T, C, H, W), in every space-time token of the clip (T' token frames of
+gh x gw), so the maps are (B, T', gh, gw)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..analysis.gradcam_maps import CamActivation, cam_maps, channel_cam
-from ..analysis.resume import UNDECIDED, LayerRun, ResumedForward, layer_run
+from ..analysis.resume import UNDECIDED, LayerRun, ResumedForward, contracted_layer_run
 from ..analysis.saliency_result import SaliencyResult
 from ..hooks import HookedModel, Target
 from ..hooks.contract import analysis_contract
@@ -35,14 +37,15 @@ __all__ = ["ablationcam"]
     "ablationcam", needs=("layer", "forwards"),
     summary="channels weighted by the score lost when each is zeroed (Desai & Ramaswamy 2020)",
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def ablationcam(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None,
     layer: LayerSpec | None = None, max_bytes: int | None = None,
 ) -> SaliencyResult:  # fmt: skip
-    """Ablation-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`);
-    ``max_bytes``: the most one forward of perturbed copies may hold (default: as much as a
-    forward of the batch; `vizkit.hooks.passes`).
+    """Ablation-CAM maps (B, h, w) of ``layer`` (default and grid as `vizkit.gradcam`) for images
+    x (B, C, H, W); for a video model's clips (B, T, C, H, W), (B, T', gh, gw) on its token
+    frames. ``max_bytes``: the most one forward of perturbed copies (images or clips) may hold
+    (default: as much as a forward of the batch; `vizkit.hooks.passes`).
 
     Raises:
         ValueError: a target score of 0 on an image (the relative drop is undefined there).
@@ -62,14 +65,14 @@ def ablationcam(
 def _clean_run(
     hm: HookedModel, x: Tensor, layer: str, read: Callable[[object], object]
 ) -> LayerRun:
-    """The clean run (`layer_run`) at ``layer`` of images x (B, C, H, W). Its proof of the path
-    from there needs two different images, which a batch of one image or of identical images
-    lacks (`UNDECIDED`): there, the run of x and a companion, -x[0] (row B, which no image
-    reads)."""
-    run = layer_run(hm, x, layer, read)
+    """The clean run (`vizkit.analysis.resume.layer_run`) at ``layer`` of images x
+    (B, C, H, W) or clips (B, T, C, H, W). Its proof of the path from there needs two different
+    images, which a batch of one image or of identical images lacks (`UNDECIDED`): there, the
+    run of x and a companion, -x[0] (row B, which no image reads)."""
+    run = contracted_layer_run(hm, x, layer, read)
     if run.why != UNDECIDED:
         return run
-    return layer_run(hm, torch.cat([x, -x[:1]]), layer, read)
+    return contracted_layer_run(hm, torch.cat([x, -x[:1]]), layer, read)
 
 
 def _scored(target: Target) -> Callable[[object], object]:
@@ -113,8 +116,8 @@ def _resumed_scores(
 def _whole_model_scores(
     found: CamActivation, hm: HookedModel, image: Tensor, score: Callable, chunk: int
 ) -> Tensor:
-    """(C,) the score with each channel zeroed, the copies of ``image`` (1, C, H, W) run
-    through the whole model, the channel zeroed in a hook on the activation."""
+    """(C,) the score with each channel zeroed, the copies of ``image`` (1, C, H, W) (a clip:
+    (1, T, C, H, W)) run through the whole model, the channel zeroed in a hook on the activation."""
     first = {}
 
     def copies(start: int, stop: int) -> Tensor:

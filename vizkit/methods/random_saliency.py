@@ -18,13 +18,14 @@ __all__ = ["random_saliency"]
 @saliency_method(
     "random", summary="uniform noise: the chance level every method should beat", default=True,
 )  # fmt: skip
-@analysis_contract
+@analysis_contract(videos=True)
 def random_saliency(
     model: nn.Module | HookedModel, x: Tensor, target: Target = None, seed: int = 0
 ) -> SaliencyResult:
-    """Uniform noise maps (B, H, W) for images x (B, C, H, W): the chance level every method
-    should beat. ``target`` is only recorded (validated against the model's logits); ``seed``
-    is an int in [0, 2**64 - 1]."""
+    """Uniform noise maps (B, H, W) for images x (B, C, H, W), (B, T, H, W) for a video
+    model's clips x (B, T, C, H, W): the chance level every method should beat. ``target``
+    is only recorded (validated against the model's logits); ``seed`` is an int in
+    [0, 2**64 - 1]."""
     x = check_images(model.model, x)
     seed = check_count("seed", seed, 0, 2**64 - 1)
     targets = None
@@ -35,5 +36,8 @@ def random_saliency(
             call_target(target, output, None, len(x))
         targets = explained_classes(output, target)
     generator = torch.Generator().manual_seed(seed)
-    maps = torch.rand(len(x), *x.shape[-2:], generator=generator).to(x.device)
-    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets)
+    shape = (*x.shape[:-3], *x.shape[-2:])  # the input's without channels: (B, [T,] H, W)
+    maps = torch.rand(shape, generator=generator).to(x.device)
+    frames = x.shape[1] if x.ndim == 5 else None
+    return SaliencyResult(maps, "random", tuple(x.shape[-2:]), {"seed": seed}, targets=targets,
+                          frames=frames)  # fmt: skip

@@ -18,7 +18,7 @@ from ..hooks.scores import is_score_target, target_indices, target_label
 from ..methods.registry import METHODS, registered, selected_methods
 from .chance import certainty
 from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
-from .localization import check_masks
+from .localization import check_masks, mask_shape
 from .registry import selected_metrics
 from .scoring import curve_ends, curve_images, keyed_notes, score_methods
 from .table import SaliencyTable
@@ -28,7 +28,7 @@ __all__ = ["compare_saliency", "resolve_methods"]
 Method = Callable[[HookedModel, Tensor, Tensor], SaliencyResult]
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def compare_saliency(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -45,12 +45,14 @@ def compare_saliency(
 
     Args:
         model: any model (wrappers unwrapped), run in eval mode, its training flags restored.
-        x: (B, C, H, W) images, B >= 1, finite.
+        x: (B, C, H, W) images, B >= 1, finite; a video model's clips (B, T, C, H, W) (the
+            metrics that take clips are scored, `vizkit.metrics.METRICS`' ``videos``).
         methods: distinct names from `vizkit.methods.METHODS` or ``(name, fn(hm, x, targets)
             -> SaliencyResult)``, at least one; "all": every registered method (those that do
             not apply to the model are noted and left unscored); "default" (the default): the
             registry's defaults (`vizkit.methods.default_methods`), the report's.
-        masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel.
+        masks: (B, H, W) bool (or 0/1) object masks of the images, each with an object pixel;
+            of clips, (B, T, H, W) masks of every frame.
         target: the class every method explains (default: the model's prediction), or a
             score target (`vizkit.targets`, a callable): the curves then track its score.
         level: unit of the deletion/insertion curves, "patch" or "pixel".
@@ -76,7 +78,7 @@ def compare_saliency(
     if masks is not None:
         masks = _masks_for(masks, x)
     scoring = CurveScoring.of(target)
-    names = selected_metrics(metrics, masks is not None, scoring.score is not None)
+    names = selected_metrics(metrics, masks is not None, scoring.score is not None, x.ndim == 5)
     ends = curve_ends(model, x, names, scoring, batch_images(None, x, model.model))
     logits = ends.logits
     targets = target if scoring.score is not None else target_indices(logits, target)
@@ -94,7 +96,8 @@ def compare_saliency(
                 results[name] = method.result
             notes |= keyed_notes(name, method.notes)
             for kind, note in method.notes.items():
-                said = {"method": f"{name} skipped: {note}", "constant maps": f"{name}: {note}."}
+                said = {"method": f"{name} skipped: {note}", "constant maps": f"{name}: {note}.",
+                        "no object": f"{name}: {note}."}  # fmt: skip
                 said = said.get(kind, f"{name}: {kind}: {note}.")
                 warnings.warn(f"compare_saliency: {said}", stacklevel=3)
             if i + 1 < len(chosen):
@@ -119,13 +122,15 @@ def _scored(target: Target) -> dict:
 
 
 def _masks_for(masks: Tensor, x: Tensor) -> Tensor:
-    """``masks`` checked (`check_masks`) as bool (B, H, W) matching images x (B, C, H, W)."""
+    """``masks`` checked (`check_masks`) as bool (B, H, W) matching images x (B, C, H, W), or
+    (B, T, H, W) matching clips x (B, T, C, H, W)."""
     masks = check_masks(masks)
-    expected = (len(x), *x.shape[-2:])
+    expected, axes = mask_shape(x)
     if tuple(masks.shape) != expected:
         raise ValueError(
-            f"masks must be (B, H, W) = {expected} to match the images; got "
-            f"{tuple(masks.shape)}. Pass one mask per image, at the images' size."
+            f"masks must be {axes} = {expected} to match the images; got "
+            f"{tuple(masks.shape)}. Pass one mask per image (per frame of a clip), at the "
+            "images' size."
         )
     return masks.to(x.device)
 

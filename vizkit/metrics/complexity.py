@@ -2,7 +2,8 @@
 (Chalasani et al. 2020, "Concise Explanations of Neural Networks using Adversarial Training",
 higher: sparser), and Complexity, the entropy of each pixel's share of the total |map| (Bhatt et
 al. 2020, "Evaluating and Aggregating Feature-based Model Explanations", lower: simpler). (B,)
-per image, on the maps as given (no resizing)."""
+per image, on the maps as given (no resizing); a video's maps (B, F, h, w) over all their
+cells."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ __all__ = ["complexity", "sparseness"]
 
 
 def _magnitudes(saliency: SaliencyResult | Tensor) -> Tensor:
-    """|maps| flattened (B, n) in float64, after checking them: (B, h, w), finite, no map
-    all zero (its shares are undefined)."""
+    """|maps| flattened (B, n) in float64, after checking them: (B, h, w) or a clip's
+    (B, F, h, w), finite, no map all zero (its shares are undefined)."""
+    video = isinstance(saliency, SaliencyResult) and saliency.frames is not None
     maps = saliency.maps if isinstance(saliency, SaliencyResult) else saliency
-    check_maps("saliency maps", maps)
+    clip = video or (isinstance(maps, Tensor) and maps.ndim == 4 and maps.shape[1] > 1)
+    axes = "(B, F, h, w)" if clip else "(B, h, w), or a clip's (B, F, h, w)"
+    check_maps("saliency maps", maps, axes, ndim=4 if clip else 3)
     check_values_finite("The saliency maps", maps)
     flat = maps.detach().double().abs().flatten(1)
     empty = flat.amax(1) == 0
@@ -49,13 +53,13 @@ def complexity(saliency: SaliencyResult | Tensor) -> Tensor:
     return -(shares * shares.clamp_min(1e-300).log()).sum(1)
 
 
-@metric("sparseness", higher=True,
+@metric("sparseness", videos=True, higher=True,
         summary="Gini index of the map's magnitudes (Chalasani et al. 2020)")  # fmt: skip
 def _sparseness(batch: ScoredBatch) -> Tensor:
-    return sparseness(batch.maps)
+    return sparseness(batch.result)
 
 
-@metric("complexity", higher=False,
+@metric("complexity", videos=True, higher=False,
         summary="entropy of the map's magnitude shares (Bhatt et al. 2020)")  # fmt: skip
 def _complexity(batch: ScoredBatch) -> Tensor:
-    return complexity(batch.maps)
+    return complexity(batch.result)

@@ -33,6 +33,7 @@ from ..runs import model_fingerprint
 from .chance import certainty
 from .compare import resolve_methods
 from .faithfulness import LEVELS, CurveScoring, batch_images, curve_steps, unit_count
+from .localization import mask_shape
 from .registry import selected_metrics
 from .scoring import MethodScores, curve_ends, keyed_notes, score_methods
 from .table import SaliencyTable
@@ -63,7 +64,7 @@ def _target_record(targets: object, out: str | Path | None) -> object:
     return f"{targets.label} ({digest.hexdigest()[:12]})"
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def evaluate(
     model: nn.Module | HookedModel,
     data: object,
@@ -114,7 +115,7 @@ def evaluate(
     if first is None:
         raise ValueError("data holds no images.")
     has_masks = first[2] is not None
-    names = selected_metrics(metrics, has_masks, scored)
+    names = selected_metrics(metrics, has_masks, scored, first[0].ndim == 5)
     steps = curve_steps(steps, unit_count(model.model, tuple(first[0].shape[-2:]), level), level)
     if targets == "labels" and (labels := labels_in_memory(data)) is not None:
         with torch.no_grad():  # every label checked before any work, where all are at hand
@@ -212,8 +213,9 @@ def _entry(
     """The log entry of batch ``index`` and method ``name``: every image's score per metric,
     why any is missing, the seconds it took and the batch's `certainty` (if any)."""
     notes = dict(method.notes)
-    if "constant maps" in notes:
-        notes["constant maps"] = f"batch {index}: {notes['constant maps']}"
+    for kind in ("constant maps", "no object"):  # notes naming samples of the batch
+        if kind in notes:
+            notes[kind] = f"batch {index}: {notes[kind]}"
     scores = {m: method.scores[j].tolist() for j, m in enumerate(metrics)}
     entry = {"batch": index, "method": name, "scores": scores, "notes": notes, "images": images,
              "seconds": method.seconds}  # fmt: skip
@@ -222,7 +224,8 @@ def _entry(
 
 def _check_batch(batch: tuple, start: int) -> None:
     """Refuse non-finite images (named by their place in the data, the batch's first being
-    the ``start``-th) and object masks that are not (B, H, W) for the images (B, C, H, W)."""
+    the ``start``-th) and object masks that are not (B, H, W) for the images (B, C, H, W), or
+    (B, T, H, W) for clips (B, T, C, H, W)."""
     x, _, masks = batch
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x.flatten(1))).any(1).nonzero()[:, 0] + start
@@ -231,10 +234,11 @@ def _check_batch(batch: tuple, start: int) -> None:
             "on non-finite inputs. Check the data pipeline (a division by a zero std, a float16 "
             "overflow) or leave those images out."
         )
-    if masks is not None and tuple(masks.shape) != (len(x), *x.shape[-2:]):
+    expected, axes = mask_shape(x)
+    if masks is not None and tuple(masks.shape) != expected:
         raise ValueError(
-            f"The masks of images {start}.. are {tuple(masks.shape)}; they must be (B, H, W) = "
-            f"({len(x)}, {x.shape[-2]}, {x.shape[-1]}), one pixel mask per image at its size."
+            f"The masks of images {start}.. are {tuple(masks.shape)}; they must be {axes} = "
+            f"{expected}, one pixel mask per image (per frame of a clip) at its size."
         )
 
 

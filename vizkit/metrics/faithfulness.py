@@ -2,7 +2,10 @@
 
 Deletion replaces the most salient units first with a baseline and tracks the target class's
 probability (a faithful map makes it fall fast: low AUC is good); insertion starts from the
-baseline and reveals the most salient units first (high AUC is good). Units are patches or pixels.
+baseline and reveals the most salient units first (high AUC is good). Units are patches or pixels;
+a video model's clips (B, T, C, H, W) are cut in space and time, a patch unit spanning a token
+frame's tubelet (its maps (B, F, h, w), token frames or frames), a pixel unit one pixel of one
+frame.
 On a backbone (no class logits) the curves track the score of a `vizkit.targets` target (an
 embedding's similarity to a reference, its norm, ...) instead of a probability.
 
@@ -26,10 +29,15 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..analysis.result import Result
-from ..analysis.saliency_result import SaliencyResult, rank_descending, saliency_maps
+from ..analysis.saliency_result import (
+    SaliencyResult,
+    frame_maps,
+    rank_descending,
+    saliency_maps,
+)
 from ..hooks import HookedModel, Target, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_choice, check_count, check_images
+from ..hooks.inputs import check_choice, check_count, check_images, video_input
 from ..hooks.passes import available_bytes, images_per_pass
 from ..hooks.scores import (
     ScoreTarget,
@@ -56,6 +64,7 @@ __all__ = [
     "scored_classes",
     "unit_count",
     "unit_saliency",
+    "unit_frames",
     "unit_size",
 ]
 
@@ -79,7 +88,8 @@ class CurveResult(Result):
         scores: (B, S + 1) probability of the target class at each step.
         auc: (B,) area under each curve (trapezoid rule over ``fractions``).
         targets: (B,) the classes scored.
-        options: level, baseline, steps, unit size.
+        options: level, baseline, steps, unit size ((rows, cols) of pixels; a clip's
+            (frames, rows, cols)).
         layout, image_size: the model's tokens and (H, W) of the images.
     """
 
@@ -119,8 +129,13 @@ def curve_steps(steps: int | None, units: int, level: str) -> int:
 def baseline_images(x: Tensor, kind: str) -> Tensor:
     """What removed units are replaced with, (B, C, H, W), in ``x``'s (normalized) space:
     ``"zero"`` zeros (the normalization mean colour), ``"mean"`` each image's channel means,
-    ``"blur"`` a Gaussian blur with sigma = side / 16 (RISE's insertion start)."""
+    ``"blur"`` a Gaussian blur with sigma = side / 16 (RISE's insertion start). Clips
+    (B, T, C, H, W): each clip's channel means over all its frames, or each frame blurred."""
     check_choice("baseline", kind, BASELINES)
+    if x.ndim == 5:
+        if kind == "mean":
+            return x.mean((1, 3, 4), keepdim=True).expand_as(x)
+        return baseline_images(x.flatten(0, 1), kind).view_as(x)
     if kind == "zero":
         return torch.zeros_like(x)
     if kind == "mean":
@@ -152,11 +167,21 @@ def unit_size(
     return tuple(max(1, s // 8) for s in image_size)
 
 
+def unit_frames(model: nn.Module | HookedModel, level: str) -> int:
+    """Frames of a clip one unit spans: a video model's tubelet at ``level`` "patch" (a token
+    frame), 1 at "pixel" and for a model of images."""
+    video = video_input(model.model if isinstance(model, HookedModel) else model)
+    return video.tubelet if video is not None and level == "patch" else 1
+
+
 def unit_count(model: nn.Module, image_size: tuple[int, int], level: str) -> int:
-    """Units of an (H, W) image at ``level`` ("patch" or "pixel") for ``model``."""
+    """Units of an (H, W) image at ``level`` ("patch" or "pixel") for ``model``; of a clip of
+    the frames a video model takes, over all its frames."""
     unit = unit_size(model, image_size, level)
     check_tiles(image_size, unit, level)
-    return (image_size[0] // unit[0]) * (image_size[1] // unit[1])
+    video = video_input(model.model if isinstance(model, HookedModel) else model)
+    frames = 1 if video is None else video.frames // unit_frames(model, level)
+    return frames * (image_size[0] // unit[0]) * (image_size[1] // unit[1])
 
 
 def check_tiles(image_size: tuple[int, int], unit: tuple[int, int], level: str) -> None:
@@ -176,17 +201,29 @@ def unit_saliency(maps: Tensor, image_size: tuple[int, int], unit: tuple[int, in
     return F.avg_pool2d(pixels, unit)[:, 0]
 
 
+def clip_unit_saliency(
+    maps: Tensor, frames: int, span: int, image_size: tuple[int, int], unit: tuple[int, int]
+) -> Tensor:
+    """Saliency per unit of clips of ``frames`` T frames, (B, T / span, gh, gw): maps
+    (B, F, h, w) on every frame (`frame_maps`), each frame's per unit (`unit_saliency`),
+    averaged over the ``span`` frames of a unit."""
+    per_frame = frame_maps(maps, frames).flatten(0, 1)  # (B * T, h, w)
+    cells = unit_saliency(per_frame, image_size, unit)
+    return cells.view(len(maps), frames // span, span, *cells.shape[-2:]).mean(2)
+
+
 def batch_images(batch_size: int | None, x: Tensor, model: nn.Module) -> int:
     """Images per forward pass of perturbed copies of x (B, C, H, W): ``batch_size`` (>= 1),
     or for None on CUDA as many as the memory budget allows (`vizkit.hooks.passes`: at least
     the batch, at least 256 MiB, within the free memory), elsewhere as many as hold
     `BATCH_PIXELS` pixels (at least 1, at most `MAX_BATCH`: the CPU's caches, whatever the
-    image size)."""
+    image size; a clip's pixels are those of all its frames)."""
     if batch_size is not None:
         return check_count("batch_size", batch_size, 1)
     if available_bytes(x.device) is not None:
         return images_per_pass(model, x, None, False, "the perturbation curves")
-    return max(1, min(MAX_BATCH, BATCH_PIXELS // (x.shape[-2] * x.shape[-1])))
+    pixels = x[0].numel() // x.shape[-3]  # of every frame of a clip
+    return max(1, min(MAX_BATCH, BATCH_PIXELS // pixels))
 
 
 @dataclass
@@ -284,19 +321,25 @@ def perturbation_curve(
     order: str = "morf",
 ) -> CurveResult:
     """The ``kind`` ("deletion" or "insertion") curve for images x (B, C, H, W) and maps
-    (B, h, w), checked first; ``progress``: show a bar, or an open bar to advance by the
-    perturbed images scored (`compare_saliency` shares one over its methods); ``ends``: the
-    curves' ends when known (`CurveEnds`), else they are computed here; ``order``: "morf"
+    (B, h, w), or a video model's clips (B, T, C, H, W) and maps (B, F, h, w), checked first;
+    ``progress``: show a bar, or an open bar to advance by the perturbed images scored
+    (`compare_saliency` shares one over its methods); ``ends``: the curves' ends when known
+    (`CurveEnds`), else they are computed here; ``order``: "morf"
     moves the most salient units first, "lerf" the least (kind "<kind>_lerf")."""
     x = check_images(hm.model, x)
     check_choice("baseline", baseline, BASELINES)
     check_choice("order", order, ("morf", "lerf"))
-    image_size = tuple(x.shape[-2:])
+    image_size, frames = tuple(x.shape[-2:]), x.shape[1] if x.ndim == 5 else None
     batch_size = batch_images(batch_size, x, hm.model)
     unit = unit_size(hm.model, image_size, level)
     check_tiles(image_size, unit, level)
-    maps = saliency_maps(saliency, len(x), image_size)
-    cells = unit_saliency(maps.to(x.device), image_size, unit)  # (B, gh, gw)
+    maps = saliency_maps(saliency, len(x), image_size, frames=frames).to(x.device)
+    if frames is None:
+        cells = unit_saliency(maps, image_size, unit)  # (B, gh, gw)
+    else:
+        span = unit_frames(hm.model, level)
+        cells = clip_unit_saliency(maps, frames, span, image_size, unit)  # (B, T / span, gh, gw)
+        unit = (span, *unit)
     units = cells[0].numel()
     steps = curve_steps(steps, units, level)
     counts = torch.tensor([math.ceil(k * units / steps) for k in range(steps + 1)])
@@ -388,9 +431,9 @@ def _scores(
     scoring: CurveScoring,
 ) -> Tensor:
     """(B, S + 1) probability of ``targets`` (B,) (or the score, by ``scoring``) with the
-    first ``counts`` (S + 1,) units by
-    ``cells`` (B, gh, gw) taken from ``base`` (deletion) or from ``x`` (insertion), both
-    (B, C, H, W); ``batch_size`` perturbed images per forward, each batch a step of ``bar``.
+    first ``counts`` (S + 1,) units by ``cells`` (B, gh, gw) taken from ``base`` (deletion) or
+    from ``x`` (insertion), both (B, C, H, W) (clips: ``cells`` (B, U, gh, gw) of
+    (B, T, C, H, W)); ``batch_size`` perturbed images per forward, each batch a step of ``bar``.
     The first and last steps move no unit or every unit: their images are the curve's start and
     end, whose softmax (B, K) ``outer`` holds, so only the S - 1 steps between are run."""
     rank = rank_descending(cells.flatten(1))
@@ -407,7 +450,7 @@ def _scores(
         k = torch.tensor([p[1] for p in chunk])
         chosen = rank[b] < counts[k].to(x.device)[:, None]  # (n, units) first units
         moved = _moved(images[: len(chunk)], source, fill, [p[0] for p in chunk], chosen,
-                       cells.shape[-2:])  # fmt: skip
+                       tuple(cells.shape[1:]))  # fmt: skip
         read = scoring.read(model(moved), b)
         probs = scoring.values(read)
         scores[b, k.to(x.device)] = probs.gather(1, targets[b][:, None])[:, 0]
@@ -417,17 +460,17 @@ def _scores(
 
 def _moved(
     out: Tensor, source: Tensor, fill: Tensor, rows: list[int], chosen: Tensor,
-    grid: tuple[int, int],
+    grid: tuple[int, ...],
 ) -> Tensor:  # fmt: skip
     """``out`` (n, C, H, W) filled with image ``rows[i]`` of ``source`` whose ``chosen[i]``
-    (gh * gw,) units of the ``grid`` are taken from ``fill`` (both (B, C, H, W), H and W
-    multiples of the grid). Written into the caller's buffer, the unit mask broadcast over each
-    unit's pixels and each image over its copies: a pass allocates no image-sized tensor (the
-    allocator's returning and refetching such blocks from the system slowed every forward
-    around them by about 7 % on the CPU)."""
-    n, channels, height, width = out.shape
-    tiles = (channels, grid[0], height // grid[0], grid[1], width // grid[1])
-    unit_mask = chosen.view(n, 1, grid[0], 1, grid[1], 1)
+    (gh * gw,) units of the ``grid`` (gh, gw) are taken from ``fill`` (both (B, C, H, W), H and
+    W multiples of the grid); clips (n, T, C, H, W) by a grid (U, gh, gw), T a multiple of U.
+    Written into the caller's buffer, the unit mask broadcast over each unit's pixels and each
+    image over its copies: a pass allocates no image-sized tensor (the allocator's returning
+    and refetching such blocks from the system slowed every forward around them by about 7 %
+    on the CPU)."""
+    tiles, mask_shape = _tiles(tuple(out.shape), grid)
+    unit_mask = chosen.view(mask_shape)
     start = 0
     for image, copies in itertools.groupby(rows):
         stop = start + len(list(copies))
@@ -438,7 +481,19 @@ def _moved(
     return out
 
 
-@analysis_contract
+def _tiles(shape: tuple[int, ...], grid: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """How an (n, C, H, W) batch splits into the units of ``grid`` (gh, gw), (C, gh, rows, gw,
+    cols) per image, and the shape of its (n, gh * gw) unit mask broadcast over them; an
+    (n, T, C, H, W) batch of clips into those of (U, gh, gw), (U, span, C, gh, rows, gw, cols)."""
+    *frames, channels, height, width = shape[1:]
+    *units, gh, gw = grid
+    space = (channels, gh, height // gh, gw, width // gw)
+    if not frames:
+        return space, (shape[0], 1, gh, 1, gw, 1)
+    return (units[0], frames[0] // units[0], *space), (shape[0], units[0], 1, 1, gh, 1, gw, 1)
+
+
+@analysis_contract(videos=True)
 def deletion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -457,12 +512,13 @@ def deletion(
     Args:
         model: any model (``torch.compile`` / ``DataParallel`` wrappers are unwrapped); run in
             eval mode, its training flags restored after.
-        x: (B, C, H, W) images, B >= 1, finite.
+        x: (B, C, H, W) images, B >= 1, finite; a video model's clips (B, T, C, H, W).
         saliency: a `SaliencyResult` for these images or maps (B, h, w), h and w dividing H and
-            W, every value finite.
+            W, every value finite; for clips a video's maps (B, F, h, w), F dividing T.
         target: class scored: int, B ints or None (argmax of the clean image); or a score
             target (`vizkit.targets`, a callable on the output): the curve tracks its value.
-        level: "patch" (the model's patches; CNNs: an 8 x 8 grid) or "pixel".
+        level: "patch" (the model's patches; CNNs: an 8 x 8 grid; a video model's patches of
+            each token frame, over its tubelet's frames) or "pixel" (of one frame).
         baseline: "zero", "mean" or "blur" (see `baseline_images`).
         steps: number of removal steps, in [1, units]; None: min(16, units). Each step is a
             forward pass of every image: ``steps=64`` gives a finer AUC at 4x the cost.
@@ -481,7 +537,7 @@ def deletion(
     )  # fmt: skip
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def insertion(
     model: nn.Module | HookedModel,
     x: Tensor,
@@ -509,7 +565,7 @@ def _curve_auc(batch: ScoredBatch, kind: str, baseline: str, order: str = "morf"
 
 
 @metric(
-    "deletion_auc", higher=False, short="del", curve=("deletion", "zero"), quick=True,
+    "deletion_auc", videos=True, higher=False, short="del", curve=("deletion", "zero"), quick=True,
     summary="area under the deletion curve, most salient units first (Petsiuk et al. 2018)",
 )  # fmt: skip
 def _deletion_auc(batch: ScoredBatch) -> Tensor:
@@ -517,7 +573,7 @@ def _deletion_auc(batch: ScoredBatch) -> Tensor:
 
 
 @metric(
-    "deletion_lerf_auc", higher=True, curve=("deletion", "zero"),
+    "deletion_lerf_auc", videos=True, higher=True, curve=("deletion", "zero"),
     summary="area under the deletion curve, least salient units first (Samek et al. 2017)",
 )  # fmt: skip
 def _deletion_lerf_auc(batch: ScoredBatch) -> Tensor:
@@ -525,7 +581,7 @@ def _deletion_lerf_auc(batch: ScoredBatch) -> Tensor:
 
 
 @metric(
-    "insertion_auc", higher=True, short="ins", curve=("insertion", "blur"), quick=True,
+    "insertion_auc", videos=True, higher=True, short="ins", curve=("insertion", "blur"), quick=True,
     summary="area under the insertion curve from a blurred image (Petsiuk et al. 2018)",
 )  # fmt: skip
 def _insertion_auc(batch: ScoredBatch) -> Tensor:

@@ -30,10 +30,11 @@ class ScoredBatch:
     """What a metric scores: one method's maps of a batch.
 
     Attributes:
-        hm: the model; x: (B, C, H, W) the images.
-        result: the method's `SaliencyResult`, maps (B, h, w), none of them constant.
+        hm: the model; x: (B, C, H, W) the images (a video model's clips (B, T, C, H, W)).
+        result: the method's `SaliencyResult`, maps (B, h, w) (clips: (B, F, h, w)), none of
+            them constant.
         targets: (B,) the classes explained, or a score target (`vizkit.targets`).
-        masks: (B, H, W) bool object masks, or None.
+        masks: (B, H, W) bool object masks (clips: (B, T, H, W)), or None.
         level, steps: the perturbation curves' unit ("patch" or "pixel") and steps.
         ends: the curves' ends on these images (`CurveEnds`), shared by every method.
         bar: the open progress bar the curves advance, or False.
@@ -51,7 +52,7 @@ class ScoredBatch:
 
     @property
     def maps(self) -> Tensor:
-        """(B, h, w) the maps scored."""
+        """(B, h, w) the maps scored (clips: (B, F, h, w))."""
         return self.result.maps
 
 
@@ -73,6 +74,7 @@ class Metric:
         quick: whether `compare_saliency` scores it unless told otherwise (the maps, the two
             shared curves; `evaluate` scores every metric that applies).
         short: the label of its score in a figure's title ("del").
+        videos: whether it scores a video model's clips and their maps.
     """
 
     name: str
@@ -85,6 +87,7 @@ class Metric:
     perturbs: bool = False
     quick: bool = False
     short: str = ""
+    videos: bool = False
 
 
 METRICS: dict[str, Metric] = {}
@@ -93,7 +96,7 @@ METRICS: dict[str, Metric] = {}
 def metric(
     name: str, *, higher: bool, summary: str, masks: bool = False, scores: bool = True,
     curve: tuple[str, str] | None = None, perturbs: bool = False, quick: bool = False,
-    short: str | None = None,
+    short: str | None = None, videos: bool = False,
 ) -> Callable[[Callable], Callable]:  # fmt: skip
     """Register the decorated ``fn(batch: ScoredBatch) -> (B,)`` as metric ``name``; returns
     it unchanged."""
@@ -103,21 +106,24 @@ def metric(
             raise ValueError(f"A metric {name!r} is registered already.")
         perturbed = perturbs or curve is not None
         METRICS[name] = Metric(name, fn, higher, summary, masks, scores, curve, perturbed, quick,
-                               short or name)  # fmt: skip
+                               short or name, videos)  # fmt: skip
         return fn
 
     return register
 
 
-def selected_metrics(metrics: str | Sequence[str], has_masks: bool, scored: bool) -> list[str]:
+def selected_metrics(
+    metrics: str | Sequence[str], has_masks: bool, scored: bool, videos: bool = False
+) -> list[str]:
     """The names of ``metrics``: "quick" (those marked quick) or "all" (every one), each
     only where it applies (the mask metrics where there are ``has_masks``, those of a class's
-    probability unless ``scored`` by a score target); or names, checked to apply."""
+    probability unless ``scored`` by a score target, those of clips for ``videos``); or names,
+    checked to apply."""
     if metrics in ("quick", "all"):
         return [
             name for name, m in METRICS.items()
             if (m.quick or metrics == "all") and (has_masks or not m.masks)
-            and (m.scores or not scored)
+            and (m.scores or not scored) and (m.videos or not videos)
         ]  # fmt: skip
     names = as_names("metrics", metrics)
     unknown = [m for m in names if m not in METRICS]
@@ -133,6 +139,12 @@ def selected_metrics(metrics: str | Sequence[str], has_masks: bool, scored: bool
         raise ValueError(
             f"{classes_only} score a class's probability, and the target is a score on the "
             f"output; these take one: {', '.join(n for n, m in METRICS.items() if m.scores)}."
+        )
+    images_only = [m for m in names if videos and not METRICS[m].videos]
+    if images_only:
+        raise ValueError(
+            f"{images_only} score images and do not take a video model's clips yet; these "
+            f"do: {', '.join(n for n, m in METRICS.items() if m.videos)}."
         )
     needing = [m for m in names if METRICS[m].masks]
     if needing and not has_masks:

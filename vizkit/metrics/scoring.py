@@ -90,16 +90,50 @@ def score_methods(
 
 
 def _maps(name: str, fn: Method, hm: HookedModel, x: Tensor, targets: object) -> SaliencyResult:
-    """The maps of method ``name`` for images x (B, C, H, W), checked to fit them and be
-    finite (a ValueError otherwise; constant maps pass)."""
+    """The maps of method ``name`` for images x (B, C, H, W) (or clips (B, T, C, H, W)),
+    checked to fit them and be finite (a ValueError otherwise; constant maps pass)."""
     result = fn(hm, x, targets)
     if not isinstance(result, SaliencyResult):
         raise TypeError(
             f"Saliency method {name!r} returned {type(result).__name__}; a method must return "
             "a SaliencyResult (see vizkit.analysis.SaliencyResult)."
         )
-    saliency_maps(result, len(x), tuple(x.shape[-2:]), allow_constant=True)
+    frames = x.shape[1] if x.ndim == 5 else None
+    saliency_maps(result, len(x), tuple(x.shape[-2:]), allow_constant=True, frames=frames)
     return result
+
+
+def _batch(
+    hm: HookedModel, x: Tensor, result: SaliencyResult, targets: object,
+    masks: Tensor | None, level: str, steps: int, ends: CurveEnds, bar: tqdm | bool,
+    rows: Tensor,
+) -> ScoredBatch:  # fmt: skip
+    """The `ScoredBatch` of the images ``rows`` (indices into the batch)."""
+
+    def pick(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[rows.to(t.device)]
+
+    return ScoredBatch(
+        hm, pick(x), dataclasses.replace(result, maps=pick(result.maps),
+                                         targets=pick(result.targets)),
+        select_images(targets, rows) if is_score_target(targets) else pick(targets),
+        pick(masks), level, steps, ends.rows(rows), bar,
+    )  # fmt: skip
+
+
+def _placed(masks: Tensor | None, flat: Tensor, scored: MethodScores) -> Tensor:
+    """(n,) the images whose maps are not ``flat`` (constant) and whose ``masks`` hold an
+    object pixel: those the mask metrics score. Images without one are noted in ``scored``
+    (a clip whose class shows no object, an image of background only)."""
+    if masks is None:
+        return (~flat).nonzero()[:, 0]
+    empty = ~masks.flatten(1).any(1).cpu()
+    if bool(empty.any()):
+        scored.notes["no object"] = (
+            f"samples {empty.nonzero()[:, 0].tolist()} have no object pixel in their masks: "
+            "the mask metrics leave them out"
+        )
+    return (~flat & ~empty).nonzero()[:, 0]
 
 
 def _scored(
@@ -119,19 +153,19 @@ def _scored(
     rows = (~flat).nonzero()[:, 0]
     if not len(rows):
         return scored
-
-    def pick(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[rows.to(t.device)]
-
-    batch = ScoredBatch(
-        hm, pick(x), dataclasses.replace(result, maps=pick(result.maps),
-                                         targets=pick(result.targets)),
-        select_images(targets, rows) if is_score_target(targets) else pick(targets),
-        pick(masks), level, steps, ends.rows(rows), bar,
-    )  # fmt: skip
+    batch = _batch(hm, x, result, targets, masks, level, steps, ends, bar, rows)
+    placed = _placed(masks, flat, scored)  # the rows with an object, for the mask metrics
     for j, name in enumerate(metrics):
+        needs_masks = METRICS[name].masks
+        if needs_masks and not len(placed):
+            continue
         try:
-            scores[j, rows] = METRICS[name].fn(batch).float().cpu()
+            if needs_masks and len(placed) < len(rows):
+                scores[j, placed] = METRICS[name].fn(
+                    _batch(hm, x, result, targets, masks, level, steps, ends, bar, placed)
+                ).float().cpu()  # fmt: skip
+            else:
+                scores[j, rows] = METRICS[name].fn(batch).float().cpu()
         except ValueError as error:
             scored.notes[name] = str(error)
     return scored

@@ -89,8 +89,9 @@ class SaliencyComparer(Explorer):
         self.target = torch.as_tensor(target) if isinstance(target, list | tuple) else target
         if self.video and masks is not None:
             raise ValueError(
-                "masks score maps against objects, and the metrics do not take clips yet: "
-                "leave masks out for a video model."
+                "The comparer shows a video model's maps frame by frame and scores no clip: "
+                "leave masks out here, and score the clips' maps against their masks "
+                "(B, T, H, W) with vk.metrics.compare_saliency(model, clips, masks=masks)."
             )
         if masks is not None and tuple(masks.shape) != (len(images), *images.shape[-2:]):
             raise ValueError(
