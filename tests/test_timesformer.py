@@ -1,10 +1,13 @@
 """TimeSformer (transformers, random-init small configs, nothing downloaded): divided space-time
 attention read at each step's own softmax and put on the clip's tokens exactly (the token map
 times the values is the module's own output), the stream's space-major tokens held frame-major
-(reads and edits), hook names in forward order, rollout by hand over both steps, and every
-analysis that takes videos over (B, T, gh, gw) maps."""
+(reads and edits), hook names in forward order, what each branch adds to the stream (summing to
+the block's output, edited and differentiated as the model's own tensors), rollout by hand over
+both steps, and every analysis that takes videos over (B, T, gh, gw) maps."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -112,6 +115,170 @@ def test_an_edit_of_a_frame_major_token_reaches_the_right_space_major_token():
     torch.testing.assert_close(edited, expected)
     assert not torch.allclose(edited, model(x).logits.detach())
     assert not any(m._forward_hooks for m in model.modules())
+
+
+BRANCHES = {
+    "divided_space_time": ("hook_temporal_out", "hook_spatial_out", "hook_mlp_out"),
+    "joint_space_time": ("hook_attn_out", "hook_mlp_out"),
+}
+STREAM = re.compile(r".*\.layer\.\d\.hook_(resid_\w+|\w+_out)")  # the block's stream names
+
+
+def loud(attention_type: str) -> nn.Module:
+    """`build`, with the projections that write each branch into the stream (``temporal_dense``,
+    the spatial or joint ``attention.output.dense``, the MLP's ``output.dense``) 30x larger, so
+    that every branch moves the output well above float32 rounding (random-init branches add
+    about 1 % of the stream)."""
+    model = build(attention_type)
+    writers = re.compile(r".*layer\.\d+\.(temporal_dense|attention\.output\.dense|output\.dense)")
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if writers.fullmatch(name):
+                module.weight.mul_(30)
+    return model
+
+
+def _hooks(model: nn.Module) -> list[tuple[int, int]]:
+    """Each module's forward and forward-pre hook counts (transformers may hold its own)."""
+    return [(len(m._forward_hooks), len(m._forward_pre_hooks)) for m in model.modules()]
+
+
+@pytest.mark.parametrize("attention_type", list(BRANCHES))
+def test_the_branches_add_up_to_each_blocks_output(attention_type):
+    """hook_resid_pre + every branch's addition == hook_resid_post, and + the attention's ==
+    hook_resid_mid, on every block (frame-major, as the stream's names); the temporal step
+    adds nothing to the class token."""
+    model, x = loud(attention_type), clips()
+    hm = vk.HookedModel(model)
+    _, cache = hm.run_with_cache(x, names=STREAM)
+    for i in range(2):
+        block = f"timesformer.encoder.layer.{i}"
+        names = [n.removeprefix(f"{block}.") for n in cache.keys() if n.startswith(f"{block}.")]
+        assert names == [
+            "hook_resid_pre",
+            *BRANCHES[attention_type][:-1],
+            "hook_resid_mid",
+            "hook_mlp_out",
+            "hook_resid_post",
+        ]  # fmt: skip (as they fired)
+        added = [cache[f"{block}.{name}"] for name in BRANCHES[attention_type]]
+        assert all(a.shape == (2, 1 + FRAMES * PATCHES, 32) for a in added)
+        pre, post = cache[f"{block}.hook_resid_pre"], cache[f"{block}.hook_resid_post"]
+        torch.testing.assert_close(pre + sum(added), post, rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            pre + sum(added[:-1]), cache[f"{block}.hook_resid_mid"], rtol=0, atol=1e-5
+        )
+        assert all(float(a.abs().max()) > 0.05 for a in added)  # each far above the tolerance
+        if attention_type == "divided_space_time":
+            assert not added[0][:, 0].any()  # the class token takes no part in the temporal step
+        with torch.no_grad():
+            own = model(x, output_hidden_states=True).hidden_states
+        torch.testing.assert_close(post, frame_major(own[i + 1]))
+
+
+def _zero(index: tuple) -> callable:
+    """A vizkit forward function zeroing ``value[index]`` (a copy)."""
+
+    def edit(value: torch.Tensor, *, name: str) -> torch.Tensor:
+        value = value.clone()
+        value[index] = 0
+        return value
+
+    return edit
+
+
+_ALL = (slice(None),)
+# (attention type, branch, the branch's index on the clip's tokens [B, 1 + T·Np', C],
+#  the transformers module, the same tensor's index in that module's output)
+EDITS = [
+    ("divided_space_time", "hook_temporal_out", _ALL, "temporal_dense", _ALL),
+    ("divided_space_time", "hook_temporal_out", (slice(None), 1 + 2 * PATCHES + 5),
+     "temporal_dense", (slice(None), 5 * FRAMES + 2)),  # frame 2, patch 5 (space-major p·T + t)
+    ("divided_space_time", "hook_spatial_out", _ALL, "attention", _ALL),
+    ("divided_space_time", "hook_spatial_out", (slice(None), 1 + 2 * PATCHES + 5),
+     "attention", (slice(2, None, FRAMES), 1 + 5)),  # frame 2's rows (b·T + 2), patch 5
+    ("divided_space_time", "hook_spatial_out", (slice(None), 0),
+     "attention", (slice(None), 0)),  # the class token's mean: every frame's class output
+    ("divided_space_time", "hook_mlp_out", _ALL, "output", _ALL),
+    ("joint_space_time", "hook_attn_out", _ALL, "attention", _ALL),
+    ("joint_space_time", "hook_attn_out", (slice(None), 1 + 2 * PATCHES + 5),
+     "attention", (slice(None), 1 + 5 * FRAMES + 2)),
+    ("joint_space_time", "hook_mlp_out", _ALL, "output", _ALL),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attention_type", "branch", "index", "module", "raw"), EDITS)
+def test_an_edit_of_a_branch_by_name_equals_the_same_edit_on_the_models_tensor(
+    attention_type, branch, index, module, raw
+):
+    """Zeroing (part of) a branch through its name changes the output (the logits and the last
+    block's tokens) exactly as zeroing the same numbers of the transformers module's output with
+    a plain torch hook (the attention modules return a tuple: its first item); no hook is left
+    after."""
+    model, x = loud(attention_type), clips()
+    hm = vk.HookedModel(model)
+    before = _hooks(model)
+    clean = _outputs(model, x)
+    for layer in (0, 1):
+        name = f"timesformer.encoder.layer.{layer}.{branch}"
+        with hm.hooks(fwd={name: _zero(index)}):
+            edited = _outputs(model, x)
+
+        def zero_raw(mod, args, out):
+            tensor = (out[0] if isinstance(out, tuple) else out).clone()
+            tensor[raw] = 0
+            return (tensor, *out[1:]) if isinstance(out, tuple) else tensor
+
+        target = model.timesformer.encoder.layer[layer].get_submodule(module)
+        handle = target.register_forward_hook(zero_raw)
+        try:
+            expected = _outputs(model, x)
+        finally:
+            handle.remove()
+        torch.testing.assert_close(edited, expected, rtol=0, atol=1e-5)
+        assert float((edited - clean).abs().max()) > 1e-3  # 100x the tolerance
+    assert _hooks(model) == before
+
+
+def _outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(B, K + N·C) the logits and the last block's tokens, side by side."""
+    with torch.no_grad():
+        out = model(x, output_hidden_states=True)
+    return torch.cat([out.logits, out.hidden_states[-1].flatten(1)], 1)
+
+
+def test_the_temporal_steps_class_token_row_cannot_be_edited():
+    model, x = build(), clips()
+    hm = vk.HookedModel(model)
+
+    def write_class(value, *, name):
+        value = value.clone()
+        value[:, 0] = 1.0
+        return value
+
+    name = "timesformer.encoder.layer.0.hook_temporal_out"
+    with pytest.raises(ValueError, match="adds nothing to the class token.*hook_spatial_out"):
+        with torch.no_grad(), hm.hooks(fwd={name: write_class}):
+            model(x)
+    assert not any(n for n, _ in _hooks(model))
+
+
+@pytest.mark.parametrize("attention_type", list(BRANCHES))
+def test_a_branchs_gradient_is_the_gradient_of_the_stream_it_is_added_to(attention_type):
+    """d score / d branch == d score / d (the stream it is added into): the attention's at
+    hook_resid_mid, the MLP's at hook_resid_post, every token, the class token included (its
+    spatial output is a mean over the frames, which a plain layout change would get wrong by a
+    factor of T)."""
+    model, x = build(attention_type), clips()
+    attention = BRANCHES[attention_type][-2]
+    block = "timesformer.encoder.layer.0"
+    names = [f"{block}.{n}" for n in (attention, "hook_resid_mid", "hook_mlp_out",
+                                      "hook_resid_post")]  # fmt: skip
+    _, cache = vk.HookedModel(model).run_with_cache(x, names=names, grads=True, target=1)
+    grad = {n.removeprefix(f"{block}."): cache[f"{n}_grad"] for n in names}
+    assert float(grad["hook_resid_mid"][:, 0].abs().max()) > 1e-3
+    torch.testing.assert_close(grad[attention], grad["hook_resid_mid"], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad["hook_mlp_out"], grad["hook_resid_post"], rtol=1e-5, atol=1e-7)
 
 
 def test_space_major_conversions_invert_each_other():

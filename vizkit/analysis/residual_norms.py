@@ -7,7 +7,10 @@ deeper with Image Transformers", Sec. 2, Eq. 3-4 and Fig. 4):
     r^FFN_l = ‖diag(λ'_l) FFN(η(x'_l))‖ / ‖x'_l‖
 
 "scaled" includes LayerScale (λ ≡ 1 without it), "unscaled" leaves it out. In CaiT's
-class-attention stage the stream is the class token only, (B, 1, C).
+class-attention stage the stream is the class token only, (B, 1, C). A video model's stream is
+its clips' space-time tokens. TimeSformer's divided space-time attention adds two steps before
+the MLP (``hook_temporal_out``, ``hook_spatial_out``): its attention branch is their sum, what
+the attention adds to x_l to give x'_l.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 REDUCTIONS = ("sample_fro", "per_token", "batch")
+DIVIDED_STEPS = ("hook_temporal_out", "hook_spatial_out")  # TimeSformer's divided attention
 
 
 @dataclass(repr=False)
@@ -59,11 +63,13 @@ class ResidualRatios(Result):
         attn, attn_unscaled: r^SA with and without LayerScale.
         mlp, mlp_unscaled: r^FFN with and without LayerScale.
         resid_norm, resid_mid_norm: ‖x_l‖ and ‖x'_l‖ (the main branch), same reduction.
+            Tokens are a clip's space-time tokens for a video model.
         gamma_attn, gamma_mlp: LayerScale statistics; has_layerscale: per layer.
         reduction: "sample_fro" (per-image Frobenius norms over tokens x channels, ratio per
             image, mean over the batch), "per_token" (ratio per token, mean over tokens and
             images) or "batch" (norms over the whole batch tensor).
-        layout, image_size: the tokens and (H, W) of the input.
+        layout, image_size: the tokens and (H, W) of the input (``layout.frames``: a clip's
+            token frames).
     """
 
     layers: list[str]
@@ -97,16 +103,19 @@ class ResidualRatios(Result):
         ]  # fmt: skip
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def residual_ratios(
     model: nn.Module | HookedModel, x: Tensor, reduction: str = "sample_fro"
 ) -> ResidualRatios:
     """Residual-norm ratios of every pre-norm block (CaiT's Fig. 4), in eval mode (DropPath off).
 
     Args:
-        model: a timm ViT-family model (VisionTransformer with or without LayerScale, Cait) or
-            a vizkit model with the same block names.
-        x: image batch (B, C, H, W).
+        model: a timm ViT-family model (VisionTransformer with or without LayerScale, Cait), a
+            video transformer (ViViT, VideoMAE, TimeSformer: the attention branch of a divided
+            block is its temporal and spatial steps together) or a vizkit model with the same
+            block names.
+        x: image batch (B, C, H, W), or a video model's clips (B, T, C, H, W): the norms run
+            over each clip's space-time tokens.
         reduction: "sample_fro" (default), "per_token" or "batch" (see `ResidualRatios`).
     """
     check_choice("reduction", reduction, REDUCTIONS)
@@ -178,7 +187,8 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
     def branch(quantity: str, gamma: Tensor | None):
         def read(activation: Tensor, *, name: str) -> None:
             a = tokens(activation, name)
-            if quantity == "attn":
+            if quantity == "attn":  # a divided block's steps add up to its attention branch
+                a = a + pending["attn"] if "attn" in pending else a
                 pending["attn"] = a  # x_l = x'_l - attention branch, at the mid stream
             squares[(p, quantity)] = _sq(a)
             squares[(p, f"{quantity}_unscaled")] = _sq(unscaled(quantity, a, gamma, name))
@@ -197,11 +207,23 @@ def _block_readers(hm: HookedModel, p: str, batch: int, squares: dict, fwd: dict
         squares[(p, "x")] = _sq(a - pending.pop("attn"))
 
     gammas = dict(zip(("attn", "mlp"), layerscale_gammas(hm.model, p), strict=True))
+    names = hm.hook_names()
     for quantity, gamma in gammas.items():
         if gamma is not None and not bool((gamma != 0).all()):
             fwd.setdefault(f"{p}.{quantity}.hook_out", []).append(raw_branch(quantity))
-        fwd.setdefault(f"{p}.hook_{quantity}_out", []).append(branch(quantity, gamma))
+        steps = _attention_steps(p, names) if quantity == "attn" else [f"{p}.hook_mlp_out"]
+        for step in steps:
+            fwd.setdefault(step, []).append(branch(quantity, gamma))
     fwd.setdefault(f"{p}.hook_resid_mid", []).append(middle)
+
+
+def _attention_steps(block: str, names: list[str]) -> list[str]:
+    """The names whose sum is ``block``'s attention branch: ``hook_attn_out``, or divided
+    space-time attention's two steps (TimeSformer), in the order they run; [] for neither."""
+    for steps in (("hook_attn_out",), DIVIDED_STEPS):
+        if all(f"{block}.{step}" in names for step in steps):
+            return [f"{block}.{step}" for step in steps]
+    return []
 
 
 def _sq(tokens: Tensor) -> Tensor:
@@ -234,12 +256,13 @@ def layerscale_stats(
 
 def prenorm_blocks(hm: HookedModel) -> list[str]:
     """Paths of the two-branch residual blocks whose branches and stream vizkit reads
-    (``<block>.hook_attn_out`` and the rest), in forward order; raises if the model has none or
-    also has blocks whose branches vizkit cannot read (a ratio curve with holes would mislead).
+    (``<block>.hook_attn_out``, or divided attention's two steps, and the rest), in forward
+    order; raises if the model has none or also has blocks whose branches vizkit cannot read
+    (a ratio curve with holes would mislead).
     """
     names = hm.hook_names()
     blocks = [n.removesuffix(".hook_resid_pre") for n in names if n.endswith(".hook_resid_pre")]
-    complete = [p for p in blocks if f"{p}.hook_attn_out" in names]
+    complete = [p for p in blocks if _attention_steps(p, names)]
     if not blocks:
         raise ValueError(
             f"residual_ratios needs transformer blocks with a residual stream; "

@@ -44,7 +44,7 @@ def check_norm_cut(threshold: float | None, factor: float) -> None:
 def high_norm_patches(norms: Tensor, threshold: float | None = None, factor: float = 4.0) -> Tensor:
     """(..., Np) bool: the patches whose norm (..., Np) exceeds ``threshold``, or by default
     ``factor`` times the median over the last axis (the outliers of Darcet et al. are about 10x
-    the others; a model without them flags none)."""
+    the others; a model without them flags none). A clip's Np are its space-time patches."""
     check_norm_cut(threshold, factor)
     if threshold is None:
         return norms > factor * norms.quantile(0.5, dim=-1, keepdim=True)  # midpoint of two
@@ -57,10 +57,11 @@ class TokenNorms(Result):
 
     Attributes:
         prefix: (B, L, P) norms of the prefix tokens (class, registers, distillation).
-        patches: (B, L, gh, gw) norms of the patch tokens on the grid.
+        patches: (B, L, gh, gw) norms of the patch tokens on the grid; for a video model's
+            clips (B, L, T', gh, gw), token frame by token frame (``layout.frames`` = T').
         layers: the block outputs' hook names, in forward order.
         layout: the tokens of those layers (one layout for all: refused otherwise).
-        image_size: (H, W) of the input.
+        image_size: (H, W) of the input (of each frame, for clips).
     """
 
     prefix: Tensor
@@ -70,32 +71,36 @@ class TokenNorms(Result):
     image_size: tuple[int, int]
 
     def high_norm(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
-        """(B, L, gh, gw) bool: the patch tokens whose norm exceeds ``threshold`` (the paper's
-        fixed cut, e.g. 150 for DINOv2 ViT-g), or by default ``factor`` times the median patch
-        norm of their image and layer (`high_norm_patches`)."""
+        """(B, L, gh, gw) bool, for clips (B, L, T', gh, gw): the patch tokens whose norm
+        exceeds ``threshold`` (the paper's fixed cut, e.g. 150 for DINOv2 ViT-g), or by default
+        ``factor`` times the median patch norm of their image (clip: over all its frames) and
+        layer (`high_norm_patches`)."""
         flat = self.patches.flatten(2)  # (B, L, Np)
         return high_norm_patches(flat, threshold, factor).view_as(self.patches)
 
     def high_norm_fraction(self, threshold: float | None = None, factor: float = 4.0) -> Tensor:
         """(L,) the fraction of patch tokens that `high_norm` flags, per layer."""
-        return self.high_norm(threshold, factor).float().mean((0, 2, 3))
+        flags = self.high_norm(threshold, factor).float()
+        return flags.transpose(0, 1).flatten(1).mean(1)
 
 
-@analysis_contract
+@analysis_contract(videos=True)
 def token_norms(
     model: nn.Module | HookedModel, x: Tensor, layers: LayerSpec | None = None
 ) -> TokenNorms | Stages:
     """The L2 norm over channels of every token in each block's output (the residual stream).
 
     Args:
-        model: a ViT-style model whose blocks' outputs are tokens on a patch grid.
-        x: images (B, C, H, W).
+        model: a ViT-style model whose blocks' outputs are tokens on a patch grid, or a video
+            transformer.
+        x: images (B, C, H, W), or a video model's clips (B, T, C, H, W).
         layers: which block outputs (`vizkit.hooks.select_layers`: ints count the block outputs,
             negative from the end); default all. Layers asked for must share one layout (the
             blocks of one stage for a hierarchical model, e.g. ``"layers.3.*"`` for Swin).
 
     Returns:
-        `TokenNorms`: prefix (B, L, P) and patch (B, L, gh, gw) norms, in float32; by default
+        `TokenNorms`: prefix (B, L, P) and patch (B, L, gh, gw) norms (clips: (B, L, T', gh,
+        gw)), in float32; by default
         on a model whose blocks hold different tokens, `Stages` of one `TokenNorms` per run of
         blocks sharing a layout (the stages of a hierarchical model).
 

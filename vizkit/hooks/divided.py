@@ -18,16 +18,38 @@ clip's tokens [class, T x gh x gw patches] (frame-major, as `TokenLayout` lays t
 
 TimeSformer keeps its stream space-major (patch p's T frames side by side, token 1 + p·T + t);
 `space_major_stream` and `space_major_map` convert it to and from the frame-major order.
+
+What each step adds to the stream is written on the clip's tokens too: the temporal step's
+addition (``temporal_dense``'s output) is zero on the class token (`temporal_addition`); the
+spatial step's per-frame outputs give the class token their mean over the frames
+(`spatial_addition`). The mean is no view of the module's output, so its names read it with a
+`TokensReader`: the forward goes on with the tokens themselves, and their gradient is exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from .layout import TokenLayout
+from .readers import Emit, Reader
 
-__all__ = ["space_major_map", "space_major_stream", "spatial_to_tokens", "temporal_to_tokens"]
+__all__ = [
+    "TokensReader",
+    "space_major_map",
+    "space_major_stream",
+    "spatial_addition",
+    "spatial_addition_back",
+    "spatial_to_tokens",
+    "temporal_addition",
+    "temporal_addition_back",
+    "temporal_to_tokens",
+]
 
 
 def _check(layout: TokenLayout, what: str) -> tuple[int, int]:
@@ -108,3 +130,78 @@ def space_major_map(pattern: Tensor, frames: int, prefix: int, inverse: bool = F
         order = torch.argsort(order)
     full = torch.cat([torch.arange(prefix, device=pattern.device), order + prefix])
     return pattern[..., full, :][..., full]
+
+
+def temporal_addition(added: Tensor, frames: int) -> Tensor:
+    """(B, gh·gw·T, C) what the temporal step adds (``temporal_dense``'s output: the patches
+    space-major, no class token) -> (B, 1 + T·gh·gw, C) on the clip's tokens, frame-major, zero
+    on the class token (the step leaves it as it is)."""
+    patches = space_major_stream(added, frames, prefix=0)
+    return torch.cat([patches.new_zeros(len(patches), 1, patches.shape[-1]), patches], 1)
+
+
+def temporal_addition_back(new: Tensor, raw: Tensor, frames: int) -> Tensor:
+    """(B, 1 + T·gh·gw, C) a replacement of `temporal_addition` -> ``temporal_dense``'s
+    (B, gh·gw·T, C).
+
+    Raises:
+        ValueError: a class-token row that is not zero: the temporal step adds nothing to the
+            class token, so there is nowhere to put it.
+    """
+    if bool((new[:, 0] != 0).any()):
+        raise ValueError(
+            "The temporal step of divided attention adds nothing to the class token (it takes "
+            "no part in that step), so a non-zero class-token row of hook_temporal_out has no "
+            "place in the model. Leave that row zero; edit the class token at the block's "
+            "hook_spatial_out or hook_resid_pre instead."
+        )
+    return space_major_stream(new[:, 1:], frames, prefix=0, inverse=True)
+
+
+def spatial_addition(added: Tensor, frames: int) -> Tensor:
+    """(B·T, 1 + gh·gw, C) the spatial step's output per frame (batch index b·T + t: [class,
+    frame t's patches]) -> (B, 1 + T·gh·gw, C) what it adds to the clip's tokens, frame-major:
+    the class token gets its outputs' mean over the frames, as the block adds it."""
+    per_frame = added.unflatten(0, (-1, frames))  # (B, T, 1 + gh·gw, C)
+    return torch.cat([per_frame[:, :, :1].mean(1), per_frame[:, :, 1:].flatten(1, 2)], 1)
+
+
+def spatial_addition_back(new: Tensor, raw: Tensor, frames: int) -> Tensor:
+    """(B, 1 + T·gh·gw, C) a replacement of `spatial_addition` -> the per-frame (B·T,
+    1 + gh·gw, C) output ``raw`` stands for: each patch back in its frame, and every frame's
+    class output moved by the same amount, so that their mean is the new class row (exactly
+    ``raw``'s where the row is unchanged)."""
+    per_frame = raw.unflatten(0, (-1, frames))  # (B, T, 1 + gh·gw, C)
+    own = per_frame[:, :, :1]
+    shift = new[:, None, :1] - own.mean(1, keepdim=True)  # (B, 1, 1, C)
+    patches = new[:, 1:].unflatten(1, (frames, -1))  # (B, T, gh·gw, C)
+    return torch.cat([own + shift, patches], 2).flatten(0, 1)
+
+
+def _every_call() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class TokensReader(Reader):
+    """A module's tensor output handed on in the clip's token layout: ``to_tokens(raw)``, a
+    function of it that is no view (`spatial_addition`'s mean over the frames). The forward
+    goes on with ``back(tokens, raw)`` where a hook replaced the tokens or their gradient is
+    wanted, so edits and gradients act on the tokens themselves (a `Tap`'s ``to_canonical``
+    is applied to gradients too, which is right for a view only). Its `Tap` keeps the
+    identity layout."""
+
+    to_tokens: Callable[[Tensor], Tensor]
+    back: Callable[[Tensor, Tensor], Tensor]
+
+    def attach(
+        self, module: nn.Module, emit: Emit, selected: Callable[[], bool] = _every_call
+    ) -> list[RemovableHandle]:
+        def forward_hook(mod: nn.Module, args: tuple, output: Any) -> Tensor | None:
+            if not selected():
+                return None
+            tokens = self.to_tokens(output)
+            used = emit(tokens)
+            return None if used is tokens else self.back(used, output)
+
+        return [module.register_forward_hook(forward_hook)]

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..analysis.result import Result
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_images
+from ..hooks.inputs import check_images, refuse_video_model
 from ..hooks.scores import is_backbone, model_logits
 from ..hooks.selector import select_layer
 from ..metrics.faithfulness import CurveEnds, CurveScoring, perturbation_curve
@@ -90,6 +90,7 @@ def register_effect(
         ValueError / TypeError: as `test_time_register` (a model whose attention depends on
             each token's position, bad neurons or options).
     """
+    refuse_video_model(model.model if isinstance(model, HookedModel) else model, "register_effect")
     return _effect(model, x, neurons, layer, attention_layer, registers, scale, patches,
                    faithfulness, steps, progress, scored=target)  # fmt: skip
 

@@ -27,7 +27,7 @@ from ..analysis.token_norms import check_norm_cut, high_norm_patches
 from ..datasets.labelled import labelled_batches
 from ..hooks import HookedModel, TokenLayout
 from ..hooks.contract import analysis_contract
-from ..hooks.inputs import check_count, check_images
+from ..hooks.inputs import check_count, check_images, refuse_video_model
 from ..hooks.selector import select_layer
 from .sites import RegisterSites, register_sites
 
@@ -100,6 +100,7 @@ def register_neurons(
         ValueError: no image has an outlier patch (the message gives the largest norm ratio),
             or options out of range; the family errors of `test_time_register`.
     """
+    refuse_video_model(model.model if isinstance(model, HookedModel) else model, "register_neurons")
     if isinstance(data, Tensor):
         data = (data,)
     return _find(model, data, layer, layers, threshold, factor, top_k, sparsity, batch_size,

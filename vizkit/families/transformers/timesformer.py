@@ -10,8 +10,15 @@ Divided space-time attention (the default, Sec. 3): each block runs ``temporal_a
 follow that order. Both maps are read at their ``attention.attn_drop`` output (kinds "temporal"
 and "spatial", put on the clip's tokens by `vizkit.hooks.divided`). Joint space-time attention
 is one (B, H, N, N) map. The stream holds the patches space-major (patch p's frames side by
-side); its names hold them frame-major, [class, T x gh x gw], as every video layout. The blocks
-add their branches without a module that closes them, so only the stream ends are named.
+side); its names hold them frame-major, [class, T x gh x gw], as every video layout.
+
+What each branch adds to the stream is named, (B, N, C) on the clip's tokens like the stream, so
+that ``hook_resid_pre`` plus the branches is ``hook_resid_post``. Divided: ``hook_temporal_out``
+(``temporal_dense``'s output; zero on the class token, which takes no part in that step),
+``hook_spatial_out`` (the spatial step's output after ``drop_path``, its class token averaged
+over the frames as the block averages it), ``hook_mlp_out``; joint: ``hook_attn_out`` and
+``hook_mlp_out``. Each block runs one ``drop_path`` after every branch (its calls, in order),
+and ``hook_resid_mid`` is ``layernorm_after``'s input, the stream the MLP reads.
 "Space only" attention runs the frames as separate images and is not covered.
 """
 
@@ -19,19 +26,32 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ...hooks.divided import space_major_map, space_major_stream
+from ...hooks.divided import (
+    TokensReader,
+    space_major_map,
+    space_major_stream,
+    spatial_addition,
+    spatial_addition_back,
+    temporal_addition,
+    temporal_addition_back,
+)
 from ...hooks.family import AttentionContext, BlockSite, Family, FamilyLayout, register_family
 from ...hooks.layout import TokenLayout
+from ...hooks.readers import InputReader, NthCall
 from ...hooks.taps import Tap
 from ...hooks.video import VideoInput
 
 __all__ = ["layout"]
 
 _TIMESFORMER = "transformers.models.timesformer.modeling_timesformer"
-# the children of a divided block in the order its forward runs them
+# the children of a block in the order its forward runs them; ``drop_path`` runs after every
+# branch, and is listed where the attention's addition (a divided block's spatial step) is read
 _DIVIDED_ORDER = (
     "temporal_layernorm", "temporal_attention", "temporal_dense",
-    "layernorm_before", "attention", "layernorm_after", "intermediate", "output",
+    "layernorm_before", "attention", "drop_path", "layernorm_after", "intermediate", "output",
+)  # fmt: skip
+_JOINT_ORDER = (
+    "layernorm_before", "attention", "drop_path", "layernorm_after", "intermediate", "output",
 )  # fmt: skip
 
 
@@ -41,12 +61,16 @@ def layout(model: nn.Module) -> FamilyLayout | None:
     config = model.config
     if config.attention_type not in ("divided_space_time", "joint_space_time"):
         return None
-    order = _stream_order(config.num_frames)
-    children = _DIVIDED_ORDER if config.attention_type == "divided_space_time" else ()
+    frames = config.num_frames
+    order = _stream_order(frames)
+    divided = config.attention_type == "divided_space_time"
+    children = _DIVIDED_ORDER if divided else _JOINT_ORDER
     blocks = [BlockSite(f"encoder.layer.{i}", token_order=order, forward_children=children,
                         output_item=0)
               for i in range(len(model.encoder.layer))]  # fmt: skip
-    extra = [Tap("hook_final_norm", "layernorm", shape="B N C", **order)]
+    extra = [tap for i, block in enumerate(model.encoder.layer)
+             for tap in _branch_taps(f"encoder.layer.{i}", block, frames, divided)]  # fmt: skip
+    extra.append(Tap("hook_final_norm", "layernorm", shape="B N C", **order))
     embed = model.embeddings.patch_embeddings
     size = tuple(embed.image_size)
     video = VideoInput(int(config.num_frames), 1, embed.projection.in_channels, size)
@@ -68,6 +92,47 @@ def _stream_order(frames: int) -> dict:
 
     def from_canonical(new: Tensor, raw: Tensor) -> Tensor:
         return space_major_stream(new, frames, prefix=1, inverse=True)
+
+    return {"to_canonical": to_canonical, "from_canonical": from_canonical}
+
+
+def _branch_taps(path: str, block: nn.Module, frames: int, divided: bool) -> list[Tap]:
+    """What each branch of the block at ``path`` adds to the stream, and the stream the MLP
+    reads, each (B, N, C) over the clip's tokens, frame-major. ``drop_path`` runs after every
+    branch: its calls are the joint attention's and the MLP's additions (0, 1), or the divided
+    temporal step's (before ``temporal_dense``, not read there), spatial step's and MLP's
+    (0, 1, 2)."""
+    stream = {"shape": "B N C", **_stream_order(frames)}
+    drop = f"{path}.drop_path"
+    mid = Tap(f"{path}.hook_resid_mid", f"{path}.layernorm_after", InputReader(), **stream)
+    if not divided:
+        return [
+            Tap(f"{path}.hook_attn_out", drop, NthCall(0, block), **stream),
+            mid,
+            Tap(f"{path}.hook_mlp_out", drop, NthCall(1, block), **stream),
+        ]
+    temporal = Tap(f"{path}.hook_temporal_out", f"{path}.temporal_dense", shape="B N C",
+                   **_temporal_order(frames))  # fmt: skip
+    spatial = TokensReader(lambda raw: spatial_addition(raw, frames),
+                           lambda new, raw: spatial_addition_back(new, raw, frames))  # fmt: skip
+    return [
+        temporal,
+        Tap(f"{path}.hook_spatial_out", drop, NthCall(1, block, spatial), shape="B N C"),
+        mid,
+        Tap(f"{path}.hook_mlp_out", drop, NthCall(2, block), **stream),
+    ]
+
+
+def _temporal_order(frames: int) -> dict:
+    """``temporal_dense``'s space-major patches (B, gh·gw·T, C) held as the clip's tokens,
+    zero on the class token (`temporal_addition`; a gradient is that map's too, as it only
+    moves the patches and adds a token nothing reads)."""
+
+    def to_canonical(t: Tensor) -> Tensor:
+        return temporal_addition(t, frames)
+
+    def from_canonical(new: Tensor, raw: Tensor) -> Tensor:
+        return temporal_addition_back(new, raw, frames)
 
     return {"to_canonical": to_canonical, "from_canonical": from_canonical}
 
