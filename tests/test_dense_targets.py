@@ -165,7 +165,7 @@ def test_class_targets_on_dense_outputs_are_refused_with_a_fix_that_works(head):
         ValueError, match=r"returns a map per image.*vk\.targets\.segment\(class, mask\)"
     ):
         vk.gradcam(model, x)
-    with pytest.raises(ValueError, match="dense decoder reads several layers"):
+    with pytest.raises(ValueError, match="dense decoder makes its output instead of a head"):
         vk.legrad(model, x, target=vk.targets.segment(1))
     fix = (
         vk.targets.segment(1, square())

@@ -57,7 +57,7 @@ def legrad(
     Raises:
         ValueError: layers over other tokens than the last block's (the head cannot read
             them), maps vizkit recomputes beside the model's attention (no gradient), or a
-            dense model (its decoder reads several layers).
+            dense model (a decoder, not a head, makes its output).
     """
     hm = as_hooked(model)
     x = check_images(hm.model, x)
@@ -69,9 +69,10 @@ def legrad(
     if is_dense(hm.model):
         raise ValueError(
             f"LeGrad reads the model's head on every layer's tokens as if they were the last "
-            f"block's; {type(hm.model).__name__}'s dense decoder reads several layers' tokens "
-            "at once (DPT's reassemble stage), so no layer has a head of its own. Use gradcam, "
-            "attnlrp or integrated_gradients with the same target."
+            f"block's; {type(hm.model).__name__}'s dense decoder makes its output instead of a "
+            "head (DPT's reads several layers' tokens at once, a promptable model's joins the "
+            "prompt), so no layer has a head of its own. Use gradcam, attnlrp or "
+            "integrated_gradients with the same target."
         )
     image_size = tuple(x.shape[-2:])
     if layers is None:

@@ -216,6 +216,29 @@ def _mean_of_grid(output) -> torch.Tensor:
     return output.last_hidden_state.mean((1, 2))
 
 
+def _sam() -> nn.Module:
+    """SAM (Kirillov et al. 2023, "Segment Anything") at 64 px with one point prompt held
+    fixed (`vizkit.models.prompted_masks`): an 8 x 8 patch grid of width 32, three blocks (the
+    middle one global, the others in 4 x 4 windows), mask logits (B, 1, 1, 32, 32)."""
+    import transformers
+
+    from .prompted import prompted_masks
+
+    vision = transformers.SamVisionConfig(
+        hidden_size=32, output_channels=32, num_hidden_layers=3, num_attention_heads=2,
+        image_size=64, patch_size=8, window_size=4, global_attn_indexes=[1], mlp_dim=64,
+        num_pos_feats=16, initializer_range=0.02,
+    )  # fmt: skip
+    config = transformers.SamConfig(
+        vision_config=vision,
+        prompt_encoder_config=transformers.SamPromptEncoderConfig(
+            hidden_size=32, image_size=64, patch_size=8),
+        mask_decoder_config=transformers.SamMaskDecoderConfig(
+            hidden_size=32, mlp_dim=64, num_attention_heads=2, iou_head_hidden_dim=32),
+    )  # fmt: skip
+    return prompted_masks(transformers.SamModel(config), points=[[20, 30]])
+
+
 def _siglip2() -> nn.Module:
     """SigLIP 2 takes patches: `vizkit.models.Siglip2Images` gives it images."""
     import transformers
@@ -310,6 +333,7 @@ LIBRARIES: dict[str, dict[str, LibraryModel]] = {
             ),
             size=64,
         ),  # fmt: skip
+        "SamModel (prompted_masks)": LibraryModel(_sam, size=64),
         "CLIPForImageClassification": LibraryModel(
             _transformers("CLIPForImageClassification", "CLIPConfig", "vision_config", **_HF_SMALL)
         ),

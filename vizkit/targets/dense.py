@@ -9,7 +9,7 @@ per image, summed by every method.
 - `pixel`: one pixel's class logit;
 - `depth_region`, `depth_difference`: the mean predicted depth over a region, and the
   difference between two regions' means;
-- `mask_logit`: one predicted mask's logits of a promptable mask model (SAM 2, given its
+- `mask_logit`: one predicted mask's logits of a promptable mask model (SAM or SAM 2, given its
   prompt by `vizkit.models.prompted_masks`), summed over a region or over the mask itself.
 
 The masks and coordinates are in the output's own pixels, or, where the output is smaller or
@@ -124,7 +124,7 @@ def masks_of(output: object) -> Tensor:
         shape = _described(found, output)
         raise ValueError(
             f"A mask target needs a promptable mask model's pred_masks (B, P, M, h, w); the "
-            f"model gave {shape}. Give SAM 2 its prompt with vk.models.prompted_masks(model, "
+            f"model gave {shape}. Give SAM its prompt with vk.models.prompted_masks(model, "
             "points=...); a segmentation model's output takes vk.targets.segment(class, mask)."
         )
     return found
@@ -305,7 +305,7 @@ def depth_region(mask: Tensor) -> DepthRegion:
 
 
 def mask_logit(mask: int = 0, region: Tensor | None = None, prompt: int = 0) -> MaskLogit:
-    """Predicted mask ``mask`` of prompt ``prompt`` of a promptable mask model (SAM 2 with its
+    """Predicted mask ``mask`` of prompt ``prompt`` of a promptable mask model (SAM, SAM 2 with its
     prompt fixed by `vizkit.models.prompted_masks`): its logits summed over ``region`` ((H, W)
     or (B, H, W); bool or weights; the low-resolution logits resized to it bilinearly), or with
     no region over the pixels it covers (logit > 0, held constant)."""

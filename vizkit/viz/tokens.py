@@ -18,6 +18,7 @@ from .style import ATTENTION_SCALE, finish, layer_label, log_axis, map_axes, squ
 __all__ = ["register_effect_figure", "token_norms_figure", "token_pca_figure"]
 
 _BINS = 40  # of the norms' histogram
+HISTOGRAM_GAP = 0.05  # of the figure's width, between the maps and the histogram's axis title
 
 
 def token_pca_figure(
@@ -125,11 +126,10 @@ def token_norms_figure(
     fig.update_layout(
         coloraxis={"colorscale": ATTENTION_SCALE, "colorbar": {"title": "norm", "x": -0.08}},
         barmode="overlay",
-        legend={"x": 1, "xanchor": "right", "y": 1},
     )
     flagged = result.high_norm()[:, index].float().mean().item()
     title = (
-        f"L2 norm of every token of {layer_label(name)} ({what}); "
+        f"L2 norm of every token of {layer_label(name)} ({what});<br>"
         f"{flagged:.1%} of patch tokens above 4x their {unit}'s median"
     )
     return finish(fig, title, 360 if rows == 1 else 230 * rows + 130)
@@ -191,16 +191,18 @@ def _norm_panel(
 
 def _norm_histogram(fig: go.Figure, norms: Tensor, prefix: Tensor, col: int) -> None:
     """The histogram of every patch norm ``norms`` and prefix norm (n,) in row 1, column
-    ``col`` (log counts), with the maps' cells made square."""
+    ``col`` (log counts), with the maps' cells made square; its title keys the bars' colours
+    (a legend would sit on the bars), its plot moved right of its axis title."""
     edges = torch.linspace(0, max(norms.max().item(), prefix.max().item() if len(prefix) else 0)
                            * 1.02, _BINS + 1)  # fmt: skip
-    counts = []
+    counts, keys = [], []
     for label, values, color in (("patch tokens", norms.flatten(), "#636EFA"),
                                  ("prefix tokens", prefix, "#EF553B")):  # fmt: skip
         if not len(values):
             continue
         tally = torch.histogram(values, edges).hist
         counts.append(tally)
+        keys.append(f'<span style="color:{color}">{label.split()[0]}</span>')
         bars = go.Bar(
             x=((edges[1:] + edges[:-1]) / 2).numpy(),
             y=tally.numpy(),
@@ -208,9 +210,16 @@ def _norm_histogram(fig: go.Figure, norms: Tensor, prefix: Tensor, col: int) -> 
             name=label,
             marker_color=color,
             opacity=0.75,
-            hovertemplate="norm %{x:.3g}: %{y} tokens<extra></extra>",
+            showlegend=False,
+            hovertemplate=f"%{{y}} {label} of norm %{{x:.3g}}<extra></extra>",
         )
         fig.add_trace(bars, row=1, col=col)
+    fig.for_each_annotation(
+        lambda a: a.update(text=f"all tokens: {' and '.join(keys)}"),
+        selector={"text": "all tokens"},
+    )
+    axis = fig.get_subplot(1, col).xaxis
+    axis.domain = (axis.domain[0] + HISTOGRAM_GAP, axis.domain[1])
     square_cells(fig)
     fig.update_xaxes(title_text="token norm", row=1, col=col)
     log_axis(fig, "y", torch.cat(counts).numpy(), row=1, col=col, title_text="tokens")

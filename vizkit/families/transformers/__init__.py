@@ -9,6 +9,7 @@ from . import (
     dinov3,
     dpt,
     hiera,
+    sam,
     sam2,
     segformer,
     siglip2,
@@ -21,6 +22,6 @@ from . import (
 )
 
 __all__ = [
-    "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam2", "segformer", "siglip2",
-    "swin", "timesformer", "videomae", "vit", "vivit", "vjepa2",
+    "aimv2", "beit", "clip", "dinov2", "dinov3", "dpt", "hiera", "sam", "sam2", "segformer",
+    "siglip2", "swin", "timesformer", "videomae", "vit", "vivit", "vjepa2",
 ]  # fmt: skip
