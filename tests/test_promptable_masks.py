@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vizkit as vk
+from vizkit.models.representatives import small_sam_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -42,6 +43,20 @@ def sam2() -> nn.Module:
     return transformers.Sam2Model(config).eval()
 
 
+def sam(window: int = 3, attn: str = "sdpa") -> nn.Module:
+    """SAM at 64 px: an 8 x 8 patch grid of width 32, three blocks (the middle one global, the
+    others in ``window`` x ``window`` windows: 3 pads the grid to 9 x 9), its neck, prompt
+    encoder and two-way mask decoder of width 32; mask logits at 32 x 32. The relative and
+    absolute position embeddings (zero at init) are drawn at random, so they shape the maps."""
+    torch.manual_seed(0)
+    model = transformers.SamModel(small_sam_config(window, attn)).eval()
+    with torch.no_grad():
+        for name, p in model.vision_encoder.named_parameters():
+            if "rel_pos" in name or name == "pos_embed":
+                p.normal_(0, 0.5)
+    return model
+
+
 def images(batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0))
 
@@ -52,8 +67,17 @@ def region() -> torch.Tensor:
     return mask
 
 
-def test_the_prompt_is_given_to_every_image_and_the_target_reduces_by_hand():
-    model, x = sam2(), images(3)
+# each model: its builder, its masks' side, the block Grad-CAM reads and that block's grid
+MODELS = {
+    "sam2": (sam2, 16, "model.vision_encoder.backbone.blocks.2", 4),
+    "sam": (sam, 32, "model.vision_encoder.layers.1", 8),
+}
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_the_prompt_is_given_to_every_image_and_the_target_reduces_by_hand(kind):
+    build, side, _, _ = MODELS[kind]
+    model, x = build(), images(3)
     prompted = vk.models.prompted_masks(model, points=[[20, 30], [40, 12]], labels=[1, 0])
     with torch.no_grad():
         ours = prompted(x).pred_masks
@@ -61,7 +85,7 @@ def test_the_prompt_is_given_to_every_image_and_the_target_reduces_by_hand():
         labels = torch.tensor([[[1, 0]]] * 3)
         theirs = model(pixel_values=x, input_points=points, input_labels=labels,
                        multimask_output=False)  # fmt: skip
-    assert ours.shape == (3, 1, 1, 16, 16)
+    assert ours.shape == (3, 1, 1, side, side) and float(ours.std()) > 0
     torch.testing.assert_close(ours, theirs.pred_masks)
     logits = ours[:, 0, 0]
     up = F.interpolate(logits[:, None], size=(64, 64), mode="bilinear", align_corners=False)
@@ -71,25 +95,35 @@ def test_the_prompt_is_given_to_every_image_and_the_target_reduces_by_hand():
     torch.testing.assert_close(vk.targets.mask_logit()(prompted(x)), covered)
     three = vk.models.prompted_masks(model, boxes=[8, 8, 40, 40], multimask_output=True)
     with torch.no_grad():
-        assert three(x).pred_masks.shape == (3, 1, 3, 16, 16)
+        masks = three(x).pred_masks
+        by_hand = model(pixel_values=x, input_boxes=torch.tensor([[[8.0, 8, 40, 40]]] * 3),
+                        multimask_output=True).pred_masks  # fmt: skip
+    assert masks.shape == (3, 1, 3, side, side)
+    torch.testing.assert_close(masks, by_hand)
+    torch.testing.assert_close(vk.targets.mask_logit(2, region())(three(x)),
+                               (F.interpolate(masks[:, 0, 2:3], size=(64, 64), mode="bilinear")
+                                [:, 0] * region()).flatten(1).sum(1))  # fmt: skip
     with pytest.raises(ValueError, match="mask 3 of prompt 0 is out of range.*1 prompt"):
         vk.targets.mask_logit(3)(three(x))
 
 
-def test_gradcam_of_a_mask_logit_equals_pytorch_grad_cam():
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_gradcam_of_a_mask_logit_equals_pytorch_grad_cam(kind):
     """pytorch-grad-cam's SemanticSegmentationTarget on the masks as "classes" (mask 0's logits
-    summed over the region, at the 16 x 16 output), at the third stage's first Hiera block, its
-    channels-last (B, h, w, C) output permuted by hand."""
+    summed over a region of the low-resolution output), at an encoder block (SAM 2: the third
+    stage's first Hiera block; SAM: the global block), its channels-last (B, h, w, C) output
+    permuted by hand."""
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import SemanticSegmentationTarget
 
-    model, x = sam2(), images(3)
+    build, side, block, grid = MODELS[kind]
+    model, x = build(), images(3)
     prompted = vk.models.prompted_masks(model, points=[[20, 30]])
-    low = torch.zeros(16, 16, dtype=torch.bool)
-    low[2:10, 4:12] = True
-    layer = "model.vision_encoder.backbone.blocks.2.hook_resid_post"
-    ours = vk.gradcam(prompted, x, target=vk.targets.mask_logit(0, low), layer=layer)
-    assert ours.maps.shape == (3, 4, 4)
+    low = torch.zeros(side, side, dtype=torch.bool)
+    low[side // 8 : side * 5 // 8, side // 4 : side * 3 // 4] = True
+    ours = vk.gradcam(prompted, x, target=vk.targets.mask_logit(0, low),
+                      layer=f"{block}.hook_resid_post")  # fmt: skip
+    assert ours.maps.shape == (3, grid, grid)
 
     class Masks(nn.Module):
         def __init__(self, inner):
@@ -100,8 +134,7 @@ def test_gradcam_of_a_mask_logit_equals_pytorch_grad_cam():
             return self.inner(images).pred_masks[:, 0]  # (B, M, h, w): the masks as classes
 
     targets = [SemanticSegmentationTarget(0, low.float().numpy())] * len(x)
-    block = model.vision_encoder.backbone.blocks[2]
-    with GradCAM(Masks(prompted), target_layers=[block],
+    with GradCAM(Masks(prompted), target_layers=[prompted.get_submodule(block)],
                  reshape_transform=lambda t: t.permute(0, 3, 1, 2)) as cam:  # fmt: skip
         theirs = cam(x, targets=targets)
     for a, b in zip(ours.upsample().flatten(1).numpy(), theirs.reshape(len(x), -1), strict=True):

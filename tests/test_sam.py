@@ -7,54 +7,16 @@ the windows computed where they tile the grid and refused where the model pads t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 import vizkit as vk
 
 transformers = pytest.importorskip("transformers")
 
+from test_promptable_masks import images, sam  # noqa: E402
+
 GRID = 8  # 64 px in 8 px patches
-
-
-def sam(window: int = 3, attn: str = "sdpa") -> nn.Module:
-    """SAM at 64 px: an 8 x 8 patch grid of width 32, three blocks (the middle one global, the
-    others in ``window`` x ``window`` windows: 3 pads the grid to 9 x 9), its neck, prompt
-    encoder and two-way mask decoder of width 32; mask logits at 32 x 32. The relative and
-    absolute position embeddings (zero at init) are drawn at random, so they shape the maps."""
-    torch.manual_seed(0)
-    vision = transformers.SamVisionConfig(
-        hidden_size=32, output_channels=32, num_hidden_layers=3, num_attention_heads=2,
-        image_size=64, patch_size=8, window_size=window, global_attn_indexes=[1], mlp_dim=64,
-        num_pos_feats=16, initializer_range=0.02,
-    )  # fmt: skip
-    config = transformers.SamConfig(
-        vision_config=vision,
-        prompt_encoder_config=transformers.SamPromptEncoderConfig(
-            hidden_size=32, image_size=64, patch_size=8),
-        mask_decoder_config=transformers.SamMaskDecoderConfig(
-            hidden_size=32, mlp_dim=64, num_attention_heads=2, iou_head_hidden_dim=32),
-        attn_implementation=attn,
-    )  # fmt: skip
-    model = transformers.SamModel(config).eval()
-    with torch.no_grad():
-        for name, p in model.vision_encoder.named_parameters():
-            if "rel_pos" in name or name == "pos_embed":
-                p.normal_(0, 0.5)
-    return model
-
-
-def images(batch: int = 2) -> torch.Tensor:
-    return torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0))
-
-
-def region() -> torch.Tensor:
-    mask = torch.zeros(64, 64, dtype=torch.bool)
-    mask[8:40, 16:48] = True
-    return mask
 
 
 def test_maps_equal_the_models_own_in_windows_and_over_the_grid():
@@ -100,70 +62,6 @@ def test_the_stream_is_the_token_grid_as_the_encoder_computes_it():
     assert cache["layers.0.hook_resid_pre"].shape == (2, GRID * GRID, 32)
     torch.testing.assert_close(cache["hook_neck"], neck.flatten(2).transpose(1, 2))
     assert hm.token_layout((64, 64), "layers.2.hook_resid_post").grid == (GRID, GRID)
-
-
-def test_the_prompt_is_given_to_every_image_and_the_target_reduces_by_hand():
-    model, x = sam(), images(3)
-    prompted = vk.models.prompted_masks(model, points=[[20, 30], [40, 12]], labels=[1, 0])
-    with torch.no_grad():
-        ours = prompted(x).pred_masks
-        points = torch.tensor([[[[20.0, 30], [40, 12]]]] * 3)  # (B, P, n, 2)
-        labels = torch.tensor([[[1, 0]]] * 3)
-        theirs = model(pixel_values=x, input_points=points, input_labels=labels,
-                       multimask_output=False)  # fmt: skip
-    assert ours.shape == (3, 1, 1, 32, 32)
-    torch.testing.assert_close(ours, theirs.pred_masks)
-    assert float(ours.std()) > 0
-    logits = ours[:, 0, 0]
-    up = F.interpolate(logits[:, None], size=(64, 64), mode="bilinear", align_corners=False)
-    torch.testing.assert_close(vk.targets.mask_logit(0, region())(prompted(x)),
-                               (up[:, 0] * region()).flatten(1).sum(1))  # fmt: skip
-    covered = (logits * (logits > 0)).flatten(1).sum(1)
-    torch.testing.assert_close(vk.targets.mask_logit()(prompted(x)), covered)
-    three = vk.models.prompted_masks(model, boxes=[8, 8, 40, 40], multimask_output=True)
-    with torch.no_grad():
-        masks = three(x).pred_masks
-        by_hand = model(pixel_values=x, input_boxes=torch.tensor([[[8.0, 8, 40, 40]]] * 3),
-                        multimask_output=True).pred_masks  # fmt: skip
-    assert masks.shape == (3, 1, 3, 32, 32)
-    torch.testing.assert_close(masks, by_hand)
-    torch.testing.assert_close(vk.targets.mask_logit(2, region())(three(x)),
-                               (F.interpolate(masks[:, 0, 2:3], size=(64, 64), mode="bilinear")
-                                [:, 0] * region()).flatten(1).sum(1))  # fmt: skip
-    with pytest.raises(ValueError, match="mask 3 of prompt 0 is out of range.*1 prompt"):
-        vk.targets.mask_logit(3)(three(x))
-
-
-def test_gradcam_of_a_mask_logit_equals_pytorch_grad_cam():
-    """pytorch-grad-cam's SemanticSegmentationTarget on the masks as "classes" (mask 0's logits
-    summed over a region of the 32 x 32 output), at the global block, its channels-last
-    (B, 8, 8, C) output permuted by hand."""
-    from pytorch_grad_cam import GradCAM
-    from pytorch_grad_cam.utils.model_targets import SemanticSegmentationTarget
-
-    model, x = sam(), images(3)
-    prompted = vk.models.prompted_masks(model, points=[[20, 30]])
-    low = torch.zeros(32, 32, dtype=torch.bool)
-    low[4:20, 8:24] = True
-    layer = "model.vision_encoder.layers.1.hook_resid_post"
-    ours = vk.gradcam(prompted, x, target=vk.targets.mask_logit(0, low), layer=layer)
-    assert ours.maps.shape == (3, GRID, GRID)
-
-    class Masks(nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, images):
-            return self.inner(images).pred_masks[:, 0]  # (B, M, h, w): the masks as classes
-
-    targets = [SemanticSegmentationTarget(0, low.float().numpy())] * len(x)
-    block = model.vision_encoder.layers[1]
-    with GradCAM(Masks(prompted), target_layers=[block],
-                 reshape_transform=lambda t: t.permute(0, 3, 1, 2)) as cam:  # fmt: skip
-        theirs = cam(x, targets=targets)
-    for a, b in zip(ours.upsample().flatten(1).numpy(), theirs.reshape(len(x), -1), strict=True):
-        assert a.std() > 0 and np.corrcoef(a, b)[0, 1] > 0.999
 
 
 def test_rollout_over_tiling_windows_and_refused_over_padded_ones():

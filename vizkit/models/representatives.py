@@ -11,7 +11,14 @@ import torch
 from timm.models import _registry
 from torch import nn
 
-__all__ = ["FAMILIES", "LIBRARIES", "LibraryModel", "Representative", "timm_families"]
+__all__ = [
+    "FAMILIES",
+    "LIBRARIES",
+    "LibraryModel",
+    "Representative",
+    "small_sam_config",
+    "timm_families",
+]
 
 
 @dataclass(frozen=True)
@@ -218,25 +225,34 @@ def _mean_of_grid(output) -> torch.Tensor:
 
 def _sam() -> nn.Module:
     """SAM (Kirillov et al. 2023, "Segment Anything") at 64 px with one point prompt held
-    fixed (`vizkit.models.prompted_masks`): an 8 x 8 patch grid of width 32, three blocks (the
-    middle one global, the others in 4 x 4 windows), mask logits (B, 1, 1, 32, 32)."""
+    fixed (`vizkit.models.prompted_masks`), its config `small_sam_config`."""
     import transformers
 
     from .prompted import prompted_masks
 
+    return prompted_masks(transformers.SamModel(small_sam_config()), points=[[20, 30]])
+
+
+def small_sam_config(window: int = 4, attn: str = "sdpa") -> object:
+    """A ``transformers.SamConfig`` at 64 px: an 8 x 8 patch grid of width 32, three blocks
+    (the middle one global, the others in ``window`` x ``window`` windows), its neck, prompt
+    encoder and two-way mask decoder of width 32 (mask logits (B, 1, M, 32, 32)); attention
+    implemented by ``attn``."""
+    import transformers
+
     vision = transformers.SamVisionConfig(
         hidden_size=32, output_channels=32, num_hidden_layers=3, num_attention_heads=2,
-        image_size=64, patch_size=8, window_size=4, global_attn_indexes=[1], mlp_dim=64,
+        image_size=64, patch_size=8, window_size=window, global_attn_indexes=[1], mlp_dim=64,
         num_pos_feats=16, initializer_range=0.02,
     )  # fmt: skip
-    config = transformers.SamConfig(
+    return transformers.SamConfig(
         vision_config=vision,
         prompt_encoder_config=transformers.SamPromptEncoderConfig(
             hidden_size=32, image_size=64, patch_size=8),
         mask_decoder_config=transformers.SamMaskDecoderConfig(
             hidden_size=32, mlp_dim=64, num_attention_heads=2, iou_head_hidden_dim=32),
+        attn_implementation=attn,
     )  # fmt: skip
-    return prompted_masks(transformers.SamModel(config), points=[[20, 30]])
 
 
 def _siglip2() -> nn.Module:
