@@ -188,6 +188,10 @@ def test_compare_saliency_scores_clips_as_the_metrics_do_one_by_one():
         energy = vk.metrics.energy_in_mask(result, masks)
         torch.testing.assert_close(table.per_image[j, table.metrics.index("energy_in_mask")],
                                    energy)  # fmt: skip
+    display = vk.viz.display_images(x, model)
+    with pytest.raises(ValueError, match=r"clips' \(B, 2, h, w\).*vk\.viz\.video_saliency"):
+        vk.viz.saliency_side_by_side(table, display)  # one image a panel
+    vk.viz.video_saliency(table.results["rollout"], display, clip=1)  # the fix it names
     with pytest.warns(UserWarning, match="near chance"):
         every = vk.metrics.compare_saliency(model, x, methods="rollout", masks=masks, steps=4,
                                             metrics="all", progress=False)  # fmt: skip

@@ -202,8 +202,15 @@ def _scaled(result: SaliencyResult, image: int):
 
 
 def check_display(maps: Tensor, images: np.ndarray, image: int) -> None:
-    """Refuse ``image`` out of range of the (B, h, w) ``maps``, or display ``images`` that are
-    not one per map."""
+    """Refuse a clip's maps (B, T', h, w) (these figures draw one image a panel), ``image``
+    out of range of the (B, h, w) ``maps``, or display ``images`` that are not one per map."""
+    if maps.ndim == 4:
+        raise ValueError(
+            f"These maps are clips' (B, {maps.shape[1]}, h, w), and this figure draws one "
+            "image's map a panel. Draw a clip's frames with vk.viz.video_saliency(result, "
+            "vk.viz.display_images(x, model), clip=i), or explore them with "
+            "vk.widgets.SaliencyComparer (a frame slider)."
+        )
     if not -len(maps) <= image < len(maps):
         raise ValueError(f"image {image} is out of range: {len(maps)} maps.")
     if len(images) != len(maps):
