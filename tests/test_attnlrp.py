@@ -67,10 +67,23 @@ _UNCONSERVED = {
     # conserved with the table zeroed (2026-12-07)
     "transformers:VideoMAEForVideoClassification": "it adds a copy of its fixed sinusoidal "
     "position table, which no parameter holds",
+    # measured 2026-12-07: CP-LRP's sum 0.004 of a mask logit of -0.223; the likely cause, not
+    # yet checked by removing it
+    "transformers:SamModel (prompted_masks)": "its prompt encoder adds sines and cosines of a "
+    "projection of fixed coordinates (the image's positional encoding) to the image embedding",
     # not yet explained (2026-11-28): 10-60 % of the logit is missing with GELU or ReLU, with
     # or without query pooling and mask-unit attention; timm's Hiera conserves
     "transformers:HieraForImageClassification": "unexplained; see the comment above",
 }
+
+
+def _logits(output: object) -> torch.Tensor:
+    """The model's class logits (B, K, ...), or a promptable model's masks: the first prompt's
+    (B, M, h, w) and their negatives, so that index 1 names a score on every model."""
+    masks = getattr(output, "pred_masks", None)
+    if masks is None:
+        return model_logits(output)
+    return torch.cat([masks[:, 0], -masks[:, 0]], 1)
 
 
 def _relevance_with_additive_parameters(model, x, target):
@@ -87,7 +100,7 @@ def _relevance_with_additive_parameters(model, x, target):
         for p in sources:
             p.requires_grad_(True)
         with relevance_rules("cp", model):
-            logits = model_logits(model(x))
+            logits = _logits(model(x))
         score = logits[:, 1].sum()
         grads = torch.autograd.grad(score, [x, *sources], allow_unused=True)
         for p in sources:
@@ -108,11 +121,11 @@ def test_relevance_rules_on_every_family(make, size, request):
     model = drawn(make)
     x = coverage._images(model, size)[:2]
     with frozen_parameters(model), torch.enable_grad():
-        plain = model_logits(model(x.clone().requires_grad_(True))).detach()
-    class_one = lambda out: model_logits(out)[:, 1].reshape(len(x), -1).sum(1)  # noqa: E731
+        plain = _logits(model(x.clone().requires_grad_(True))).detach()
+    class_one = lambda out: _logits(out)[:, 1].reshape(len(x), -1).sum(1)  # noqa: E731
     with running("attnlrp", videos=True):  # as vk.attnlrp runs it (clips of a video model too)
         relevance, output = input_relevance(model, x, class_one)
-    assert torch.equal(model_logits(output), plain)
+    assert torch.equal(_logits(output), plain)
     assert torch.isfinite(relevance).all()
     family = request.node.callspec.id.split("-")[-1]
     if family in _UNCONSERVED:

@@ -21,6 +21,7 @@ from vizkit.analysis.representations import token_stream_layers
 from vizkit.datasets.captions import WordTokenizer
 from vizkit.hooks.scores import is_dense
 from vizkit.models import representatives
+from vizkit.models.prompted import PromptedMasks
 
 # TCAV's classifier (captum's SGDClassifier settings) may stop at max_iter on these few images
 pytestmark = pytest.mark.filterwarnings("ignore:Maximum number of iteration")
@@ -171,7 +172,9 @@ def test_concept_methods_on_each_family(make, size, backbone, tmp_path):
 
     # the methods that explain a target: a class, or on a backbone an embedding's norm
     target = vk.targets.embedding_norm() if backbone else 0
-    target = vk.targets.segment(1) if is_dense(model) else target  # per-pixel logits
+    if is_dense(model):  # per-pixel logits, or a promptable model's masks
+        promptable = isinstance(model, PromptedMasks)
+        target = vk.targets.mask_logit() if promptable else vk.targets.segment(1)
     concept, randoms = x[:2] + 1, [_noise(2, size, 2), _noise(2, size, 3)]
     tcav = vk.concepts.tcav(model, x, target, layer, concept, randoms)
     assert tcav.scores.shape == (2,) and tcav.sensitivities.shape == (2, 4)

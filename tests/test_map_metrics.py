@@ -16,6 +16,7 @@ from representatives import drawn, refuses_class_scores, representatives
 
 import vizkit as vk
 from vizkit import coverage
+from vizkit.hooks.inputs import video_input
 from vizkit.hooks.scores import model_logits
 
 quantus = pytest.importorskip("quantus")
@@ -273,6 +274,34 @@ def test_metrics_follow_the_input_contract(metric):
     assert model.training and all(p.grad is None for p in model.parameters())
 
 
+def _metrics_on_clips(model, x):
+    """A video model's clips x (2, T, C, H, W): the metrics that take clips score a map of every
+    frame (2, T, H, W) with finite values in their ranges; the others refuse clips by name."""
+    frames, side = x.shape[1], x.shape[-1]
+    grid = torch.linspace(-1, 1, side)
+    still = -(grid[:, None] ** 2 + grid[None] ** 2)
+    maps = torch.stack([still + t * grid[None] for t in range(frames)])[None].repeat(2, 1, 1, 1)
+    maps[1] = maps[1].flip(-2)  # two different clips' maps, each frame its own
+    masks = maps > maps.flatten(1).median(1).values[:, None, None, None]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    scores = {
+        "deletion": vk.metrics.deletion(model, x, maps, steps=2, progress=False).auc,
+        "insertion": vk.metrics.insertion(model, x, maps, steps=2, progress=False).auc,
+        "relevance_mass_accuracy": vk.metrics.relevance_mass_accuracy(maps, masks),
+    }
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    for name, values in scores.items():
+        assert values.shape == (2,) and bool(((values >= 0) & (values <= 1)).all()), name
+    for call in (
+        lambda: vk.metrics.road(model, x, maps, fractions=(0.5,)),
+        lambda: vk.metrics.average_drop(model, x, maps),
+        lambda: vk.metrics.faithfulness_correlation(model, x, maps, runs=2),
+        lambda: vk.metrics.max_sensitivity(model, x, "saliency", samples=2),
+    ):
+        with pytest.raises(ValueError, match=r"\(\) does not take videos yet"):
+            call()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("make", "size"), representatives())
 def test_every_metric_runs_on_every_family(make, size):
@@ -282,6 +311,9 @@ def test_every_metric_runs_on_every_family(make, size):
     depend on its input), and the model's parameters are unchanged."""
     model = drawn(make)
     x = coverage._images(model, size)[:2]
+    if video_input(model) is not None:
+        _metrics_on_clips(model, x)
+        return
     if refuses_class_scores(model, lambda: vk.metrics.deletion(model, x, x[:, :, 0, 0], steps=2)):
         return
     side = x.shape[-1]

@@ -170,7 +170,9 @@ def test_token_norm_figure_draws_each_token_frame_of_each_clip(kind):
     for t in range(frames):
         assert torch.equal(torch.as_tensor(maps[frames + t].z), result.patches[1, -1, t])
     labels = ["frame 0", "frame 3"] if kind == "timesformer" else ["frames 0-1", "frames 2-3"]
-    assert {f"clip 0, {labels[0]}", f"clip 1, {labels[1]}", "all tokens"} <= set(_titles(fig))
+    titles = set(_titles(fig))
+    assert {f"clip 0, {labels[0]}", f"clip 1, {labels[1]}"} <= titles
+    assert any(t.startswith("all tokens: ") and "patch" in t for t in titles)
     bars = _panels(fig, go.Bar)
     assert sum(sum(b.y) for b in bars) == result.patches[:, -1].numel() + 2  # + class tokens
     assert f"2 clips of {frames} token frames" in fig.layout.title.text
